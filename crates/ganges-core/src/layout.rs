@@ -1,0 +1,144 @@
+//! Where the copies of each fragment live.
+//!
+//! - LAY-1 chained declustering (river §2.4, gd-enhancements §2.3.2, after Hsiao and DeWitt):
+//!   copy j of fragment i is on node (i + j) mod N. Copy 0 is the *primary* copy.
+//! - LAY-3 no replication is the same layout with one copy.
+//!
+//! LAY-4 (unequal fragments) is a property of the dataset's [`Shape`](crate::shape::Shape),
+//! not of placement, and works with every layout here.
+
+use crate::ids::{FragmentId, NodeId};
+use serde::{Deserialize, Serialize};
+
+/// The most copies a dataset may have. Chained declustering with more copies than this buys
+/// little robustness (river §5.2: R - 1 worst-case faults) for a lot of space.
+pub const REPLICAS_MAX: u32 = 4;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Layout {
+    /// LAY-1 (R >= 2) and LAY-3 (R = 1): copy j of fragment i on node (i + j) mod `nodes`.
+    Chained { nodes: u32, replicas: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("a layout needs at least one node")]
+    NoNodes,
+    #[error("replicas must be between 1 and {REPLICAS_MAX}, got {0}")]
+    Replicas(u32),
+    #[error("{replicas} replicas need at least {replicas} nodes, the cluster has {nodes}")]
+    TooFewNodes { replicas: u32, nodes: u32 },
+}
+
+impl Layout {
+    /// A chained-declustering layout, checked.
+    pub fn chained(nodes: u32, replicas: u32) -> Result<Layout, LayoutError> {
+        let layout = Layout::Chained { nodes, replicas };
+        layout.validate()?;
+        Ok(layout)
+    }
+
+    pub fn validate(&self) -> Result<(), LayoutError> {
+        match *self {
+            Layout::Chained { nodes, replicas } => {
+                if nodes == 0 {
+                    return Err(LayoutError::NoNodes);
+                }
+                if replicas == 0 || replicas > REPLICAS_MAX {
+                    return Err(LayoutError::Replicas(replicas));
+                }
+                if replicas > nodes {
+                    return Err(LayoutError::TooFewNodes { replicas, nodes });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub fn nodes(&self) -> u32 {
+        match *self {
+            Layout::Chained { nodes, .. } => nodes,
+        }
+    }
+
+    pub fn replicas(&self) -> u32 {
+        match *self {
+            Layout::Chained { replicas, .. } => replicas,
+        }
+    }
+
+    /// The node holding copy `copy` of `fragment`.
+    pub fn node_of(&self, fragment: FragmentId, copy: u32) -> NodeId {
+        match *self {
+            Layout::Chained { nodes, replicas } => {
+                assert!(copy < replicas, "copy {copy} of a {replicas}-copy layout");
+                NodeId(((fragment.0 as u64 + copy as u64) % nodes as u64) as u32)
+            }
+        }
+    }
+
+    /// The nodes holding `fragment`, primary copy first.
+    pub fn holders(&self, fragment: FragmentId) -> Vec<NodeId> {
+        (0..self.replicas()).map(|c| self.node_of(fragment, c)).collect()
+    }
+
+    /// Which copy of `fragment` lives on `node`, if any.
+    pub fn copy_on(&self, fragment: FragmentId, node: NodeId) -> Option<u32> {
+        (0..self.replicas()).find(|&c| self.node_of(fragment, c) == node)
+    }
+
+    /// The (fragment, copy) pairs a node stores, for a dataset of `fragments` fragments.
+    pub fn copies_on(&self, node: NodeId, fragments: u32) -> Vec<(FragmentId, u32)> {
+        (0..fragments)
+            .map(FragmentId)
+            .filter_map(|f| self.copy_on(f, node).map(|c| (f, c)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chained_declustering_places_copy_j_on_node_i_plus_j() {
+        let l = Layout::chained(4, 2).unwrap();
+        assert_eq!(l.holders(FragmentId(0)), vec![NodeId(0), NodeId(1)]);
+        assert_eq!(l.holders(FragmentId(3)), vec![NodeId(3), NodeId(0)]);
+        // Each node stores its own primary and its left neighbour's backup.
+        assert_eq!(l.copies_on(NodeId(0), 4), vec![(FragmentId(0), 0), (FragmentId(3), 1)]);
+    }
+
+    #[test]
+    fn every_copy_is_stored_exactly_once_for_every_r() {
+        for nodes in 1..=9u32 {
+            for replicas in 1..=REPLICAS_MAX.min(nodes) {
+                let l = Layout::chained(nodes, replicas).unwrap();
+                for fragments in [1, nodes, 2 * nodes + 1] {
+                    let mut count = vec![0u32; fragments as usize];
+                    for n in 0..nodes {
+                        for (f, _) in l.copies_on(NodeId(n), fragments) {
+                            count[f.index()] += 1;
+                        }
+                    }
+                    assert!(count.iter().all(|&c| c == replicas), "{nodes} {replicas}");
+                    for f in 0..fragments {
+                        let h = l.holders(FragmentId(f));
+                        let mut d = h.clone();
+                        d.dedup();
+                        assert_eq!(d.len(), h.len(), "copies of a fragment on distinct nodes");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_layouts_are_refused() {
+        assert_eq!(Layout::chained(0, 1), Err(LayoutError::NoNodes));
+        assert_eq!(Layout::chained(4, 5), Err(LayoutError::Replicas(5)));
+        assert_eq!(Layout::chained(2, 3), Err(LayoutError::TooFewNodes { replicas: 3, nodes: 2 }));
+        assert_eq!(Layout::chained(4, 0), Err(LayoutError::Replicas(0)));
+    }
+}

@@ -1,0 +1,37 @@
+//! ganges-core: the decisions of ganges, with no I/O.
+//!
+//! Every choice the papers describe (which server a read goes to, which queued request a
+//! server runs next, how long a disk takes, what the best possible time was) lives here as
+//! plain data and state machines. Nothing in this crate reads a clock, draws ambient
+//! randomness, touches a file or knows of tokio: time (`now`) and seeds are arguments. The
+//! servers and clients drive these objects over real sockets and files; the simulator will
+//! drive the very same objects in virtual time.
+//!
+//! Modules, in the order data flows through them:
+//! - [`units`]: sizes, rates and durations in human units (`64MiB`, `32MiB/s`, `4ms`).
+//! - [`ids`], [`time`]: identifier newtypes and the `Time` instant policies are given.
+//! - [`layout`]: where fragment copies live (LAY-1 chained declustering, LAY-3 no replicas).
+//! - [`shape`]: fragment sizes (LAY-4), blocks, logical partitions and their pieces.
+//! - [`datagen`]: deterministic data generators (random bytes, 100-byte records).
+//! - [`digest`]: the order-independent dataset digest that proves exactly-once delivery.
+//! - [`disk`]: the disk model of FI-1 (bandwidth, seek, faults) as a timing state machine.
+//! - [`fault`]: fault placement (best, worst, random) as in river §5.2.
+//! - [`sched`]: server-side schedulers (FIFO; furthest-behind first, GD-1/GD-2).
+//! - [`route`]: client-side read routing (GD-8 static, GD-1 basic GD, GD-2 relative GD).
+//! - [`ideal`]: the two ideals, MOD-1 (River's model) and MOD-2 (layout-aware max-flow).
+
+pub mod digest;
+pub mod disk;
+pub mod fault;
+pub mod datagen;
+pub mod ideal;
+pub mod ids;
+pub mod layout;
+pub mod route;
+pub mod sched;
+pub mod shape;
+pub mod time;
+pub mod units;
+
+pub use ids::{ConsumerId, FragmentId, NodeId};
+pub use time::Time;

@@ -1,0 +1,335 @@
+//! The byte space of a dataset: fragments (LAY-4: any sizes), blocks, partitions, pieces.
+//!
+//! A dataset is a logical byte space cut into fragments in order; fragment i starts where
+//! fragment i - 1 ends. Each fragment is cut into blocks of `block_bytes` (the last one may be
+//! short); a block is the unit of transfer and of checksumming. A consumer reads a
+//! [`Partition`], an (offset, length) of the dataset, which maps onto [`Piece`]s: the part of
+//! one block that falls inside the partition.
+
+use crate::ids::FragmentId;
+use serde::{Deserialize, Serialize};
+
+/// Smallest block: below this the per-request cost swamps the transfer (gd-enhancements
+/// Figure 1 shows 4 KB transfers failing to amortise request overhead).
+pub const BLOCK_BYTES_MIN: u32 = 4 << 10;
+/// Largest block: bounds every buffer and frame; larger blocks also hurt GD's ability to
+/// balance near the end of a scan (river §6.2).
+pub const BLOCK_BYTES_MAX: u32 = 16 << 20;
+/// Most fragments in one dataset: bounds manifests and per-dataset state on servers.
+pub const FRAGMENTS_MAX: usize = 1 << 16;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "ShapeSpec", into = "ShapeSpec")]
+pub struct Shape {
+    fragment_bytes: Vec<u64>,
+    block_bytes: u32,
+    /// `starts[i]` is the dataset offset of fragment i; `starts[n]` is the total size.
+    starts: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct ShapeSpec {
+    fragment_bytes: Vec<u64>,
+    block_bytes: u32,
+}
+
+impl TryFrom<ShapeSpec> for Shape {
+    type Error = ShapeError;
+    fn try_from(s: ShapeSpec) -> Result<Shape, ShapeError> {
+        Shape::new(s.fragment_bytes, s.block_bytes)
+    }
+}
+
+impl From<Shape> for ShapeSpec {
+    fn from(s: Shape) -> ShapeSpec {
+        ShapeSpec { fragment_bytes: s.fragment_bytes, block_bytes: s.block_bytes }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error(
+        "block size {0} is out of range: use 4KiB to 16MiB (for example --block-size 1MiB)"
+    )]
+    BlockSize(u64),
+    #[error("a dataset needs between 1 and {FRAGMENTS_MAX} fragments, got {0}")]
+    Fragments(usize),
+    #[error("fragment {0} is empty; every fragment holds at least one byte")]
+    EmptyFragment(u32),
+    #[error("a fragment holds at most {max} blocks of this size; use a larger block size")]
+    TooManyBlocks { max: u64 },
+    #[error(
+        "partition [{offset}, {end}) runs past the end of the dataset ({total} bytes)",
+        end = offset.saturating_add(*len)
+    )]
+    PartitionOutOfRange { offset: u64, len: u64, total: u64 },
+}
+
+/// An (offset, length) of the dataset read by one consumer (GD-7's logical partition; the
+/// default partitioning gives consumer i exactly fragment i).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// The part of one block that a partition covers: the unit a consumer requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub fragment: FragmentId,
+    pub block: u32,
+    /// Where the piece starts inside its block.
+    pub start_in_block: u32,
+    pub len: u32,
+    /// Where the piece starts in the dataset's byte space.
+    pub dataset_offset: u64,
+}
+
+impl Piece {
+    /// Whether the piece is a whole block (so the stored block checksum covers it).
+    pub fn is_whole_block(&self, shape: &Shape) -> bool {
+        self.start_in_block == 0 && self.len == shape.block_len(self.fragment, self.block)
+    }
+}
+
+impl Shape {
+    pub fn new(fragment_bytes: Vec<u64>, block_bytes: u32) -> Result<Shape, ShapeError> {
+        if !(BLOCK_BYTES_MIN..=BLOCK_BYTES_MAX).contains(&block_bytes) {
+            return Err(ShapeError::BlockSize(block_bytes as u64));
+        }
+        if fragment_bytes.is_empty() || fragment_bytes.len() > FRAGMENTS_MAX {
+            return Err(ShapeError::Fragments(fragment_bytes.len()));
+        }
+        let mut starts = Vec::with_capacity(fragment_bytes.len() + 1);
+        let mut at = 0u64;
+        for (i, &b) in fragment_bytes.iter().enumerate() {
+            if b == 0 {
+                return Err(ShapeError::EmptyFragment(i as u32));
+            }
+            let max = u32::MAX as u64 * block_bytes as u64;
+            if b > max {
+                return Err(ShapeError::TooManyBlocks { max: u32::MAX as u64 });
+            }
+            starts.push(at);
+            at = at.checked_add(b).ok_or(ShapeError::Fragments(fragment_bytes.len()))?;
+        }
+        starts.push(at);
+        Ok(Shape { fragment_bytes, block_bytes, starts })
+    }
+
+    /// `fragments` equal fragments of `fragment_bytes` each.
+    pub fn uniform(fragments: u32, fragment_bytes: u64, block_bytes: u32) -> Result<Shape, ShapeError> {
+        Shape::new(vec![fragment_bytes; fragments as usize], block_bytes)
+    }
+
+    /// `total` bytes cut into `fragments` fragments as equal as possible (the first ones take
+    /// the remainder), each a multiple of `align` bytes where possible (100 for records).
+    pub fn split(total: u64, fragments: u32, block_bytes: u32, align: u64) -> Result<Shape, ShapeError> {
+        let n = fragments.max(1) as u64;
+        let units = total / align;
+        let tail = total % align;
+        let mut sizes: Vec<u64> =
+            (0..n).map(|i| (units / n + u64::from(i < units % n)) * align).collect();
+        if let Some(last) = sizes.last_mut() {
+            *last += tail;
+        }
+        Shape::new(sizes, block_bytes)
+    }
+
+    pub fn block_bytes(&self) -> u32 {
+        self.block_bytes
+    }
+
+    pub fn fragment_count(&self) -> u32 {
+        self.fragment_bytes.len() as u32
+    }
+
+    pub fn fragment_bytes(&self, f: FragmentId) -> u64 {
+        self.fragment_bytes[f.index()]
+    }
+
+    pub fn fragment_sizes(&self) -> &[u64] {
+        &self.fragment_bytes
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        *self.starts.last().expect("starts has n + 1 entries")
+    }
+
+    /// The dataset offset where fragment `f` starts.
+    pub fn fragment_start(&self, f: FragmentId) -> u64 {
+        self.starts[f.index()]
+    }
+
+    pub fn blocks_in(&self, f: FragmentId) -> u32 {
+        self.fragment_bytes(f).div_ceil(self.block_bytes as u64) as u32
+    }
+
+    pub fn total_blocks(&self) -> u64 {
+        (0..self.fragment_count()).map(|f| self.blocks_in(FragmentId(f)) as u64).sum()
+    }
+
+    /// Offset of block `b` inside its fragment.
+    pub fn block_offset(&self, b: u32) -> u64 {
+        b as u64 * self.block_bytes as u64
+    }
+
+    /// Length of block `b` of fragment `f` (the last block of a fragment may be short).
+    pub fn block_len(&self, f: FragmentId, b: u32) -> u32 {
+        let start = self.block_offset(b);
+        let size = self.fragment_bytes(f);
+        assert!(start < size, "block {b} is past the end of {f}");
+        (size - start).min(self.block_bytes as u64) as u32
+    }
+
+    /// The fragment holding dataset offset `offset`, and the offset inside it.
+    pub fn locate(&self, offset: u64) -> Option<(FragmentId, u64)> {
+        if offset >= self.total_bytes() {
+            return None;
+        }
+        // starts is sorted; the fragment is the last start <= offset.
+        let i = self.starts.partition_point(|&s| s <= offset) - 1;
+        Some((FragmentId(i as u32), offset - self.starts[i]))
+    }
+
+    /// One partition per fragment: consumer i reads fragment i (the papers' default).
+    pub fn fragment_partitions(&self) -> Vec<Partition> {
+        (0..self.fragment_count())
+            .map(|f| Partition {
+                offset: self.starts[f as usize],
+                len: self.fragment_bytes[f as usize],
+            })
+            .collect()
+    }
+
+    /// Check that a partition lies inside the dataset.
+    pub fn check_partition(&self, p: Partition) -> Result<(), ShapeError> {
+        let end = p.offset.checked_add(p.len);
+        if end.is_none_or(|e| e > self.total_bytes()) {
+            return Err(ShapeError::PartitionOutOfRange {
+                offset: p.offset,
+                len: p.len,
+                total: self.total_bytes(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The pieces of a partition, in dataset order.
+    pub fn pieces(&self, p: Partition) -> Result<Vec<Piece>, ShapeError> {
+        self.check_partition(p)?;
+        let mut out = Vec::new();
+        let mut at = p.offset;
+        let end = p.offset + p.len;
+        while at < end {
+            let (f, in_frag) = self.locate(at).expect("checked above");
+            let block = (in_frag / self.block_bytes as u64) as u32;
+            let start_in_block = (in_frag % self.block_bytes as u64) as u32;
+            let block_len = self.block_len(f, block);
+            let len = ((block_len - start_in_block) as u64).min(end - at) as u32;
+            out.push(Piece { fragment: f, block, start_in_block, len, dataset_offset: at });
+            at += len as u64;
+        }
+        Ok(out)
+    }
+
+    /// How many bytes of each fragment a partition covers: the demand MOD-2 routes.
+    pub fn partition_demand(&self, p: Partition) -> Result<Vec<(FragmentId, u64)>, ShapeError> {
+        self.check_partition(p)?;
+        let mut out: Vec<(FragmentId, u64)> = Vec::new();
+        let end = p.offset + p.len;
+        for f in 0..self.fragment_count() {
+            let (s, e) = (self.starts[f as usize], self.starts[f as usize + 1]);
+            let lo = s.max(p.offset);
+            let hi = e.min(end);
+            if hi > lo {
+                out.push((FragmentId(f), hi - lo));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn block_maths_of_an_uneven_fragment() {
+        let s = Shape::new(vec![10_000, 4096], 4096).unwrap();
+        assert_eq!(s.total_bytes(), 14_096);
+        assert_eq!(s.blocks_in(FragmentId(0)), 3);
+        assert_eq!(s.block_len(FragmentId(0), 2), 10_000 - 8192);
+        assert_eq!(s.blocks_in(FragmentId(1)), 1);
+        assert_eq!(s.locate(10_000), Some((FragmentId(1), 0)));
+        assert_eq!(s.locate(9_999), Some((FragmentId(0), 9_999)));
+        assert_eq!(s.locate(14_096), None);
+        assert_eq!(s.total_blocks(), 4);
+    }
+
+    #[test]
+    fn block_size_and_fragments_are_bounded() {
+        assert_eq!(Shape::new(vec![1], 1024), Err(ShapeError::BlockSize(1024)));
+        assert_eq!(Shape::new(vec![1], 32 << 20), Err(ShapeError::BlockSize(32 << 20)));
+        assert_eq!(Shape::new(vec![], 4096), Err(ShapeError::Fragments(0)));
+        assert_eq!(Shape::new(vec![5, 0], 4096), Err(ShapeError::EmptyFragment(1)));
+    }
+
+    #[test]
+    fn a_partition_past_the_end_is_refused() {
+        let s = Shape::uniform(2, 8192, 4096).unwrap();
+        let err = s.pieces(Partition { offset: 8192, len: 8193 }).unwrap_err();
+        assert!(matches!(err, ShapeError::PartitionOutOfRange { .. }));
+        assert!(s.pieces(Partition { offset: u64::MAX, len: 2 }).is_err());
+    }
+
+    #[test]
+    fn split_keeps_records_whole() {
+        let s = Shape::split(100 * 1003, 4, 4096, 100).unwrap();
+        assert_eq!(s.total_bytes(), 100_300);
+        assert!(s.fragment_sizes().iter().all(|b| b % 100 == 0));
+        let s = Shape::split(1003, 2, 4096, 1).unwrap();
+        assert_eq!(s.fragment_sizes(), &[502, 501]);
+    }
+
+    #[test]
+    fn serde_round_trip_recomputes_offsets() {
+        let s = Shape::new(vec![5000, 7000, 1], 4096).unwrap();
+        let back: Shape = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert!(serde_json::from_str::<Shape>(r#"{"fragment_bytes":[1],"block_bytes":3}"#).is_err());
+    }
+
+    proptest! {
+        /// Pieces tile the partition exactly, in order, never crossing a block boundary.
+        #[test]
+        fn pieces_tile_any_partition(
+            sizes in prop::collection::vec(1u64..50_000, 1..6),
+            block_kib in 4u32..20,
+            a in 0.0f64..1.0,
+            b in 0.0f64..1.0,
+        ) {
+            let s = Shape::new(sizes, block_kib * 1024).unwrap();
+            let total = s.total_bytes();
+            let (lo, hi) = if a < b { (a, b) } else { (b, a) };
+            let offset = (lo * total as f64) as u64;
+            let len = ((hi * total as f64) as u64).saturating_sub(offset);
+            let p = Partition { offset, len };
+            let pieces = s.pieces(p).unwrap();
+            let mut at = offset;
+            for piece in &pieces {
+                prop_assert_eq!(piece.dataset_offset, at);
+                prop_assert!(piece.len > 0);
+                prop_assert!(piece.start_in_block + piece.len <= s.block_len(piece.fragment, piece.block));
+                let back = s.fragment_start(piece.fragment)
+                    + s.block_offset(piece.block) + piece.start_in_block as u64;
+                prop_assert_eq!(back, at);
+                at += piece.len as u64;
+            }
+            prop_assert_eq!(at, offset + len);
+            let demand: u64 = s.partition_demand(p).unwrap().iter().map(|d| d.1).sum();
+            prop_assert_eq!(demand, len);
+        }
+    }
+}
