@@ -117,7 +117,7 @@ pub fn layout_ideal(
     layout: &Layout,
     rates: &[f64],
 ) -> Result<LayoutIdeal, IdealError> {
-    if rates.iter().any(|r| !(*r >= 0.0)) {
+    if rates.iter().any(|r| r.is_nan() || *r < 0.0) {
         return Err(IdealError::BadRate);
     }
     let demands: Vec<Demand> = demands.iter().copied().filter(|d| d.bytes > 0).collect();
