@@ -1,0 +1,129 @@
+//! Control requests and replies: everything that is not on the data path. They travel as
+//! JSON bodies (debuggable with a packet capture; never hot), bounded by `CONTROL_BODY_MAX`.
+//!
+//! Creating a dataset follows DESIGN.md's commit rule, driven by the client:
+//! `Stage` on every node holding a copy (a staging folder under a transaction id), then the
+//! data (`Generate` ranges, or `Write` frames for imported bytes), then `Prepare` with the
+//! final manifest on every node (fsync data and checksums, write the manifest into staging),
+//! then `Commit` on every node (rename staging to the dataset's name). Until the first commit
+//! nothing is visible; `Abort` or `Remove` clean up.
+
+use crate::manifest::{DatasetName, Manifest};
+use ganges_core::disk::{DiskParams, DiskStats, Fault};
+use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::sched::SchedulerKind;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum ControlRequest {
+    /// Counters, settings and resource use of the server.
+    Stats,
+    /// Set (or with `None`, clear) the disk model's fault.
+    SetFault { fault: Option<Fault> },
+    /// Datasets this node holds copies of; with `staging`, also uncommitted ones.
+    ListDatasets { staging: bool },
+    /// The manifest of a committed dataset.
+    GetManifest { name: DatasetName },
+    /// Open a staging folder for this node's copies of a new dataset.
+    Stage { txid: u64, manifest: Manifest },
+    /// Generate blocks `[block_from, block_to)` of this node's copy of `fragment`.
+    Generate { txid: u64, name: DatasetName, fragment: FragmentId, block_from: u32, block_to: u32 },
+    /// Make the staged copies durable and write the final manifest beside them.
+    Prepare { txid: u64, manifest: Manifest },
+    /// Make the dataset visible (rename staging to its name).
+    Commit { txid: u64, name: DatasetName },
+    /// Drop a staging folder.
+    Abort { txid: u64, name: DatasetName },
+    /// Remove a dataset and any staging folders of that name.
+    Remove { name: DatasetName },
+    /// Check every block of every local copy against its checksum.
+    Verify { name: DatasetName },
+    /// The stored per-block checksums of this node's copy of a fragment (committed, or the
+    /// staging copy of `txid`).
+    Checksums { name: DatasetName, fragment: FragmentId, txid: Option<u64> },
+}
+
+impl ControlRequest {
+    /// A short name for logs and errors.
+    pub fn op(&self) -> &'static str {
+        match self {
+            ControlRequest::Stats => "stats",
+            ControlRequest::SetFault { .. } => "set-fault",
+            ControlRequest::ListDatasets { .. } => "list-datasets",
+            ControlRequest::GetManifest { .. } => "get-manifest",
+            ControlRequest::Stage { .. } => "stage",
+            ControlRequest::Generate { .. } => "generate",
+            ControlRequest::Prepare { .. } => "prepare",
+            ControlRequest::Commit { .. } => "commit",
+            ControlRequest::Abort { .. } => "abort",
+            ControlRequest::Remove { .. } => "remove",
+            ControlRequest::Verify { .. } => "verify",
+            ControlRequest::Checksums { .. } => "checksums",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "kebab-case")]
+pub enum ControlReply {
+    Done,
+    Stats { stats: ServerStats },
+    Datasets { datasets: Vec<DatasetEntry> },
+    Manifest { manifest: Manifest },
+    Verified { report: VerifyReport },
+    Checksums { crcs: Vec<u32> },
+    Removed { committed: bool, staging: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerStats {
+    pub node: NodeId,
+    pub version: String,
+    pub uptime_secs: f64,
+    /// `None` when the server reads the real file system without a model.
+    pub disk: Option<DiskParams>,
+    pub fault: Option<Fault>,
+    pub scheduler: SchedulerKind,
+    pub disk_stats: DiskStats,
+    pub queued: u64,
+    pub connections: u64,
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub cancelled: u64,
+    pub corrupt_blocks: u64,
+    pub protocol_errors: u64,
+    /// User + system CPU time of the server process.
+    pub cpu_secs: f64,
+    /// Resident set size now, and its peak, in bytes.
+    pub rss_bytes: u64,
+    pub peak_rss_bytes: u64,
+    pub datasets: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetEntry {
+    pub name: DatasetName,
+    /// `None` for a committed dataset, the transaction id for a staging one.
+    pub staging_txid: Option<u64>,
+    pub total_bytes: u64,
+    /// Copies of fragments stored on this node.
+    pub local_copies: u32,
+    pub local_bytes: u64,
+    pub id: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadBlock {
+    pub fragment: FragmentId,
+    pub copy: u32,
+    pub block: u32,
+    pub why: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyReport {
+    pub blocks: u64,
+    pub bytes: u64,
+    pub bad: Vec<BadBlock>,
+}

@@ -1,0 +1,116 @@
+//! The dataset manifest: what a dataset is, written once, identical on every node holding a
+//! copy (DESIGN.md "Data on disk"). There is no metadata server: any node with a copy can
+//! describe the whole dataset.
+
+use ganges_core::datagen::Generator;
+use ganges_core::digest::Digest;
+use ganges_core::layout::Layout;
+use ganges_core::shape::Shape;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The manifest format this build writes and reads.
+pub const MANIFEST_FORMAT: u32 = 1;
+/// Longest dataset name: keeps paths and request frames short.
+pub const NAME_MAX: usize = 128;
+
+/// A dataset name: 1 to 128 of `A-Z a-z 0-9 . _ -`, not starting with `.` or `-`. Parsed
+/// once at the edge, so every path built from it is safe.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct DatasetName(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{0}` is not a valid dataset name: use 1 to {NAME_MAX} letters, digits, `.`, `_` or `-`, \
+     not starting with `.` or `-`"
+)]
+pub struct BadName(pub String);
+
+impl DatasetName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for DatasetName {
+    type Err = BadName;
+    fn from_str(s: &str) -> Result<Self, BadName> {
+        let ok = !s.is_empty()
+            && s.len() <= NAME_MAX
+            && !s.starts_with(['.', '-'])
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if ok { Ok(DatasetName(s.to_string())) } else { Err(BadName(s.to_string())) }
+    }
+}
+
+impl TryFrom<String> for DatasetName {
+    type Error = BadName;
+    fn try_from(s: String) -> Result<Self, BadName> {
+        s.parse()
+    }
+}
+
+impl From<DatasetName> for String {
+    fn from(n: DatasetName) -> String {
+        n.0
+    }
+}
+
+impl fmt::Display for DatasetName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where the bytes came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Content {
+    /// Generated on the servers by a deterministic generator.
+    Generated { generator: Generator },
+    /// Imported from a file by `dataset put`.
+    Imported { source: String },
+}
+
+/// The format of the bytes, for readers that care about records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum RecordFormat {
+    Bytes,
+    /// Fixed-size records with a key at the front (the sort-benchmark format: 100 and 10).
+    Fixed { record_bytes: u32, key_bytes: u32 },
+}
+
+/// The life of a dataset. Only `Complete` datasets exist in this release; writes with
+/// presence maps (GW-2) add states where copies are still incomplete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DatasetState {
+    Complete,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    pub name: DatasetName,
+    /// Random, chosen at creation: tells a re-created dataset from the old one.
+    pub id: u64,
+    pub layout: Layout,
+    pub shape: Shape,
+    pub records: RecordFormat,
+    pub content: Content,
+    pub state: DatasetState,
+    /// Always "crc32c": one CRC32C per block, checked on every read.
+    pub checksum: String,
+    /// The dataset digest (see `ganges_core::digest`), from the per-block checksums.
+    pub digest: Digest,
+    pub created_unix_secs: u64,
+}
+
+impl Manifest {
+    pub fn total_bytes(&self) -> u64 {
+        self.shape.total_bytes()
+    }
+}
