@@ -1,1 +1,156 @@
+//! ganges-server: the storage server, one per disk (`ganges serve`).
+//!
+//! Modules:
+//! - [`store`]: datasets on disk: manifests, fragment-copy files, per-block CRC32C, staging
+//!   and the atomic commit rule.
+//! - [`disk`]: the driver that runs queued reads through the pure scheduler and disk model of
+//!   ganges-core, really reading the bytes and holding each reply until the modelled disk
+//!   would have finished it.
+//! - [`conn`]: one connection: handshake, frame dispatch, replies, protocol errors.
+//! - [`sys`]: CPU and memory use of the process.
+//!
+//! The entry point is [`run`], which takes its listener and a shutdown future (mini-redis
+//! style), so tests bind port 0 and stop servers when they like.
 
+pub mod conn;
+pub mod disk;
+pub mod store;
+pub mod sys;
+
+use ganges_core::disk::{DiskModel, DiskParams};
+use ganges_core::ids::NodeId;
+use ganges_core::sched::SchedulerKind;
+use ganges_core::time::Time;
+use ganges_proto::control::ServerStats;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub node: NodeId,
+    pub data_dir: PathBuf,
+    /// The disk model; `None` reads the file system as it is (page cache included).
+    pub disk: Option<DiskParams>,
+    pub scheduler: SchedulerKind,
+}
+
+/// Counters reported by `Stats`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub connections: AtomicU64,
+    pub reads: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub corrupt_blocks: AtomicU64,
+    pub protocol_errors: AtomicU64,
+}
+
+/// State shared by the accept loop, every connection and the disk driver.
+#[derive(Debug)]
+pub struct Shared {
+    pub config: ServerConfig,
+    pub store: Arc<store::Store>,
+    /// The scheduler and disk model. A std mutex: held for microseconds, never across await.
+    pub disk: Mutex<disk::DiskState>,
+    /// Wakes the disk driver when a read is queued.
+    pub disk_wake: Notify,
+    pub counters: Counters,
+    /// Time zero of this server, for the `Time` values policies see.
+    epoch: Instant,
+}
+
+impl Shared {
+    pub fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    pub fn instant(&self, t: Time) -> Instant {
+        self.epoch + std::time::Duration::from_nanos(t.0)
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        let d = self.disk.lock().expect("disk lock");
+        let (rss, peak) = sys::rss_bytes();
+        let c = &self.counters;
+        ServerStats {
+            node: self.config.node,
+            version: VERSION.to_string(),
+            uptime_secs: self.epoch.elapsed().as_secs_f64(),
+            disk: self.config.disk,
+            fault: d.model.as_ref().and_then(|m| m.fault()),
+            scheduler: self.config.scheduler,
+            disk_stats: d.model.as_ref().map(|m| m.stats()).unwrap_or_default(),
+            queued: d.sched.len() as u64,
+            connections: c.connections.load(Ordering::Relaxed),
+            reads: c.reads.load(Ordering::Relaxed),
+            read_bytes: c.read_bytes.load(Ordering::Relaxed),
+            cancelled: c.cancelled.load(Ordering::Relaxed),
+            corrupt_blocks: c.corrupt_blocks.load(Ordering::Relaxed),
+            protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
+            cpu_secs: sys::cpu_secs(),
+            rss_bytes: rss,
+            peak_rss_bytes: peak,
+            datasets: self.store.list(false).map_or(0, |l| l.len() as u64),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error("accepting connections: {0}")]
+    Accept(std::io::Error),
+}
+
+/// Serve until `shutdown` resolves.
+pub async fn run(
+    config: ServerConfig,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let store = Arc::new(store::Store::open(&config.data_dir, config.node)?);
+    let model = config.disk.map(DiskModel::new);
+    let queue_depth = config.disk.map_or(1, |d| d.queue_depth);
+    let shared = Arc::new(Shared {
+        disk: Mutex::new(disk::DiskState::new(config.scheduler.build(), model)),
+        config,
+        store,
+        disk_wake: Notify::new(),
+        counters: Counters::default(),
+        epoch: Instant::now(),
+    });
+    let driver = tokio::spawn(disk::run(shared.clone(), queue_depth));
+    let next_conn = AtomicU64::new(1);
+    tokio::pin!(shutdown);
+    let result = loop {
+        tokio::select! {
+            _ = &mut shutdown => break Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let conn = next_conn.fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(conn::handle(shared.clone(), stream, conn));
+                }
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(e) if is_transient(&e) => {
+                    tracing::warn!(%e, "accept failed; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(e) => break Err(ServeError::Accept(e)),
+            }
+        }
+    };
+    driver.abort();
+    result
+}
+
+fn is_transient(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+        || e.kind() == std::io::ErrorKind::ConnectionAborted
+}

@@ -1,0 +1,343 @@
+//! One client connection: a reader that parses and dispatches frames, and a writer task
+//! that sends replies in the order they are ready.
+//!
+//! Protocol errors (a malformed or oversized frame, a request before `Hello`, a kind only
+//! servers send) get one `Error` frame, and the connection is closed; the server keeps
+//! serving everyone else. Request errors (unknown dataset, block out of range) get an
+//! `Error` reply for that request id and the connection stays open.
+
+use crate::Shared;
+use crate::disk::{self, JobCtx};
+use crate::store::StoreError;
+use ganges_core::disk::Fault;
+use ganges_core::sched::{Job, StreamKey};
+use ganges_proto::control::{ControlReply, ControlRequest};
+use ganges_proto::frame::ProtoError;
+use ganges_proto::io::{READ_BUFFER_BYTES, read_frame, write_frame};
+use ganges_proto::msg::{Encoded, ErrorCode, HelloOk, Message, ReadReq, WireError, WriteReq, kind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::mpsc;
+
+/// Most requests one connection may have in flight (queued reads, writes and control
+/// requests). A client runs a bounded window per consumer, so this is far above normal use;
+/// it bounds the memory one misbehaving client can pin (queued jobs, unsent replies).
+pub const INFLIGHT_PER_CONNECTION_MAX: u32 = 1024;
+
+enum Outgoing {
+    Frame(Encoded),
+    /// Flush what is queued, then close the connection.
+    Close,
+}
+
+/// Where replies to one connection go. Cheap to clone; each queued request holds one.
+///
+/// The channel is unbounded on purpose: the disk driver must never wait on one slow client,
+/// and what can queue is bounded by `INFLIGHT_PER_CONNECTION_MAX` replies.
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    tx: mpsc::UnboundedSender<Outgoing>,
+    inflight: Arc<AtomicU32>,
+}
+
+impl std::fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outgoing::Frame(e) => write!(f, "Frame({} bytes)", e.len()),
+            Outgoing::Close => write!(f, "Close"),
+        }
+    }
+}
+
+impl Outbox {
+    /// Answer a request counted against the in-flight limit.
+    pub fn reply(&self, request_id: u64, msg: Message) {
+        self.inflight.fetch_sub(1, Ordering::AcqRel);
+        self.send(request_id, msg);
+    }
+
+    fn send(&self, request_id: u64, msg: Message) {
+        // A closed connection drops its replies: nobody is there to read them.
+        let _ = self.tx.send(Outgoing::Frame(msg.encode(request_id)));
+    }
+
+    /// Count a new request; false if the connection is at its limit.
+    fn admit(&self) -> bool {
+        let prev = self.inflight.fetch_add(1, Ordering::AcqRel);
+        if prev >= INFLIGHT_PER_CONNECTION_MAX {
+            self.inflight.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+}
+
+/// Why a connection is being closed by the server.
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+    #[error("protocol violation: {0}")]
+    Violation(String),
+}
+
+impl ConnError {
+    /// The error frame to send before closing, if the peer can still read one.
+    fn wire(&self) -> Option<WireError> {
+        let code = match self {
+            ConnError::Proto(ProtoError::Io(_) | ProtoError::Truncated) => return None,
+            ConnError::Proto(ProtoError::TooLarge { .. }) => ErrorCode::FrameTooLarge,
+            ConnError::Proto(ProtoError::Version(_)) => ErrorCode::UnsupportedVersion,
+            ConnError::Proto(_) => ErrorCode::BadFrame,
+            ConnError::Violation(_) => ErrorCode::ProtocolViolation,
+        };
+        Some(WireError::new(code, self.to_string()))
+    }
+}
+
+pub async fn handle(shared: Arc<Shared>, stream: TcpStream, conn: u64) {
+    let peer = stream.peer_addr().ok();
+    // Small frames (requests, credits) must not wait for Nagle's algorithm.
+    let _ = stream.set_nodelay(true);
+    let (rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_loop(wr, rx));
+    let outbox = Outbox { tx, inflight: Arc::new(AtomicU32::new(0)) };
+    shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+    let result = read_loop(&shared, BufReader::with_capacity(READ_BUFFER_BYTES, rd), &outbox, conn).await;
+    let dropped = shared.disk.lock().expect("disk lock").drop_connection(conn);
+    shared.counters.connections.fetch_sub(1, Ordering::Relaxed);
+    if let Err(e) = result {
+        tracing::debug!(?peer, %e, dropped, "closing connection");
+        if let Some(w) = e.wire() {
+            shared.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            outbox.send(0, Message::Error(w));
+            let _ = outbox.tx.send(Outgoing::Close);
+        }
+    }
+    drop(outbox);
+    let _ = writer.await;
+}
+
+async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+    while let Some(item) = rx.recv().await {
+        match item {
+            Outgoing::Frame(f) => {
+                if write_frame(&mut wr, &f).await.is_err() {
+                    break;
+                }
+            }
+            Outgoing::Close => break,
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+async fn read_loop(
+    shared: &Arc<Shared>,
+    mut rd: BufReader<OwnedReadHalf>,
+    outbox: &Outbox,
+    conn: u64,
+) -> Result<(), ConnError> {
+    let mut greeted = false;
+    loop {
+        let Some((header, body)) = read_frame(&mut rd).await? else { return Ok(()) };
+        if !kind::from_client(header.kind) {
+            return Err(ConnError::Violation(format!("kind {:#04x} is only sent by servers", header.kind)));
+        }
+        let msg = Message::decode(&header, body)?;
+        let id = header.request_id;
+        match msg {
+            Message::Hello(_) if !greeted => {
+                greeted = true;
+                let hello = HelloOk { node: shared.config.node, server_version: crate::VERSION.to_string() };
+                outbox.send(id, Message::HelloOk(hello));
+            }
+            Message::Hello(_) => return Err(ConnError::Violation("a second hello".into())),
+            _ if !greeted => return Err(ConnError::Violation("a request before hello".into())),
+            Message::Cancel => {
+                let ctx = shared.disk.lock().expect("disk lock").cancel(conn, id);
+                if let Some(ctx) = ctx {
+                    shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+                    ctx.outbox.reply(id, disk::cancelled());
+                }
+            }
+            Message::Read(r) => {
+                if !outbox.admit() {
+                    outbox.send(id, too_many());
+                    continue;
+                }
+                if let Err(e) = enqueue_read(shared, outbox, conn, id, r) {
+                    outbox.reply(id, e);
+                }
+            }
+            Message::Write(w) => {
+                if !outbox.admit() {
+                    outbox.send(id, too_many());
+                    continue;
+                }
+                // Writes run one at a time per connection: the reader waits, which is the
+                // back-pressure that keeps a fast writer from queueing unbounded data.
+                let reply = write_block(shared, w).await;
+                outbox.reply(id, reply);
+            }
+            Message::Control(c) => {
+                if !outbox.admit() {
+                    outbox.send(id, too_many());
+                    continue;
+                }
+                let (shared, outbox) = (shared.clone(), outbox.clone());
+                tokio::spawn(async move {
+                    let reply = control(&shared, c).await;
+                    outbox.reply(id, reply);
+                });
+            }
+            Message::HelloOk(_) | Message::ReadOk(_) | Message::WriteOk | Message::ControlOk(_) | Message::Error(_) => {
+                unreachable!("server-only kinds are refused before decoding")
+            }
+        }
+    }
+}
+
+fn too_many() -> Message {
+    Message::Error(WireError::new(
+        ErrorCode::TooManyInFlight,
+        format!("more than {INFLIGHT_PER_CONNECTION_MAX} requests in flight on one connection"),
+    ))
+}
+
+fn store_error(e: StoreError) -> Message {
+    Message::Error(WireError::new(e.code(), e.to_string()))
+}
+
+fn enqueue_read(shared: &Arc<Shared>, outbox: &Outbox, conn: u64, id: u64, r: ReadReq) -> Result<(), Message> {
+    let ds = shared.store.dataset(&r.dataset).map_err(store_error)?;
+    shared.store.check_read(&ds, r.fragment, r.block, r.start_in_block, r.len).map_err(store_error)?;
+    let copy = ds.copy(r.fragment).map_err(store_error)?;
+    let job = Job {
+        id: 0,
+        stream: StreamKey { conn, stream: r.stream },
+        file: copy.key,
+        bytes: r.len as u64,
+        progress: r.progress,
+        arrival: shared.now(),
+    };
+    let ctx = JobCtx {
+        conn,
+        request_id: id,
+        dataset: ds.clone(),
+        fragment: r.fragment,
+        block: r.block,
+        start: r.start_in_block,
+        len: r.len,
+        outbox: outbox.clone(),
+    };
+    {
+        let mut d = shared.disk.lock().expect("disk lock");
+        if d.has_request(conn, id) {
+            return Err(Message::Error(WireError::new(
+                ErrorCode::BadRequest,
+                format!("request id {id} is already in flight on this connection"),
+            )));
+        }
+        d.enqueue(job, ctx);
+    }
+    shared.disk_wake.notify_one();
+    Ok(())
+}
+
+async fn write_block(shared: &Arc<Shared>, w: WriteReq) -> Message {
+    let store = shared.store.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        store.write_block(w.txid, &w.dataset, w.fragment, w.block, w.crc, &w.data)
+    })
+    .await;
+    match done {
+        Ok(Ok(())) => Message::WriteOk,
+        Ok(Err(e)) => store_error(e),
+        Err(e) => Message::Error(WireError::new(ErrorCode::Internal, format!("write task failed: {e}"))),
+    }
+}
+
+async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
+    let op = req.op();
+    match req {
+        ControlRequest::Stats => {
+            Message::ControlOk(Box::new(ControlReply::Stats { stats: shared.stats() }))
+        }
+        ControlRequest::SetFault { fault } => set_fault(shared, fault),
+        other => {
+            let store = shared.store.clone();
+            let result = tokio::task::spawn_blocking(move || blocking_control(&store, other)).await;
+            match result {
+                Ok(Ok(reply)) => Message::ControlOk(Box::new(reply)),
+                Ok(Err(e)) => {
+                    tracing::debug!(op, %e, "control request failed");
+                    store_error(e)
+                }
+                Err(e) => Message::Error(WireError::new(ErrorCode::Internal, format!("{op} failed: {e}"))),
+            }
+        }
+    }
+}
+
+fn set_fault(shared: &Arc<Shared>, fault: Option<Fault>) -> Message {
+    let mut d = shared.disk.lock().expect("disk lock");
+    let Some(model) = d.model.as_mut() else {
+        return Message::Error(WireError::new(
+            ErrorCode::Unsupported,
+            format!(
+                "{} has no disk model (it was started with --disk-rate off); restart it with a rate to inject faults",
+                shared.config.node
+            ),
+        ));
+    };
+    match model.set_fault(fault) {
+        Ok(()) => {
+            tracing::info!(node = %shared.config.node, fault = ?fault, "fault set");
+            Message::ControlOk(Box::new(ControlReply::Done))
+        }
+        Err(e) => Message::Error(WireError::new(ErrorCode::BadRequest, e.to_string())),
+    }
+}
+
+fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<ControlReply, StoreError> {
+    Ok(match req {
+        ControlRequest::ListDatasets { staging } => ControlReply::Datasets { datasets: store.list(staging)? },
+        ControlRequest::GetManifest { name } => {
+            ControlReply::Manifest { manifest: store.dataset(&name)?.manifest.clone() }
+        }
+        ControlRequest::Stage { txid, manifest } => {
+            store.stage(txid, manifest)?;
+            ControlReply::Done
+        }
+        ControlRequest::Generate { txid, name, fragment, block_from, block_to } => {
+            store.generate(txid, &name, fragment, block_from, block_to)?;
+            ControlReply::Done
+        }
+        ControlRequest::Prepare { txid, manifest } => {
+            store.prepare(txid, &manifest)?;
+            ControlReply::Done
+        }
+        ControlRequest::Commit { txid, name } => {
+            store.commit(txid, &name)?;
+            ControlReply::Done
+        }
+        ControlRequest::Abort { txid, name } => {
+            store.abort(txid, &name)?;
+            ControlReply::Done
+        }
+        ControlRequest::Remove { name } => {
+            let (committed, staging) = store.remove(&name)?;
+            ControlReply::Removed { committed, staging }
+        }
+        ControlRequest::Verify { name } => ControlReply::Verified { report: store.verify(&name)? },
+        ControlRequest::Checksums { name, fragment, txid } => {
+            ControlReply::Checksums { crcs: store.checksums(&name, fragment, txid)? }
+        }
+        ControlRequest::Stats | ControlRequest::SetFault { .. } => unreachable!("handled without blocking"),
+    })
+}

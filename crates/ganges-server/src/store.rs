@@ -1,0 +1,773 @@
+//! The fragment store: datasets as folders of fragment-copy files in a data directory.
+//!
+//! ```text
+//! <data_dir>/node.json                          which node this directory belongs to
+//! <data_dir>/datasets/<name>/manifest.json      immutable, identical on every holder
+//! <data_dir>/datasets/<name>/f00003.c1.data     copy 1 of fragment 3: the bytes
+//! <data_dir>/datasets/<name>/f00003.c1.crc      its CRC32C per block, u32 little-endian
+//! <data_dir>/staging/<name>.<txid>/...          a dataset being written (same files)
+//! <data_dir>/trash/...                          removals in progress
+//! ```
+//!
+//! **Commit rule** (DESIGN.md): nothing half-written is ever visible. A new dataset is
+//! written under `staging/`; `prepare` fsyncs its files and writes the manifest beside them;
+//! `commit` renames the staging folder to `datasets/<name>`, an atomic step that fails if the
+//! name exists. Readers only ever open `datasets/`. A staging folder with a manifest is
+//! *prepared*; the client commits on every node only after every node prepared.
+//!
+//! Every block read is checked against its stored checksum; a block that fails is never
+//! sent (the client reads it from another copy).
+//!
+//! All methods here block on file I/O: callers run them on tokio's blocking pool.
+
+use bytes::Bytes;
+use ganges_core::disk::FileKey;
+use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::layout::Layout;
+use ganges_core::shape::Shape;
+use ganges_proto::control::{BadBlock, DatasetEntry, VerifyReport};
+use ganges_proto::manifest::{Content, DatasetName, MANIFEST_FORMAT, Manifest};
+use ganges_proto::msg::ErrorCode;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no dataset `{0}` on this server (list them with `ganges dataset ls`)")]
+    UnknownDataset(DatasetName),
+    #[error("a dataset named `{0}` already exists (remove it with `ganges dataset rm {0}`)")]
+    Exists(DatasetName),
+    #[error("{0}")]
+    OutOfRange(String),
+    #[error("{fragment} block {block} failed its checksum on this server: {why}")]
+    Corrupt { fragment: FragmentId, block: u32, why: String },
+    #[error("no staging transaction {txid:016x} for `{name}` on this server")]
+    NoSuchTxn { name: DatasetName, txid: u64 },
+    #[error("{0}")]
+    Incomplete(String),
+    #[error("disk full on {node}: {what}")]
+    DiskFull { node: NodeId, what: String },
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{what}: {err}")]
+    Io { what: String, err: io::Error },
+}
+
+impl StoreError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            StoreError::UnknownDataset(_) => ErrorCode::UnknownDataset,
+            StoreError::Exists(_) => ErrorCode::DatasetExists,
+            StoreError::OutOfRange(_) => ErrorCode::OutOfRange,
+            StoreError::Corrupt { .. } => ErrorCode::Corrupt,
+            StoreError::NoSuchTxn { .. } => ErrorCode::NoSuchTransaction,
+            StoreError::Incomplete(_) | StoreError::BadRequest(_) => ErrorCode::BadRequest,
+            StoreError::DiskFull { .. } => ErrorCode::DiskFull,
+            StoreError::Io { .. } => ErrorCode::Io,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// The identity file of a data directory, so two servers never share one by mistake.
+#[derive(Serialize, Deserialize)]
+struct NodeFile {
+    node: NodeId,
+}
+
+/// The two files of one fragment copy.
+#[derive(Debug)]
+pub struct CopyFiles {
+    pub fragment: FragmentId,
+    pub copy: u32,
+    data: File,
+    crc: File,
+    /// Identifies this file to the disk model (a seek is charged when it changes).
+    pub key: FileKey,
+}
+
+/// A committed dataset, opened: its manifest and this node's copies.
+#[derive(Debug)]
+pub struct Dataset {
+    pub manifest: Manifest,
+    /// `None` where the manifest says this node holds a copy but its files are missing.
+    copies: BTreeMap<FragmentId, Option<Arc<CopyFiles>>>,
+}
+
+impl Dataset {
+    /// This node's copy of `fragment`.
+    pub fn copy(&self, fragment: FragmentId) -> Result<&Arc<CopyFiles>> {
+        match self.copies.get(&fragment) {
+            Some(Some(c)) => Ok(c),
+            Some(None) => Err(StoreError::Corrupt {
+                fragment,
+                block: 0,
+                why: "the copy's files are missing".into(),
+            }),
+            None => Err(StoreError::OutOfRange(format!(
+                "this server holds no copy of {fragment} of `{}`",
+                self.manifest.name
+            ))),
+        }
+    }
+}
+
+/// A dataset being written.
+#[derive(Debug)]
+struct Txn {
+    manifest: Manifest,
+    dir: PathBuf,
+    copies: BTreeMap<FragmentId, CopyFiles>,
+    /// Which blocks of each local copy have been written.
+    written: Mutex<BTreeMap<FragmentId, Vec<bool>>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    open: BTreeMap<DatasetName, Arc<Dataset>>,
+    txns: BTreeMap<(DatasetName, u64), Arc<Txn>>,
+}
+
+#[derive(Debug)]
+pub struct Store {
+    node: NodeId,
+    root: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> StoreError {
+    let what = what.into();
+    move |err| StoreError::Io { what, err }
+}
+
+fn copy_file_name(fragment: FragmentId, copy: u32, ext: &str) -> String {
+    format!("f{:05}.c{copy}.{ext}", fragment.0)
+}
+
+fn staging_dir_name(name: &DatasetName, txid: u64) -> String {
+    format!("{name}.{txid:016x}")
+}
+
+/// A stable key for the disk model: different for every copy file of every dataset.
+fn file_key(id: u64, fragment: FragmentId) -> FileKey {
+    ganges_core::datagen::mix64(id ^ ((fragment.0 as u64) << 40))
+}
+
+fn sync_dir(path: &Path) -> io::Result<()> {
+    File::open(path)?.sync_all()
+}
+
+fn read_manifest(path: &Path) -> Result<Manifest> {
+    let text = fs::read(path).map_err(io_err(format!("reading {}", path.display())))?;
+    let m: Manifest = serde_json::from_slice(&text).map_err(|e| StoreError::Io {
+        what: format!("parsing {}", path.display()),
+        err: io::Error::new(io::ErrorKind::InvalidData, e),
+    })?;
+    if m.format != MANIFEST_FORMAT {
+        return Err(StoreError::BadRequest(format!(
+            "{} has manifest format {}, this build reads {MANIFEST_FORMAT}",
+            path.display(),
+            m.format
+        )));
+    }
+    Ok(m)
+}
+
+impl Store {
+    /// Open (creating if needed) the data directory of `node`.
+    pub fn open(root: &Path, node: NodeId) -> Result<Store> {
+        for sub in ["datasets", "staging", "trash"] {
+            fs::create_dir_all(root.join(sub))
+                .map_err(io_err(format!("creating {}", root.join(sub).display())))?;
+        }
+        let id_path = root.join("node.json");
+        match fs::read(&id_path) {
+            Ok(text) => {
+                let f: NodeFile = serde_json::from_slice(&text)
+                    .map_err(|e| StoreError::BadRequest(format!("{}: {e}", id_path.display())))?;
+                if f.node != node {
+                    return Err(StoreError::BadRequest(format!(
+                        "{} belongs to {}, not {node}; give each server its own data directory",
+                        root.display(),
+                        f.node
+                    )));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let text = serde_json::to_vec(&NodeFile { node }).expect("serialises");
+                fs::write(&id_path, text).map_err(io_err(format!("writing {}", id_path.display())))?;
+            }
+            Err(e) => return Err(io_err(format!("reading {}", id_path.display()))(e)),
+        }
+        // Finish removals a crash interrupted.
+        if let Ok(entries) = fs::read_dir(root.join("trash")) {
+            for e in entries.flatten() {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+        Ok(Store { node, root: root.to_path_buf(), inner: Mutex::new(Inner::default()) })
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    fn map_write_err(&self, what: String) -> impl FnOnce(io::Error) -> StoreError {
+        let node = self.node;
+        move |err| {
+            if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::EDQUOT) {
+                StoreError::DiskFull { node, what }
+            } else {
+                StoreError::Io { what, err }
+            }
+        }
+    }
+
+    fn local_copies(&self, layout: &Layout, shape: &Shape) -> Vec<(FragmentId, u32)> {
+        if self.node.0 >= layout.nodes() {
+            return vec![];
+        }
+        layout.copies_on(self.node, shape.fragment_count())
+    }
+
+    /// A committed dataset, opened once and cached.
+    pub fn dataset(&self, name: &DatasetName) -> Result<Arc<Dataset>> {
+        if let Some(d) = self.inner.lock().expect("store lock").open.get(name) {
+            return Ok(d.clone());
+        }
+        let dir = self.root.join("datasets").join(name.as_str());
+        let manifest_path = dir.join("manifest.json");
+        if !manifest_path.exists() {
+            return Err(StoreError::UnknownDataset(name.clone()));
+        }
+        let manifest = read_manifest(&manifest_path)?;
+        let mut copies = BTreeMap::new();
+        for (fragment, copy) in self.local_copies(&manifest.layout, &manifest.shape) {
+            let data = File::open(dir.join(copy_file_name(fragment, copy, "data")));
+            let crc = File::open(dir.join(copy_file_name(fragment, copy, "crc")));
+            let files = match (data, crc) {
+                (Ok(data), Ok(crc)) => Some(Arc::new(CopyFiles {
+                    fragment,
+                    copy,
+                    data,
+                    crc,
+                    key: file_key(manifest.id, fragment),
+                })),
+                _ => {
+                    tracing::warn!(dataset = %name, %fragment, copy, "copy files missing");
+                    None
+                }
+            };
+            copies.insert(fragment, files);
+        }
+        let d = Arc::new(Dataset { manifest, copies });
+        self.inner.lock().expect("store lock").open.insert(name.clone(), d.clone());
+        Ok(d)
+    }
+
+    /// Read `len` bytes at `start` of block `block` of this node's copy of `fragment`,
+    /// after checking the whole block against its stored checksum. Returns the bytes and
+    /// their CRC32C.
+    pub fn read(
+        &self,
+        ds: &Dataset,
+        fragment: FragmentId,
+        block: u32,
+        start: u32,
+        len: u32,
+    ) -> Result<(Bytes, u32)> {
+        let copy = ds.copy(fragment)?;
+        let shape = &ds.manifest.shape;
+        let block_len = shape.block_len(fragment, block);
+        let mut buf = vec![0u8; block_len as usize];
+        let corrupt = |why: String| StoreError::Corrupt { fragment, block, why };
+        copy.data
+            .read_exact_at(&mut buf, shape.block_offset(block))
+            .map_err(|e| corrupt(format!("reading the block: {e}")))?;
+        let mut stored = [0u8; 4];
+        copy.crc
+            .read_exact_at(&mut stored, block as u64 * 4)
+            .map_err(|e| corrupt(format!("reading its checksum: {e}")))?;
+        let stored = u32::from_le_bytes(stored);
+        let actual = crc32c::crc32c(&buf);
+        if actual != stored {
+            return Err(corrupt(format!("stored {stored:08x}, computed {actual:08x}")));
+        }
+        let whole = start == 0 && len == block_len;
+        let bytes = Bytes::from(buf).slice(start as usize..(start + len) as usize);
+        let crc = if whole { stored } else { crc32c::crc32c(&bytes) };
+        Ok((bytes, crc))
+    }
+
+    /// Check a read request's range against the dataset, before it is queued.
+    pub fn check_read(&self, ds: &Dataset, fragment: FragmentId, block: u32, start: u32, len: u32) -> Result<()> {
+        let shape = &ds.manifest.shape;
+        if fragment.0 >= shape.fragment_count() {
+            return Err(StoreError::OutOfRange(format!(
+                "`{}` has {} fragments; there is no {fragment}",
+                ds.manifest.name,
+                shape.fragment_count()
+            )));
+        }
+        ds.copy(fragment)?;
+        if block >= shape.blocks_in(fragment) {
+            return Err(StoreError::OutOfRange(format!(
+                "{fragment} of `{}` has {} blocks; there is no block {block}",
+                ds.manifest.name,
+                shape.blocks_in(fragment)
+            )));
+        }
+        let block_len = shape.block_len(fragment, block);
+        if len == 0 || start.checked_add(len).is_none_or(|end| end > block_len) {
+            return Err(StoreError::OutOfRange(format!(
+                "bytes [{start}, {start}+{len}) are outside block {block} ({block_len} bytes)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Committed datasets (and with `staging`, staging folders) this node holds.
+    pub fn list(&self, staging: bool) -> Result<Vec<DatasetEntry>> {
+        let mut out = vec![];
+        let datasets = self.root.join("datasets");
+        let rd = fs::read_dir(&datasets).map_err(io_err(format!("listing {}", datasets.display())))?;
+        for e in rd.flatten() {
+            let Ok(name) = e.file_name().to_string_lossy().parse::<DatasetName>() else { continue };
+            match self.dataset(&name) {
+                Ok(d) => out.push(self.entry(&d.manifest, None)),
+                Err(err) => tracing::warn!(dataset = %name, %err, "unreadable dataset"),
+            }
+        }
+        if staging {
+            let dir = self.root.join("staging");
+            let rd = fs::read_dir(&dir).map_err(io_err(format!("listing {}", dir.display())))?;
+            for e in rd.flatten() {
+                let file_name = e.file_name().to_string_lossy().to_string();
+                let Some((name, txid)) = file_name.rsplit_once('.') else { continue };
+                let (Ok(name), Ok(txid)) = (name.parse::<DatasetName>(), u64::from_str_radix(txid, 16)) else {
+                    continue;
+                };
+                let txn = self.inner.lock().expect("store lock").txns.get(&(name.clone(), txid)).cloned();
+                let manifest = match txn {
+                    Some(t) => Some(t.manifest.clone()),
+                    None => read_manifest(&e.path().join("manifest.json")).ok(),
+                };
+                match manifest {
+                    Some(m) => out.push(self.entry(&m, Some(txid))),
+                    None => out.push(DatasetEntry {
+                        name,
+                        staging_txid: Some(txid),
+                        total_bytes: 0,
+                        local_copies: 0,
+                        local_bytes: 0,
+                        id: 0,
+                    }),
+                }
+            }
+        }
+        out.sort_by(|a, b| (&a.name, a.staging_txid).cmp(&(&b.name, b.staging_txid)));
+        Ok(out)
+    }
+
+    fn entry(&self, m: &Manifest, staging_txid: Option<u64>) -> DatasetEntry {
+        let local = self.local_copies(&m.layout, &m.shape);
+        DatasetEntry {
+            name: m.name.clone(),
+            staging_txid,
+            total_bytes: m.total_bytes(),
+            local_copies: local.len() as u32,
+            local_bytes: local.iter().map(|(f, _)| m.shape.fragment_bytes(*f)).sum(),
+            id: m.id,
+        }
+    }
+
+    /// Open a staging folder for this node's copies of `manifest`'s dataset.
+    pub fn stage(&self, txid: u64, manifest: Manifest) -> Result<()> {
+        manifest.layout.validate().map_err(|e| StoreError::BadRequest(e.to_string()))?;
+        let name = manifest.name.clone();
+        if self.root.join("datasets").join(name.as_str()).exists() {
+            return Err(StoreError::Exists(name));
+        }
+        let dir = self.root.join("staging").join(staging_dir_name(&name, txid));
+        if dir.exists() {
+            return Err(StoreError::BadRequest(format!("transaction {txid:016x} is already staged")));
+        }
+        fs::create_dir_all(&dir).map_err(self.map_write_err(format!("creating {}", dir.display())))?;
+        let mut copies = BTreeMap::new();
+        let mut written = BTreeMap::new();
+        for (fragment, copy) in self.local_copies(&manifest.layout, &manifest.shape) {
+            let open = |ext: &str, len: u64| -> Result<File> {
+                let path = dir.join(copy_file_name(fragment, copy, ext));
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(self.map_write_err(format!("creating {}", path.display())))?;
+                f.set_len(len).map_err(self.map_write_err(format!("sizing {}", path.display())))?;
+                Ok(f)
+            };
+            let blocks = manifest.shape.blocks_in(fragment);
+            let data = open("data", manifest.shape.fragment_bytes(fragment))?;
+            let crc = open("crc", blocks as u64 * 4)?;
+            copies.insert(fragment, CopyFiles { fragment, copy, data, crc, key: file_key(manifest.id, fragment) });
+            written.insert(fragment, vec![false; blocks as usize]);
+        }
+        let txn = Txn { manifest, dir, copies, written: Mutex::new(written) };
+        self.inner.lock().expect("store lock").txns.insert((name, txid), Arc::new(txn));
+        Ok(())
+    }
+
+    fn txn(&self, name: &DatasetName, txid: u64) -> Result<Arc<Txn>> {
+        self.inner
+            .lock()
+            .expect("store lock")
+            .txns
+            .get(&(name.clone(), txid))
+            .cloned()
+            .ok_or_else(|| StoreError::NoSuchTxn { name: name.clone(), txid })
+    }
+
+    fn txn_copy<'t>(&self, txn: &'t Txn, fragment: FragmentId) -> Result<&'t CopyFiles> {
+        txn.copies.get(&fragment).ok_or_else(|| {
+            StoreError::OutOfRange(format!("this server holds no copy of {fragment} of `{}`", txn.manifest.name))
+        })
+    }
+
+    fn put_block(&self, txn: &Txn, copy: &CopyFiles, block: u32, data: &[u8], crc: u32) -> Result<()> {
+        let shape = &txn.manifest.shape;
+        let what = || format!("writing {} block {block}", copy.fragment);
+        copy.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what()))?;
+        copy.crc.write_all_at(&crc.to_le_bytes(), block as u64 * 4).map_err(self.map_write_err(what()))?;
+        txn.written.lock().expect("txn lock").get_mut(&copy.fragment).expect("local copy")[block as usize] = true;
+        Ok(())
+    }
+
+    /// Generate blocks `[from, to)` of this node's staged copy of `fragment`.
+    pub fn generate(&self, txid: u64, name: &DatasetName, fragment: FragmentId, from: u32, to: u32) -> Result<()> {
+        let txn = self.txn(name, txid)?;
+        let Content::Generated { generator } = txn.manifest.content else {
+            return Err(StoreError::BadRequest(format!("`{name}` is not a generated dataset")));
+        };
+        let copy = self.txn_copy(&txn, fragment)?;
+        let shape = &txn.manifest.shape;
+        if from > to || to > shape.blocks_in(fragment) {
+            return Err(StoreError::OutOfRange(format!("blocks [{from}, {to}) of {fragment}")));
+        }
+        let mut buf = vec![0u8; shape.block_bytes() as usize];
+        for block in from..to {
+            let len = shape.block_len(fragment, block) as usize;
+            let offset = shape.fragment_start(fragment) + shape.block_offset(block);
+            generator.fill(offset, &mut buf[..len]);
+            let crc = crc32c::crc32c(&buf[..len]);
+            self.put_block(&txn, copy, block, &buf[..len], crc)?;
+        }
+        Ok(())
+    }
+
+    /// Write one block of imported data into the staged copy of `fragment`.
+    pub fn write_block(&self, txid: u64, name: &DatasetName, fragment: FragmentId, block: u32, crc: u32, data: &[u8]) -> Result<()> {
+        let txn = self.txn(name, txid)?;
+        let copy = self.txn_copy(&txn, fragment)?;
+        let shape = &txn.manifest.shape;
+        if block >= shape.blocks_in(fragment) {
+            return Err(StoreError::OutOfRange(format!("{fragment} has no block {block}")));
+        }
+        let want = shape.block_len(fragment, block) as usize;
+        if data.len() != want {
+            return Err(StoreError::BadRequest(format!(
+                "{fragment} block {block} is {want} bytes, got {}",
+                data.len()
+            )));
+        }
+        if crc32c::crc32c(data) != crc {
+            return Err(StoreError::BadRequest(format!(
+                "{fragment} block {block} arrived with a bad checksum; send it again"
+            )));
+        }
+        self.put_block(&txn, copy, block, data, crc)
+    }
+
+    /// The stored checksums of this node's copy of `fragment` (staged, or committed).
+    pub fn checksums(&self, name: &DatasetName, fragment: FragmentId, txid: Option<u64>) -> Result<Vec<u32>> {
+        let read_all = |file: &File, blocks: u32| -> Result<Vec<u32>> {
+            let mut raw = vec![0u8; blocks as usize * 4];
+            file.read_exact_at(&mut raw, 0).map_err(io_err(format!("reading checksums of {fragment}")))?;
+            Ok(raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
+        };
+        match txid {
+            Some(txid) => {
+                let txn = self.txn(name, txid)?;
+                let copy = self.txn_copy(&txn, fragment)?;
+                let written = txn.written.lock().expect("txn lock");
+                if let Some(b) = written[&fragment].iter().position(|w| !w) {
+                    return Err(StoreError::Incomplete(format!("{fragment} block {b} has not been written")));
+                }
+                read_all(&copy.crc, txn.manifest.shape.blocks_in(fragment))
+            }
+            None => {
+                let ds = self.dataset(name)?;
+                let copy = ds.copy(fragment)?;
+                read_all(&copy.crc, ds.manifest.shape.blocks_in(fragment))
+            }
+        }
+    }
+
+    /// Make the staged copies durable and write the final manifest beside them.
+    pub fn prepare(&self, txid: u64, manifest: &Manifest) -> Result<()> {
+        let txn = self.txn(&manifest.name, txid)?;
+        let staged = &txn.manifest;
+        if (staged.id, &staged.layout, &staged.shape) != (manifest.id, &manifest.layout, &manifest.shape) {
+            return Err(StoreError::BadRequest("the prepared manifest differs from the staged one".into()));
+        }
+        {
+            let written = txn.written.lock().expect("txn lock");
+            for (f, blocks) in written.iter() {
+                if let Some(b) = blocks.iter().position(|w| !w) {
+                    return Err(StoreError::Incomplete(format!(
+                        "cannot prepare `{}`: {f} block {b} was never written",
+                        manifest.name
+                    )));
+                }
+            }
+        }
+        for c in txn.copies.values() {
+            let what = format!("syncing {}", c.fragment);
+            c.data.sync_all().map_err(self.map_write_err(what.clone()))?;
+            c.crc.sync_all().map_err(self.map_write_err(what))?;
+        }
+        let tmp = txn.dir.join("manifest.json.tmp");
+        let text = serde_json::to_vec_pretty(manifest).expect("manifests serialise");
+        let mut f = File::create(&tmp).map_err(self.map_write_err("writing the manifest".into()))?;
+        f.write_all(&text).map_err(self.map_write_err("writing the manifest".into()))?;
+        f.sync_all().map_err(self.map_write_err("syncing the manifest".into()))?;
+        fs::rename(&tmp, txn.dir.join("manifest.json")).map_err(io_err("renaming the manifest"))?;
+        sync_dir(&txn.dir).map_err(io_err("syncing the staging folder"))?;
+        Ok(())
+    }
+
+    /// Rename a prepared staging folder to the dataset's name.
+    pub fn commit(&self, txid: u64, name: &DatasetName) -> Result<()> {
+        let dir = self.root.join("staging").join(staging_dir_name(name, txid));
+        if !dir.join("manifest.json").exists() {
+            return Err(if dir.exists() {
+                StoreError::Incomplete(format!("`{name}` transaction {txid:016x} is not prepared"))
+            } else {
+                StoreError::NoSuchTxn { name: name.clone(), txid }
+            });
+        }
+        let target = self.root.join("datasets").join(name.as_str());
+        // rename(2) onto an existing non-empty directory fails: the name check is atomic.
+        match fs::rename(&dir, &target) {
+            Ok(()) => {}
+            Err(e) if target.exists() => {
+                tracing::debug!(%e, "commit lost the race for the name");
+                return Err(StoreError::Exists(name.clone()));
+            }
+            Err(e) => return Err(io_err(format!("committing `{name}`"))(e)),
+        }
+        sync_dir(&self.root.join("datasets")).map_err(io_err("syncing datasets/"))?;
+        self.inner.lock().expect("store lock").txns.remove(&(name.clone(), txid));
+        Ok(())
+    }
+
+    /// Drop a staging folder.
+    pub fn abort(&self, txid: u64, name: &DatasetName) -> Result<()> {
+        self.inner.lock().expect("store lock").txns.remove(&(name.clone(), txid));
+        let dir = self.root.join("staging").join(staging_dir_name(name, txid));
+        if dir.exists() {
+            self.discard(&dir)?;
+        }
+        Ok(())
+    }
+
+    /// Move a folder to the trash (atomic disappearance), then delete it.
+    fn discard(&self, dir: &Path) -> Result<()> {
+        let stamp = std::process::id() as u128 ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let trash = self.root.join("trash").join(format!(
+            "{}.{stamp:x}",
+            dir.file_name().map_or("x".into(), |n| n.to_string_lossy().to_string())
+        ));
+        fs::rename(dir, &trash).map_err(io_err(format!("removing {}", dir.display())))?;
+        fs::remove_dir_all(&trash).map_err(io_err(format!("deleting {}", trash.display())))
+    }
+
+    /// Remove a dataset and every staging folder of that name. Returns whether a committed
+    /// dataset was removed and how many staging folders were.
+    pub fn remove(&self, name: &DatasetName) -> Result<(bool, u32)> {
+        {
+            let mut inner = self.inner.lock().expect("store lock");
+            inner.open.remove(name);
+            inner.txns.retain(|(n, _), _| n != name);
+        }
+        let dir = self.root.join("datasets").join(name.as_str());
+        let committed = dir.exists();
+        if committed {
+            self.discard(&dir)?;
+        }
+        let mut staging = 0;
+        let prefix = format!("{name}.");
+        let sdir = self.root.join("staging");
+        for e in fs::read_dir(&sdir).map_err(io_err("listing staging/"))?.flatten() {
+            let file_name = e.file_name().to_string_lossy().to_string();
+            if let Some(rest) = file_name.strip_prefix(&prefix)
+                && rest.len() == 16
+                && u64::from_str_radix(rest, 16).is_ok()
+            {
+                self.discard(&e.path())?;
+                staging += 1;
+            }
+        }
+        Ok((committed, staging))
+    }
+
+    /// Check every block of every local copy of a dataset.
+    pub fn verify(&self, name: &DatasetName) -> Result<VerifyReport> {
+        let ds = self.dataset(name)?;
+        let shape = &ds.manifest.shape;
+        let mut report = VerifyReport::default();
+        for (&fragment, files) in &ds.copies {
+            let copy = ds.manifest.layout.copy_on(fragment, self.node).expect("local copy");
+            if files.is_none() {
+                report.bad.push(BadBlock { fragment, copy, block: 0, why: "copy files missing".into() });
+                continue;
+            }
+            for block in 0..shape.blocks_in(fragment) {
+                let len = shape.block_len(fragment, block);
+                report.blocks += 1;
+                match self.read(&ds, fragment, block, 0, len) {
+                    Ok(_) => report.bytes += len as u64,
+                    Err(StoreError::Corrupt { why, .. }) => report.bad.push(BadBlock { fragment, copy, block, why }),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ganges_core::datagen::Generator;
+    use ganges_core::digest::Digest;
+    use ganges_proto::manifest::{DatasetState, RecordFormat};
+
+    fn manifest(name: &str, nodes: u32) -> Manifest {
+        Manifest {
+            format: MANIFEST_FORMAT,
+            name: name.parse().unwrap(),
+            id: 99,
+            layout: Layout::chained(nodes, 2).unwrap(),
+            shape: Shape::uniform(nodes, 10_000, 4096).unwrap(),
+            records: RecordFormat::Bytes,
+            content: Content::Generated { generator: Generator::Random { seed: 1 } },
+            state: DatasetState::Complete,
+            checksum: "crc32c".into(),
+            digest: Digest(0),
+            created_unix_secs: 0,
+        }
+    }
+
+    fn staged(store: &Store, m: &Manifest, txid: u64) {
+        store.stage(txid, m.clone()).unwrap();
+        for (f, _) in m.layout.copies_on(store.node(), m.shape.fragment_count()) {
+            store.generate(txid, &m.name, f, 0, m.shape.blocks_in(f)).unwrap();
+        }
+    }
+
+    #[test]
+    fn nothing_is_visible_until_commit_and_reads_check_checksums() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), NodeId(1)).unwrap();
+        let m = manifest("d", 4);
+        staged(&store, &m, 7);
+        assert!(matches!(store.dataset(&m.name), Err(StoreError::UnknownDataset(_))));
+        assert_eq!(store.list(false).unwrap().len(), 0);
+        assert_eq!(store.list(true).unwrap()[0].staging_txid, Some(7));
+        assert!(matches!(store.commit(7, &m.name), Err(StoreError::Incomplete(_))));
+        store.prepare(7, &m).unwrap();
+        store.commit(7, &m.name).unwrap();
+        let ds = store.dataset(&m.name).unwrap();
+        // Node 1 holds fragment 1 (primary) and fragment 0 (backup).
+        let (bytes, crc) = store.read(&ds, FragmentId(0), 2, 0, 10_000 - 8192).unwrap();
+        let mut want = vec![0u8; bytes.len()];
+        Generator::Random { seed: 1 }.fill(8192, &mut want);
+        assert_eq!(&bytes[..], &want[..]);
+        assert_eq!(crc, crc32c::crc32c(&want));
+        assert!(matches!(store.check_read(&ds, FragmentId(2), 0, 0, 1), Err(StoreError::OutOfRange(_))));
+        assert!(matches!(store.check_read(&ds, FragmentId(0), 3, 0, 1), Err(StoreError::OutOfRange(_))));
+        assert!(matches!(store.check_read(&ds, FragmentId(0), 0, 4000, 100), Err(StoreError::OutOfRange(_))));
+        assert_eq!(store.verify(&m.name).unwrap().bad, vec![]);
+    }
+
+    #[test]
+    fn a_flipped_byte_is_caught_on_read_and_by_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let m = manifest("d", 2);
+        staged(&store, &m, 1);
+        store.prepare(1, &m).unwrap();
+        store.commit(1, &m.name).unwrap();
+        let path = dir.path().join("datasets/d").join(copy_file_name(FragmentId(0), 0, "data"));
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[5000] ^= 1;
+        fs::write(&path, bytes).unwrap();
+        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let ds = store.dataset(&m.name).unwrap();
+        assert!(matches!(store.read(&ds, FragmentId(0), 1, 0, 4096), Err(StoreError::Corrupt { block: 1, .. })));
+        let report = store.verify(&m.name).unwrap();
+        assert_eq!(report.bad.len(), 1);
+        assert_eq!((report.bad[0].fragment, report.bad[0].block), (FragmentId(0), 1));
+    }
+
+    #[test]
+    fn a_second_commit_of_the_same_name_fails_and_remove_cleans_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let m = manifest("d", 2);
+        for txid in [1, 2] {
+            staged(&store, &m, txid);
+            store.prepare(txid, &m).unwrap();
+        }
+        store.commit(1, &m.name).unwrap();
+        assert!(matches!(store.commit(2, &m.name), Err(StoreError::Exists(_))));
+        assert!(matches!(store.stage(3, m.clone()), Err(StoreError::Exists(_))));
+        assert_eq!(store.remove(&m.name).unwrap(), (true, 1));
+        assert!(store.list(true).unwrap().is_empty());
+        assert!(fs::read_dir(dir.path().join("trash")).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn writes_are_checked_and_incomplete_copies_cannot_be_prepared() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let mut m = manifest("imp", 2);
+        m.content = Content::Imported { source: "x".into() };
+        store.stage(5, m.clone()).unwrap();
+        let data = vec![3u8; 4096];
+        let crc = crc32c::crc32c(&data);
+        assert!(matches!(store.write_block(5, &m.name, FragmentId(0), 0, crc ^ 1, &data), Err(StoreError::BadRequest(_))));
+        assert!(matches!(store.write_block(5, &m.name, FragmentId(0), 0, crc, &data[1..]), Err(StoreError::BadRequest(_))));
+        store.write_block(5, &m.name, FragmentId(0), 0, crc, &data).unwrap();
+        assert!(matches!(store.prepare(5, &m), Err(StoreError::Incomplete(_))));
+        assert!(matches!(store.generate(5, &m.name, FragmentId(0), 0, 1), Err(StoreError::BadRequest(_))));
+        store.abort(5, &m.name).unwrap();
+        assert!(store.list(true).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_data_directory_belongs_to_one_node() {
+        let dir = tempfile::tempdir().unwrap();
+        Store::open(dir.path(), NodeId(3)).unwrap();
+        assert!(matches!(Store::open(dir.path(), NodeId(4)), Err(StoreError::BadRequest(_))));
+    }
+}
