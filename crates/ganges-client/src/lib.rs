@@ -1,1 +1,33 @@
+//! ganges-client: everything a program needs to use a ganges cluster.
+//!
+//! Modules:
+//! - [`cluster`]: the cluster file (which servers exist, where).
+//! - [`conn`]: one multiplexed connection per server, many requests in flight.
+//! - [`client`]: `Client`, the connections to a whole cluster.
+//! - [`scan`]: `ReadStream`, one consumer's unordered read of its partition, driven by the
+//!   read policies of ganges-core (static, GD, relative GD).
+//! - [`dataset`]: create, put, get, list, info, verify, remove.
+//! - [`error`]: `ClientError`.
+//!
+//! ```no_run
+//! # async fn demo() -> ganges_client::error::Result<()> {
+//! use ganges_client::{cluster::{ClusterFile, default_cluster_path}, client::Client, scan};
+//! let client = Client::connect(ClusterFile::load(&default_cluster_path())?).await?;
+//! let manifest = std::sync::Arc::new(client.manifest(&"events".parse().unwrap()).await?);
+//! for mut consumer in scan::open_scan(&client, &manifest, None, scan::ReadOptions::default())? {
+//!     while let Some(block) = consumer.next().await? {
+//!         println!("{} bytes at {}", block.data.len(), block.dataset_offset);
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
 
+pub mod client;
+pub mod cluster;
+pub mod conn;
+pub mod dataset;
+pub mod error;
+pub mod scan;
+
+pub use client::Client;
+pub use error::{ClientError, Result};

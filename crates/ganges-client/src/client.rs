@@ -1,0 +1,103 @@
+//! `Client`: connections to every server of a cluster, opened at once and shared.
+
+use crate::cluster::ClusterFile;
+use crate::conn::Connection;
+use crate::error::{ClientError, Result};
+use ganges_core::ids::NodeId;
+use ganges_proto::control::{ControlReply, ControlRequest};
+use ganges_proto::manifest::{DatasetName, Manifest};
+use ganges_proto::msg::ErrorCode;
+use futures_util::future::join_all;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct Client {
+    cluster: ClusterFile,
+    /// One per node; `None` where the server could not be reached at connect time.
+    conns: Vec<Option<Arc<Connection>>>,
+}
+
+impl Client {
+    /// Connect to every server of the cluster. Servers that cannot be reached are left out
+    /// (reads fail over around them); if none can be reached, that is an error.
+    pub async fn connect(cluster: ClusterFile) -> Result<Arc<Client>> {
+        let attempts = cluster.servers.iter().map(|s| Connection::connect(s.node, s.addr));
+        let results = join_all(attempts).await;
+        let mut conns = Vec::with_capacity(results.len());
+        for r in results {
+            match r {
+                Ok(c) => conns.push(Some(c)),
+                Err(e) => {
+                    tracing::warn!(%e, "server unreachable");
+                    conns.push(None);
+                }
+            }
+        }
+        if conns.iter().all(Option::is_none) {
+            return Err(ClientError::NoServers {
+                cluster: cluster.path.display().to_string(),
+                tried: cluster.servers.len(),
+            });
+        }
+        Ok(Arc::new(Client { cluster, conns }))
+    }
+
+    pub fn cluster(&self) -> &ClusterFile {
+        &self.cluster
+    }
+
+    pub fn nodes(&self) -> u32 {
+        self.cluster.nodes()
+    }
+
+    /// The connection to `node`, if it is up.
+    pub fn conn(&self, node: NodeId) -> Result<&Arc<Connection>> {
+        match self.conns.get(node.index()) {
+            Some(Some(c)) if !c.is_closed() => Ok(c),
+            Some(_) => Err(ClientError::NodeDown { node }),
+            None => Err(ClientError::Invalid(format!("{node} is not in the cluster file"))),
+        }
+    }
+
+    /// Nodes whose connection is up.
+    pub fn live_nodes(&self) -> Vec<NodeId> {
+        (0..self.nodes()).map(NodeId).filter(|n| self.conn(*n).is_ok()).collect()
+    }
+
+    /// Require every server up (creating a dataset writes to all of them).
+    pub fn require_all(&self) -> Result<()> {
+        for n in 0..self.nodes() {
+            self.conn(NodeId(n))?;
+        }
+        Ok(())
+    }
+
+    /// A control request to one node.
+    pub async fn control(&self, node: NodeId, req: ControlRequest) -> Result<ControlReply> {
+        self.conn(node)?.control(req).await
+    }
+
+    /// The same control request to many nodes at once; results in the order of `nodes`.
+    pub async fn control_all(&self, nodes: &[NodeId], req: &ControlRequest) -> Vec<(NodeId, Result<ControlReply>)> {
+        let futs = nodes.iter().map(|&n| {
+            let req = req.clone();
+            async move { (n, self.control(n, req).await) }
+        });
+        join_all(futs).await
+    }
+
+    /// A dataset's manifest, from any live node that holds a copy.
+    pub async fn manifest(&self, name: &DatasetName) -> Result<Manifest> {
+        let req = ControlRequest::GetManifest { name: name.clone() };
+        let mut other: Option<ClientError> = None;
+        for (_, r) in self.control_all(&self.live_nodes(), &req).await {
+            match r {
+                Ok(ControlReply::Manifest { manifest }) => return Ok(manifest),
+                Ok(_) => {}
+                Err(e) if e.code() == Some(ErrorCode::UnknownDataset) => {}
+                Err(e) => other = Some(e),
+            }
+        }
+        Err(other.unwrap_or_else(|| ClientError::UnknownDataset(name.clone())))
+    }
+}

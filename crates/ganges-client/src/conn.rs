@@ -1,0 +1,204 @@
+//! One connection to one server, shared by every consumer of a process: many requests in
+//! flight, each with its own id; replies are routed back by id.
+//!
+//! A reply goes either to a one-shot waiter (`call`) or, tagged, to a stream's event channel
+//! (`send_tagged`), so a consumer with many reads in flight waits on one channel. When the
+//! connection breaks, every pending request gets `NodeDown`: nothing waits forever.
+
+use crate::error::{ClientError, Result};
+use ganges_core::ids::NodeId;
+use ganges_proto::control::{ControlReply, ControlRequest};
+use ganges_proto::io::{READ_BUFFER_BYTES, read_frame, write_frame};
+use ganges_proto::msg::{Encoded, Hello, Message};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// How long to wait for a server to accept and answer `Hello`: long enough for a loaded
+/// machine, short enough that a dead address does not stall a command.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A reply (or failure) for a tagged request.
+#[derive(Debug)]
+pub struct Event {
+    pub tag: u64,
+    pub node: NodeId,
+    pub result: Result<Message>,
+}
+
+#[derive(Debug)]
+enum Waiter {
+    Once(oneshot::Sender<Result<Message>>),
+    Tagged { tx: mpsc::UnboundedSender<Event>, tag: u64 },
+}
+
+impl Waiter {
+    fn deliver(self, node: NodeId, result: Result<Message>) {
+        match self {
+            Waiter::Once(tx) => {
+                let _ = tx.send(result);
+            }
+            Waiter::Tagged { tx, tag } => {
+                let _ = tx.send(Event { tag, node, result });
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    waiters: HashMap<u64, Waiter>,
+    /// Set once the connection is gone; new requests fail at once.
+    closed: bool,
+}
+
+#[derive(Debug)]
+pub struct Connection {
+    node: NodeId,
+    addr: SocketAddr,
+    /// Frames to the writer task. Unbounded: callers bound what they put in flight.
+    tx: mpsc::UnboundedSender<Encoded>,
+    pending: Arc<Mutex<Pending>>,
+    next_id: AtomicU64,
+}
+
+impl Connection {
+    /// Connect, say hello, and check the server is the node the cluster file says.
+    pub async fn connect(node: NodeId, addr: SocketAddr) -> Result<Arc<Connection>> {
+        let fail = |why: String| ClientError::Connect { node, addr, why };
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| fail("timed out".into()))?
+            .map_err(|e| fail(e.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let (rd, mut wr) = stream.into_split();
+        let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
+        let hello = Message::Hello(Hello { client: format!("ganges-client/{}", env!("CARGO_PKG_VERSION")) });
+        let handshake = async {
+            write_frame(&mut wr, &hello.encode(0)).await.map_err(|e| fail(e.to_string()))?;
+            let (h, body) = read_frame(&mut rd)
+                .await
+                .map_err(|e| fail(e.to_string()))?
+                .ok_or_else(|| fail("closed during hello".into()))?;
+            match Message::decode(&h, body).map_err(|e| fail(e.to_string()))? {
+                Message::HelloOk(ok) if ok.node == node => Ok(()),
+                Message::HelloOk(ok) => Err(fail(format!(
+                    "it answers as {}, but the cluster file says {node}; the cluster file is stale",
+                    ok.node
+                ))),
+                Message::Error(e) => Err(fail(e.to_string())),
+                other => Err(fail(format!("unexpected reply to hello: kind {:#04x}", other.kind()))),
+            }
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, handshake).await.map_err(|_| fail("hello timed out".into()))??;
+
+        let (tx, mut rx) = mpsc::unbounded_channel::<Encoded>();
+        let pending = Arc::new(Mutex::new(Pending::default()));
+        tokio::spawn(async move {
+            while let Some(frame) = rx.recv().await {
+                if write_frame(&mut wr, &frame).await.is_err() {
+                    break;
+                }
+            }
+            let _ = wr.shutdown().await;
+        });
+        let reader_pending = pending.clone();
+        tokio::spawn(async move {
+            let why = loop {
+                match read_frame(&mut rd).await {
+                    Ok(Some((h, body))) => {
+                        let msg = match Message::decode(&h, body) {
+                            Ok(m) => m,
+                            Err(e) => break format!("bad frame from server: {e}"),
+                        };
+                        if h.request_id == 0 {
+                            // Request id 0 is never used for requests: a connection-level error.
+                            break format!("server closed the connection: {msg:?}");
+                        }
+                        let waiter = reader_pending.lock().expect("pending lock").waiters.remove(&h.request_id);
+                        match waiter {
+                            Some(w) => w.deliver(node, Ok(msg)),
+                            None => tracing::debug!(%node, id = h.request_id, "reply to no request"),
+                        }
+                    }
+                    Ok(None) => break "server closed the connection".to_string(),
+                    Err(e) => break e.to_string(),
+                }
+            };
+            tracing::debug!(%node, why, "connection lost");
+            let waiters = {
+                let mut p = reader_pending.lock().expect("pending lock");
+                p.closed = true;
+                std::mem::take(&mut p.waiters)
+            };
+            for (_, w) in waiters {
+                w.deliver(node, Err(ClientError::NodeDown { node }));
+            }
+        });
+        Ok(Arc::new(Connection { node, addr, tx, pending, next_id: AtomicU64::new(1) }))
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.pending.lock().expect("pending lock").closed
+    }
+
+    fn send(&self, msg: &Message, waiter: Waiter) -> Result<u64> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut p = self.pending.lock().expect("pending lock");
+            if p.closed {
+                return Err(ClientError::NodeDown { node: self.node });
+            }
+            p.waiters.insert(id, waiter);
+        }
+        if self.tx.send(msg.encode(id)).is_err() {
+            self.pending.lock().expect("pending lock").waiters.remove(&id);
+            return Err(ClientError::NodeDown { node: self.node });
+        }
+        Ok(id)
+    }
+
+    /// Send a request whose reply goes to `tx` as an `Event` with `tag`. Returns the
+    /// request id (to cancel it).
+    pub fn send_tagged(&self, msg: &Message, tx: &mpsc::UnboundedSender<Event>, tag: u64) -> Result<u64> {
+        self.send(msg, Waiter::Tagged { tx: tx.clone(), tag })
+    }
+
+    /// Ask the server to drop a queued read. Its reply (data, or a `Cancelled` error) still
+    /// goes to the read's own waiter.
+    pub fn cancel(&self, request_id: u64) {
+        let _ = self.tx.send(Message::Cancel.encode(request_id));
+    }
+
+    /// Send a request and wait for its reply.
+    pub async fn call(&self, msg: &Message) -> Result<Message> {
+        let (tx, rx) = oneshot::channel();
+        self.send(msg, Waiter::Once(tx))?;
+        rx.await.unwrap_or(Err(ClientError::NodeDown { node: self.node }))
+    }
+
+    /// A control request; server errors become `ClientError::Server`.
+    pub async fn control(&self, req: ControlRequest) -> Result<ControlReply> {
+        match self.call(&Message::Control(req)).await? {
+            Message::ControlOk(reply) => Ok(*reply),
+            Message::Error(err) => Err(ClientError::Server { node: self.node, err }),
+            other => Err(ClientError::Protocol {
+                node: self.node,
+                why: format!("unexpected reply kind {:#04x} to a control request", other.kind()),
+            }),
+        }
+    }
+}

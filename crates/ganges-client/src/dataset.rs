@@ -1,0 +1,551 @@
+//! Dataset operations: create (generated on the servers), put (import a file), get (export
+//! in order), list, info, verify, remove.
+//!
+//! Creating follows DESIGN.md's commit rule: stage on every node, write the data, compute the
+//! digest from the servers' stored checksums (checking that every copy agrees), prepare on
+//! every node (data and manifest durable), then commit on every node. Any failure before the
+//! commit aborts the staging everywhere; nothing of a failed create is ever visible.
+
+use crate::client::Client;
+use crate::error::{ClientError, Result};
+use crate::scan::{ReadOptions, ReadReport, ReadStream};
+use bytes::Bytes;
+use futures_util::future::join_all;
+use ganges_core::datagen::Generator;
+use ganges_core::digest::Digest;
+use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::layout::Layout;
+use ganges_core::route::ReadPolicyKind;
+use ganges_core::shape::{Partition, Shape};
+use ganges_proto::control::{BadBlock, ControlReply, ControlRequest};
+use ganges_proto::manifest::{Content, DatasetName, DatasetState, MANIFEST_FORMAT, Manifest, RecordFormat};
+use ganges_proto::msg::{Message, WriteReq};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::task::JoinSet;
+
+/// Called with each increment of bytes done, for progress bars.
+pub type ProgressFn = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// Blocks per `Generate` request: large enough to amortise a round trip, small enough for a
+/// progress bar to move and a cancelled create to stop soon.
+const GENERATE_CHUNK_BYTES: u64 = 16 << 20;
+/// Writes in flight while importing a file: keeps every server busy without buffering much.
+const PUT_WRITES_INFLIGHT: usize = 32;
+/// Requests in flight while exporting: a deep window for one sequential reader.
+const GET_WINDOW: u32 = 16;
+
+#[derive(Clone, Debug)]
+pub struct CreateSpec {
+    pub name: DatasetName,
+    /// Size of each fragment (LAY-4: they may differ).
+    pub fragment_bytes: Vec<u64>,
+    pub block_bytes: u32,
+    pub replicas: u32,
+    pub generator: Generator,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn draft(client: &Client, name: DatasetName, shape: Shape, replicas: u32, records: RecordFormat, content: Content) -> Result<Manifest> {
+    let layout = Layout::chained(client.nodes(), replicas)?;
+    Ok(Manifest {
+        format: MANIFEST_FORMAT,
+        name,
+        id: rand::random(),
+        layout,
+        shape,
+        records,
+        content,
+        state: DatasetState::Complete,
+        checksum: "crc32c".into(),
+        digest: Digest::default(),
+        created_unix_secs: unix_now(),
+    })
+}
+
+fn expect_done(node: NodeId, r: Result<ControlReply>) -> Result<()> {
+    match r? {
+        ControlReply::Done => Ok(()),
+        other => Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") }),
+    }
+}
+
+/// A dataset being written on every node, until it is committed or aborted.
+struct Staging<'c> {
+    client: &'c Client,
+    name: DatasetName,
+    txid: u64,
+    nodes: Vec<NodeId>,
+}
+
+impl<'c> Staging<'c> {
+    async fn begin(client: &'c Client, manifest: &Manifest) -> Result<Staging<'c>> {
+        client.require_all()?;
+        let txid = rand::random::<u64>() | 1;
+        let nodes: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
+        let s = Staging { client, name: manifest.name.clone(), txid, nodes };
+        let req = ControlRequest::Stage { txid, manifest: manifest.clone() };
+        let results = client.control_all(&s.nodes, &req).await;
+        if let Some(e) = first_error(results) {
+            s.abort().await;
+            return Err(e);
+        }
+        Ok(s)
+    }
+
+    async fn abort(&self) {
+        let req = ControlRequest::Abort { txid: self.txid, name: self.name.clone() };
+        for (node, r) in self.client.control_all(&self.nodes, &req).await {
+            if let Err(e) = r {
+                tracing::warn!(%node, %e, "could not abort staging; `ganges dataset rm` cleans it up");
+            }
+        }
+    }
+
+    /// Prepare everywhere, then commit everywhere.
+    async fn finish(self, manifest: &Manifest) -> Result<()> {
+        let prepare = ControlRequest::Prepare { txid: self.txid, manifest: manifest.clone() };
+        if let Some(e) = first_error(self.client.control_all(&self.nodes, &prepare).await) {
+            self.abort().await;
+            return Err(e);
+        }
+        // Commit the first node alone: if the name was taken meanwhile, it fails there and
+        // nothing is visible anywhere.
+        let commit = ControlRequest::Commit { txid: self.txid, name: self.name.clone() };
+        if let Err(e) = expect_done(self.nodes[0], self.client.control(self.nodes[0], commit.clone()).await) {
+            self.abort().await;
+            return Err(e);
+        }
+        let rest = &self.nodes[1..];
+        if let Some(e) = first_error(self.client.control_all(rest, &commit).await) {
+            return Err(ClientError::Invalid(format!(
+                "`{}` committed on some nodes only ({e}); its data is durable everywhere, but remove \
+                 it with `ganges dataset rm {}` and create it again",
+                self.name, self.name
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn first_error(results: Vec<(NodeId, Result<ControlReply>)>) -> Option<ClientError> {
+    results.into_iter().find_map(|(node, r)| expect_done(node, r).err())
+}
+
+/// The dataset digest from the servers' stored checksums, checking that every copy agrees.
+async fn digest_from_checksums(client: &Client, manifest: &Manifest, txid: Option<u64>) -> Result<(Digest, Vec<String>)> {
+    let mut asks = vec![];
+    for f in 0..manifest.shape.fragment_count() {
+        for node in manifest.layout.holders(FragmentId(f)) {
+            if client.conn(node).is_ok() {
+                asks.push((FragmentId(f), node));
+            }
+        }
+    }
+    let futs = asks.iter().map(|&(fragment, node)| async move {
+        let req = ControlRequest::Checksums { name: manifest.name.clone(), fragment, txid };
+        (fragment, node, client.control(node, req).await)
+    });
+    let mut by_fragment: BTreeMap<FragmentId, Vec<(NodeId, Vec<u32>)>> = BTreeMap::new();
+    for (fragment, node, r) in join_all(futs).await {
+        match r? {
+            ControlReply::Checksums { crcs } => by_fragment.entry(fragment).or_default().push((node, crcs)),
+            other => return Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") }),
+        }
+    }
+    let mut digest = Digest::default();
+    let mut disagreements = vec![];
+    let shape = &manifest.shape;
+    for f in 0..shape.fragment_count() {
+        let f = FragmentId(f);
+        let Some(copies) = by_fragment.get(&f) else {
+            return Err(ClientError::Invalid(format!("no live server holds {f} of `{}`", manifest.name)));
+        };
+        let (first_node, crcs) = &copies[0];
+        if crcs.len() != shape.blocks_in(f) as usize {
+            return Err(ClientError::Invalid(format!("{first_node} has {} checksums for {f}", crcs.len())));
+        }
+        for (node, other) in &copies[1..] {
+            if let Some(b) = (0..crcs.len()).find(|&b| other.get(b) != Some(&crcs[b])) {
+                disagreements.push(format!("{f} block {b}: {first_node} and {node} hold different bytes"));
+            }
+        }
+        for (b, crc) in crcs.iter().enumerate() {
+            let b = b as u32;
+            digest.add(shape.fragment_start(f) + shape.block_offset(b), shape.block_len(f, b), *crc);
+        }
+    }
+    Ok((digest, disagreements))
+}
+
+/// Create a dataset whose bytes the servers generate (each holder generates its copies).
+pub async fn create(client: &Arc<Client>, spec: CreateSpec, progress: Option<ProgressFn>) -> Result<Manifest> {
+    let shape = Shape::new(spec.fragment_bytes, spec.block_bytes)?;
+    let align = spec.generator.align();
+    if let Some(f) = shape.fragment_sizes().iter().position(|b| b % align != 0) {
+        return Err(ClientError::Invalid(format!(
+            "fragment {f} is {} bytes, not a whole number of {align}-byte records",
+            shape.fragment_sizes()[f]
+        )));
+    }
+    let records = match spec.generator {
+        Generator::Random { .. } => RecordFormat::Bytes,
+        Generator::Records { .. } => RecordFormat::Fixed {
+            record_bytes: ganges_core::datagen::RECORD_BYTES as u32,
+            key_bytes: ganges_core::datagen::KEY_BYTES as u32,
+        },
+    };
+    let mut manifest = draft(client, spec.name, shape, spec.replicas, records, Content::Generated { generator: spec.generator })?;
+    let staging = Staging::begin(client, &manifest).await?;
+    let work = async {
+        let per_node = staging.nodes.iter().map(|&node| {
+            let manifest = &manifest;
+            let progress = progress.clone();
+            let txid = staging.txid;
+            async move {
+                let shape = &manifest.shape;
+                let chunk = (GENERATE_CHUNK_BYTES / shape.block_bytes() as u64).max(1) as u32;
+                for (fragment, _) in manifest.layout.copies_on(node, shape.fragment_count()) {
+                    let blocks = shape.blocks_in(fragment);
+                    let mut from = 0;
+                    while from < blocks {
+                        let to = (from + chunk).min(blocks);
+                        let req = ControlRequest::Generate { txid, name: manifest.name.clone(), fragment, block_from: from, block_to: to };
+                        expect_done(node, client.control(node, req).await)?;
+                        if let Some(p) = &progress {
+                            let end = (shape.block_offset(to)).min(shape.fragment_bytes(fragment));
+                            p(end - shape.block_offset(from));
+                        }
+                        from = to;
+                    }
+                }
+                Ok::<(), ClientError>(())
+            }
+        });
+        for r in join_all(per_node).await {
+            r?;
+        }
+        let (digest, disagreements) = digest_from_checksums(client, &manifest, Some(staging.txid)).await?;
+        if let Some(d) = disagreements.first() {
+            return Err(ClientError::Invalid(format!("generated copies disagree: {d}")));
+        }
+        Ok(digest)
+    };
+    match work.await {
+        Ok(digest) => manifest.digest = digest,
+        Err(e) => {
+            staging.abort().await;
+            return Err(e);
+        }
+    }
+    staging.finish(&manifest).await?;
+    Ok(manifest)
+}
+
+/// Import a local file as a dataset of `fragments` fragments.
+pub async fn put(
+    client: &Arc<Client>,
+    name: DatasetName,
+    path: &Path,
+    fragments: u32,
+    block_bytes: u32,
+    replicas: u32,
+    progress: Option<ProgressFn>,
+) -> Result<Manifest> {
+    let file = std::fs::File::open(path).map_err(ClientError::io(format!("opening {}", path.display())))?;
+    let total = file.metadata().map_err(ClientError::io(format!("reading {}", path.display())))?.len();
+    if total == 0 {
+        return Err(ClientError::Invalid(format!("{} is empty; a dataset holds at least one byte", path.display())));
+    }
+    let fragments = fragments.max(1).min(total.min(u32::MAX as u64) as u32);
+    let shape = Shape::split(total, fragments, block_bytes, 1)?;
+    let source = path.display().to_string();
+    let mut manifest = draft(client, name, shape, replicas, RecordFormat::Bytes, Content::Imported { source })?;
+    let staging = Staging::begin(client, &manifest).await?;
+    let result = send_file(client, &manifest, staging.txid, file, progress).await;
+    match result {
+        Ok(digest) => manifest.digest = digest,
+        Err(e) => {
+            staging.abort().await;
+            return Err(e);
+        }
+    }
+    staging.finish(&manifest).await?;
+    Ok(manifest)
+}
+
+async fn send_file(client: &Arc<Client>, manifest: &Manifest, txid: u64, file: std::fs::File, progress: Option<ProgressFn>) -> Result<Digest> {
+    let shape = manifest.shape.clone();
+    // A reader thread feeds blocks through a small bounded channel: the file is read once,
+    // sequentially, and memory holds only a few blocks.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<(FragmentId, u32, Bytes)>>(8);
+    let reader_shape = shape.clone();
+    std::thread::spawn(move || {
+        for f in 0..reader_shape.fragment_count() {
+            let f = FragmentId(f);
+            for b in 0..reader_shape.blocks_in(f) {
+                let mut buf = vec![0u8; reader_shape.block_len(f, b) as usize];
+                let at = reader_shape.fragment_start(f) + reader_shape.block_offset(b);
+                let r = file.read_exact_at(&mut buf, at).map(|()| (f, b, Bytes::from(buf)));
+                let stop = r.is_err();
+                if tx.blocking_send(r).is_err() || stop {
+                    return;
+                }
+            }
+        }
+    });
+    let mut digest = Digest::default();
+    let mut writes: JoinSet<Result<()>> = JoinSet::new();
+    while let Some(item) = rx.recv().await {
+        let (fragment, block, data) = item.map_err(ClientError::io("reading the input file"))?;
+        let crc = crc32c::crc32c(&data);
+        digest.add(shape.fragment_start(fragment) + shape.block_offset(block), data.len() as u32, crc);
+        for node in manifest.layout.holders(fragment) {
+            let conn = client.conn(node)?.clone();
+            let msg = Message::Write(WriteReq { txid, dataset: manifest.name.clone(), fragment, block, crc, data: data.clone() });
+            writes.spawn(async move {
+                match conn.call(&msg).await? {
+                    Message::WriteOk => Ok(()),
+                    Message::Error(err) => Err(ClientError::Server { node, err }),
+                    other => Err(ClientError::Protocol { node, why: format!("unexpected reply kind {:#04x}", other.kind()) }),
+                }
+            });
+            while writes.len() >= PUT_WRITES_INFLIGHT {
+                writes.join_next().await.expect("non-empty").expect("write tasks do not panic")?;
+            }
+        }
+        if let Some(p) = &progress {
+            p(data.len() as u64);
+        }
+    }
+    while let Some(r) = writes.join_next().await {
+        r.expect("write tasks do not panic")?;
+    }
+    Ok(digest)
+}
+
+/// Export a dataset to a local file, in order. The file appears only once complete and
+/// checked against the dataset's digest.
+pub async fn get(client: &Arc<Client>, name: &DatasetName, path: &Path, progress: Option<ProgressFn>) -> Result<(Manifest, ReadReport)> {
+    let manifest = Arc::new(client.manifest(name).await?);
+    let partial = path.with_file_name(format!(
+        ".{}.ganges-partial",
+        path.file_name().map_or("out".into(), |n| n.to_string_lossy().to_string())
+    ));
+    let file = std::fs::File::create(&partial).map_err(ClientError::io(format!("creating {}", partial.display())))?;
+    file.set_len(manifest.total_bytes()).map_err(ClientError::io(format!("sizing {}", partial.display())))?;
+    let whole = Partition { offset: 0, len: manifest.total_bytes() };
+    let opts = ReadOptions { policy: ReadPolicyKind::Gd, window: GET_WINDOW };
+    let mut stream = ReadStream::open(client.clone(), manifest.clone(), whole, opts)?;
+    // Writes go to a thread, so disk writes overlap network reads.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Bytes)>(GET_WINDOW as usize);
+    let writer = std::thread::spawn(move || -> std::io::Result<std::fs::File> {
+        for (offset, data) in rx {
+            file.write_all_at(&data, offset)?;
+        }
+        file.sync_all()?;
+        Ok(file)
+    });
+    let result: Result<()> = async {
+        while let Some(block) = stream.next().await? {
+            let n = block.data.len() as u64;
+            tx.send((block.dataset_offset, block.data)).map_err(|_| ClientError::Invalid("the file writer stopped".into()))?;
+            if let Some(p) = &progress {
+                p(n);
+            }
+        }
+        Ok(())
+    }
+    .await;
+    drop(tx);
+    let written = writer.join().expect("writer thread does not panic");
+    let report = stream.close();
+    let outcome = result.and_then(|()| written.map(drop).map_err(ClientError::io(format!("writing {}", partial.display()))));
+    let outcome = outcome.and_then(|()| {
+        if report.digest != manifest.digest {
+            return Err(ClientError::DigestMismatch { name: name.clone(), expected: manifest.digest, got: report.digest });
+        }
+        std::fs::rename(&partial, path).map_err(ClientError::io(format!("renaming to {}", path.display())))
+    });
+    if let Err(e) = outcome {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    Ok(((*manifest).clone(), report))
+}
+
+/// One dataset as seen across the cluster.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ListEntry {
+    pub name: DatasetName,
+    pub total_bytes: u64,
+    /// `None` for committed datasets; the staging transaction otherwise.
+    pub staging_txid: Option<u64>,
+    /// Nodes that hold it (committed) or a staging folder of it.
+    pub nodes: Vec<NodeId>,
+}
+
+/// Datasets in the cluster (and with `staging`, unfinished writes), with unreachable nodes.
+pub async fn list(client: &Client, staging: bool) -> Result<(Vec<ListEntry>, Vec<NodeId>)> {
+    let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
+    let mut by: BTreeMap<(DatasetName, Option<u64>), ListEntry> = BTreeMap::new();
+    let mut unreachable = vec![];
+    for (node, r) in client.control_all(&all, &ControlRequest::ListDatasets { staging }).await {
+        match r {
+            Ok(ControlReply::Datasets { datasets }) => {
+                for d in datasets {
+                    let e = by.entry((d.name.clone(), d.staging_txid)).or_insert_with(|| ListEntry {
+                        name: d.name.clone(),
+                        total_bytes: d.total_bytes,
+                        staging_txid: d.staging_txid,
+                        nodes: vec![],
+                    });
+                    e.nodes.push(node);
+                }
+            }
+            Ok(other) => return Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") }),
+            Err(_) => unreachable.push(node),
+        }
+    }
+    Ok((by.into_values().collect(), unreachable))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CopyState {
+    Present,
+    /// The node is up but does not have the dataset.
+    Missing,
+    /// The node is unreachable.
+    NodeDown,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CopyInfo {
+    pub fragment: FragmentId,
+    pub copy: u32,
+    pub node: NodeId,
+    pub state: CopyState,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DatasetInfo {
+    pub manifest: Manifest,
+    pub copies: Vec<CopyInfo>,
+}
+
+pub async fn info(client: &Client, name: &DatasetName) -> Result<DatasetInfo> {
+    let manifest = client.manifest(name).await?;
+    let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
+    let mut state_of = BTreeMap::new();
+    for (node, r) in client.control_all(&all, &ControlRequest::ListDatasets { staging: false }).await {
+        let s = match r {
+            Ok(ControlReply::Datasets { datasets }) if datasets.iter().any(|d| d.name == *name && d.id == manifest.id) => {
+                CopyState::Present
+            }
+            Ok(_) => CopyState::Missing,
+            Err(_) => CopyState::NodeDown,
+        };
+        state_of.insert(node, s);
+    }
+    let mut copies = vec![];
+    for f in 0..manifest.shape.fragment_count() {
+        for (copy, node) in manifest.layout.holders(FragmentId(f)).into_iter().enumerate() {
+            let state = state_of.get(&node).copied().unwrap_or(CopyState::NodeDown);
+            copies.push(CopyInfo { fragment: FragmentId(f), copy: copy as u32, node, state });
+        }
+    }
+    Ok(DatasetInfo { manifest, copies })
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct VerifySummary {
+    pub blocks: u64,
+    pub bytes: u64,
+    pub bad: Vec<(NodeId, BadBlock)>,
+    /// Blocks whose stored checksums differ between copies.
+    pub disagreements: Vec<String>,
+    /// Whether the digest of the stored checksums equals the manifest's.
+    pub digest_ok: bool,
+    pub unreachable: Vec<NodeId>,
+}
+
+impl VerifySummary {
+    pub fn is_clean(&self) -> bool {
+        self.bad.is_empty() && self.disagreements.is_empty() && self.digest_ok && self.unreachable.is_empty()
+    }
+}
+
+/// Check every block of every copy against its checksum, every copy against the others, and
+/// the checksums against the manifest's digest.
+pub async fn verify(client: &Client, name: &DatasetName, progress: Option<ProgressFn>) -> Result<VerifySummary> {
+    let manifest = client.manifest(name).await?;
+    let mut summary = VerifySummary::default();
+    let holders: Vec<NodeId> = (0..client.nodes())
+        .map(NodeId)
+        .filter(|&n| !manifest.layout.copies_on(n, manifest.shape.fragment_count()).is_empty())
+        .collect();
+    let futs = holders.iter().map(|&node| {
+        let progress = progress.clone();
+        let req = ControlRequest::Verify { name: name.clone() };
+        async move {
+            let r = client.control(node, req).await;
+            if let (Ok(ControlReply::Verified { report }), Some(p)) = (&r, &progress) {
+                p(report.bytes);
+            }
+            (node, r)
+        }
+    });
+    for (node, r) in join_all(futs).await {
+        match r {
+            Ok(ControlReply::Verified { report }) => {
+                summary.blocks += report.blocks;
+                summary.bytes += report.bytes;
+                summary.bad.extend(report.bad.into_iter().map(|b| (node, b)));
+            }
+            Ok(other) => return Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") }),
+            Err(ClientError::NodeDown { .. }) => summary.unreachable.push(node),
+            Err(e) => return Err(e),
+        }
+    }
+    let (digest, disagreements) = digest_from_checksums(client, &manifest, None).await?;
+    summary.digest_ok = digest == manifest.digest;
+    summary.disagreements = disagreements;
+    Ok(summary)
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RemoveSummary {
+    pub committed_on: Vec<NodeId>,
+    pub staging_folders: u32,
+    pub unreachable: Vec<NodeId>,
+}
+
+/// Remove a dataset (and any staging of that name) from every reachable node.
+pub async fn remove(client: &Client, name: &DatasetName) -> Result<RemoveSummary> {
+    let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
+    let mut s = RemoveSummary::default();
+    for (node, r) in client.control_all(&all, &ControlRequest::Remove { name: name.clone() }).await {
+        match r {
+            Ok(ControlReply::Removed { committed, staging }) => {
+                if committed {
+                    s.committed_on.push(node);
+                }
+                s.staging_folders += staging;
+            }
+            Ok(other) => return Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") }),
+            Err(ClientError::NodeDown { .. }) => s.unreachable.push(node),
+            Err(e) => return Err(e),
+        }
+    }
+    if s.committed_on.is_empty() && s.staging_folders == 0 && s.unreachable.is_empty() {
+        return Err(ClientError::UnknownDataset(name.clone()));
+    }
+    Ok(s)
+}

@@ -1,0 +1,57 @@
+//! The client's error type: one variant per thing a caller can act on.
+
+use ganges_core::digest::Digest;
+use ganges_core::ids::NodeId;
+use ganges_proto::manifest::DatasetName;
+use ganges_proto::msg::WireError;
+use std::net::SocketAddr;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "no server of cluster file {cluster} is reachable (tried {tried}); start a local cluster \
+         with `ganges local up`, or pass --cluster FILE"
+    )]
+    NoServers { cluster: String, tried: usize },
+    #[error("{node} at {addr} is unreachable: {why}")]
+    Connect { node: NodeId, addr: SocketAddr, why: String },
+    #[error("{node} is down (its connection is closed)")]
+    NodeDown { node: NodeId },
+    #[error("{node}: {err}")]
+    Server { node: NodeId, err: WireError },
+    #[error("no dataset `{0}` in this cluster (list them with `ganges dataset ls`)")]
+    UnknownDataset(DatasetName),
+    #[error("{node}: protocol error: {why}")]
+    Protocol { node: NodeId, why: String },
+    #[error(transparent)]
+    Route(#[from] ganges_core::route::RouteError),
+    #[error(transparent)]
+    Shape(#[from] ganges_core::shape::ShapeError),
+    #[error(transparent)]
+    Layout(#[from] ganges_core::layout::LayoutError),
+    #[error("{what}: {err}")]
+    Io { what: String, err: std::io::Error },
+    #[error("cluster file {path}: {why}")]
+    Cluster { path: String, why: String },
+    #[error("`{name}`: delivered digest {got} differs from the dataset's {expected}")]
+    DigestMismatch { name: DatasetName, expected: Digest, got: Digest },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ClientError {
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClientError {
+        let what = what.into();
+        move |err| ClientError::Io { what, err }
+    }
+
+    /// The server's error code, if a server answered with an error.
+    pub fn code(&self) -> Option<ganges_proto::msg::ErrorCode> {
+        match self {
+            ClientError::Server { err, .. } => Some(err.code),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ClientError>;

@@ -1,0 +1,263 @@
+//! The unordered read stream: one consumer reading its partition of a dataset.
+//!
+//! `ReadStream::open` / `next` / `close`. The stream keeps its window of requests in flight
+//! by itself: every call to `next` first tops the pipeline up, then waits for the next block
+//! to arrive and hands it out as an owned buffer (a `Bytes` slice of the frame it came in, no
+//! copy). Blocks come in completion order; each carries its dataset offset.
+//!
+//! Which server each request goes to is decided by the pure `ReadEngine` of ganges-core with
+//! the chosen policy; this module is only its driver: it turns the engine's decisions into
+//! frames and the servers' replies into engine events. It also checks every payload against
+//! the CRC32C the server sent, so a block damaged anywhere between the disk and here is
+//! read again from another copy instead of being delivered.
+
+use crate::client::Client;
+use crate::conn::Event;
+use crate::error::{ClientError, Result};
+use bytes::Bytes;
+use ganges_core::digest::Digest;
+use ganges_core::ids::NodeId;
+use ganges_core::route::{Delivery, Failure, ReadEngine, ReadPolicyKind, ReadStats, WINDOW_DEFAULT};
+use ganges_core::shape::Partition;
+use ganges_core::time::Time;
+use ganges_proto::manifest::Manifest;
+use ganges_proto::msg::{ErrorCode, Message, ReadOk, ReadReq};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadOptions {
+    pub policy: ReadPolicyKind,
+    /// Requests in flight for this consumer.
+    pub window: u32,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions { policy: ReadPolicyKind::Gd, window: WINDOW_DEFAULT }
+    }
+}
+
+/// One delivered piece of the partition.
+#[derive(Clone, Debug)]
+pub struct Block {
+    /// Where these bytes start in the dataset.
+    pub dataset_offset: u64,
+    pub data: Bytes,
+    /// The server that delivered it.
+    pub node: NodeId,
+}
+
+/// What one consumer's read did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReadReport {
+    pub policy: String,
+    pub bytes: u64,
+    /// From the first request to the last byte.
+    pub seconds: f64,
+    pub stats: ReadStats,
+    pub digest: Digest,
+}
+
+#[derive(Debug)]
+struct Outstanding {
+    piece: usize,
+    node: NodeId,
+    request_id: u64,
+}
+
+#[derive(Debug)]
+pub struct ReadStream {
+    client: Arc<Client>,
+    manifest: Arc<Manifest>,
+    engine: ReadEngine,
+    stream_id: u64,
+    tx: mpsc::UnboundedSender<Event>,
+    rx: mpsc::UnboundedReceiver<Event>,
+    outstanding: HashMap<u64, Outstanding>,
+    tag_of: HashMap<(usize, NodeId), u64>,
+    next_tag: u64,
+    epoch: Instant,
+    started: Option<Instant>,
+    finished: Option<Instant>,
+    digest: Digest,
+    down: BTreeSet<NodeId>,
+}
+
+impl ReadStream {
+    /// Prepare to read `partition` of the dataset. Nothing is sent until the first `next`.
+    pub fn open(client: Arc<Client>, manifest: Arc<Manifest>, partition: Partition, opts: ReadOptions) -> Result<ReadStream> {
+        let pieces = manifest.shape.pieces(partition)?;
+        let engine = ReadEngine::new(opts.policy.build(), &manifest.layout, pieces, opts.window)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut s = ReadStream {
+            client,
+            manifest,
+            engine,
+            stream_id: rand::random(),
+            tx,
+            rx,
+            outstanding: HashMap::new(),
+            tag_of: HashMap::new(),
+            next_tag: 1,
+            epoch: Instant::now(),
+            started: None,
+            finished: None,
+            digest: Digest::default(),
+            down: BTreeSet::new(),
+        };
+        for n in 0..s.client.nodes() {
+            if s.client.conn(NodeId(n)).is_err() {
+                s.node_down(NodeId(n));
+            }
+        }
+        Ok(s)
+    }
+
+    fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn node_down(&mut self, node: NodeId) {
+        if self.down.insert(node) {
+            tracing::warn!(%node, dataset = %self.manifest.name, "server down; reading its share from other copies");
+            let now = self.now();
+            self.engine.on_node_down(now, node);
+        }
+    }
+
+    /// Send what the engine wants sent: new requests up to the window, and cancels.
+    fn pump(&mut self) -> Result<()> {
+        loop {
+            let now = self.now();
+            let Some(d) = self.engine.poll_send(now)? else { break };
+            let p = *self.engine.piece(d.piece);
+            let msg = Message::Read(ReadReq {
+                stream: self.stream_id,
+                progress: self.engine.progress(),
+                dataset: self.manifest.name.clone(),
+                fragment: p.fragment,
+                block: p.block,
+                start_in_block: p.start_in_block,
+                len: p.len,
+            });
+            let tag = self.next_tag;
+            self.next_tag += 1;
+            let sent = self.client.conn(d.node).and_then(|c| c.send_tagged(&msg, &self.tx, tag));
+            match sent {
+                Ok(request_id) => {
+                    self.outstanding.insert(tag, Outstanding { piece: d.piece, node: d.node, request_id });
+                    self.tag_of.insert((d.piece, d.node), tag);
+                }
+                Err(_) => self.node_down(d.node),
+            }
+        }
+        while let Some(c) = self.engine.poll_cancel() {
+            if let Some(tag) = self.tag_of.get(&(c.piece, c.node))
+                && let Some(o) = self.outstanding.get(tag)
+                && let Ok(conn) = self.client.conn(c.node)
+            {
+                conn.cancel(o.request_id);
+            }
+        }
+        Ok(())
+    }
+
+    /// The next block of the partition, or `None` when all of it has been delivered.
+    pub async fn next(&mut self) -> Result<Option<Block>> {
+        if self.started.is_none() {
+            self.started = Some(Instant::now());
+        }
+        loop {
+            self.pump()?;
+            if self.engine.is_done() {
+                if self.finished.is_none() {
+                    self.finished = Some(Instant::now());
+                }
+                return Ok(None);
+            }
+            let ev = self.rx.recv().await.expect("the stream holds a sender");
+            let Some(o) = self.outstanding.remove(&ev.tag) else { continue };
+            self.tag_of.remove(&(o.piece, o.node));
+            let now = self.now();
+            match ev.result {
+                Ok(Message::ReadOk(ReadOk { crc, data, .. })) => {
+                    let p = *self.engine.piece(o.piece);
+                    if data.len() != p.len as usize || crc32c::crc32c(&data) != crc {
+                        tracing::warn!(node = %o.node, offset = p.dataset_offset, "block damaged in transit; reading it again");
+                        self.engine.on_failure(now, o.piece, o.node, Failure::Corrupt);
+                        continue;
+                    }
+                    if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
+                        self.digest.add(p.dataset_offset, p.len, crc);
+                        return Ok(Some(Block { dataset_offset: p.dataset_offset, data, node: o.node }));
+                    }
+                }
+                Ok(Message::Error(e)) => {
+                    let why = match e.code {
+                        ErrorCode::Cancelled => Failure::Cancelled,
+                        ErrorCode::Corrupt => {
+                            tracing::warn!(node = %o.node, dataset = %self.manifest.name, "{}", e.message);
+                            Failure::Corrupt
+                        }
+                        _ => {
+                            tracing::warn!(node = %o.node, dataset = %self.manifest.name, "{e}; using other copies");
+                            Failure::Unavailable
+                        }
+                    };
+                    self.engine.on_failure(now, o.piece, o.node, why);
+                }
+                Ok(other) => {
+                    return Err(ClientError::Protocol {
+                        node: o.node,
+                        why: format!("unexpected reply kind {:#04x} to a read", other.kind()),
+                    });
+                }
+                Err(_) => self.node_down(o.node),
+            }
+        }
+    }
+
+    pub fn report(&self) -> ReadReport {
+        let seconds = match (self.started, self.finished) {
+            (Some(s), Some(f)) => f.duration_since(s).as_secs_f64(),
+            (Some(s), None) => s.elapsed().as_secs_f64(),
+            _ => 0.0,
+        };
+        ReadReport {
+            policy: self.engine.policy_name().to_string(),
+            bytes: self.engine.done_bytes(),
+            seconds,
+            stats: self.engine.stats().clone(),
+            digest: self.digest,
+        }
+    }
+
+    /// Stop reading: cancel what is still queued at servers. Returns the report.
+    pub fn close(self) -> ReadReport {
+        for o in self.outstanding.values() {
+            if let Ok(c) = self.client.conn(o.node) {
+                c.cancel(o.request_id);
+            }
+        }
+        self.report()
+    }
+
+    pub fn manifest(&self) -> &Arc<Manifest> {
+        &self.manifest
+    }
+}
+
+/// Open one stream per partition (default: one per fragment, consumer i reading fragment i).
+pub fn open_scan(
+    client: &Arc<Client>,
+    manifest: &Arc<Manifest>,
+    partitions: Option<Vec<Partition>>,
+    opts: ReadOptions,
+) -> Result<Vec<ReadStream>> {
+    let parts = partitions.unwrap_or_else(|| manifest.shape.fragment_partitions());
+    parts.into_iter().map(|p| ReadStream::open(client.clone(), manifest.clone(), p, opts)).collect()
+}
