@@ -1,1 +1,18 @@
+//! The `ganges` command, as a library so integration tests can start local clusters and run
+//! benchmarks the way the binary does.
+//!
+//! Modules:
+//! - [`local`]: local clusters of `ganges serve` child processes (and the `local up`
+//!   supervisor).
+//! - [`bench`]: `ganges bench scan` and the demo: policies against the two ideals.
+//! - [`commands`]: what the dataset, scan, fault, model and local subcommands do.
+//! - [`plot`]: SVG and PNG line charts.
+//! - [`util`]: the CLI's error type, progress bars, tables.
+//! - [`sys`]: the process-management system calls.
 
+pub mod bench;
+pub mod commands;
+pub mod local;
+pub mod plot;
+pub mod sys;
+pub mod util;

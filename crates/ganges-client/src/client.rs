@@ -3,11 +3,11 @@
 use crate::cluster::ClusterFile;
 use crate::conn::Connection;
 use crate::error::{ClientError, Result};
+use futures_util::future::join_all;
 use ganges_core::ids::NodeId;
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::manifest::{DatasetName, Manifest};
 use ganges_proto::msg::ErrorCode;
-use futures_util::future::join_all;
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -21,7 +21,10 @@ impl Client {
     /// Connect to every server of the cluster. Servers that cannot be reached are left out
     /// (reads fail over around them); if none can be reached, that is an error.
     pub async fn connect(cluster: ClusterFile) -> Result<Arc<Client>> {
-        let attempts = cluster.servers.iter().map(|s| Connection::connect(s.node, s.addr));
+        let attempts = cluster
+            .servers
+            .iter()
+            .map(|s| Connection::connect(s.node, s.addr));
         let results = join_all(attempts).await;
         let mut conns = Vec::with_capacity(results.len());
         for r in results {
@@ -55,13 +58,18 @@ impl Client {
         match self.conns.get(node.index()) {
             Some(Some(c)) if !c.is_closed() => Ok(c),
             Some(_) => Err(ClientError::NodeDown { node }),
-            None => Err(ClientError::Invalid(format!("{node} is not in the cluster file"))),
+            None => Err(ClientError::Invalid(format!(
+                "{node} is not in the cluster file"
+            ))),
         }
     }
 
     /// Nodes whose connection is up.
     pub fn live_nodes(&self) -> Vec<NodeId> {
-        (0..self.nodes()).map(NodeId).filter(|n| self.conn(*n).is_ok()).collect()
+        (0..self.nodes())
+            .map(NodeId)
+            .filter(|n| self.conn(*n).is_ok())
+            .collect()
     }
 
     /// Require every server up (creating a dataset writes to all of them).
@@ -78,7 +86,11 @@ impl Client {
     }
 
     /// The same control request to many nodes at once; results in the order of `nodes`.
-    pub async fn control_all(&self, nodes: &[NodeId], req: &ControlRequest) -> Vec<(NodeId, Result<ControlReply>)> {
+    pub async fn control_all(
+        &self,
+        nodes: &[NodeId],
+        req: &ControlRequest,
+    ) -> Vec<(NodeId, Result<ControlReply>)> {
         let futs = nodes.iter().map(|&n| {
             let req = req.clone();
             async move { (n, self.control(n, req).await) }

@@ -34,7 +34,10 @@ pub struct Event {
 #[derive(Debug)]
 enum Waiter {
     Once(oneshot::Sender<Result<Message>>),
-    Tagged { tx: mpsc::UnboundedSender<Event>, tag: u64 },
+    Tagged {
+        tx: mpsc::UnboundedSender<Event>,
+        tag: u64,
+    },
 }
 
 impl Waiter {
@@ -78,9 +81,13 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let (rd, mut wr) = stream.into_split();
         let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
-        let hello = Message::Hello(Hello { client: format!("ganges-client/{}", env!("CARGO_PKG_VERSION")) });
+        let hello = Message::Hello(Hello {
+            client: format!("ganges-client/{}", env!("CARGO_PKG_VERSION")),
+        });
         let handshake = async {
-            write_frame(&mut wr, &hello.encode(0)).await.map_err(|e| fail(e.to_string()))?;
+            write_frame(&mut wr, &hello.encode(0))
+                .await
+                .map_err(|e| fail(e.to_string()))?;
             let (h, body) = read_frame(&mut rd)
                 .await
                 .map_err(|e| fail(e.to_string()))?
@@ -92,10 +99,15 @@ impl Connection {
                     ok.node
                 ))),
                 Message::Error(e) => Err(fail(e.to_string())),
-                other => Err(fail(format!("unexpected reply to hello: kind {:#04x}", other.kind()))),
+                other => Err(fail(format!(
+                    "unexpected reply to hello: kind {:#04x}",
+                    other.kind()
+                ))),
             }
         };
-        tokio::time::timeout(CONNECT_TIMEOUT, handshake).await.map_err(|_| fail("hello timed out".into()))??;
+        tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+            .await
+            .map_err(|_| fail("hello timed out".into()))??;
 
         let (tx, mut rx) = mpsc::unbounded_channel::<Encoded>();
         let pending = Arc::new(Mutex::new(Pending::default()));
@@ -120,10 +132,16 @@ impl Connection {
                             // Request id 0 is never used for requests: a connection-level error.
                             break format!("server closed the connection: {msg:?}");
                         }
-                        let waiter = reader_pending.lock().expect("pending lock").waiters.remove(&h.request_id);
+                        let waiter = reader_pending
+                            .lock()
+                            .expect("pending lock")
+                            .waiters
+                            .remove(&h.request_id);
                         match waiter {
                             Some(w) => w.deliver(node, Ok(msg)),
-                            None => tracing::debug!(%node, id = h.request_id, "reply to no request"),
+                            None => {
+                                tracing::debug!(%node, id = h.request_id, "reply to no request")
+                            }
                         }
                     }
                     Ok(None) => break "server closed the connection".to_string(),
@@ -140,7 +158,13 @@ impl Connection {
                 w.deliver(node, Err(ClientError::NodeDown { node }));
             }
         });
-        Ok(Arc::new(Connection { node, addr, tx, pending, next_id: AtomicU64::new(1) }))
+        Ok(Arc::new(Connection {
+            node,
+            addr,
+            tx,
+            pending,
+            next_id: AtomicU64::new(1),
+        }))
     }
 
     pub fn node(&self) -> NodeId {
@@ -165,7 +189,11 @@ impl Connection {
             p.waiters.insert(id, waiter);
         }
         if self.tx.send(msg.encode(id)).is_err() {
-            self.pending.lock().expect("pending lock").waiters.remove(&id);
+            self.pending
+                .lock()
+                .expect("pending lock")
+                .waiters
+                .remove(&id);
             return Err(ClientError::NodeDown { node: self.node });
         }
         Ok(id)
@@ -173,8 +201,19 @@ impl Connection {
 
     /// Send a request whose reply goes to `tx` as an `Event` with `tag`. Returns the
     /// request id (to cancel it).
-    pub fn send_tagged(&self, msg: &Message, tx: &mpsc::UnboundedSender<Event>, tag: u64) -> Result<u64> {
-        self.send(msg, Waiter::Tagged { tx: tx.clone(), tag })
+    pub fn send_tagged(
+        &self,
+        msg: &Message,
+        tx: &mpsc::UnboundedSender<Event>,
+        tag: u64,
+    ) -> Result<u64> {
+        self.send(
+            msg,
+            Waiter::Tagged {
+                tx: tx.clone(),
+                tag,
+            },
+        )
     }
 
     /// Ask the server to drop a queued read. Its reply (data, or a `Cancelled` error) still
@@ -187,17 +226,24 @@ impl Connection {
     pub async fn call(&self, msg: &Message) -> Result<Message> {
         let (tx, rx) = oneshot::channel();
         self.send(msg, Waiter::Once(tx))?;
-        rx.await.unwrap_or(Err(ClientError::NodeDown { node: self.node }))
+        rx.await
+            .unwrap_or(Err(ClientError::NodeDown { node: self.node }))
     }
 
     /// A control request; server errors become `ClientError::Server`.
     pub async fn control(&self, req: ControlRequest) -> Result<ControlReply> {
         match self.call(&Message::Control(req)).await? {
             Message::ControlOk(reply) => Ok(*reply),
-            Message::Error(err) => Err(ClientError::Server { node: self.node, err }),
+            Message::Error(err) => Err(ClientError::Server {
+                node: self.node,
+                err,
+            }),
             other => Err(ClientError::Protocol {
                 node: self.node,
-                why: format!("unexpected reply kind {:#04x} to a control request", other.kind()),
+                why: format!(
+                    "unexpected reply kind {:#04x} to a control request",
+                    other.kind()
+                ),
             }),
         }
     }

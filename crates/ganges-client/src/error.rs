@@ -14,7 +14,11 @@ pub enum ClientError {
     )]
     NoServers { cluster: String, tried: usize },
     #[error("{node} at {addr} is unreachable: {why}")]
-    Connect { node: NodeId, addr: SocketAddr, why: String },
+    Connect {
+        node: NodeId,
+        addr: SocketAddr,
+        why: String,
+    },
     #[error("{node} is down (its connection is closed)")]
     NodeDown { node: NodeId },
     #[error("{node}: {err}")]
@@ -34,7 +38,11 @@ pub enum ClientError {
     #[error("cluster file {path}: {why}")]
     Cluster { path: String, why: String },
     #[error("`{name}`: delivered digest {got} differs from the dataset's {expected}")]
-    DigestMismatch { name: DatasetName, expected: Digest, got: Digest },
+    DigestMismatch {
+        name: DatasetName,
+        expected: Digest,
+        got: Digest,
+    },
     #[error("{0}")]
     Invalid(String),
 }

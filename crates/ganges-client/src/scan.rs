@@ -17,7 +17,9 @@ use crate::error::{ClientError, Result};
 use bytes::Bytes;
 use ganges_core::digest::Digest;
 use ganges_core::ids::NodeId;
-use ganges_core::route::{Delivery, Failure, ReadEngine, ReadPolicyKind, ReadStats, WINDOW_DEFAULT};
+use ganges_core::route::{
+    Delivery, Failure, ReadEngine, ReadPolicyKind, ReadStats, WINDOW_DEFAULT,
+};
 use ganges_core::shape::Partition;
 use ganges_core::time::Time;
 use ganges_proto::manifest::Manifest;
@@ -37,7 +39,10 @@ pub struct ReadOptions {
 
 impl Default for ReadOptions {
     fn default() -> Self {
-        ReadOptions { policy: ReadPolicyKind::Gd, window: WINDOW_DEFAULT }
+        ReadOptions {
+            policy: ReadPolicyKind::Gd,
+            window: WINDOW_DEFAULT,
+        }
     }
 }
 
@@ -89,7 +94,12 @@ pub struct ReadStream {
 
 impl ReadStream {
     /// Prepare to read `partition` of the dataset. Nothing is sent until the first `next`.
-    pub fn open(client: Arc<Client>, manifest: Arc<Manifest>, partition: Partition, opts: ReadOptions) -> Result<ReadStream> {
+    pub fn open(
+        client: Arc<Client>,
+        manifest: Arc<Manifest>,
+        partition: Partition,
+        opts: ReadOptions,
+    ) -> Result<ReadStream> {
         let pieces = manifest.shape.pieces(partition)?;
         let engine = ReadEngine::new(opts.policy.build(), &manifest.layout, pieces, opts.window)?;
         let (tx, rx) = mpsc::unbounded_channel();
@@ -133,7 +143,9 @@ impl ReadStream {
     fn pump(&mut self) -> Result<()> {
         loop {
             let now = self.now();
-            let Some(d) = self.engine.poll_send(now)? else { break };
+            let Some(d) = self.engine.poll_send(now)? else {
+                break;
+            };
             let p = *self.engine.piece(d.piece);
             let msg = Message::Read(ReadReq {
                 stream: self.stream_id,
@@ -146,10 +158,20 @@ impl ReadStream {
             });
             let tag = self.next_tag;
             self.next_tag += 1;
-            let sent = self.client.conn(d.node).and_then(|c| c.send_tagged(&msg, &self.tx, tag));
+            let sent = self
+                .client
+                .conn(d.node)
+                .and_then(|c| c.send_tagged(&msg, &self.tx, tag));
             match sent {
                 Ok(request_id) => {
-                    self.outstanding.insert(tag, Outstanding { piece: d.piece, node: d.node, request_id });
+                    self.outstanding.insert(
+                        tag,
+                        Outstanding {
+                            piece: d.piece,
+                            node: d.node,
+                            request_id,
+                        },
+                    );
                     self.tag_of.insert((d.piece, d.node), tag);
                 }
                 Err(_) => self.node_down(d.node),
@@ -180,7 +202,9 @@ impl ReadStream {
                 return Ok(None);
             }
             let ev = self.rx.recv().await.expect("the stream holds a sender");
-            let Some(o) = self.outstanding.remove(&ev.tag) else { continue };
+            let Some(o) = self.outstanding.remove(&ev.tag) else {
+                continue;
+            };
             self.tag_of.remove(&(o.piece, o.node));
             let now = self.now();
             match ev.result {
@@ -188,12 +212,17 @@ impl ReadStream {
                     let p = *self.engine.piece(o.piece);
                     if data.len() != p.len as usize || crc32c::crc32c(&data) != crc {
                         tracing::warn!(node = %o.node, offset = p.dataset_offset, "block damaged in transit; reading it again");
-                        self.engine.on_failure(now, o.piece, o.node, Failure::Corrupt);
+                        self.engine
+                            .on_failure(now, o.piece, o.node, Failure::Corrupt);
                         continue;
                     }
                     if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
                         self.digest.add(p.dataset_offset, p.len, crc);
-                        return Ok(Some(Block { dataset_offset: p.dataset_offset, data, node: o.node }));
+                        return Ok(Some(Block {
+                            dataset_offset: p.dataset_offset,
+                            data,
+                            node: o.node,
+                        }));
                     }
                 }
                 Ok(Message::Error(e)) => {
@@ -259,5 +288,8 @@ pub fn open_scan(
     opts: ReadOptions,
 ) -> Result<Vec<ReadStream>> {
     let parts = partitions.unwrap_or_else(|| manifest.shape.fragment_partitions());
-    parts.into_iter().map(|p| ReadStream::open(client.clone(), manifest.clone(), p, opts)).collect()
+    parts
+        .into_iter()
+        .map(|p| ReadStream::open(client.clone(), manifest.clone(), p, opts))
+        .collect()
 }

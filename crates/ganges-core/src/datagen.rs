@@ -123,7 +123,10 @@ mod tests {
     /// Any range, generated alone, equals the same range cut from a larger generation.
     #[test]
     fn ranges_are_independent_of_how_they_are_cut() {
-        for g in [Generator::Random { seed: 7 }, Generator::Records { seed: 7 }] {
+        for g in [
+            Generator::Random { seed: 7 },
+            Generator::Records { seed: 7 },
+        ] {
             let mut whole = vec![0u8; 1000];
             g.fill(13, &mut whole);
             for (lo, hi) in [(0, 1), (3, 17), (100, 101), (199, 400), (987, 1000)] {

@@ -80,7 +80,9 @@ impl Layout {
 
     /// The nodes holding `fragment`, primary copy first.
     pub fn holders(&self, fragment: FragmentId) -> Vec<NodeId> {
-        (0..self.replicas()).map(|c| self.node_of(fragment, c)).collect()
+        (0..self.replicas())
+            .map(|c| self.node_of(fragment, c))
+            .collect()
     }
 
     /// Which copy of `fragment` lives on `node`, if any.
@@ -107,7 +109,10 @@ mod tests {
         assert_eq!(l.holders(FragmentId(0)), vec![NodeId(0), NodeId(1)]);
         assert_eq!(l.holders(FragmentId(3)), vec![NodeId(3), NodeId(0)]);
         // Each node stores its own primary and its left neighbour's backup.
-        assert_eq!(l.copies_on(NodeId(0), 4), vec![(FragmentId(0), 0), (FragmentId(3), 1)]);
+        assert_eq!(
+            l.copies_on(NodeId(0), 4),
+            vec![(FragmentId(0), 0), (FragmentId(3), 1)]
+        );
     }
 
     #[test]
@@ -138,7 +143,13 @@ mod tests {
     fn invalid_layouts_are_refused() {
         assert_eq!(Layout::chained(0, 1), Err(LayoutError::NoNodes));
         assert_eq!(Layout::chained(4, 5), Err(LayoutError::Replicas(5)));
-        assert_eq!(Layout::chained(2, 3), Err(LayoutError::TooFewNodes { replicas: 3, nodes: 2 }));
+        assert_eq!(
+            Layout::chained(2, 3),
+            Err(LayoutError::TooFewNodes {
+                replicas: 3,
+                nodes: 2
+            })
+        );
         assert_eq!(Layout::chained(4, 0), Err(LayoutError::Replicas(0)));
     }
 }

@@ -20,10 +20,10 @@
 //! - [`route`]: client-side read routing (GD-8 static, GD-1 basic GD, GD-2 relative GD).
 //! - [`ideal`]: the two ideals, MOD-1 (River's model) and MOD-2 (layout-aware max-flow).
 
+pub mod datagen;
 pub mod digest;
 pub mod disk;
 pub mod fault;
-pub mod datagen;
 pub mod ideal;
 pub mod ids;
 pub mod layout;

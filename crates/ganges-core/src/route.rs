@@ -52,8 +52,11 @@ pub enum ReadPolicyKind {
 }
 
 impl ReadPolicyKind {
-    pub const ALL: [ReadPolicyKind; 3] =
-        [ReadPolicyKind::Static, ReadPolicyKind::Gd, ReadPolicyKind::GdRel];
+    pub const ALL: [ReadPolicyKind; 3] = [
+        ReadPolicyKind::Static,
+        ReadPolicyKind::Gd,
+        ReadPolicyKind::GdRel,
+    ];
 
     pub fn build(self) -> Box<dyn RoutePolicy> {
         match self {
@@ -79,7 +82,9 @@ impl FromStr for ReadPolicyKind {
             "static" => Ok(ReadPolicyKind::Static),
             "gd" => Ok(ReadPolicyKind::Gd),
             "gd-rel" => Ok(ReadPolicyKind::GdRel),
-            _ => Err(format!("unknown read policy `{s}` (use static, gd or gd-rel)")),
+            _ => Err(format!(
+                "unknown read policy `{s}` (use static, gd or gd-rel)"
+            )),
         }
     }
 }
@@ -152,7 +157,11 @@ pub struct Graduated {
 
 impl Graduated {
     pub fn new(metric: ProgressMetric) -> Graduated {
-        Graduated { metric, pulls: VecDeque::new(), round_robin: 0 }
+        Graduated {
+            metric,
+            pulls: VecDeque::new(),
+            round_robin: 0,
+        }
     }
 }
 
@@ -216,7 +225,10 @@ pub enum Delivery {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
     #[error("no live server holds {fragment} any more (copies on {holders:?} are down or corrupt)")]
-    NoLiveCopy { fragment: FragmentId, holders: Vec<NodeId> },
+    NoLiveCopy {
+        fragment: FragmentId,
+        holders: Vec<NodeId>,
+    },
     #[error("a window of {0} requests is out of range 1..={WINDOW_MAX}")]
     Window(u32),
 }
@@ -286,7 +298,9 @@ impl ReadEngine {
         }
         let mut holders = BTreeMap::new();
         for p in &pieces {
-            holders.entry(p.fragment).or_insert_with(|| layout.holders(p.fragment));
+            holders
+                .entry(p.fragment)
+                .or_insert_with(|| layout.holders(p.fragment));
         }
         let total_bytes = pieces.iter().map(|p| p.len as u64).sum();
         Ok(ReadEngine {
@@ -419,11 +433,21 @@ impl ReadEngine {
         let live = self.live_holders(piece);
         if live.is_empty() {
             let fragment = self.pieces[piece].fragment;
-            return Err(RouteError::NoLiveCopy { fragment, holders: self.holders[&fragment].clone() });
+            return Err(RouteError::NoLiveCopy {
+                fragment,
+                holders: self.holders[&fragment].clone(),
+            });
         }
-        let view = RouteView { now, outstanding: &self.outstanding };
+        let view = RouteView {
+            now,
+            outstanding: &self.outstanding,
+        };
         let node = self.policy.pick(&view, &live);
-        assert!(live.contains(&node), "policy {} picked a non-holder", self.policy.name());
+        assert!(
+            live.contains(&node),
+            "policy {} picked a non-holder",
+            self.policy.name()
+        );
         self.mark_sent(piece, node);
         Ok(Some(Dispatch { piece, node }))
     }
@@ -436,7 +460,10 @@ impl ReadEngine {
     /// Data for `piece` came back from `node` (its checksum already verified).
     pub fn on_data(&mut self, now: Time, piece: usize, node: NodeId) -> Delivery {
         let known = self.release(piece, node);
-        assert!(known, "data for piece {piece} from {node}, which was never asked for it");
+        assert!(
+            known,
+            "data for piece {piece} from {node}, which was never asked for it"
+        );
         if self.state[piece] == PieceState::Done {
             self.stats.duplicates += 1;
             return Delivery::Duplicate;
@@ -447,7 +474,10 @@ impl ReadEngine {
         let p = self.pieces[piece];
         self.done_pieces += 1;
         self.done_bytes += p.len as u64;
-        let copy = self.holders[&p.fragment].iter().position(|n| *n == node).expect("holder");
+        let copy = self.holders[&p.fragment]
+            .iter()
+            .position(|n| *n == node)
+            .expect("holder");
         self.stats.bytes_by_copy[copy] += p.len as u64;
         self.policy.on_reply(now, node);
         self.maybe_steal(node);
@@ -462,7 +492,9 @@ impl ReadEngine {
         match why {
             Failure::Cancelled => {}
             Failure::Corrupt => {
-                self.stats.corrupt.push((self.pieces[piece].dataset_offset, node));
+                self.stats
+                    .corrupt
+                    .push((self.pieces[piece].dataset_offset, node));
                 self.bad.insert((piece, node));
             }
             Failure::Unavailable => {
@@ -502,7 +534,9 @@ impl ReadEngine {
         // The piece requested last at the most loaded other server: it will be served last.
         let mut best: Option<(u32, usize, NodeId)> = None;
         for i in (0..self.pieces.len()).rev() {
-            let PieceState::InFlight(nodes) = &self.state[i] else { continue };
+            let PieceState::InFlight(nodes) = &self.state[i] else {
+                continue;
+            };
             if nodes.len() != 1 || nodes[0] == node || self.bad.contains(&(i, node)) {
                 continue;
             }
@@ -530,10 +564,20 @@ impl ReadEngine {
         let listed: usize = self
             .state
             .iter()
-            .map(|s| if let PieceState::InFlight(n) = s { n.len() } else { 0 })
+            .map(|s| {
+                if let PieceState::InFlight(n) = s {
+                    n.len()
+                } else {
+                    0
+                }
+            })
             .sum();
         assert!(listed as u32 <= self.inflight);
-        let done = self.state.iter().filter(|s| **s == PieceState::Done).count();
+        let done = self
+            .state
+            .iter()
+            .filter(|s| **s == PieceState::Done)
+            .count();
         assert_eq!(done, self.done_pieces);
         assert!(self.done_bytes <= self.total_bytes);
     }
@@ -544,7 +588,13 @@ mod tests {
     use super::*;
     use crate::shape::{Partition, Shape};
 
-    fn engine(kind: ReadPolicyKind, nodes: u32, replicas: u32, fragment: u32, blocks: u64) -> ReadEngine {
+    fn engine(
+        kind: ReadPolicyKind,
+        nodes: u32,
+        replicas: u32,
+        fragment: u32,
+        blocks: u64,
+    ) -> ReadEngine {
         let shape = Shape::uniform(nodes, blocks * 4096, 4096).unwrap();
         let layout = Layout::chained(nodes, replicas).unwrap();
         let part = shape.fragment_partitions()[fragment as usize];
@@ -569,7 +619,9 @@ mod tests {
         while !e.is_done() {
             let s = sends_pending(&mut e);
             assert_eq!(e.on_data(Time::ZERO, s.piece, s.node), Delivery::New);
-            drain(&mut e).iter().for_each(|s| assert_eq!(s.node, NodeId(1)));
+            drain(&mut e)
+                .iter()
+                .for_each(|s| assert_eq!(s.node, NodeId(1)));
             e.assert_invariants();
         }
         assert_eq!(e.stats().backup_bytes(), 0);
@@ -580,8 +632,13 @@ mod tests {
         let i = (0..e.pieces.len())
             .find(|&i| matches!(e.state[i], PieceState::InFlight(_)))
             .expect("something in flight");
-        let PieceState::InFlight(n) = &e.state[i] else { unreachable!() };
-        Dispatch { piece: i, node: n[0] }
+        let PieceState::InFlight(n) = &e.state[i] else {
+            unreachable!()
+        };
+        Dispatch {
+            piece: i,
+            node: n[0],
+        }
     }
 
     #[test]
@@ -647,7 +704,13 @@ mod tests {
         e.on_node_down(Time::ZERO, NodeId(0));
         e.on_node_down(Time::ZERO, NodeId(1));
         let err = e.poll_send(Time::ZERO).unwrap_err();
-        assert!(matches!(err, RouteError::NoLiveCopy { fragment: FragmentId(0), .. }));
+        assert!(matches!(
+            err,
+            RouteError::NoLiveCopy {
+                fragment: FragmentId(0),
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -656,7 +719,13 @@ mod tests {
         let sends = drain(&mut e);
         e.on_failure(Time::ZERO, sends[0].piece, NodeId(0), Failure::Corrupt);
         let again = drain(&mut e);
-        assert_eq!(again, vec![Dispatch { piece: sends[0].piece, node: NodeId(1) }]);
+        assert_eq!(
+            again,
+            vec![Dispatch {
+                piece: sends[0].piece,
+                node: NodeId(1)
+            }]
+        );
         assert_eq!(e.stats().corrupt.len(), 1);
     }
 
@@ -669,8 +738,20 @@ mod tests {
         e.on_data(Time::ZERO, sends[1].piece, NodeId(1));
         e.on_data(Time::ZERO, sends[3].piece, NodeId(1));
         let steal = drain(&mut e);
-        assert_eq!(steal, vec![Dispatch { piece: 2, node: NodeId(1) }]);
-        assert_eq!(e.poll_cancel(), Some(Dispatch { piece: 2, node: NodeId(0) }));
+        assert_eq!(
+            steal,
+            vec![Dispatch {
+                piece: 2,
+                node: NodeId(1)
+            }]
+        );
+        assert_eq!(
+            e.poll_cancel(),
+            Some(Dispatch {
+                piece: 2,
+                node: NodeId(0)
+            })
+        );
         // The cancel lost the race: node 0 sends piece 2 anyway, then node 1 does too.
         assert_eq!(e.on_data(Time::ZERO, 2, NodeId(0)), Delivery::New);
         assert_eq!(e.on_data(Time::ZERO, 2, NodeId(1)), Delivery::Duplicate);
@@ -685,7 +766,12 @@ mod tests {
     fn windows_are_bounded() {
         let shape = Shape::uniform(2, 4096, 4096).unwrap();
         let layout = Layout::chained(2, 2).unwrap();
-        let pieces = shape.pieces(Partition { offset: 0, len: 4096 }).unwrap();
+        let pieces = shape
+            .pieces(Partition {
+                offset: 0,
+                len: 4096,
+            })
+            .unwrap();
         let err = ReadEngine::new(ReadPolicyKind::Gd.build(), &layout, pieces, 0);
         assert_eq!(err.unwrap_err(), RouteError::Window(0));
     }

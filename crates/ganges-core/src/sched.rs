@@ -111,7 +111,9 @@ impl FromStr for SchedulerKind {
         match s {
             "fifo" => Ok(SchedulerKind::Fifo),
             "furthest-behind" | "progress" => Ok(SchedulerKind::FurthestBehind),
-            _ => Err(format!("unknown scheduler `{s}` (use fifo or furthest-behind)")),
+            _ => Err(format!(
+                "unknown scheduler `{s}` (use fifo or furthest-behind)"
+            )),
         }
     }
 }
@@ -174,7 +176,10 @@ impl FurthestBehind {
     pub fn assert_invariants(&self) {
         let queued: usize = self.streams.values().map(|s| s.jobs.len()).sum();
         assert_eq!(queued, self.where_is.len());
-        assert!(self.streams.values().all(|s| !s.jobs.is_empty()), "no empty stream kept");
+        assert!(
+            self.streams.values().all(|s| !s.jobs.is_empty()),
+            "no empty stream kept"
+        );
     }
 }
 
@@ -188,15 +193,23 @@ impl Scheduler for FurthestBehind {
         let q = self
             .streams
             .entry(job.stream)
-            .or_insert_with(|| StreamQueue { jobs: VecDeque::new(), progress_key: key });
+            .or_insert_with(|| StreamQueue {
+                jobs: VecDeque::new(),
+                progress_key: key,
+            });
         q.progress_key = q.progress_key.max(key);
         q.jobs.push_back(job);
         self.where_is.insert(job.id, job.stream);
     }
 
     fn remove(&mut self, id: JobId) -> bool {
-        let Some(stream) = self.where_is.remove(&id) else { return false };
-        let q = self.streams.get_mut(&stream).expect("where_is names a live stream");
+        let Some(stream) = self.where_is.remove(&id) else {
+            return false;
+        };
+        let q = self
+            .streams
+            .get_mut(&stream)
+            .expect("where_is names a live stream");
         q.jobs.retain(|j| j.id != id);
         if q.jobs.is_empty() {
             self.streams.remove(&stream);
@@ -249,13 +262,24 @@ impl Scheduler for FurthestBehind {
 mod tests {
     use super::*;
 
-    fn job(id: JobId, stream: u64, file: FileKey, done: u64, total: u64, metric: ProgressMetric) -> Job {
+    fn job(
+        id: JobId,
+        stream: u64,
+        file: FileKey,
+        done: u64,
+        total: u64,
+        metric: ProgressMetric,
+    ) -> Job {
         Job {
             id,
             stream: StreamKey { conn: 1, stream },
             file,
             bytes: 10,
-            progress: Progress { done_bytes: done, total_bytes: total, metric },
+            progress: Progress {
+                done_bytes: done,
+                total_bytes: total,
+                metric,
+            },
             arrival: Time(id),
         }
     }

@@ -28,7 +28,13 @@ pub enum ControlRequest {
     /// Open a staging folder for this node's copies of a new dataset.
     Stage { txid: u64, manifest: Manifest },
     /// Generate blocks `[block_from, block_to)` of this node's copy of `fragment`.
-    Generate { txid: u64, name: DatasetName, fragment: FragmentId, block_from: u32, block_to: u32 },
+    Generate {
+        txid: u64,
+        name: DatasetName,
+        fragment: FragmentId,
+        block_from: u32,
+        block_to: u32,
+    },
     /// Make the staged copies durable and write the final manifest beside them.
     Prepare { txid: u64, manifest: Manifest },
     /// Make the dataset visible (rename staging to its name).
@@ -41,7 +47,11 @@ pub enum ControlRequest {
     Verify { name: DatasetName },
     /// The stored per-block checksums of this node's copy of a fragment (committed, or the
     /// staging copy of `txid`).
-    Checksums { name: DatasetName, fragment: FragmentId, txid: Option<u64> },
+    Checksums {
+        name: DatasetName,
+        fragment: FragmentId,
+        txid: Option<u64>,
+    },
 }
 
 impl ControlRequest {

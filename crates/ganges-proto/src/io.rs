@@ -23,7 +23,11 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     while got < HEADER_BYTES {
         let n = r.read(&mut h[got..]).await?;
         if n == 0 {
-            return if got == 0 { Ok(None) } else { Err(ProtoError::Truncated) };
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(ProtoError::Truncated)
+            };
         }
         got += n;
     }
@@ -63,14 +67,19 @@ mod tests {
         let send = m.clone();
         tokio::spawn(async move {
             write_frame(&mut a, &send.encode(42)).await.unwrap();
-            write_frame(&mut a, &Message::Cancel.encode(43)).await.unwrap();
+            write_frame(&mut a, &Message::Cancel.encode(43))
+                .await
+                .unwrap();
         });
         let (h, body) = read_frame(&mut b).await.unwrap().unwrap();
         assert_eq!(h.request_id, 42);
         assert_eq!(Message::decode(&h, body).unwrap(), m);
         let (h, _) = read_frame(&mut b).await.unwrap().unwrap();
         assert_eq!(h.request_id, 43);
-        assert!(read_frame(&mut b).await.unwrap().is_none(), "clean end of stream");
+        assert!(
+            read_frame(&mut b).await.unwrap().is_none(),
+            "clean end of stream"
+        );
     }
 
     #[tokio::test]
@@ -80,6 +89,9 @@ mod tests {
         tokio::spawn(async move {
             a.write_all(&enc[..10]).await.unwrap();
         });
-        assert!(matches!(read_frame(&mut b).await, Err(ProtoError::Truncated)));
+        assert!(matches!(
+            read_frame(&mut b).await,
+            Err(ProtoError::Truncated)
+        ));
     }
 }

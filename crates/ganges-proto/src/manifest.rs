@@ -40,8 +40,13 @@ impl FromStr for DatasetName {
         let ok = !s.is_empty()
             && s.len() <= NAME_MAX
             && !s.starts_with(['.', '-'])
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-        if ok { Ok(DatasetName(s.to_string())) } else { Err(BadName(s.to_string())) }
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if ok {
+            Ok(DatasetName(s.to_string()))
+        } else {
+            Err(BadName(s.to_string()))
+        }
     }
 }
 
@@ -80,7 +85,10 @@ pub enum Content {
 pub enum RecordFormat {
     Bytes,
     /// Fixed-size records with a key at the front (the sort-benchmark format: 100 and 10).
-    Fixed { record_bytes: u32, key_bytes: u32 },
+    Fixed {
+        record_bytes: u32,
+        key_bytes: u32,
+    },
 }
 
 /// The life of a dataset. Only `Complete` datasets exist in this release; writes with

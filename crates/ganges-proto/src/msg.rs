@@ -236,7 +236,10 @@ fn put_name(b: &mut BytesMut, name: &DatasetName) {
 
 fn json<T: Serialize>(v: &T) -> Bytes {
     let body = serde_json::to_vec(v).expect("control messages always serialise");
-    assert!(body.len() <= CONTROL_BODY_MAX, "control body over the limit");
+    assert!(
+        body.len() <= CONTROL_BODY_MAX,
+        "control body over the limit"
+    );
     Bytes::from(body)
 }
 
@@ -297,10 +300,18 @@ impl Message {
         }
         let mut head = BytesMut::with_capacity(HEADER_BYTES + fields.len());
         let mut h = [0u8; HEADER_BYTES];
-        FrameHeader::write(self.kind(), request_id, fields.len() + payload.len(), &mut h);
+        FrameHeader::write(
+            self.kind(),
+            request_id,
+            fields.len() + payload.len(),
+            &mut h,
+        );
         head.put_slice(&h);
         head.put_slice(&fields);
-        Encoded { head: head.freeze(), payload }
+        Encoded {
+            head: head.freeze(),
+            payload,
+        }
     }
 
     /// Decode a frame body. Never panics, whatever the bytes.
@@ -327,7 +338,12 @@ impl Message {
                 let metric = match b.get_u8() {
                     0 => ProgressMetric::Bytes,
                     1 => ProgressMetric::Fraction,
-                    m => return Err(ProtoError::malformed("read", format!("progress metric {m}"))),
+                    m => {
+                        return Err(ProtoError::malformed(
+                            "read",
+                            format!("progress metric {m}"),
+                        ));
+                    }
                 };
                 let fragment = FragmentId(b.get_u32_le());
                 let block = b.get_u32_le();
@@ -340,7 +356,11 @@ impl Message {
                 }
                 Message::Read(ReadReq {
                     stream,
-                    progress: Progress { done_bytes, total_bytes, metric },
+                    progress: Progress {
+                        done_bytes,
+                        total_bytes,
+                        metric,
+                    },
                     dataset,
                     fragment,
                     block,
@@ -353,7 +373,12 @@ impl Message {
                 let crc = b.get_u32_le();
                 let queue_len = b.get_u32_le();
                 let service_us = b.get_u32_le();
-                Message::ReadOk(ReadOk { crc, queue_len, service_us, data: b })
+                Message::ReadOk(ReadOk {
+                    crc,
+                    queue_len,
+                    service_us,
+                    data: b,
+                })
             }
             kind::WRITE => {
                 need("write", &b, 21)?;
@@ -362,7 +387,14 @@ impl Message {
                 let block = b.get_u32_le();
                 let crc = b.get_u32_le();
                 let dataset = get_name("write", &mut b)?;
-                Message::Write(WriteReq { txid, dataset, fragment, block, crc, data: b })
+                Message::Write(WriteReq {
+                    txid,
+                    dataset,
+                    fragment,
+                    block,
+                    crc,
+                    data: b,
+                })
             }
             kind::ERROR => {
                 need("error", &b, 2)?;
@@ -381,14 +413,20 @@ impl Message {
 
 fn need(what: &'static str, b: &Bytes, n: usize) -> Result<(), ProtoError> {
     if b.len() < n {
-        return Err(ProtoError::malformed(what, format!("{} bytes, need {n}", b.len())));
+        return Err(ProtoError::malformed(
+            what,
+            format!("{} bytes, need {n}", b.len()),
+        ));
     }
     Ok(())
 }
 
 fn empty(what: &'static str, b: &Bytes) -> Result<(), ProtoError> {
     if !b.is_empty() {
-        return Err(ProtoError::malformed(what, format!("{} unexpected trailing bytes", b.len())));
+        return Err(ProtoError::malformed(
+            what,
+            format!("{} unexpected trailing bytes", b.len()),
+        ));
     }
     Ok(())
 }
@@ -398,13 +436,18 @@ fn get_name(what: &'static str, b: &mut Bytes) -> Result<DatasetName, ProtoError
     let n = b.get_u8() as usize;
     need(what, b, n)?;
     let raw = b.split_to(n);
-    let s = std::str::from_utf8(&raw).map_err(|_| ProtoError::malformed(what, "name is not UTF-8"))?;
-    s.parse().map_err(|e: crate::manifest::BadName| ProtoError::malformed(what, e.to_string()))
+    let s =
+        std::str::from_utf8(&raw).map_err(|_| ProtoError::malformed(what, "name is not UTF-8"))?;
+    s.parse()
+        .map_err(|e: crate::manifest::BadName| ProtoError::malformed(what, e.to_string()))
 }
 
 fn from_json<T: for<'de> Deserialize<'de>>(what: &'static str, b: &Bytes) -> Result<T, ProtoError> {
     if b.len() > CONTROL_BODY_MAX {
-        return Err(ProtoError::TooLarge { len: b.len(), max: CONTROL_BODY_MAX });
+        return Err(ProtoError::TooLarge {
+            len: b.len(),
+            max: CONTROL_BODY_MAX,
+        });
     }
     serde_json::from_slice(b).map_err(|e| ProtoError::malformed(what, e.to_string()))
 }
@@ -441,12 +484,26 @@ mod tests {
                 node: NodeId(n),
                 server_version: v
             })),
-            (any::<u64>(), any::<u64>(), any::<u64>(), metric(), name(), any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>())
+            (
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                metric(),
+                name(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>()
+            )
                 .prop_map(|(stream, a, b, metric, dataset, f, block, start, len)| {
                     let (done_bytes, total_bytes) = (a.min(b), a.max(b));
                     Message::Read(ReadReq {
                         stream,
-                        progress: Progress { done_bytes, total_bytes, metric },
+                        progress: Progress {
+                            done_bytes,
+                            total_bytes,
+                            metric,
+                        },
                         dataset,
                         fragment: FragmentId(f),
                         block,
@@ -456,28 +513,47 @@ mod tests {
                 }),
             Just(Message::Cancel),
             Just(Message::WriteOk),
-            (any::<u32>(), any::<u32>(), any::<u32>(), data.clone())
-                .prop_map(|(crc, q, s, data)| Message::ReadOk(ReadOk { crc, queue_len: q, service_us: s, data })),
-            (any::<u64>(), name(), any::<u32>(), any::<u32>(), any::<u32>(), data)
-                .prop_map(|(txid, dataset, f, block, crc, data)| Message::Write(WriteReq {
-                    txid,
-                    dataset,
-                    fragment: FragmentId(f),
-                    block,
+            (any::<u32>(), any::<u32>(), any::<u32>(), data.clone()).prop_map(
+                |(crc, q, s, data)| Message::ReadOk(ReadOk {
                     crc,
+                    queue_len: q,
+                    service_us: s,
                     data
-                })),
-            (any::<u16>(), "[ -~]{0,100}").prop_map(|(c, m)| {
-                Message::Error(WireError::new(ErrorCode::from_u16(c), m))
-            }),
+                })
+            ),
+            (
+                any::<u64>(),
+                name(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>(),
+                data
+            )
+                .prop_map(|(txid, dataset, f, block, crc, data)| Message::Write(
+                    WriteReq {
+                        txid,
+                        dataset,
+                        fragment: FragmentId(f),
+                        block,
+                        crc,
+                        data
+                    }
+                )),
+            (any::<u16>(), "[ -~]{0,100}")
+                .prop_map(|(c, m)| { Message::Error(WireError::new(ErrorCode::from_u16(c), m)) }),
             (name(), prop::option::of(0.01f64..1.0)).prop_map(|(n, f)| Message::Control(
                 if f.is_some() {
-                    ControlRequest::SetFault { fault: f.map(|factor| Fault::Factor { factor }) }
+                    ControlRequest::SetFault {
+                        fault: f.map(|factor| Fault::Factor { factor }),
+                    }
                 } else {
                     ControlRequest::Remove { name: n }
                 }
             )),
-            Just(Message::ControlOk(Box::new(ControlReply::Removed { committed: true, staging: 2 }))),
+            Just(Message::ControlOk(Box::new(ControlReply::Removed {
+                committed: true,
+                staging: 2
+            }))),
         ]
     }
 
@@ -515,7 +591,11 @@ mod tests {
     fn bad_names_and_metrics_are_rejected() {
         let r = Message::Read(ReadReq {
             stream: 1,
-            progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
+            progress: Progress {
+                done_bytes: 0,
+                total_bytes: 1,
+                metric: ProgressMetric::Bytes,
+            },
             dataset: "ok".parse().unwrap(),
             fragment: FragmentId(0),
             block: 0,

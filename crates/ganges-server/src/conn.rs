@@ -105,15 +105,27 @@ pub async fn handle(shared: Arc<Shared>, stream: TcpStream, conn: u64) {
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_loop(wr, rx));
-    let outbox = Outbox { tx, inflight: Arc::new(AtomicU32::new(0)) };
+    let outbox = Outbox {
+        tx,
+        inflight: Arc::new(AtomicU32::new(0)),
+    };
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
-    let result = read_loop(&shared, BufReader::with_capacity(READ_BUFFER_BYTES, rd), &outbox, conn).await;
+    let result = read_loop(
+        &shared,
+        BufReader::with_capacity(READ_BUFFER_BYTES, rd),
+        &outbox,
+        conn,
+    )
+    .await;
     let dropped = shared.disk.lock().expect("disk lock").drop_connection(conn);
     shared.counters.connections.fetch_sub(1, Ordering::Relaxed);
     if let Err(e) = result {
         tracing::debug!(?peer, %e, dropped, "closing connection");
         if let Some(w) = e.wire() {
-            shared.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            shared
+                .counters
+                .protocol_errors
+                .fetch_add(1, Ordering::Relaxed);
             outbox.send(0, Message::Error(w));
             let _ = outbox.tx.send(Outgoing::Close);
         }
@@ -144,16 +156,24 @@ async fn read_loop(
 ) -> Result<(), ConnError> {
     let mut greeted = false;
     loop {
-        let Some((header, body)) = read_frame(&mut rd).await? else { return Ok(()) };
+        let Some((header, body)) = read_frame(&mut rd).await? else {
+            return Ok(());
+        };
         if !kind::from_client(header.kind) {
-            return Err(ConnError::Violation(format!("kind {:#04x} is only sent by servers", header.kind)));
+            return Err(ConnError::Violation(format!(
+                "kind {:#04x} is only sent by servers",
+                header.kind
+            )));
         }
         let msg = Message::decode(&header, body)?;
         let id = header.request_id;
         match msg {
             Message::Hello(_) if !greeted => {
                 greeted = true;
-                let hello = HelloOk { node: shared.config.node, server_version: crate::VERSION.to_string() };
+                let hello = HelloOk {
+                    node: shared.config.node,
+                    server_version: crate::VERSION.to_string(),
+                };
                 outbox.send(id, Message::HelloOk(hello));
             }
             Message::Hello(_) => return Err(ConnError::Violation("a second hello".into())),
@@ -195,7 +215,11 @@ async fn read_loop(
                     outbox.reply(id, reply);
                 });
             }
-            Message::HelloOk(_) | Message::ReadOk(_) | Message::WriteOk | Message::ControlOk(_) | Message::Error(_) => {
+            Message::HelloOk(_)
+            | Message::ReadOk(_)
+            | Message::WriteOk
+            | Message::ControlOk(_)
+            | Message::Error(_) => {
                 unreachable!("server-only kinds are refused before decoding")
             }
         }
@@ -213,13 +237,25 @@ fn store_error(e: StoreError) -> Message {
     Message::Error(WireError::new(e.code(), e.to_string()))
 }
 
-fn enqueue_read(shared: &Arc<Shared>, outbox: &Outbox, conn: u64, id: u64, r: ReadReq) -> Result<(), Message> {
+fn enqueue_read(
+    shared: &Arc<Shared>,
+    outbox: &Outbox,
+    conn: u64,
+    id: u64,
+    r: ReadReq,
+) -> Result<(), Message> {
     let ds = shared.store.dataset(&r.dataset).map_err(store_error)?;
-    shared.store.check_read(&ds, r.fragment, r.block, r.start_in_block, r.len).map_err(store_error)?;
+    shared
+        .store
+        .check_read(&ds, r.fragment, r.block, r.start_in_block, r.len)
+        .map_err(store_error)?;
     let copy = ds.copy(r.fragment).map_err(store_error)?;
     let job = Job {
         id: 0,
-        stream: StreamKey { conn, stream: r.stream },
+        stream: StreamKey {
+            conn,
+            stream: r.stream,
+        },
         file: copy.key,
         bytes: r.len as u64,
         progress: r.progress,
@@ -258,16 +294,19 @@ async fn write_block(shared: &Arc<Shared>, w: WriteReq) -> Message {
     match done {
         Ok(Ok(())) => Message::WriteOk,
         Ok(Err(e)) => store_error(e),
-        Err(e) => Message::Error(WireError::new(ErrorCode::Internal, format!("write task failed: {e}"))),
+        Err(e) => Message::Error(WireError::new(
+            ErrorCode::Internal,
+            format!("write task failed: {e}"),
+        )),
     }
 }
 
 async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
     let op = req.op();
     match req {
-        ControlRequest::Stats => {
-            Message::ControlOk(Box::new(ControlReply::Stats { stats: shared.stats() }))
-        }
+        ControlRequest::Stats => Message::ControlOk(Box::new(ControlReply::Stats {
+            stats: shared.stats(),
+        })),
         ControlRequest::SetFault { fault } => set_fault(shared, fault),
         other => {
             let store = shared.store.clone();
@@ -278,7 +317,10 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
                     tracing::debug!(op, %e, "control request failed");
                     store_error(e)
                 }
-                Err(e) => Message::Error(WireError::new(ErrorCode::Internal, format!("{op} failed: {e}"))),
+                Err(e) => Message::Error(WireError::new(
+                    ErrorCode::Internal,
+                    format!("{op} failed: {e}"),
+                )),
             }
         }
     }
@@ -304,17 +346,28 @@ fn set_fault(shared: &Arc<Shared>, fault: Option<Fault>) -> Message {
     }
 }
 
-fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<ControlReply, StoreError> {
+fn blocking_control(
+    store: &crate::store::Store,
+    req: ControlRequest,
+) -> Result<ControlReply, StoreError> {
     Ok(match req {
-        ControlRequest::ListDatasets { staging } => ControlReply::Datasets { datasets: store.list(staging)? },
-        ControlRequest::GetManifest { name } => {
-            ControlReply::Manifest { manifest: store.dataset(&name)?.manifest.clone() }
-        }
+        ControlRequest::ListDatasets { staging } => ControlReply::Datasets {
+            datasets: store.list(staging)?,
+        },
+        ControlRequest::GetManifest { name } => ControlReply::Manifest {
+            manifest: store.dataset(&name)?.manifest.clone(),
+        },
         ControlRequest::Stage { txid, manifest } => {
             store.stage(txid, manifest)?;
             ControlReply::Done
         }
-        ControlRequest::Generate { txid, name, fragment, block_from, block_to } => {
+        ControlRequest::Generate {
+            txid,
+            name,
+            fragment,
+            block_from,
+            block_to,
+        } => {
             store.generate(txid, &name, fragment, block_from, block_to)?;
             ControlReply::Done
         }
@@ -334,10 +387,18 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
             let (committed, staging) = store.remove(&name)?;
             ControlReply::Removed { committed, staging }
         }
-        ControlRequest::Verify { name } => ControlReply::Verified { report: store.verify(&name)? },
-        ControlRequest::Checksums { name, fragment, txid } => {
-            ControlReply::Checksums { crcs: store.checksums(&name, fragment, txid)? }
+        ControlRequest::Verify { name } => ControlReply::Verified {
+            report: store.verify(&name)?,
+        },
+        ControlRequest::Checksums {
+            name,
+            fragment,
+            txid,
+        } => ControlReply::Checksums {
+            crcs: store.checksums(&name, fragment, txid)?,
+        },
+        ControlRequest::Stats | ControlRequest::SetFault { .. } => {
+            unreachable!("handled without blocking")
         }
-        ControlRequest::Stats | ControlRequest::SetFault { .. } => unreachable!("handled without blocking"),
     })
 }

@@ -56,7 +56,14 @@ struct Popped {
 
 impl DiskState {
     pub fn new(sched: Box<dyn Scheduler>, model: Option<DiskModel>) -> DiskState {
-        DiskState { sched, model, head: None, jobs: HashMap::new(), by_request: HashMap::new(), next_job: 1 }
+        DiskState {
+            sched,
+            model,
+            head: None,
+            jobs: HashMap::new(),
+            by_request: HashMap::new(),
+            next_job: 1,
+        }
     }
 
     /// Whether this connection already has a read with this request id queued.
@@ -86,7 +93,12 @@ impl DiskState {
 
     /// Drop every queued read of a closed connection: the disk must not work for nobody.
     pub fn drop_connection(&mut self, conn: u64) -> usize {
-        let ids: Vec<(u64, u64)> = self.by_request.keys().filter(|(c, _)| *c == conn).copied().collect();
+        let ids: Vec<(u64, u64)> = self
+            .by_request
+            .keys()
+            .filter(|(c, _)| *c == conn)
+            .copied()
+            .collect();
         for key in &ids {
             self.cancel(key.0, key.1);
         }
@@ -96,9 +108,15 @@ impl DiskState {
     fn pop(&mut self, now: Time) -> Option<Popped> {
         let head = self.model.as_ref().map_or(self.head, |m| m.head());
         let job = self.sched.pop(now, head)?;
-        let ctx = self.jobs.remove(&job.id).expect("queued jobs have contexts");
+        let ctx = self
+            .jobs
+            .remove(&job.id)
+            .expect("queued jobs have contexts");
         self.by_request.remove(&(ctx.conn, ctx.request_id));
-        let modelled = self.model.as_mut().map(|m| m.serve(job.arrival, job.file, job.bytes));
+        let modelled = self
+            .model
+            .as_mut()
+            .map(|m| m.serve(job.arrival, job.file, job.bytes));
         self.head = Some(job.file);
         Some(Popped { ctx, modelled })
     }
@@ -108,7 +126,11 @@ impl DiskState {
 pub async fn run(shared: Arc<Shared>, queue_depth: u32) {
     let slots = Arc::new(Semaphore::new(queue_depth.max(1) as usize));
     loop {
-        let slot = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let slot = slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
         let popped = loop {
             if let Some(p) = shared.disk.lock().expect("disk lock").pop(shared.now()) {
                 break p;
@@ -129,7 +151,13 @@ async fn serve(shared: &Arc<Shared>, p: Popped) {
     let Popped { ctx, modelled } = p;
     let began = shared.now();
     let store = shared.store.clone();
-    let (ds, fragment, block, start, len) = (ctx.dataset.clone(), ctx.fragment, ctx.block, ctx.start, ctx.len);
+    let (ds, fragment, block, start, len) = (
+        ctx.dataset.clone(),
+        ctx.fragment,
+        ctx.block,
+        ctx.start,
+        ctx.len,
+    );
     let read = tokio::task::spawn_blocking(move || store.read(&ds, fragment, block, start, len))
         .await
         .unwrap_or_else(|e| Err(StoreError::BadRequest(format!("read task failed: {e}"))));
@@ -144,12 +172,23 @@ async fn serve(shared: &Arc<Shared>, p: Popped) {
     let reply = match read {
         Ok((data, crc)) => {
             shared.counters.reads.fetch_add(1, Ordering::Relaxed);
-            shared.counters.read_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-            Message::ReadOk(ReadOk { crc, queue_len, service_us: micros(service), data })
+            shared
+                .counters
+                .read_bytes
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
+            Message::ReadOk(ReadOk {
+                crc,
+                queue_len,
+                service_us: micros(service),
+                data,
+            })
         }
         Err(e) => {
             if matches!(e, StoreError::Corrupt { .. }) {
-                shared.counters.corrupt_blocks.fetch_add(1, Ordering::Relaxed);
+                shared
+                    .counters
+                    .corrupt_blocks
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(node = %shared.config.node, dataset = %ctx.dataset.manifest.name, %e, "corrupt block not served");
             }
             Message::Error(WireError::new(e.code(), e.to_string()))
@@ -164,5 +203,8 @@ fn micros(d: Duration) -> u32 {
 
 /// The error sent for a read cancelled before it ran.
 pub fn cancelled() -> Message {
-    Message::Error(WireError::new(ErrorCode::Cancelled, "cancelled before it ran"))
+    Message::Error(WireError::new(
+        ErrorCode::Cancelled,
+        "cancelled before it ran",
+    ))
 }

@@ -151,6 +151,8 @@ pub async fn run(
 }
 
 fn is_transient(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
-        || e.kind() == std::io::ErrorKind::ConnectionAborted
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    ) || e.kind() == std::io::ErrorKind::ConnectionAborted
 }

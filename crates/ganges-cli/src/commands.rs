@@ -1,0 +1,623 @@
+//! What each subcommand does, apart from parsing (in main.rs).
+
+use crate::util::{CliError, CliResult, Table, bytes_bar, fail, progress_fn};
+use ganges_client::client::Client;
+use ganges_client::cluster::ClusterFile;
+use ganges_client::dataset::{self, CopyState, CreateSpec};
+use ganges_client::scan::{ReadOptions, open_scan};
+use ganges_core::datagen::Generator;
+use ganges_core::digest::Digest;
+use ganges_core::disk::Fault;
+use ganges_core::fault::{FaultLayout, place};
+use ganges_core::ideal::{Spectrum, layout_ideal, river_ideal_seconds, scan_demands};
+use ganges_core::ids::NodeId;
+use ganges_core::layout::Layout;
+use ganges_core::route::ReadPolicyKind;
+use ganges_core::shape::Shape;
+use ganges_core::units::{ByteSize, mb_per_sec};
+use ganges_proto::control::{ControlReply, ControlRequest};
+use ganges_proto::manifest::{Content, DatasetName};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub async fn connect(cluster: &Path) -> CliResult<Arc<Client>> {
+    Ok(Client::connect(ClusterFile::load(cluster)?).await?)
+}
+
+#[derive(Debug)]
+pub enum SizeSpec {
+    Total(u64),
+    PerFragment(u64),
+    List(Vec<u64>),
+}
+
+#[derive(Debug)]
+pub struct CreateArgs {
+    pub name: DatasetName,
+    pub size: SizeSpec,
+    pub fragments: Option<u32>,
+    pub replicas: u32,
+    pub block_bytes: u32,
+    pub generator: Generator,
+}
+
+pub async fn dataset_create(cluster: &Path, a: CreateArgs) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let fragments = a.fragments.unwrap_or(client.nodes());
+    if fragments == 0 {
+        return fail("--fragments must be at least 1");
+    }
+    let align = a.generator.align();
+    let sizes = match a.size {
+        SizeSpec::List(v) => v,
+        SizeSpec::PerFragment(b) => vec![b / align * align; fragments as usize],
+        SizeSpec::Total(t) => Shape::split(t, fragments, a.block_bytes, align)?
+            .fragment_sizes()
+            .to_vec(),
+    };
+    let total: u64 = sizes.iter().sum();
+    let bar = bytes_bar(total * a.replicas as u64, "create");
+    let started = Instant::now();
+    let spec = CreateSpec {
+        name: a.name,
+        fragment_bytes: sizes,
+        block_bytes: a.block_bytes,
+        replicas: a.replicas,
+        generator: a.generator,
+    };
+    let m = dataset::create(&client, spec, Some(progress_fn(&bar))).await?;
+    bar.finish_and_clear();
+    println!(
+        "created `{}`: {} in {} fragments, {} copies, {} blocks, digest {} ({:.1}s)",
+        m.name,
+        ByteSize(m.total_bytes()),
+        m.shape.fragment_count(),
+        m.layout.replicas(),
+        ByteSize(m.shape.block_bytes() as u64),
+        m.digest,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+pub async fn dataset_put(
+    cluster: &Path,
+    name: DatasetName,
+    file: &Path,
+    fragments: Option<u32>,
+    replicas: u32,
+    block_bytes: u32,
+) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let size = std::fs::metadata(file)
+        .map_err(|e| CliError(format!("{}: {e}", file.display())))?
+        .len();
+    let bar = bytes_bar(size, "put");
+    let started = Instant::now();
+    let fragments = fragments.unwrap_or(client.nodes());
+    let m = dataset::put(
+        &client,
+        name,
+        file,
+        fragments,
+        block_bytes,
+        replicas,
+        Some(progress_fn(&bar)),
+    )
+    .await?;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "imported {} as `{}`: {} in {} fragments, {} copies, digest {} ({:.1}s, {:.1} MB/s)",
+        file.display(),
+        m.name,
+        ByteSize(m.total_bytes()),
+        m.shape.fragment_count(),
+        m.layout.replicas(),
+        m.digest,
+        secs,
+        mb_per_sec(m.total_bytes(), secs)
+    );
+    Ok(())
+}
+
+pub async fn dataset_get(cluster: &Path, name: DatasetName, file: &Path) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let m = client.manifest(&name).await?;
+    let bar = bytes_bar(m.total_bytes(), "get");
+    let started = Instant::now();
+    let (m, report) = dataset::get(&client, &name, file, Some(progress_fn(&bar))).await?;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "exported `{}` to {}: {} ({:.1}s, {:.1} MB/s), digest {} verified{}",
+        m.name,
+        file.display(),
+        ByteSize(m.total_bytes()),
+        secs,
+        mb_per_sec(m.total_bytes(), secs),
+        m.digest,
+        if report.stats.corrupt.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} corrupt blocks were read from other copies",
+                report.stats.corrupt.len()
+            )
+        }
+    );
+    Ok(())
+}
+
+pub async fn dataset_ls(cluster: &Path, staging: bool) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let (entries, unreachable) = dataset::list(&client, staging).await?;
+    let mut t = Table::new(&["name", "size", "state", "nodes"]);
+    for e in &entries {
+        t.row(vec![
+            e.name.to_string(),
+            ByteSize(e.total_bytes).to_string(),
+            match e.staging_txid {
+                None => "committed".into(),
+                Some(tx) => format!("staging {tx:016x}"),
+            },
+            e.nodes
+                .iter()
+                .map(|n| n.0.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ]);
+    }
+    if entries.is_empty() {
+        println!(
+            "no datasets{}",
+            if staging { " or staging folders" } else { "" }
+        );
+    } else {
+        print!("{}", t.render());
+    }
+    if !unreachable.is_empty() {
+        println!("unreachable: {}", nodes_list(&unreachable));
+    }
+    if staging && entries.iter().any(|e| e.staging_txid.is_some()) {
+        println!("staging folders are unfinished writes; `ganges dataset rm NAME` removes them");
+    }
+    Ok(())
+}
+
+fn nodes_list(nodes: &[NodeId]) -> String {
+    nodes
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub async fn dataset_info(cluster: &Path, name: DatasetName, json: bool) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let info = dataset::info(&client, &name).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+        return Ok(());
+    }
+    let m = &info.manifest;
+    println!("dataset    {}", m.name);
+    println!(
+        "size       {} ({} bytes)",
+        ByteSize(m.total_bytes()),
+        m.total_bytes()
+    );
+    println!("state      {:?}", m.state);
+    println!(
+        "layout     chained declustering, {} copies on {} nodes",
+        m.layout.replicas(),
+        m.layout.nodes()
+    );
+    println!(
+        "blocks     {} of {} ({} blocks)",
+        m.shape.total_blocks(),
+        ByteSize(m.shape.block_bytes() as u64),
+        m.shape.total_blocks()
+    );
+    println!("records    {:?}", m.records);
+    println!(
+        "content    {}",
+        match &m.content {
+            Content::Generated { generator } => format!("generated, {generator:?}"),
+            Content::Imported { source } => format!("imported from {source}"),
+        }
+    );
+    println!("checksum   {} per block; digest {}", m.checksum, m.digest);
+    let mut t = Table::new(&["fragment", "bytes", "copy", "node", "state"]);
+    for c in &info.copies {
+        t.row(vec![
+            c.fragment.0.to_string(),
+            ByteSize(m.shape.fragment_bytes(c.fragment)).to_string(),
+            if c.copy == 0 {
+                "primary".into()
+            } else {
+                format!("backup {}", c.copy)
+            },
+            c.node.0.to_string(),
+            match c.state {
+                CopyState::Present => "present",
+                CopyState::Missing => "MISSING",
+                CopyState::NodeDown => "node down",
+            }
+            .into(),
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(())
+}
+
+pub async fn dataset_verify(cluster: &Path, name: DatasetName) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let m = client.manifest(&name).await?;
+    let bar = bytes_bar(m.total_bytes() * m.layout.replicas() as u64, "verify");
+    let s = dataset::verify(&client, &name, Some(progress_fn(&bar))).await?;
+    bar.finish_and_clear();
+    println!(
+        "checked {} blocks ({}) on every copy",
+        s.blocks,
+        ByteSize(s.bytes)
+    );
+    for (node, b) in &s.bad {
+        println!(
+            "BAD  {node}: fragment {} copy {} block {}: {}",
+            b.fragment.0, b.copy, b.block, b.why
+        );
+    }
+    for d in &s.disagreements {
+        println!("BAD  copies disagree: {d}");
+    }
+    if !s.digest_ok {
+        println!(
+            "BAD  the stored checksums do not add up to the dataset's digest {}",
+            m.digest
+        );
+    }
+    if !s.unreachable.is_empty() {
+        println!("not checked (unreachable): {}", nodes_list(&s.unreachable));
+    }
+    if s.is_clean() {
+        println!(
+            "`{name}` is intact: every block of every copy matches its checksum and the digest {}",
+            m.digest
+        );
+        Ok(())
+    } else {
+        fail(format!(
+            "`{name}` has problems (above); reads avoid bad copies, but re-create or re-import it"
+        ))
+    }
+}
+
+pub async fn dataset_rm(cluster: &Path, name: DatasetName) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let s = dataset::remove(&client, &name).await?;
+    println!(
+        "removed `{name}` from {} nodes{}",
+        s.committed_on.len(),
+        if s.staging_folders > 0 {
+            format!(" and {} staging folders", s.staging_folders)
+        } else {
+            String::new()
+        }
+    );
+    if !s.unreachable.is_empty() {
+        println!(
+            "unreachable, not removed there: {} (run rm again when they are up)",
+            nodes_list(&s.unreachable)
+        );
+    }
+    Ok(())
+}
+
+pub async fn scan(
+    cluster: &Path,
+    name: DatasetName,
+    policy: ReadPolicyKind,
+    window: u32,
+) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let manifest = Arc::new(client.manifest(&name).await?);
+    let streams = open_scan(&client, &manifest, None, ReadOptions { policy, window })?;
+    let bar = bytes_bar(manifest.total_bytes(), "scan");
+    let t0 = Instant::now();
+    let mut tasks = vec![];
+    for mut s in streams {
+        let bar = bar.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(b) = s.next().await? {
+                bar.inc(b.data.len() as u64);
+            }
+            Ok::<_, ganges_client::ClientError>((s.close(), t0.elapsed().as_secs_f64()))
+        }));
+    }
+    let mut t = Table::new(&[
+        "consumer", "bytes", "seconds", "MB/s", "backup %", "retries",
+    ]);
+    let mut digest = Digest::default();
+    let mut total = 0;
+    for (i, task) in tasks.into_iter().enumerate() {
+        let (r, secs) = task.await.map_err(|e| CliError(e.to_string()))??;
+        digest.merge(r.digest);
+        total += r.bytes;
+        t.row(vec![
+            i.to_string(),
+            ByteSize(r.bytes).to_string(),
+            format!("{secs:.3}"),
+            format!("{:.1}", mb_per_sec(r.bytes, secs)),
+            format!(
+                "{:.1}",
+                r.stats.backup_bytes() as f64 / r.bytes.max(1) as f64 * 100.0
+            ),
+            r.stats.retries.to_string(),
+        ]);
+    }
+    bar.finish_and_clear();
+    let secs = t0.elapsed().as_secs_f64();
+    print!("{}", t.render());
+    println!(
+        "{policy}: {} in {secs:.3}s = {:.1} MB/s",
+        ByteSize(total),
+        mb_per_sec(total, secs)
+    );
+    if digest != manifest.digest {
+        return fail(format!(
+            "digest {digest} differs from the dataset's {}: data lost or duplicated",
+            manifest.digest
+        ));
+    }
+    println!("every byte delivered exactly once (digest {digest})");
+    Ok(())
+}
+
+pub async fn fault_set(cluster: &Path, nodes: &[u32], fault: Fault) -> CliResult<()> {
+    fault.validate()?;
+    let client = connect(cluster).await?;
+    for &n in nodes {
+        if n >= client.nodes() {
+            return fail(format!(
+                "node {n} is not in the cluster (nodes 0..{})",
+                client.nodes()
+            ));
+        }
+        client
+            .control(NodeId(n), ControlRequest::SetFault { fault: Some(fault) })
+            .await?;
+        println!("node {n}: {fault}");
+    }
+    Ok(())
+}
+
+pub async fn fault_clear(cluster: &Path, nodes: Option<Vec<u32>>) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let nodes = nodes.unwrap_or_else(|| client.live_nodes().iter().map(|n| n.0).collect());
+    for n in nodes {
+        client
+            .control(NodeId(n), ControlRequest::SetFault { fault: None })
+            .await?;
+    }
+    println!("faults cleared");
+    Ok(())
+}
+
+pub async fn fault_show(cluster: &Path) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
+    let mut t = Table::new(&["node", "disk", "fault", "effective rate"]);
+    for (node, r) in client.control_all(&all, &ControlRequest::Stats).await {
+        match r {
+            Ok(ControlReply::Stats { stats }) => {
+                let disk = stats.disk.map_or("real file system".into(), |d| {
+                    format!(
+                        "{}/s, seek {:.1}ms",
+                        ByteSize(d.rate_bytes_per_sec as u64),
+                        d.seek.as_secs_f64() * 1e3
+                    )
+                });
+                let eff = stats.disk.map_or("-".into(), |d| {
+                    let f = stats.fault.map_or(1.0, |f| f.rate_fraction());
+                    format!("{}/s", ByteSize((d.rate_bytes_per_sec * f) as u64))
+                });
+                t.row(vec![
+                    node.0.to_string(),
+                    disk,
+                    stats.fault.map_or("none".into(), |f| f.to_string()),
+                    eff,
+                ]);
+            }
+            _ => t.row(vec![
+                node.0.to_string(),
+                "unreachable".into(),
+                "-".into(),
+                "-".into(),
+            ]),
+        }
+    }
+    print!("{}", t.render());
+    Ok(())
+}
+
+pub async fn local_status(cluster: &Path) -> CliResult<()> {
+    let file = ClusterFile::load(cluster)?;
+    if let Some(l) = &file.local {
+        let alive = crate::sys::alive(l.supervisor_pid);
+        println!(
+            "local cluster at {} (supervisor pid {}, {})",
+            l.root.display(),
+            l.supervisor_pid,
+            if alive {
+                "running"
+            } else {
+                "NOT running: the cluster file is stale"
+            }
+        );
+    }
+    let client = Client::connect(file.clone()).await;
+    let mut t = Table::new(&[
+        "node", "address", "state", "datasets", "fault", "reads", "read", "rss",
+    ]);
+    let stats: Vec<Option<ganges_proto::control::ServerStats>> = match &client {
+        Ok(c) => {
+            let all: Vec<NodeId> = (0..c.nodes()).map(NodeId).collect();
+            c.control_all(&all, &ControlRequest::Stats)
+                .await
+                .into_iter()
+                .map(|(_, r)| match r {
+                    Ok(ControlReply::Stats { stats }) => Some(stats),
+                    _ => None,
+                })
+                .collect()
+        }
+        Err(_) => vec![None; file.servers.len()],
+    };
+    for (s, st) in file.servers.iter().zip(stats) {
+        match st {
+            Some(st) => t.row(vec![
+                s.node.0.to_string(),
+                s.addr.to_string(),
+                "up".into(),
+                st.datasets.to_string(),
+                st.fault.map_or("none".into(), |f| f.to_string()),
+                st.reads.to_string(),
+                ByteSize(st.read_bytes).to_string(),
+                ByteSize(st.rss_bytes).to_string(),
+            ]),
+            None => t.row(vec![
+                s.node.0.to_string(),
+                s.addr.to_string(),
+                "DOWN".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]),
+        }
+    }
+    print!("{}", t.render());
+    if client.is_err() {
+        return fail(format!(
+            "no server of {} is reachable; start one with `ganges local up`",
+            cluster.display()
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+pub struct ModelLayoutArgs {
+    pub nodes: u32,
+    pub replicas: u32,
+    pub fault: Fault,
+    pub faults: Vec<u32>,
+    pub layout: FaultLayout,
+    pub seed: u64,
+    pub fragment_bytes: u64,
+    pub rate_bytes_per_sec: f64,
+}
+
+pub fn model_river(n: u32, u_app: f64, u_fault: f64) -> CliResult<()> {
+    if !(u_app > 0.0 && u_app <= 1.0) || !(0.0..=1.0).contains(&u_fault) {
+        return fail("--u-app must be in (0, 1] and --u-fault in [0, 1]");
+    }
+    let s = Spectrum { n, u_app, u_fault };
+    println!(
+        "River's performance-availability spectrum (river §4.1): n = {n}, U_app = {u_app}, U_fault = {u_fault}"
+    );
+    println!(
+        "x_loss = n(1 - U_app)/U_fault = {:.2}   y_n = (1 - U_fault)/U_app = {:.3}",
+        s.x_loss(),
+        s.y_n()
+    );
+    let mut t = Table::new(&["faults", "ideal % of fault-free"]);
+    for x in 0..=n {
+        t.row(vec![x.to_string(), format!("{:.1}", s.y(x as f64) * 100.0)]);
+    }
+    print!("{}", t.render());
+    Ok(())
+}
+
+pub fn model_layout(a: &ModelLayoutArgs) -> CliResult<()> {
+    a.fault.validate()?;
+    let layout = Layout::chained(a.nodes, a.replicas)?;
+    let shape = Shape::uniform(
+        a.nodes,
+        a.fragment_bytes,
+        ganges_core::shape::BLOCK_BYTES_MIN,
+    )?;
+    let demands = scan_demands(&shape, &shape.fragment_partitions())?;
+    let t_free = river_ideal_seconds(
+        shape.total_bytes(),
+        &vec![a.rate_bytes_per_sec; a.nodes as usize],
+    );
+    println!(
+        "scan of {} fragments of {} on {} nodes at {}/s, {} copies, fault: {}, {} layout",
+        a.nodes,
+        ByteSize(a.fragment_bytes),
+        a.nodes,
+        ByteSize(a.rate_bytes_per_sec as u64),
+        a.replicas,
+        a.fault,
+        a.layout
+    );
+    let mut t = Table::new(&[
+        "faults",
+        "nodes",
+        "river s",
+        "layout s",
+        "river %",
+        "layout %",
+        "bottleneck",
+    ]);
+    for &f in &a.faults {
+        if f > a.nodes {
+            return fail(format!("{f} faults on {} nodes", a.nodes));
+        }
+        let faulty = place(a.layout, a.nodes, f, a.seed);
+        let rates: Vec<f64> = (0..a.nodes)
+            .map(|n| {
+                a.rate_bytes_per_sec
+                    * if faulty.contains(&NodeId(n)) {
+                        a.fault.rate_fraction()
+                    } else {
+                        1.0
+                    }
+            })
+            .collect();
+        let river = river_ideal_seconds(shape.total_bytes(), &rates);
+        let li = layout_ideal(&demands, &layout, &rates)?;
+        let bottleneck = if (li.seconds - river).abs() <= 1e-9 * river {
+            "aggregate".to_string()
+        } else {
+            format!(
+                "nodes {}",
+                li.bottleneck_nodes
+                    .iter()
+                    .map(|n| n.0.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        };
+        t.row(vec![
+            f.to_string(),
+            faulty
+                .iter()
+                .map(|n| n.0.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            format!("{river:.3}"),
+            format!("{:.3}", li.seconds),
+            format!("{:.1}", t_free / river * 100.0),
+            format!("{:.1}", t_free / li.seconds * 100.0),
+            bottleneck,
+        ]);
+    }
+    print!("{}", t.render());
+    println!("(% columns: fault-free ideal time / ideal time with the faults)");
+    Ok(())
+}

@@ -1,0 +1,345 @@
+//! Local clusters: N `ganges serve` child processes on 127.0.0.1, one data directory and one
+//! disk model each (DESIGN.md "The embedded default"). The demo, the benchmarks and the
+//! integration tests all run on one.
+//!
+//! Every server is started with PR_SET_PDEATHSIG, so it dies with the process that started
+//! it: a killed test, bench or supervisor leaves no server behind. `ganges local up` starts a
+//! small detached *supervisor* process that owns the servers and waits for
+//! `ganges local down` (SIGTERM); the supervisor is what the servers' lives are tied to.
+
+use crate::sys;
+use crate::util::{CliError, CliResult, fail};
+use ganges_client::cluster::{ClusterFile, LocalInfo, ServerEntry};
+use ganges_core::ids::NodeId;
+use ganges_core::sched::SchedulerKind;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long a server may take to print its ready line: generous, for a loaded CI machine.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long servers get to exit after SIGTERM before they are killed.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// The disk model each server runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DiskSpec {
+    pub rate_bytes_per_sec: f64,
+    pub seek: Duration,
+    pub queue_depth: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct LocalSpec {
+    pub nodes: u32,
+    pub root: PathBuf,
+    /// `None`: servers read the real file system with no model.
+    pub disk: Option<DiskSpec>,
+    pub scheduler: SchedulerKind,
+    /// The `ganges` binary to run servers from.
+    pub binary: PathBuf,
+}
+
+impl LocalSpec {
+    fn serve_args(&self, node: u32) -> Vec<String> {
+        let mut args = vec![
+            "serve".to_string(),
+            "--node".into(),
+            node.to_string(),
+            "--data-dir".into(),
+            self.root
+                .join(format!("node-{node}"))
+                .join("data")
+                .display()
+                .to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--scheduler".into(),
+            self.scheduler.to_string(),
+        ];
+        match self.disk {
+            Some(d) => args.extend([
+                "--disk-rate".into(),
+                format!("{}B/s", d.rate_bytes_per_sec.round() as u64),
+                "--seek".into(),
+                format!("{}us", d.seek.as_micros()),
+                "--queue-depth".into(),
+                d.queue_depth.to_string(),
+            ]),
+            None => args.extend(["--disk-rate".into(), "off".into()]),
+        }
+        args
+    }
+
+    pub fn log_path(&self, node: u32) -> PathBuf {
+        self.root.join(format!("node-{node}")).join("server.log")
+    }
+}
+
+/// The line a server prints on stdout once it listens.
+pub fn ready_line(node: NodeId, addr: SocketAddr) -> String {
+    format!("ganges-serve ready {} {addr}", node.0)
+}
+
+fn parse_ready(line: &str) -> Option<(u32, SocketAddr)> {
+    let rest = line.trim().strip_prefix("ganges-serve ready ")?;
+    let (node, addr) = rest.split_once(' ')?;
+    Some((node.parse().ok()?, addr.parse().ok()?))
+}
+
+/// Read the first line of a child's stdout, with a timeout.
+fn first_line(stdout: std::process::ChildStdout, timeout: Duration) -> Option<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let mut r = BufReader::new(stdout);
+        let _ = r.read_line(&mut line);
+        let _ = tx.send(line);
+        // Keep draining so a child that prints more never blocks on a full pipe.
+        let mut sink = Vec::new();
+        let _ = r.read_to_end(&mut sink);
+    });
+    rx.recv_timeout(timeout).ok().filter(|l| !l.is_empty())
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A running local cluster. Dropping it stops every server.
+#[derive(Debug)]
+pub struct LocalCluster {
+    spec: LocalSpec,
+    children: Vec<Option<Child>>,
+    cluster: ClusterFile,
+}
+
+impl LocalCluster {
+    pub fn start(spec: &LocalSpec) -> CliResult<LocalCluster> {
+        if spec.nodes == 0 {
+            return fail("a cluster needs at least one node (--nodes 1 or more)");
+        }
+        let mut children = Vec::new();
+        let mut outs = Vec::new();
+        for node in 0..spec.nodes {
+            let log_path = spec.log_path(node);
+            std::fs::create_dir_all(log_path.parent().expect("has a parent"))?;
+            let log = std::fs::File::create(&log_path)?;
+            let mut cmd = Command::new(&spec.binary);
+            cmd.args(spec.serve_args(node))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(log);
+            sys::tie_to_parent(&mut cmd, false);
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| CliError(format!("starting {}: {e}", spec.binary.display())))?;
+            outs.push(child.stdout.take().expect("piped"));
+            children.push(Some(child));
+        }
+        // Owned from here on, so an early return below stops the servers already started.
+        let empty = ClusterFile {
+            servers: vec![],
+            local: None,
+            path: spec.root.join("cluster.toml"),
+        };
+        let mut cluster = LocalCluster {
+            spec: spec.clone(),
+            children,
+            cluster: empty,
+        };
+        let mut servers = Vec::new();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        for (node, out) in outs.into_iter().enumerate() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match first_line(out, left).as_deref().and_then(parse_ready) {
+                Some((n, addr)) if n == node as u32 => servers.push(ServerEntry {
+                    node: NodeId(n),
+                    addr,
+                }),
+                _ => {
+                    let log = spec.log_path(node as u32);
+                    return fail(format!(
+                        "node {node} did not start; the end of {}:\n{}",
+                        log.display(),
+                        tail(&log, 10)
+                    ));
+                }
+            }
+        }
+        let mut file = ClusterFile::new(servers)?;
+        file.path = spec.root.join("cluster.toml");
+        cluster.cluster = file;
+        Ok(cluster)
+    }
+
+    pub fn cluster(&self) -> &ClusterFile {
+        &self.cluster
+    }
+
+    pub fn spec(&self) -> &LocalSpec {
+        &self.spec
+    }
+
+    /// Kill one server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self, node: NodeId) {
+        if let Some(Some(child)) = self.children.get_mut(node.index()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(c) = self.children.get_mut(node.index()) {
+            *c = None;
+        }
+    }
+
+    /// Servers that exited on their own (crashed), with their exit status.
+    pub fn exited(&mut self) -> Vec<(NodeId, String)> {
+        let mut out = vec![];
+        for (i, c) in self.children.iter_mut().enumerate() {
+            if let Some(child) = c
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                out.push((NodeId(i as u32), status.to_string()));
+                *c = None;
+            }
+        }
+        out
+    }
+
+    /// Stop every server: SIGTERM, a grace period, then SIGKILL.
+    pub fn stop(&mut self) {
+        for child in self.children.iter().flatten() {
+            sys::signal(child.id(), sys::SIGTERM);
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        for c in self.children.iter_mut() {
+            if let Some(child) = c.as_mut() {
+                loop {
+                    match child.try_wait() {
+                        Ok(Some(_)) | Err(_) => break,
+                        Ok(None) if Instant::now() >= deadline => {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            break;
+                        }
+                        Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+            }
+            *c = None;
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The supervisor of `ganges local up`: start the servers, publish the cluster file, wait
+/// for SIGTERM or SIGINT, stop the servers, remove the cluster file.
+pub fn supervise(spec: &LocalSpec, cluster_path: &Path) -> CliResult<()> {
+    let mut cluster = LocalCluster::start(spec)?;
+    let mut file = cluster.cluster().clone();
+    file.local = Some(LocalInfo {
+        root: spec.root.clone(),
+        supervisor_pid: std::process::id(),
+        disk_rate_bytes_per_sec: spec.disk.map(|d| d.rate_bytes_per_sec),
+        seek_ms: spec.disk.map_or(0.0, |d| d.seek.as_secs_f64() * 1e3),
+    });
+    file.save(cluster_path)?;
+    println!("ganges-local ready");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("signal handler");
+        let mut int = signal(SignalKind::interrupt()).expect("signal handler");
+        let mut hup = signal(SignalKind::hangup()).expect("signal handler");
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => break,
+                _ = tick.tick() => {
+                    for (node, status) in cluster.exited() {
+                        eprintln!("server {node} exited ({status}); see {}", spec.log_path(node.0).display());
+                    }
+                }
+            }
+        }
+    });
+    let _ = std::fs::remove_file(cluster_path);
+    cluster.stop();
+    Ok(())
+}
+
+/// Start a detached supervisor for `spec` and wait until its cluster is ready.
+pub fn up_detached(spec: &LocalSpec, supervise_args: &[String]) -> CliResult<u32> {
+    std::fs::create_dir_all(&spec.root)?;
+    let log_path = spec.root.join("supervisor.log");
+    let log = std::fs::File::create(&log_path)?;
+    let mut cmd = Command::new(&spec.binary);
+    cmd.args(supervise_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log);
+    sys::tie_to_parent(&mut cmd, true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| CliError(format!("starting the supervisor: {e}")))?;
+    let out = child.stdout.take().expect("piped");
+    match first_line(out, READY_TIMEOUT + Duration::from_secs(5)) {
+        Some(l) if l.trim() == "ganges-local ready" => Ok(child.id()),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            fail(format!(
+                "the local cluster did not start; the end of {}:\n{}",
+                log_path.display(),
+                tail(&log_path, 15)
+            ))
+        }
+    }
+}
+
+/// Stop the cluster whose supervisor `pid` is; waits until it is gone.
+pub fn down(pid: u32) -> bool {
+    if !sys::signal(pid, sys::SIGTERM) {
+        return false;
+    }
+    let deadline = Instant::now() + STOP_GRACE * 3;
+    while sys::alive(pid) {
+        if Instant::now() >= deadline {
+            sys::signal(pid, sys::SIGKILL);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_lines_round_trip() {
+        let l = ready_line(NodeId(3), "127.0.0.1:4567".parse().unwrap());
+        assert_eq!(
+            parse_ready(&l),
+            Some((3, "127.0.0.1:4567".parse().unwrap()))
+        );
+        assert_eq!(parse_ready("something else"), None);
+    }
+}

@@ -1,0 +1,906 @@
+//! `ganges`: the command line. Parsing lives here; the work lives in the library modules.
+
+use clap::{Args, Parser, Subcommand};
+use ganges_cli::bench::{self, ScanBenchSpec};
+use ganges_cli::commands::{self, CreateArgs, ModelLayoutArgs, SizeSpec};
+use ganges_cli::local::{self, DiskSpec, LocalSpec};
+use ganges_cli::util::{CliError, CliResult, fail};
+use ganges_client::cluster::{ClusterFile, default_cluster_path, default_local_root};
+use ganges_core::datagen::Generator;
+use ganges_core::disk::{DiskParams, Fault};
+use ganges_core::fault::FaultLayout;
+use ganges_core::ids::NodeId;
+use ganges_core::route::{ReadPolicyKind, WINDOW_DEFAULT};
+use ganges_core::sched::SchedulerKind;
+use ganges_core::units::{ByteSize, Dur, Rate};
+use ganges_proto::manifest::DatasetName;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ganges",
+    version,
+    about = "ganges: a performance-robust parallel I/O runtime for clusters",
+    long_about = "ganges keeps parallel scans at the speed of the aggregate when some disks are slow: \
+                  datasets are replicated, and every read adapts at run time (graduated declustering). \
+                  Every benchmark is reported against the best the hardware could have done.",
+    after_help = "Start here:\n  ganges demo                      a local cluster, a dataset, and policies compared under slow disks\n  ganges local up --nodes 8        a cluster on this machine for the other commands\n\nLogs go to stderr; set RUST_LOG=debug for more."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ClusterArg {
+    /// The cluster file [default: $GANGES_CLUSTER, else the default local cluster's]
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+}
+
+impl ClusterArg {
+    fn path(&self) -> PathBuf {
+        self.cluster.clone().unwrap_or_else(default_cluster_path)
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a storage server (one per disk)
+    #[command(
+        after_help = "Example:\n  ganges serve --node 0 --data-dir /data/ganges --disk-rate 32MiB/s --seek 4ms"
+    )]
+    Serve(ServeArgs),
+    /// Start, inspect and stop a cluster of servers on this machine
+    Local {
+        #[command(subcommand)]
+        cmd: LocalCmd,
+    },
+    /// Create, import, export, list, check and remove datasets
+    Dataset {
+        #[command(subcommand)]
+        cmd: DatasetCmd,
+    },
+    /// Read a whole dataset, one consumer per fragment, and check every byte arrived once
+    #[command(after_help = "Example:\n  ganges scan events --policy gd")]
+    Scan {
+        /// Dataset name
+        name: String,
+        /// Read policy: static (GD-8), gd (GD-1), gd-rel (GD-2)
+        #[arg(long, default_value = "gd")]
+        policy: ReadPolicyKind,
+        /// Requests in flight per consumer
+        #[arg(long, default_value_t = WINDOW_DEFAULT)]
+        window: u32,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Slow down (or restore) servers' modelled disks at run time
+    Fault {
+        #[command(subcommand)]
+        cmd: FaultCmd,
+    },
+    /// Print the ideal models (MOD-1, MOD-2) for a scenario
+    Model {
+        #[command(subcommand)]
+        cmd: ModelCmd,
+    },
+    /// Benchmarks, measured against the ideal
+    Bench {
+        #[command(subcommand)]
+        cmd: BenchCmd,
+    },
+    /// A local cluster, a replicated dataset, and the static policy against graduated
+    /// declustering under 0, 1, 2, 4 and 8 slow disks
+    #[command(after_help = "Example:\n  ganges demo --out ganges-demo")]
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// This server's node number in the cluster
+    #[arg(long)]
+    node: u32,
+    /// Where this server keeps its datasets
+    #[arg(long, value_name = "DIR")]
+    data_dir: PathBuf,
+    /// Address to listen on (loopback only; port 0 picks a free port)
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: std::net::SocketAddr,
+    #[command(flatten)]
+    disk: DiskArgs,
+    /// Server-side scheduler: furthest-behind (GD) or fifo
+    #[arg(long, default_value = "furthest-behind")]
+    scheduler: SchedulerKind,
+}
+
+/// A disk rate, or `off` for the real file system with no model.
+#[derive(Clone, Copy, Debug)]
+struct DiskRate(Option<f64>);
+
+impl FromStr for DiskRate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "off" {
+            return Ok(DiskRate(None));
+        }
+        s.parse::<Rate>()
+            .map(|r| DiskRate(Some(r.0)))
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+struct DiskArgs {
+    /// Disk model bandwidth (e.g. 32MiB/s), or `off` to read the real file system unthrottled
+    #[arg(long, default_value = "off", value_name = "RATE|off")]
+    disk_rate: DiskRate,
+    /// Disk model seek cost, paid when switching between files
+    #[arg(long, default_value = "4ms")]
+    seek: Dur,
+    /// Requests the server hands its disk at once
+    #[arg(long, default_value_t = 1)]
+    queue_depth: u32,
+}
+
+impl DiskArgs {
+    fn spec(&self) -> CliResult<Option<DiskSpec>> {
+        if self.queue_depth == 0 || self.queue_depth > 64 {
+            return fail("--queue-depth must be between 1 and 64");
+        }
+        Ok(self.disk_rate.0.map(|rate| DiskSpec {
+            rate_bytes_per_sec: rate,
+            seek: self.seek.0,
+            queue_depth: self.queue_depth,
+        }))
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum LocalCmd {
+    /// Start N servers on 127.0.0.1 and write the cluster file other commands use
+    #[command(after_help = "Example:\n  ganges local up --nodes 8 --disk-rate 32MiB/s --seek 4ms")]
+    Up(LocalUpArgs),
+    /// Show each server of the cluster: address, state, datasets, fault
+    Status {
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Stop the local cluster
+    Down {
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// (internal) the process that owns a `local up` cluster
+    #[command(hide = true)]
+    Supervise(LocalUpArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct LocalUpArgs {
+    /// Number of servers
+    #[arg(long, default_value_t = 8)]
+    nodes: u32,
+    #[command(flatten)]
+    disk: LocalDiskArgs,
+    /// Folder for data directories, logs and the cluster file [default: a per-user temp folder]
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Stay in the foreground; Ctrl-C stops the cluster
+    #[arg(long)]
+    foreground: bool,
+}
+
+/// Like `DiskArgs`, but local clusters model a disk by default.
+#[derive(Args, Debug, Clone)]
+struct LocalDiskArgs {
+    /// Disk model bandwidth per server, or `off` for the real file system
+    #[arg(long, default_value = "32MiB/s", value_name = "RATE|off")]
+    disk_rate: DiskRate,
+    /// Disk model seek cost
+    #[arg(long, default_value = "4ms")]
+    seek: Dur,
+    /// Requests each server hands its disk at once
+    #[arg(long, default_value_t = 1)]
+    queue_depth: u32,
+}
+
+impl LocalDiskArgs {
+    fn spec(&self) -> CliResult<Option<DiskSpec>> {
+        DiskArgs {
+            disk_rate: self.disk_rate,
+            seek: self.seek,
+            queue_depth: self.queue_depth,
+        }
+        .spec()
+    }
+    fn to_args(&self) -> Vec<String> {
+        vec![
+            "--disk-rate".into(),
+            match self.disk_rate.0 {
+                Some(r) => format!("{}B/s", r.round() as u64),
+                None => "off".into(),
+            },
+            "--seek".into(),
+            format!("{}us", self.seek.0.as_micros()),
+            "--queue-depth".into(),
+            self.queue_depth.to_string(),
+        ]
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum DatasetCmd {
+    /// Create a dataset whose data the servers generate (random bytes or 100-byte records)
+    #[command(
+        after_help = "Examples:\n  ganges dataset create events --size 1GiB --replicas 2\n  ganges dataset create sortme --fragment-size 64MiB --format records\n  ganges dataset create skewed --fragment-sizes 10MiB,30MiB,10MiB,30MiB"
+    )]
+    Create(DatasetCreateArgs),
+    /// Import a local file as a dataset
+    #[command(after_help = "Example:\n  ganges dataset put logs ./logs.bin --replicas 2")]
+    Put {
+        name: String,
+        file: PathBuf,
+        /// Fragments [default: one per server]
+        #[arg(long)]
+        fragments: Option<u32>,
+        #[arg(long, default_value_t = 2)]
+        replicas: u32,
+        #[arg(long, default_value = "1MiB")]
+        block_size: ByteSize,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Export a dataset to a local file, in order, checked against its digest
+    #[command(after_help = "Example:\n  ganges dataset get logs ./logs.copy")]
+    Get {
+        name: String,
+        file: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// List datasets
+    #[command(after_help = "Example:\n  ganges dataset ls --staging")]
+    Ls {
+        /// Also list unfinished writes (staging folders)
+        #[arg(long)]
+        staging: bool,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Show a dataset's manifest and where each fragment copy is
+    #[command(after_help = "Example:\n  ganges dataset info events")]
+    Info {
+        name: String,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Check every block of every copy against its checksum
+    #[command(after_help = "Example:\n  ganges dataset verify events")]
+    Verify {
+        name: String,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Remove a dataset (and any unfinished write of that name)
+    #[command(after_help = "Example:\n  ganges dataset rm events")]
+    Rm {
+        name: String,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+}
+
+#[derive(Args, Debug)]
+struct DatasetCreateArgs {
+    name: String,
+    /// Total size, cut into equal fragments
+    #[arg(long, conflicts_with_all = ["fragment_size", "fragment_sizes"])]
+    size: Option<ByteSize>,
+    /// Size of each fragment [default: 64MiB]
+    #[arg(long, conflicts_with = "fragment_sizes")]
+    fragment_size: Option<ByteSize>,
+    /// Unequal fragments (LAY-4): one size per fragment, comma-separated
+    #[arg(long, value_delimiter = ',')]
+    fragment_sizes: Option<Vec<ByteSize>>,
+    /// Number of fragments [default: one per server]
+    #[arg(long)]
+    fragments: Option<u32>,
+    /// Copies of each fragment (chained declustering; 1 to 4)
+    #[arg(long, default_value_t = 2)]
+    replicas: u32,
+    /// Block size: the unit of transfer and checksum (4KiB to 16MiB)
+    #[arg(long, default_value = "1MiB")]
+    block_size: ByteSize,
+    /// Data: random bytes, or 100-byte records with 10-byte keys
+    #[arg(long, default_value = "random", value_parser = ["random", "records"])]
+    format: String,
+    /// Seed of the generated data
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    cluster: ClusterArg,
+}
+
+#[derive(Subcommand, Debug)]
+enum FaultCmd {
+    /// Slow down the modelled disk of one or more servers
+    #[command(
+        after_help = "Examples:\n  ganges fault set --node 3 --factor 0.5\n  ganges fault set --node 0,8 --competing-share 0.5"
+    )]
+    Set {
+        /// Node(s), comma-separated
+        #[arg(long, value_delimiter = ',', required = true)]
+        node: Vec<u32>,
+        /// Fraction of its peak the disk still delivers, in (0, 1]
+        #[arg(
+            long,
+            conflicts_with = "competing_share",
+            required_unless_present = "competing_share"
+        )]
+        factor: Option<f64>,
+        /// Share of the disk a competing reader takes, in [0, 1)
+        #[arg(long)]
+        competing_share: Option<f64>,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Remove faults (from every server, or the ones named)
+    #[command(after_help = "Example:\n  ganges fault clear")]
+    Clear {
+        #[arg(long, value_delimiter = ',')]
+        node: Option<Vec<u32>>,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Show every server's disk model and fault
+    Show {
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ModelCmd {
+    /// River's performance-availability spectrum (MOD-1, river §4.1)
+    #[command(after_help = "Example:\n  ganges model river --n 16 --u-app 1 --u-fault 0.5")]
+    River {
+        /// Components
+        #[arg(long, default_value_t = 16)]
+        n: u32,
+        /// Fraction of each component the application uses unperturbed
+        #[arg(long, default_value_t = 1.0)]
+        u_app: f64,
+        /// Fraction of a faulty component the fault takes
+        #[arg(long, default_value_t = 0.5)]
+        u_fault: f64,
+    },
+    /// Both ideals of a scan for each fault count (MOD-1 and the layout-aware MOD-2)
+    #[command(
+        after_help = "Example:\n  ganges model layout --nodes 16 --replicas 2 --faults 0,1,2,4,8 --fault-layout worst"
+    )]
+    Layout {
+        #[arg(long, default_value_t = 16)]
+        nodes: u32,
+        #[arg(long, default_value_t = 2)]
+        replicas: u32,
+        #[command(flatten)]
+        fault: FaultArgs,
+        #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8,12,16")]
+        faults: Vec<u32>,
+        #[arg(long, default_value = "best")]
+        fault_layout: FaultLayout,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value = "64MiB")]
+        fragment_size: ByteSize,
+        #[arg(long, default_value = "32MiB/s")]
+        disk_rate: Rate,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+struct FaultArgs {
+    /// A fault leaves this fraction of the disk's rate
+    #[arg(long, default_value_t = 0.5, conflicts_with = "competing_share")]
+    fault_factor: f64,
+    /// Instead: a fault is a competing reader taking this share of the disk
+    #[arg(long)]
+    competing_share: Option<f64>,
+}
+
+impl FaultArgs {
+    fn fault(&self) -> Fault {
+        match self.competing_share {
+            Some(share) => Fault::Competing { share },
+            None => Fault::Factor {
+                factor: self.fault_factor,
+            },
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCmd {
+    /// Scan a replicated dataset with each policy at each fault count, against both ideals
+    #[command(
+        after_help = "Examples:\n  ganges bench scan --json scan.json --plot scan.svg\n  ganges bench scan --quick\n  ganges bench scan --nodes 1 --replicas 1 --disk-rate off --faults 0 --policies static --fragment-size 2GiB"
+    )]
+    Scan(Box<BenchScanArgs>),
+}
+
+#[derive(Args, Debug)]
+struct BenchScanArgs {
+    #[arg(long, default_value_t = 16)]
+    nodes: u32,
+    #[arg(long, default_value_t = 2)]
+    replicas: u32,
+    #[arg(long, default_value = "64MiB")]
+    fragment_size: ByteSize,
+    #[arg(long, default_value = "1MiB")]
+    block_size: ByteSize,
+    #[command(flatten)]
+    disk: LocalDiskArgs,
+    #[command(flatten)]
+    fault: FaultArgs,
+    /// Fault counts to run
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8,12,16")]
+    faults: Vec<u32>,
+    /// Where faults go: best (spread), worst (adjacent) or random (seeded)
+    #[arg(long, default_value = "best")]
+    fault_layout: FaultLayout,
+    /// Read policies to compare
+    #[arg(long, value_delimiter = ',', default_value = "static,gd")]
+    policies: Vec<ReadPolicyKind>,
+    /// Requests in flight per consumer
+    #[arg(long, default_value_t = WINDOW_DEFAULT)]
+    window: u32,
+    /// Runs of each (policy, faults), alternating; the median is reported
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// A small, fast configuration for smoke tests (4 nodes, 4MiB fragments, faults 0,1,2)
+    #[arg(long)]
+    quick: bool,
+    /// Write every figure as JSON
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Draw % of ideal against faults (.svg or .png)
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+    /// Keep the cluster's files here instead of a temporary folder
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    #[arg(long, default_value_t = 8)]
+    nodes: u32,
+    #[arg(long, default_value = "32MiB")]
+    fragment_size: ByteSize,
+    /// Where the JSON and the plot go
+    #[arg(long, default_value = "ganges-demo")]
+    out: PathBuf,
+}
+
+fn block_bytes(b: ByteSize) -> CliResult<u32> {
+    u32::try_from(b.0)
+        .map_err(|_| CliError(format!("block size {b} is out of range: use 4KiB to 16MiB")))
+}
+
+fn name(s: &str) -> CliResult<DatasetName> {
+    Ok(s.parse::<DatasetName>()?)
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn runtime() -> CliResult<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+fn binary() -> CliResult<PathBuf> {
+    std::env::current_exe().map_err(|e| CliError(format!("finding the ganges binary: {e}")))
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let serving = matches!(cli.cmd, Cmd::Serve(_));
+    init_logging(if serving { "info" } else { "warn" });
+    if let Err(e) = run(cli) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> CliResult<()> {
+    match cli.cmd {
+        Cmd::Serve(a) => serve(a),
+        Cmd::Local { cmd } => local_cmd(cmd),
+        Cmd::Dataset { cmd } => runtime()?.block_on(dataset_cmd(cmd)),
+        Cmd::Scan {
+            name: n,
+            policy,
+            window,
+            cluster,
+        } => runtime()?.block_on(commands::scan(&cluster.path(), name(&n)?, policy, window)),
+        Cmd::Fault { cmd } => runtime()?.block_on(async {
+            match cmd {
+                FaultCmd::Set {
+                    node,
+                    factor,
+                    competing_share,
+                    cluster,
+                } => {
+                    let fault = match (factor, competing_share) {
+                        (Some(factor), None) => Fault::Factor { factor },
+                        (None, Some(share)) => Fault::Competing { share },
+                        _ => return fail("give --factor or --competing-share"),
+                    };
+                    commands::fault_set(&cluster.path(), &node, fault).await
+                }
+                FaultCmd::Clear { node, cluster } => {
+                    commands::fault_clear(&cluster.path(), node).await
+                }
+                FaultCmd::Show { cluster } => commands::fault_show(&cluster.path()).await,
+            }
+        }),
+        Cmd::Model { cmd } => match cmd {
+            ModelCmd::River { n, u_app, u_fault } => commands::model_river(n, u_app, u_fault),
+            ModelCmd::Layout {
+                nodes,
+                replicas,
+                fault,
+                faults,
+                fault_layout,
+                seed,
+                fragment_size,
+                disk_rate,
+            } => commands::model_layout(&ModelLayoutArgs {
+                nodes,
+                replicas,
+                fault: fault.fault(),
+                faults,
+                layout: fault_layout,
+                seed,
+                fragment_bytes: fragment_size.0,
+                rate_bytes_per_sec: disk_rate.0,
+            }),
+        },
+        Cmd::Bench {
+            cmd: BenchCmd::Scan(a),
+        } => bench_scan(*a),
+        Cmd::Demo(a) => demo(a),
+    }
+}
+
+fn serve(a: ServeArgs) -> CliResult<()> {
+    if !a.listen.ip().is_loopback() {
+        return fail(format!(
+            "{} is not a loopback address; this release serves on loopback only (non-loopback \
+             binds need the cluster-secret handshake, which is not built yet)",
+            a.listen
+        ));
+    }
+    let disk = a.disk.spec()?.map(|d| DiskParams {
+        rate_bytes_per_sec: d.rate_bytes_per_sec,
+        seek: d.seek,
+        queue_depth: d.queue_depth,
+    });
+    let config = ganges_server::ServerConfig {
+        node: NodeId(a.node),
+        data_dir: a.data_dir,
+        disk,
+        scheduler: a.scheduler,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(16)
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(a.listen).await?;
+        let addr = listener.local_addr()?;
+        tracing::info!(node = a.node, %addr, disk = ?config.disk, "serving");
+        let shutdown = async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut term = signal(SignalKind::terminate()).expect("signal handler");
+            let mut int = signal(SignalKind::interrupt()).expect("signal handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            tracing::info!("shutting down");
+        };
+        let server = ganges_server::run(config, listener, shutdown);
+        // The ready line goes out once the listener is bound: connections queue until
+        // the accept loop runs.
+        println!("{}", local::ready_line(NodeId(a.node), addr));
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        server.await.map_err(|e| CliError(e.to_string()))
+    })
+}
+
+fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
+    match cmd {
+        LocalCmd::Up(a) => {
+            let root = a.root.clone().unwrap_or_else(default_local_root);
+            let cluster_path = root.join("cluster.toml");
+            if let Ok(existing) = ClusterFile::load(&cluster_path)
+                && let Some(l) = &existing.local
+                && ganges_cli::sys::alive(l.supervisor_pid)
+            {
+                return fail(format!(
+                    "a local cluster is already running at {} (pid {}); stop it with `ganges local down`",
+                    root.display(),
+                    l.supervisor_pid
+                ));
+            }
+            let spec = LocalSpec {
+                nodes: a.nodes,
+                root: root.clone(),
+                disk: a.disk.spec()?,
+                scheduler: SchedulerKind::FurthestBehind,
+                binary: binary()?,
+            };
+            if a.foreground {
+                eprintln!(
+                    "starting {} servers under {} (Ctrl-C stops them)",
+                    a.nodes,
+                    root.display()
+                );
+                return local::supervise(&spec, &cluster_path);
+            }
+            let mut args = vec![
+                "local".to_string(),
+                "supervise".into(),
+                "--nodes".into(),
+                a.nodes.to_string(),
+                "--root".into(),
+                root.display().to_string(),
+            ];
+            args.extend(a.disk.to_args());
+            let pid = local::up_detached(&spec, &args)?;
+            let file = ClusterFile::load(&cluster_path)?;
+            println!(
+                "{} servers up on {} ({}), supervisor pid {pid}",
+                file.servers.len(),
+                file.servers
+                    .iter()
+                    .map(|s| s.addr.port().to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                match spec.disk {
+                    Some(d) => format!(
+                        "disk model {}/s, seek {:?}",
+                        ByteSize(d.rate_bytes_per_sec as u64),
+                        d.seek
+                    ),
+                    None => "real file system".into(),
+                }
+            );
+            println!("cluster file: {}", cluster_path.display());
+            if cluster_path != default_cluster_path() {
+                println!(
+                    "use it with --cluster {} (or export GANGES_CLUSTER={})",
+                    cluster_path.display(),
+                    cluster_path.display()
+                );
+            }
+            println!(
+                "stop with: ganges local down{}",
+                if cluster_path != default_cluster_path() {
+                    format!(" --cluster {}", cluster_path.display())
+                } else {
+                    String::new()
+                }
+            );
+            Ok(())
+        }
+        LocalCmd::Supervise(a) => {
+            let root = a.root.clone().unwrap_or_else(default_local_root);
+            let spec = LocalSpec {
+                nodes: a.nodes,
+                root: root.clone(),
+                disk: a.disk.spec()?,
+                scheduler: SchedulerKind::FurthestBehind,
+                binary: binary()?,
+            };
+            local::supervise(&spec, &root.join("cluster.toml"))
+        }
+        LocalCmd::Status { cluster } => {
+            runtime()?.block_on(commands::local_status(&cluster.path()))
+        }
+        LocalCmd::Down { cluster } => {
+            let path = cluster.path();
+            let file = ClusterFile::load(&path)?;
+            let Some(l) = file.local else {
+                return fail(format!(
+                    "{} is not a local cluster's file; stop its servers where they run",
+                    path.display()
+                ));
+            };
+            if local::down(l.supervisor_pid) {
+                println!("stopped the local cluster at {}", l.root.display());
+            } else {
+                let _ = std::fs::remove_file(&path);
+                println!(
+                    "the local cluster at {} was not running; removed its stale cluster file",
+                    l.root.display()
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn dataset_cmd(cmd: DatasetCmd) -> CliResult<()> {
+    match cmd {
+        DatasetCmd::Create(a) => {
+            let size = match (a.size, a.fragment_size, a.fragment_sizes) {
+                (Some(t), _, _) => SizeSpec::Total(t.0),
+                (_, _, Some(list)) => SizeSpec::List(list.iter().map(|b| b.0).collect()),
+                (_, Some(f), _) => SizeSpec::PerFragment(f.0),
+                _ => SizeSpec::PerFragment(64 << 20),
+            };
+            let generator = match a.format.as_str() {
+                "records" => Generator::Records { seed: a.seed },
+                _ => Generator::Random { seed: a.seed },
+            };
+            let args = CreateArgs {
+                name: name(&a.name)?,
+                size,
+                fragments: a.fragments,
+                replicas: a.replicas,
+                block_bytes: block_bytes(a.block_size)?,
+                generator,
+            };
+            commands::dataset_create(&a.cluster.path(), args).await
+        }
+        DatasetCmd::Put {
+            name: n,
+            file,
+            fragments,
+            replicas,
+            block_size,
+            cluster,
+        } => {
+            commands::dataset_put(
+                &cluster.path(),
+                name(&n)?,
+                &file,
+                fragments,
+                replicas,
+                block_bytes(block_size)?,
+            )
+            .await
+        }
+        DatasetCmd::Get {
+            name: n,
+            file,
+            cluster,
+        } => commands::dataset_get(&cluster.path(), name(&n)?, &file).await,
+        DatasetCmd::Ls { staging, cluster } => commands::dataset_ls(&cluster.path(), staging).await,
+        DatasetCmd::Info {
+            name: n,
+            json,
+            cluster,
+        } => commands::dataset_info(&cluster.path(), name(&n)?, json).await,
+        DatasetCmd::Verify { name: n, cluster } => {
+            commands::dataset_verify(&cluster.path(), name(&n)?).await
+        }
+        DatasetCmd::Rm { name: n, cluster } => {
+            commands::dataset_rm(&cluster.path(), name(&n)?).await
+        }
+    }
+}
+
+fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
+    let mut spec = ScanBenchSpec {
+        nodes: a.nodes,
+        replicas: a.replicas,
+        fragment_bytes: a.fragment_size.0,
+        block_bytes: block_bytes(a.block_size)?,
+        disk: a.disk.spec()?,
+        fault: a.fault.fault(),
+        faults: a.faults,
+        fault_layout: a.fault_layout,
+        seed: a.seed,
+        policies: a.policies,
+        window: a.window,
+        repeat: a.repeat.max(1),
+        root: a.root,
+        binary: binary()?,
+        json: a.json,
+        plot: a.plot,
+    };
+    if a.quick {
+        spec.nodes = 4;
+        spec.fragment_bytes = 4 << 20;
+        spec.block_bytes = 128 << 10;
+        spec.faults = vec![0, 1, 2];
+    }
+    let report = bench::run_scan(&spec)?;
+    print!("{}", bench::render(&report));
+    bench::write_outputs(&report, spec.json.as_ref(), spec.plot.as_ref())?;
+    for (what, p) in [("json", &spec.json), ("plot", &spec.plot)] {
+        if let Some(p) = p {
+            println!("{what}: {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+fn demo(a: DemoArgs) -> CliResult<()> {
+    let disk = DiskSpec {
+        rate_bytes_per_sec: 32.0 * 1024.0 * 1024.0,
+        seek: Duration::from_millis(4),
+        queue_depth: 1,
+    };
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| CliError(format!("creating {}: {e}", a.out.display())))?;
+    let json = a.out.join("demo-scan.json");
+    let plot = a.out.join("demo-scan.svg");
+    let faults: Vec<u32> = [0, 1, 2, 4, 8]
+        .into_iter()
+        .filter(|&f| f <= a.nodes)
+        .collect();
+    let spec = ScanBenchSpec {
+        nodes: a.nodes,
+        replicas: 2,
+        fragment_bytes: a.fragment_size.0,
+        block_bytes: 1 << 20,
+        disk: Some(disk),
+        fault: Fault::Factor { factor: 0.5 },
+        faults,
+        fault_layout: FaultLayout::Best,
+        seed: 1,
+        policies: vec![ReadPolicyKind::Static, ReadPolicyKind::Gd],
+        window: WINDOW_DEFAULT,
+        repeat: 1,
+        root: None,
+        binary: binary()?,
+        json: Some(json.clone()),
+        plot: Some(plot.clone()),
+    };
+    println!(
+        "ganges demo: {} storage servers on this machine, each with a modelled disk of 32 MiB/s and a 4 ms seek;",
+        a.nodes
+    );
+    println!(
+        "a dataset of {} fragments x {} with 2 copies (chained declustering), read by {} consumers,",
+        a.nodes, a.fragment_size, a.nodes
+    );
+    println!("first with the static policy (each consumer reads its own fragment's primary copy),");
+    println!("then with graduated declustering, while 0, 1, 2, 4 and 8 disks run at half speed.\n");
+    let report = bench::run_scan(&spec)?;
+    print!("{}", bench::render(&report));
+    bench::write_outputs(&report, Some(&json), Some(&plot))?;
+    println!();
+    println!(
+        "% layout is the share of the best time the hardware could have managed with those slow"
+    );
+    println!(
+        "disks and this layout (the layout-aware ideal); static falls to about half from one slow"
+    );
+    println!("disk on, graduated declustering stays near the ideal.");
+    println!("results: {} and {}", json.display(), plot.display());
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! The few system calls the CLI makes for process management (Linux).
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// Make a child die when its parent does (so no server outlives a killed cluster or CI job),
+/// and optionally start a new session (a detached supervisor is not killed by the terminal's
+/// Ctrl-C).
+pub fn tie_to_parent(cmd: &mut Command, new_session: bool) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (prctl, getppid, setsid, _exit).
+    unsafe {
+        cmd.pre_exec(move || {
+            if new_session {
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                // The parent may have died before prctl took effect.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Send `signal` to process `pid`. False if it does not exist.
+pub fn signal(pid: u32, signal: i32) -> bool {
+    // SAFETY: kill has no memory effects; a bad pid is an error return.
+    unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
+}
+
+/// Whether process `pid` exists (signal 0 checks without sending).
+pub fn alive(pid: u32) -> bool {
+    signal(pid, 0)
+}
+
+pub use libc::{SIGINT, SIGKILL, SIGTERM};
