@@ -1,0 +1,384 @@
+//! The `ganges` command end to end, as a user runs it: local cluster up, datasets, scan,
+//! faults, errors, down, and nothing left running.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn ganges(args: &[&str]) -> Output {
+    Command::new(common::binary())
+        .args(args)
+        .output()
+        .expect("ganges runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = ganges(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "ganges {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Run and expect failure with exit code `code`; returns stderr.
+fn fails(args: &[&str], code: i32) -> String {
+    let out = ganges(args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "ganges {args:?}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// Processes whose command line mentions `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmd).contains(needle)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_users_session_from_local_up_to_local_down() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_str().unwrap();
+    let cluster = root.path().join("cluster.toml");
+    let c = cluster.to_str().unwrap();
+
+    let out = ok(&[
+        "local",
+        "up",
+        "--nodes",
+        "3",
+        "--root",
+        r,
+        "--disk-rate",
+        "256MiB/s",
+        "--seek",
+        "1ms",
+    ]);
+    assert!(out.contains("3 servers up"), "{out}");
+    assert_eq!(processes_with(r).len(), 4, "a supervisor and three servers");
+    let err = fails(&["local", "up", "--nodes", "3", "--root", r], 1);
+    assert!(err.contains("already running"), "{err}");
+
+    let out = ok(&[
+        "dataset",
+        "create",
+        "ev",
+        "--size",
+        "3MiB",
+        "--block-size",
+        "256KiB",
+        "--cluster",
+        c,
+    ]);
+    assert!(
+        out.contains("created `ev`: 3MiB in 3 fragments, 2 copies"),
+        "{out}"
+    );
+    let out = ok(&["dataset", "ls", "--cluster", c]);
+    assert!(out.contains("ev") && out.contains("committed"), "{out}");
+    let out = ok(&["dataset", "info", "ev", "--cluster", c]);
+    assert_eq!(out.matches("present").count(), 6, "{out}");
+    let out = ok(&["dataset", "verify", "ev", "--cluster", c]);
+    assert!(out.contains("is intact"), "{out}");
+    for policy in ["static", "gd", "gd-rel"] {
+        let out = ok(&["scan", "ev", "--policy", policy, "--cluster", c]);
+        assert!(out.contains("every byte delivered exactly once"), "{out}");
+    }
+
+    ok(&[
+        "fault",
+        "set",
+        "--node",
+        "1,2",
+        "--factor",
+        "0.5",
+        "--cluster",
+        c,
+    ]);
+    let out = ok(&["fault", "show", "--cluster", c]);
+    assert_eq!(out.matches("rate x0.5").count(), 2, "{out}");
+    ok(&[
+        "fault",
+        "set",
+        "--node",
+        "0",
+        "--competing-share",
+        "0.25",
+        "--cluster",
+        c,
+    ]);
+    let err = fails(
+        &[
+            "fault",
+            "set",
+            "--node",
+            "0",
+            "--factor",
+            "1.5",
+            "--cluster",
+            c,
+        ],
+        1,
+    );
+    assert!(err.contains("fault factor must be in (0, 1]"), "{err}");
+    ok(&["fault", "clear", "--cluster", c]);
+    let out = ok(&["fault", "show", "--cluster", c]);
+    assert_eq!(out.matches("none").count(), 3, "{out}");
+
+    // Import and export a file whose size is no multiple of anything.
+    let input = root.path().join("in.bin");
+    let data: Vec<u8> = (0..1_572_871u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&input, &data).unwrap();
+    let out = ok(&[
+        "dataset",
+        "put",
+        "imp",
+        input.to_str().unwrap(),
+        "--fragments",
+        "2",
+        "--block-size",
+        "64KiB",
+        "--cluster",
+        c,
+    ]);
+    assert!(out.contains("imported"), "{out}");
+    let output = root.path().join("out.bin");
+    ok(&[
+        "dataset",
+        "get",
+        "imp",
+        output.to_str().unwrap(),
+        "--cluster",
+        c,
+    ]);
+    assert!(
+        std::fs::read(&output).unwrap() == data,
+        "get returns the file byte for byte"
+    );
+
+    // Errors: one line, saying what to do, non-zero exit.
+    let err = fails(&["dataset", "info", "nope", "--cluster", c], 1);
+    assert!(
+        err.starts_with("error: ") && err.contains("ganges dataset ls"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let err = fails(
+        &[
+            "dataset",
+            "create",
+            "x",
+            "--size",
+            "1MiB",
+            "--block-size",
+            "1KiB",
+            "--cluster",
+            c,
+        ],
+        1,
+    );
+    assert!(err.contains("4KiB to 16MiB"), "{err}");
+    let err = fails(&["dataset", "create", "bad/name", "--cluster", c], 1);
+    assert!(err.contains("not a valid dataset name"), "{err}");
+    let err = fails(
+        &["dataset", "create", "ev", "--size", "1MiB", "--cluster", c],
+        1,
+    );
+    assert!(err.contains("already exists"), "{err}");
+    fails(&["scan", "ev", "--policy", "bogus", "--cluster", c], 2);
+    let err = fails(
+        &[
+            "dataset",
+            "create",
+            "big",
+            "--size",
+            "1MiB",
+            "--replicas",
+            "9",
+            "--cluster",
+            c,
+        ],
+        1,
+    );
+    assert!(err.contains("replicas must be between 1 and 4"), "{err}");
+
+    let out = ok(&["local", "status", "--cluster", c]);
+    assert_eq!(out.matches(" up ").count(), 3, "{out}");
+    let out = ok(&["dataset", "rm", "ev", "--cluster", c]);
+    assert!(out.contains("removed `ev` from 3 nodes"), "{out}");
+    let err = fails(&["dataset", "rm", "ev", "--cluster", c], 1);
+    assert!(err.contains("no dataset `ev`"), "{err}");
+
+    let out = ok(&["local", "down", "--cluster", c]);
+    assert!(out.contains("stopped"), "{out}");
+    assert!(
+        processes_with(r).is_empty(),
+        "no server outlives `local down`"
+    );
+    let err = fails(&["dataset", "ls", "--cluster", c], 1);
+    assert!(err.contains("ganges local up"), "{err}");
+}
+
+#[test]
+fn a_cluster_file_whose_servers_are_gone() {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("cluster.toml");
+    std::fs::write(&path, "[[server]]\nnode = 0\naddr = \"127.0.0.1:9\"\n").unwrap();
+    let err = fails(&["dataset", "ls", "--cluster", path.to_str().unwrap()], 1);
+    assert!(
+        err.contains("no server of cluster file") && err.contains("ganges local up"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bench_scan_quick_writes_json_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("scan.json");
+    let png = dir.path().join("scan.png");
+    let out = ok(&[
+        "bench",
+        "scan",
+        "--quick",
+        "--policies",
+        "static,gd,gd-rel",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert!(out.contains("% layout"), "{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["bench"], "scan");
+    assert_eq!(doc["params"]["nodes"], 4);
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 9, "3 policies x 3 fault counts");
+    for r in rows {
+        for field in [
+            "policy",
+            "faults",
+            "fault_nodes",
+            "seconds",
+            "bytes",
+            "aggregate_mb_per_sec",
+            "slowest_consumer_mb_per_sec",
+            "ideal_river_seconds",
+            "ideal_layout_seconds",
+            "frac_river_ideal",
+            "frac_layout_ideal",
+            "backup_bytes_frac",
+            "server_cpu_seconds",
+            "client_cpu_seconds",
+        ] {
+            assert!(!r[field].is_null(), "{field} in {r}");
+        }
+        let f = r["frac_layout_ideal"].as_f64().unwrap();
+        assert!(f > 0.0 && f <= 1.0, "a run cannot beat the ideal: {r}");
+        assert_eq!(r["bytes"], 16u64 << 20);
+    }
+    let png_bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&png_bytes[1..4], b"PNG");
+}
+
+#[test]
+fn the_demo_runs_and_says_where_its_results_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("demo");
+    let out = ok(&[
+        "demo",
+        "--nodes",
+        "2",
+        "--fragment-size",
+        "2MiB",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(out.contains("static") && out.contains("gd"), "{out}");
+    assert!(
+        out.contains(&out_dir.join("demo-scan.json").display().to_string()),
+        "{out}"
+    );
+    assert!(Path::new(&out_dir.join("demo-scan.svg")).exists());
+}
+
+#[test]
+fn help_has_examples_everywhere() {
+    for args in [
+        vec!["serve"],
+        vec!["local", "up"],
+        vec!["dataset", "create"],
+        vec!["dataset", "put"],
+        vec!["dataset", "get"],
+        vec!["dataset", "ls"],
+        vec!["dataset", "info"],
+        vec!["dataset", "verify"],
+        vec!["dataset", "rm"],
+        vec!["scan"],
+        vec!["fault", "set"],
+        vec!["fault", "clear"],
+        vec!["model", "river"],
+        vec!["model", "layout"],
+        vec!["bench", "scan"],
+        vec!["demo"],
+    ] {
+        let mut a = args.clone();
+        a.push("--help");
+        let out = ok(&a);
+        assert!(
+            out.contains("Example"),
+            "`ganges {}` has no example",
+            args.join(" ")
+        );
+    }
+}
+
+#[test]
+fn models_print_for_a_scenario() {
+    let out = ok(&[
+        "model",
+        "river",
+        "--n",
+        "16",
+        "--u-app",
+        "0.75",
+        "--u-fault",
+        "0.5",
+    ]);
+    assert!(
+        out.contains("x_loss = n(1 - U_app)/U_fault = 8.00"),
+        "{out}"
+    );
+    let out = ok(&[
+        "model",
+        "layout",
+        "--nodes",
+        "8",
+        "--faults",
+        "0,3",
+        "--fault-layout",
+        "worst",
+    ]);
+    assert!(
+        out.contains("nodes 0,1,2"),
+        "the worst layout's bottleneck is named: {out}"
+    );
+}

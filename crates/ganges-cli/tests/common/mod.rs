@@ -1,0 +1,78 @@
+//! Helpers for integration tests: local clusters of real `ganges serve` processes.
+#![allow(dead_code)]
+
+use ganges_cli::local::{DiskSpec, LocalCluster, LocalSpec};
+use ganges_client::client::Client;
+use ganges_client::dataset::{self, CreateSpec};
+use ganges_core::datagen::Generator;
+use ganges_core::sched::SchedulerKind;
+use ganges_proto::manifest::Manifest;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct TestCluster {
+    pub local: LocalCluster,
+    pub root: tempfile::TempDir,
+}
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ganges"))
+}
+
+/// A disk model fast enough for tests but real: every reply waits for it.
+pub fn disk(rate_mib_per_sec: f64) -> Option<DiskSpec> {
+    Some(DiskSpec {
+        rate_bytes_per_sec: rate_mib_per_sec * 1024.0 * 1024.0,
+        seek: Duration::from_millis(1),
+        queue_depth: 1,
+    })
+}
+
+pub fn start(nodes: u32, disk: Option<DiskSpec>) -> TestCluster {
+    let root = tempfile::tempdir().unwrap();
+    let spec = LocalSpec {
+        nodes,
+        root: root.path().to_path_buf(),
+        disk,
+        scheduler: SchedulerKind::FurthestBehind,
+        binary: binary(),
+    };
+    let local = LocalCluster::start(&spec).expect("local cluster starts");
+    TestCluster { local, root }
+}
+
+impl TestCluster {
+    pub async fn client(&self) -> Arc<Client> {
+        Client::connect(self.local.cluster().clone())
+            .await
+            .expect("client connects")
+    }
+
+    pub fn data_dir(&self, node: u32) -> PathBuf {
+        self.root.path().join(format!("node-{node}")).join("data")
+    }
+}
+
+pub async fn create(
+    client: &Arc<Client>,
+    name: &str,
+    fragments: Vec<u64>,
+    block: u32,
+    replicas: u32,
+    generator: Generator,
+) -> Manifest {
+    dataset::create(
+        client,
+        CreateSpec {
+            name: name.parse().unwrap(),
+            fragment_bytes: fragments,
+            block_bytes: block,
+            replicas,
+            generator,
+        },
+        None,
+    )
+    .await
+    .expect("create")
+}
