@@ -98,6 +98,10 @@ pub struct Row {
     pub retries: u64,
     /// Peak resident memory of the largest server at the end of the run.
     pub server_peak_rss_bytes: u64,
+    /// When each consumer finished, from the common start (consumer i reads fragment i).
+    pub consumer_seconds: Vec<f64>,
+    /// Fraction of T each modelled disk spent seeking or transferring, per node.
+    pub disk_busy_frac: Vec<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -129,6 +133,8 @@ struct Sample {
     steals: u64,
     retries: u64,
     peak_rss: u64,
+    consumer_seconds: Vec<f64>,
+    disk_busy_frac: Vec<f64>,
 }
 
 impl ScanBenchSpec {
@@ -397,6 +403,15 @@ async fn run_once(
         steals: reports.iter().map(|(r, _)| r.stats.steals).sum(),
         retries: reports.iter().map(|(r, _)| r.stats.retries).sum(),
         peak_rss: after.iter().map(|s| s.peak_rss_bytes).max().unwrap_or(0),
+        consumer_seconds: reports
+            .iter()
+            .map(|(_, end)| end.duration_since(t0).as_secs_f64())
+            .collect(),
+        disk_busy_frac: after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| (a.disk_stats.busy_secs - b.disk_stats.busy_secs) / seconds)
+            .collect(),
     })
 }
 
@@ -437,6 +452,8 @@ fn row(
         steals: m.steals,
         retries: m.retries,
         server_peak_rss_bytes: m.peak_rss,
+        consumer_seconds: m.consumer_seconds.clone(),
+        disk_busy_frac: m.disk_busy_frac.clone(),
     }
 }
 

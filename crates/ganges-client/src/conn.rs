@@ -222,6 +222,11 @@ impl Connection {
         let _ = self.tx.send(Message::Cancel.encode(request_id));
     }
 
+    /// Send a message that has no reply (a progress notice).
+    pub fn notify(&self, msg: &Message) {
+        let _ = self.tx.send(msg.encode(0));
+    }
+
     /// Send a request and wait for its reply.
     pub async fn call(&self, msg: &Message) -> Result<Message> {
         let (tx, rx) = oneshot::channel();

@@ -23,7 +23,7 @@ use ganges_core::route::{
 use ganges_core::shape::Partition;
 use ganges_core::time::Time;
 use ganges_proto::manifest::Manifest;
-use ganges_proto::msg::{ErrorCode, Message, ReadOk, ReadReq};
+use ganges_proto::msg::{ErrorCode, Message, ProgressNote, ReadOk, ReadReq};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -175,6 +175,15 @@ impl ReadStream {
                     self.tag_of.insert((d.piece, d.node), tag);
                 }
                 Err(_) => self.node_down(d.node),
+            }
+        }
+        while let Some(node) = self.engine.poll_notify() {
+            let note = Message::Progress(ProgressNote {
+                stream: self.stream_id,
+                progress: self.engine.progress(),
+            });
+            if let Ok(conn) = self.client.conn(node) {
+                conn.notify(&note);
             }
         }
         while let Some(c) = self.engine.poll_cancel() {

@@ -18,8 +18,14 @@
 //! end-of-run effect). A cancel that arrives too late yields a duplicate, which the engine
 //! drops and counts: every piece is delivered exactly once.
 //!
+//! **Progress notices.** GD policies also tell the other servers holding this consumer's
+//! queued requests whenever its progress changes (`poll_notify`), so every server's
+//! furthest-behind choice uses fresh figures (river §6.3: local decisions guided by global
+//! knowledge of progress).
+//!
 //! Driving order (the quinn style): feed events with `on_data` / `on_failure` /
-//! `on_node_down`, then drain `poll_send` and `poll_cancel` until both return `None`.
+//! `on_node_down`, then drain `poll_send`, `poll_cancel` and `poll_notify` until all return
+//! `None`.
 
 use crate::ids::{FragmentId, NodeId};
 use crate::layout::{Layout, REPLICAS_MAX};
@@ -120,6 +126,8 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn metric(&self) -> ProgressMetric;
     /// Whether this policy may move queued requests between copies at the end of a scan.
     fn steals_at_end(&self) -> bool;
+    /// Whether servers should hear of this consumer's progress between requests.
+    fn notifies_progress(&self) -> bool;
     /// Pick a server for a request. `holders` are the live servers holding the piece, the
     /// primary copy first; never empty.
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> NodeId;
@@ -139,6 +147,9 @@ impl RoutePolicy for Static {
         ProgressMetric::Bytes
     }
     fn steals_at_end(&self) -> bool {
+        false
+    }
+    fn notifies_progress(&self) -> bool {
         false
     }
     fn pick(&mut self, _view: &RouteView<'_>, holders: &[NodeId]) -> NodeId {
@@ -176,6 +187,9 @@ impl RoutePolicy for Graduated {
         self.metric
     }
     fn steals_at_end(&self) -> bool {
+        true
+    }
+    fn notifies_progress(&self) -> bool {
         true
     }
     fn pick(&mut self, _view: &RouteView<'_>, holders: &[NodeId]) -> NodeId {
@@ -274,6 +288,8 @@ pub struct ReadEngine {
     retry: VecDeque<usize>,
     steals: VecDeque<Dispatch>,
     cancels: VecDeque<Dispatch>,
+    /// Servers to tell this consumer's new progress (they hold its queued requests).
+    notify: BTreeSet<NodeId>,
     outstanding: BTreeMap<NodeId, u32>,
     down: BTreeSet<NodeId>,
     /// (piece, node) pairs whose block failed its checksum on that node.
@@ -312,6 +328,7 @@ impl ReadEngine {
             retry: VecDeque::new(),
             steals: VecDeque::new(),
             cancels: VecDeque::new(),
+            notify: BTreeSet::new(),
             outstanding: BTreeMap::new(),
             down: BTreeSet::new(),
             bad: BTreeSet::new(),
@@ -457,6 +474,14 @@ impl ReadEngine {
         self.cancels.pop_front()
     }
 
+    /// The next server to send this consumer's current progress to. Servers learn progress
+    /// from each request; a server that has not been sent one for a while would otherwise
+    /// compare stale figures, and GD's balance around a ring of servers builds up a
+    /// progress gradient of about a block per hop (measured in `ganges bench scan`).
+    pub fn poll_notify(&mut self) -> Option<NodeId> {
+        self.notify.pop_first()
+    }
+
     /// Data for `piece` came back from `node` (its checksum already verified).
     pub fn on_data(&mut self, now: Time, piece: usize, node: NodeId) -> Delivery {
         let known = self.release(piece, node);
@@ -480,6 +505,15 @@ impl ReadEngine {
             .expect("holder");
         self.stats.bytes_by_copy[copy] += p.len as u64;
         self.policy.on_reply(now, node);
+        if self.policy.notifies_progress() {
+            // The replying server gets fresh progress with the request this reply pulls.
+            let others = self
+                .outstanding
+                .iter()
+                .filter(|(n, c)| **c > 0 && **n != node)
+                .map(|(n, _)| *n);
+            self.notify.extend(others);
+        }
         self.maybe_steal(node);
         Delivery::New
     }
@@ -518,6 +552,7 @@ impl ReadEngine {
         }
         self.steals.retain(|s| s.node != node);
         self.cancels.retain(|s| s.node != node);
+        self.notify.remove(&node);
     }
 
     /// End-of-scan steal (module docs): `node` just replied; if it has nothing more of ours
@@ -656,6 +691,27 @@ mod tests {
         }
         assert_eq!(e.progress().done_bytes, 2 * 4096);
         e.assert_invariants();
+    }
+
+    #[test]
+    fn gd_tells_the_other_servers_of_new_progress_and_static_does_not() {
+        let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 100);
+        let sends = drain(&mut e);
+        e.on_data(Time::ZERO, sends[1].piece, NodeId(1));
+        assert_eq!(
+            e.poll_notify(),
+            Some(NodeId(0)),
+            "node 0 holds our requests"
+        );
+        assert_eq!(
+            e.poll_notify(),
+            None,
+            "node 1 learns it from the next request"
+        );
+        let mut s = engine(ReadPolicyKind::Static, 4, 2, 0, 100);
+        let sends = drain(&mut s);
+        s.on_data(Time::ZERO, sends[0].piece, NodeId(0));
+        assert_eq!(s.poll_notify(), None);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //!   every request; its metric is the consumer's choice, bytes received (GD-1) or the fraction
 //!   of its own partition received (GD-2, gd-enhancements §2.3.2 and §3.3), so consumers with
 //!   unequal partitions finish together. Ties go to the stream whose next request is on the
-//!   file under the disk head (no seek), then to the oldest request.
+//!   file under the disk head (no seek), then to the oldest request. Besides the progress on
+//!   each request, consumers report progress between requests (`update_progress`), so a
+//!   server compares fresh figures even for a consumer it has not served for a while.
 //!
 //! Schedulers are pure: the server feeds them jobs and the disk head, and carries out the
 //! choice; the simulator can drive the same objects.
@@ -83,6 +85,8 @@ pub trait Scheduler: Send + fmt::Debug {
     fn remove(&mut self, id: JobId) -> bool;
     /// The job the disk should run next, given the file under the head.
     fn pop(&mut self, now: Time, head: Option<FileKey>) -> Option<Job>;
+    /// A consumer reported progress without a request (it received data from elsewhere).
+    fn update_progress(&mut self, _stream: StreamKey, _progress: Progress) {}
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -253,6 +257,12 @@ impl Scheduler for FurthestBehind {
         Some(job)
     }
 
+    fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
+        if let Some(q) = self.streams.get_mut(&stream) {
+            q.progress_key = q.progress_key.max(progress.key());
+        }
+    }
+
     fn len(&self) -> usize {
         self.where_is.len()
     }
@@ -346,6 +356,24 @@ mod tests {
         s.push(bytes_job(2, 1, 100)); // stale or hostile
         s.push(bytes_job(3, 2, 300));
         assert_eq!(s.pop(Time::ZERO, None).unwrap().id, 3);
+    }
+
+    #[test]
+    fn progress_reported_between_requests_changes_the_order() {
+        let mut s = FurthestBehind::default();
+        s.push(bytes_job(1, 1, 100));
+        s.push(bytes_job(2, 2, 200));
+        // Stream 1 received data from its other server and is now ahead.
+        let p = Progress {
+            done_bytes: 300,
+            total_bytes: 1000,
+            metric: ProgressMetric::Bytes,
+        };
+        s.update_progress(StreamKey { conn: 1, stream: 1 }, p);
+        assert_eq!(s.pop(Time::ZERO, None).unwrap().id, 2);
+        // Progress for a stream with nothing queued is ignored (no state kept for it).
+        s.update_progress(StreamKey { conn: 1, stream: 9 }, p);
+        s.assert_invariants();
     }
 
     #[test]

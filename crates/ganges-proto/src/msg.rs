@@ -10,6 +10,7 @@
 //! | 0x02 | Read      | stream u64, done u64, total u64, metric u8, fragment u32, block u32, start u32, len u32, name_len u8, name |
 //! | 0x03 | Cancel    | empty: the header's request id names the read to cancel |
 //! | 0x04 | Write     | txid u64, fragment u32, block u32, crc u32, name_len u8, name, data |
+//! | 0x05 | Progress  | stream u64, done u64, total u64, metric u8 (no reply) |
 //! | 0x10 | Control   | JSON `ControlRequest` |
 //! | 0x81 | HelloOk   | JSON `{node, server_version}` |
 //! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, data |
@@ -31,6 +32,7 @@ pub mod kind {
     pub const READ: u8 = 0x02;
     pub const CANCEL: u8 = 0x03;
     pub const WRITE: u8 = 0x04;
+    pub const PROGRESS: u8 = 0x05;
     pub const CONTROL: u8 = 0x10;
     pub const HELLO_OK: u8 = 0x81;
     pub const READ_OK: u8 = 0x82;
@@ -40,7 +42,7 @@ pub mod kind {
 
     /// Whether a kind is one a client may send (the rest only come from servers).
     pub fn from_client(k: u8) -> bool {
-        matches!(k, HELLO | READ | CANCEL | WRITE | CONTROL)
+        matches!(k, HELLO | READ | CANCEL | WRITE | PROGRESS | CONTROL)
     }
 }
 
@@ -68,6 +70,13 @@ pub struct ReadReq {
     pub block: u32,
     pub start_in_block: u32,
     pub len: u32,
+}
+
+/// A consumer's progress, sent between requests to servers holding its queued reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgressNote {
+    pub stream: u64,
+    pub progress: Progress,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,6 +200,7 @@ pub enum Message {
     Read(ReadReq),
     Cancel,
     Write(WriteReq),
+    Progress(ProgressNote),
     Control(ControlRequest),
     HelloOk(HelloOk),
     ReadOk(ReadOk),
@@ -250,6 +260,7 @@ impl Message {
             Message::Read(_) => kind::READ,
             Message::Cancel => kind::CANCEL,
             Message::Write(_) => kind::WRITE,
+            Message::Progress(_) => kind::PROGRESS,
             Message::Control(_) => kind::CONTROL,
             Message::HelloOk(_) => kind::HELLO_OK,
             Message::ReadOk(_) => kind::READ_OK,
@@ -269,16 +280,14 @@ impl Message {
             Message::ControlOk(c) => payload = json(c),
             Message::Cancel | Message::WriteOk => {}
             Message::Read(r) => {
-                fields.put_u64_le(r.stream);
-                fields.put_u64_le(r.progress.done_bytes);
-                fields.put_u64_le(r.progress.total_bytes);
-                fields.put_u8(metric_byte(r.progress.metric));
+                put_progress(&mut fields, r.stream, &r.progress);
                 fields.put_u32_le(r.fragment.0);
                 fields.put_u32_le(r.block);
                 fields.put_u32_le(r.start_in_block);
                 fields.put_u32_le(r.len);
                 put_name(&mut fields, &r.dataset);
             }
+            Message::Progress(p) => put_progress(&mut fields, p.stream, &p.progress),
             Message::ReadOk(r) => {
                 fields.put_u32_le(r.crc);
                 fields.put_u32_le(r.queue_len);
@@ -368,6 +377,12 @@ impl Message {
                     len,
                 })
             }
+            kind::PROGRESS => {
+                need("progress", &b, 25)?;
+                let (stream, progress) = get_progress("progress", &mut b)?;
+                empty("progress", &b)?;
+                Message::Progress(ProgressNote { stream, progress })
+            }
             kind::READ_OK => {
                 need("read-ok", &b, 12)?;
                 let crc = b.get_u32_le();
@@ -409,6 +424,36 @@ impl Message {
             k => return Err(ProtoError::UnknownKind(k)),
         })
     }
+}
+
+fn put_progress(b: &mut BytesMut, stream: u64, p: &Progress) {
+    b.put_u64_le(stream);
+    b.put_u64_le(p.done_bytes);
+    b.put_u64_le(p.total_bytes);
+    b.put_u8(metric_byte(p.metric));
+}
+
+/// The 25 bytes of (stream, progress); the caller checked they are there.
+fn get_progress(what: &'static str, b: &mut Bytes) -> Result<(u64, Progress), ProtoError> {
+    let stream = b.get_u64_le();
+    let done_bytes = b.get_u64_le();
+    let total_bytes = b.get_u64_le();
+    let metric = match b.get_u8() {
+        0 => ProgressMetric::Bytes,
+        1 => ProgressMetric::Fraction,
+        m => return Err(ProtoError::malformed(what, format!("progress metric {m}"))),
+    };
+    if done_bytes > total_bytes {
+        return Err(ProtoError::malformed(what, "progress past the total"));
+    }
+    Ok((
+        stream,
+        Progress {
+            done_bytes,
+            total_bytes,
+            metric,
+        },
+    ))
 }
 
 fn need(what: &'static str, b: &Bytes, n: usize) -> Result<(), ProtoError> {
@@ -513,6 +558,19 @@ mod tests {
                 }),
             Just(Message::Cancel),
             Just(Message::WriteOk),
+            (any::<u64>(), any::<u64>(), any::<u64>(), metric()).prop_map(
+                |(stream, a, b, metric)| {
+                    let (done_bytes, total_bytes) = (a.min(b), a.max(b));
+                    Message::Progress(ProgressNote {
+                        stream,
+                        progress: Progress {
+                            done_bytes,
+                            total_bytes,
+                            metric,
+                        },
+                    })
+                }
+            ),
             (any::<u32>(), any::<u32>(), any::<u32>(), data.clone()).prop_map(
                 |(crc, q, s, data)| Message::ReadOk(ReadOk {
                     crc,

@@ -185,6 +185,18 @@ async fn read_loop(
                     ctx.outbox.reply(id, disk::cancelled());
                 }
             }
+            Message::Progress(p) => {
+                let stream = StreamKey {
+                    conn,
+                    stream: p.stream,
+                };
+                shared
+                    .disk
+                    .lock()
+                    .expect("disk lock")
+                    .sched
+                    .update_progress(stream, p.progress);
+            }
             Message::Read(r) => {
                 if !outbox.admit() {
                     outbox.send(id, too_many());
