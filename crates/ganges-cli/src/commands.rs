@@ -323,7 +323,12 @@ pub async fn scan(
 ) -> CliResult<()> {
     let client = connect(cluster).await?;
     let manifest = Arc::new(client.manifest(&name).await?);
-    let streams = open_scan(&client, &manifest, None, ReadOptions { policy, window })?;
+    let streams = open_scan(
+        &client,
+        &manifest,
+        None,
+        ReadOptions::new(policy).with_window(window),
+    )?;
     let bar = bytes_bar(manifest.total_bytes(), "scan");
     let t0 = Instant::now();
     let mut tasks = vec![];
@@ -522,7 +527,8 @@ pub struct ModelLayoutArgs {
 }
 
 pub fn model_river(n: u32, u_app: f64, u_fault: f64) -> CliResult<()> {
-    if !(u_app > 0.0 && u_app <= 1.0) || !(0.0..=1.0).contains(&u_fault) {
+    let valid = u_app > 0.0 && u_app <= 1.0 && (0.0..=1.0).contains(&u_fault);
+    if !valid {
         return fail("--u-app must be in (0, 1] and --u-fault in [0, 1]");
     }
     let s = Spectrum { n, u_app, u_fault };

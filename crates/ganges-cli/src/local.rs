@@ -186,6 +186,14 @@ impl LocalCluster {
         &self.spec
     }
 
+    /// The process id of a running server.
+    pub fn pid(&self, node: NodeId) -> Option<u32> {
+        self.children
+            .get(node.index())
+            .and_then(|c| c.as_ref())
+            .map(|c| c.id())
+    }
+
     /// Kill one server at once (SIGKILL), as a crash would.
     pub fn kill(&mut self, node: NodeId) {
         if let Some(Some(child)) = self.children.get_mut(node.index()) {

@@ -164,11 +164,15 @@ enum LocalCmd {
     #[command(after_help = "Example:\n  ganges local up --nodes 8 --disk-rate 32MiB/s --seek 4ms")]
     Up(LocalUpArgs),
     /// Show each server of the cluster: address, state, datasets, fault
+    #[command(after_help = "Example:\n  ganges local status")]
     Status {
         #[command(flatten)]
         cluster: ClusterArg,
     },
     /// Stop the local cluster
+    #[command(
+        after_help = "Example:\n  ganges local down --cluster /tmp/ganges-alice/local/cluster.toml"
+    )]
     Down {
         #[command(flatten)]
         cluster: ClusterArg,
@@ -359,6 +363,7 @@ enum FaultCmd {
         cluster: ClusterArg,
     },
     /// Show every server's disk model and fault
+    #[command(after_help = "Example:\n  ganges fault show")]
     Show {
         #[command(flatten)]
         cluster: ClusterArg,

@@ -50,4 +50,4 @@ pub fn alive(pid: u32) -> bool {
     signal(pid, 0)
 }
 
-pub use libc::{SIGINT, SIGKILL, SIGTERM};
+pub use libc::{SIGCONT, SIGINT, SIGKILL, SIGSTOP, SIGTERM};

@@ -21,7 +21,15 @@ async fn scan_all(
     m: &Arc<Manifest>,
     policy: ReadPolicyKind,
 ) -> (BTreeMap<u64, Block>, Vec<ReadReport>) {
-    let streams = open_scan(client, m, None, ReadOptions { policy, window: 4 }).unwrap();
+    scan_with(client, m, ReadOptions::new(policy)).await
+}
+
+async fn scan_with(
+    client: &Arc<ganges_client::Client>,
+    m: &Arc<Manifest>,
+    opts: ReadOptions,
+) -> (BTreeMap<u64, Block>, Vec<ReadReport>) {
+    let streams = open_scan(client, m, None, opts).unwrap();
     let mut tasks = vec![];
     for mut s in streams {
         tasks.push(tokio::spawn(async move {
@@ -151,7 +159,7 @@ async fn logical_partitions_cut_anywhere_are_read_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_during_a_scan_costs_nothing_but_time() {
     // Slow disks, so the scan is still running when the server dies.
-    let mut c = start(4, common::disk(8.0));
+    let mut c = start(4, common::disk(4.0));
     let client = c.client().await;
     let g = Generator::Random { seed: 9 };
     let m = Arc::new(create(&client, "k", vec![2 << 20; 4], 64 << 10, 2, g).await);
@@ -236,4 +244,35 @@ async fn a_corrupt_block_is_never_delivered_and_is_reported() {
     assert!(!s.is_clean());
     assert_eq!(s.bad.len(), 1);
     assert_eq!((s.bad[0].0, s.bad[0].1.block), (NodeId(0), 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_hangs_mid_scan_is_given_up_after_the_stall_timeout() {
+    // A frozen server keeps its connections open and answers nothing: not a crash, a hang.
+    let c = start(4, common::disk(4.0));
+    let client = c.client().await;
+    let g = Generator::Random { seed: 11 };
+    let m = Arc::new(create(&client, "hang", vec![2 << 20; 4], 64 << 10, 2, g).await);
+    let pid = c.local.pid(NodeId(1)).unwrap();
+    let opts = ReadOptions {
+        stall_timeout: std::time::Duration::from_millis(500),
+        ..ReadOptions::new(ReadPolicyKind::Static)
+    };
+    let scan = {
+        let (client, m) = (client.clone(), m.clone());
+        tokio::spawn(async move { scan_with(&client, &m, opts).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGSTOP));
+    let done = tokio::time::timeout(std::time::Duration::from_secs(30), scan).await;
+    ganges_cli::sys::signal(pid, ganges_cli::sys::SIGCONT);
+    let (blocks, reports) = done
+        .expect("the scan must not hang on a frozen server")
+        .unwrap();
+    assert_eq!(digest_of(&reports), m.digest);
+    check_content(&m, &blocks, g);
+    assert!(
+        reports[1].stats.bytes_by_copy[1] > 0,
+        "consumer 1 finished from its backup copy"
+    );
 }

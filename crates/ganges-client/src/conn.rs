@@ -235,9 +235,28 @@ impl Connection {
             .unwrap_or(Err(ClientError::NodeDown { node: self.node }))
     }
 
-    /// A control request; server errors become `ClientError::Server`.
+    /// A control request; server errors become `ClientError::Server`, and a server that does
+    /// not answer within the request's timeout gives `ClientError::Timeout`.
     pub async fn control(&self, req: ControlRequest) -> Result<ControlReply> {
-        match self.call(&Message::Control(req)).await? {
+        let (op, limit) = (req.op(), req.timeout());
+        let (tx, rx) = oneshot::channel();
+        let id = self.send(&Message::Control(req), Waiter::Once(tx))?;
+        let reply = match tokio::time::timeout(limit, rx).await {
+            Ok(r) => r.unwrap_or(Err(ClientError::NodeDown { node: self.node }))?,
+            Err(_) => {
+                self.pending
+                    .lock()
+                    .expect("pending lock")
+                    .waiters
+                    .remove(&id);
+                return Err(ClientError::Timeout {
+                    node: self.node,
+                    op,
+                    secs: limit.as_secs(),
+                });
+            }
+        };
+        match reply {
             Message::ControlOk(reply) => Ok(*reply),
             Message::Error(err) => Err(ClientError::Server {
                 node: self.node,

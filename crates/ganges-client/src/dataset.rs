@@ -37,6 +37,8 @@ pub type ProgressFn = Arc<dyn Fn(u64) + Send + Sync>;
 const GENERATE_CHUNK_BYTES: u64 = 16 << 20;
 /// Writes in flight while importing a file: keeps every server busy without buffering much.
 const PUT_WRITES_INFLIGHT: usize = 32;
+/// Bytes per `Verify` request: a few seconds of work at most, even on a slow disk.
+const VERIFY_CHUNK_BYTES: u64 = 256 << 20;
 /// Requests in flight while exporting: a deep window for one sequential reader.
 const GET_WINDOW: u32 = 16;
 
@@ -477,10 +479,7 @@ pub async fn get(
         offset: 0,
         len: manifest.total_bytes(),
     };
-    let opts = ReadOptions {
-        policy: ReadPolicyKind::Gd,
-        window: GET_WINDOW,
-    };
+    let opts = ReadOptions::new(ReadPolicyKind::Gd).with_window(GET_WINDOW);
     let mut stream = ReadStream::open(client.clone(), manifest.clone(), whole, opts)?;
     // Writes go to a thread, so disk writes overlap network reads.
     let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Bytes)>(GET_WINDOW as usize);
@@ -679,33 +678,60 @@ pub async fn verify(
                 .is_empty()
         })
         .collect();
+    // Each node checks its copies in chunks (bounded requests, a moving progress bar);
+    // nodes work in parallel.
+    let manifest_ref = &manifest;
     let futs = holders.iter().map(|&node| {
         let progress = progress.clone();
-        let req = ControlRequest::Verify { name: name.clone() };
         async move {
-            let r = client.control(node, req).await;
-            if let (Ok(ControlReply::Verified { report }), Some(p)) = (&r, &progress) {
-                p(report.bytes);
+            let shape = &manifest_ref.shape;
+            let chunk = (VERIFY_CHUNK_BYTES / shape.block_bytes() as u64).max(1) as u32;
+            let mut report = ganges_proto::control::VerifyReport::default();
+            for (fragment, _) in manifest_ref.layout.copies_on(node, shape.fragment_count()) {
+                let blocks = shape.blocks_in(fragment);
+                let mut from = 0;
+                while from < blocks {
+                    let to = (from + chunk).min(blocks);
+                    let req = ControlRequest::Verify {
+                        name: name.clone(),
+                        fragment,
+                        block_from: from,
+                        block_to: to,
+                    };
+                    match client.control(node, req).await? {
+                        ControlReply::Verified { report: r } => {
+                            if let Some(p) = &progress {
+                                p(r.bytes);
+                            }
+                            report.blocks += r.blocks;
+                            report.bytes += r.bytes;
+                            report.bad.extend(r.bad);
+                        }
+                        other => {
+                            return Err(ClientError::Protocol {
+                                node,
+                                why: format!("unexpected reply {other:?}"),
+                            });
+                        }
+                    }
+                    from = to;
+                }
             }
-            (node, r)
+            Ok(report)
         }
     });
-    for (node, r) in join_all(futs).await {
+    for (node, r) in holders.iter().copied().zip(join_all(futs).await) {
         match r {
-            Ok(ControlReply::Verified { report }) => {
+            Ok(report) => {
                 summary.blocks += report.blocks;
                 summary.bytes += report.bytes;
                 summary
                     .bad
                     .extend(report.bad.into_iter().map(|b| (node, b)));
             }
-            Ok(other) => {
-                return Err(ClientError::Protocol {
-                    node,
-                    why: format!("unexpected reply {other:?}"),
-                });
+            Err(ClientError::NodeDown { .. } | ClientError::Timeout { .. }) => {
+                summary.unreachable.push(node)
             }
-            Err(ClientError::NodeDown { .. }) => summary.unreachable.push(node),
             Err(e) => return Err(e),
         }
     }

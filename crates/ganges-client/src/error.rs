@@ -21,6 +21,12 @@ pub enum ClientError {
     },
     #[error("{node} is down (its connection is closed)")]
     NodeDown { node: NodeId },
+    #[error("{node} did not answer `{op}` within {secs} s; it may be hung")]
+    Timeout {
+        node: NodeId,
+        op: &'static str,
+        secs: u64,
+    },
     #[error("{node}: {err}")]
     Server { node: NodeId, err: WireError },
     #[error("no dataset `{0}` in this cluster (list them with `ganges dataset ls`)")]

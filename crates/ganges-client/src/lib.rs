@@ -7,7 +7,7 @@
 //! - [`scan`]: `ReadStream`, one consumer's unordered read of its partition, driven by the
 //!   read policies of ganges-core (static, GD, relative GD).
 //! - [`dataset`]: create, put, get, list, info, verify, remove.
-//! - [`error`]: `ClientError`.
+//! - [`error`]: the error type, `ClientError`.
 //!
 //! ```no_run
 //! # async fn demo() -> ganges_client::error::Result<()> {

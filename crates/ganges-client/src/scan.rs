@@ -18,7 +18,8 @@ use bytes::Bytes;
 use ganges_core::digest::Digest;
 use ganges_core::ids::NodeId;
 use ganges_core::route::{
-    Delivery, Failure, ReadEngine, ReadPolicyKind, ReadStats, WINDOW_DEFAULT,
+    Delivery, Failure, ReadConfig, ReadEngine, ReadPolicyKind, ReadStats, STALL_TIMEOUT_DEFAULT,
+    WINDOW_DEFAULT,
 };
 use ganges_core::shape::Partition;
 use ganges_core::time::Time;
@@ -27,7 +28,7 @@ use ganges_proto::msg::{ErrorCode, Message, ProgressNote, ReadOk, ReadReq};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +36,22 @@ pub struct ReadOptions {
     pub policy: ReadPolicyKind,
     /// Requests in flight for this consumer.
     pub window: u32,
+    /// A server holding this consumer's requests that answers nothing for this long is
+    /// treated as down for this read (see `ganges_core::route::STALL_TIMEOUT_DEFAULT`).
+    pub stall_timeout: Duration,
+}
+
+impl ReadOptions {
+    pub fn new(policy: ReadPolicyKind) -> ReadOptions {
+        ReadOptions {
+            policy,
+            ..ReadOptions::default()
+        }
+    }
+
+    pub fn with_window(self, window: u32) -> ReadOptions {
+        ReadOptions { window, ..self }
+    }
 }
 
 impl Default for ReadOptions {
@@ -42,6 +59,7 @@ impl Default for ReadOptions {
         ReadOptions {
             policy: ReadPolicyKind::Gd,
             window: WINDOW_DEFAULT,
+            stall_timeout: STALL_TIMEOUT_DEFAULT,
         }
     }
 }
@@ -86,6 +104,7 @@ pub struct ReadStream {
     tag_of: HashMap<(usize, NodeId), u64>,
     next_tag: u64,
     epoch: Instant,
+    stall_timeout: Duration,
     started: Option<Instant>,
     finished: Option<Instant>,
     digest: Digest,
@@ -101,7 +120,11 @@ impl ReadStream {
         opts: ReadOptions,
     ) -> Result<ReadStream> {
         let pieces = manifest.shape.pieces(partition)?;
-        let engine = ReadEngine::new(opts.policy.build(), &manifest.layout, pieces, opts.window)?;
+        let config = ReadConfig {
+            window: opts.window,
+            stall_timeout: opts.stall_timeout,
+        };
+        let engine = ReadEngine::new(opts.policy.build(), &manifest.layout, pieces, config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut s = ReadStream {
             client,
@@ -114,6 +137,7 @@ impl ReadStream {
             tag_of: HashMap::new(),
             next_tag: 1,
             epoch: Instant::now(),
+            stall_timeout: opts.stall_timeout,
             started: None,
             finished: None,
             digest: Digest::default(),
@@ -210,7 +234,29 @@ impl ReadStream {
                 }
                 return Ok(None);
             }
-            let ev = self.rx.recv().await.expect("the stream holds a sender");
+            let ev = match self.engine.stall_deadline() {
+                Some(deadline) => {
+                    let at = self.epoch + Duration::from_nanos(deadline.0);
+                    match tokio::time::timeout_at(at.into(), self.rx.recv()).await {
+                        Ok(ev) => ev,
+                        Err(_) => {
+                            let now = self.now();
+                            for node in self.engine.check_stalls(now) {
+                                self.down.insert(node);
+                                tracing::warn!(
+                                    %node,
+                                    dataset = %self.manifest.name,
+                                    "no answer for {:?} while holding our requests; reading its share from other copies",
+                                    self.stall_timeout
+                                );
+                            }
+                            continue;
+                        }
+                    }
+                }
+                None => self.rx.recv().await,
+            };
+            let ev = ev.expect("the stream holds a sender");
             let Some(o) = self.outstanding.remove(&ev.tag) else {
                 continue;
             };

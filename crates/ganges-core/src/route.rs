@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 /// Requests in flight per consumer unless told otherwise: two per copy at R = 2. Enough to
 /// keep each server's queue non-empty while a reply crosses the network (river §6.1: a
@@ -44,6 +45,30 @@ use std::str::FromStr;
 pub const WINDOW_DEFAULT: u32 = 4;
 /// The largest window a consumer may ask for: bounds client buffers and server queues.
 pub const WINDOW_MAX: u32 = 256;
+/// How long a server may hold this consumer's requests without answering any before the
+/// consumer treats it as down for this read. A slow server still answers; one that says
+/// nothing for this long is hung (a stopped process, a dead disk), and waiting on it would
+/// hang the scan. Thirty seconds is far above any sane block time: a 16 MiB block queued
+/// behind two others on a 2 MiB/s disk takes 24 s.
+pub const STALL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// Settings of one consumer's read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadConfig {
+    /// Requests in flight, 1 to `WINDOW_MAX`.
+    pub window: u32,
+    /// See `STALL_TIMEOUT_DEFAULT`.
+    pub stall_timeout: Duration,
+}
+
+impl Default for ReadConfig {
+    fn default() -> Self {
+        ReadConfig {
+            window: WINDOW_DEFAULT,
+            stall_timeout: STALL_TIMEOUT_DEFAULT,
+        }
+    }
+}
 
 /// The read policies of this release, selectable by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -245,6 +270,8 @@ pub enum RouteError {
     },
     #[error("a window of {0} requests is out of range 1..={WINDOW_MAX}")]
     Window(u32),
+    #[error("a stall timeout must be positive")]
+    StallTimeout,
 }
 
 /// Counters of one consumer's read.
@@ -291,10 +318,12 @@ pub struct ReadEngine {
     /// Servers to tell this consumer's new progress (they hold its queued requests).
     notify: BTreeSet<NodeId>,
     outstanding: BTreeMap<NodeId, u32>,
+    /// When each server holding our requests last answered (or was first sent one).
+    heard: BTreeMap<NodeId, Time>,
     down: BTreeSet<NodeId>,
     /// (piece, node) pairs whose block failed its checksum on that node.
     bad: BTreeSet<(usize, NodeId)>,
-    window: u32,
+    config: ReadConfig,
     inflight: u32,
     done_pieces: usize,
     done_bytes: u64,
@@ -307,10 +336,13 @@ impl ReadEngine {
         policy: Box<dyn RoutePolicy>,
         layout: &Layout,
         pieces: Vec<Piece>,
-        window: u32,
+        config: ReadConfig,
     ) -> Result<ReadEngine, RouteError> {
-        if window == 0 || window > WINDOW_MAX {
-            return Err(RouteError::Window(window));
+        if config.window == 0 || config.window > WINDOW_MAX {
+            return Err(RouteError::Window(config.window));
+        }
+        if config.stall_timeout.is_zero() {
+            return Err(RouteError::StallTimeout);
         }
         let mut holders = BTreeMap::new();
         for p in &pieces {
@@ -330,9 +362,10 @@ impl ReadEngine {
             cancels: VecDeque::new(),
             notify: BTreeSet::new(),
             outstanding: BTreeMap::new(),
+            heard: BTreeMap::new(),
             down: BTreeSet::new(),
             bad: BTreeSet::new(),
-            window,
+            config,
             inflight: 0,
             done_pieces: 0,
             done_bytes: 0,
@@ -391,7 +424,10 @@ impl ReadEngine {
             .collect()
     }
 
-    fn mark_sent(&mut self, piece: usize, node: NodeId) {
+    fn mark_sent(&mut self, now: Time, piece: usize, node: NodeId) {
+        if self.outstanding.get(&node).copied().unwrap_or(0) == 0 {
+            self.heard.insert(node, now);
+        }
         match &mut self.state[piece] {
             PieceState::InFlight(nodes) => nodes.push(node),
             s @ PieceState::Waiting => *s = PieceState::InFlight(vec![node]),
@@ -428,10 +464,10 @@ impl ReadEngine {
     pub fn poll_send(&mut self, now: Time) -> Result<Option<Dispatch>, RouteError> {
         if let Some(s) = self.steals.pop_front() {
             // Steals replace a request already counted against the window.
-            self.mark_sent(s.piece, s.node);
+            self.mark_sent(now, s.piece, s.node);
             return Ok(Some(s));
         }
-        if self.inflight >= self.window {
+        if self.inflight >= self.config.window {
             return Ok(None);
         }
         let piece = loop {
@@ -465,7 +501,7 @@ impl ReadEngine {
             "policy {} picked a non-holder",
             self.policy.name()
         );
-        self.mark_sent(piece, node);
+        self.mark_sent(now, piece, node);
         Ok(Some(Dispatch { piece, node }))
     }
 
@@ -484,6 +520,7 @@ impl ReadEngine {
 
     /// Data for `piece` came back from `node` (its checksum already verified).
     pub fn on_data(&mut self, now: Time, piece: usize, node: NodeId) -> Delivery {
+        self.heard.insert(node, now);
         let known = self.release(piece, node);
         assert!(
             known,
@@ -519,7 +556,10 @@ impl ReadEngine {
     }
 
     /// A request failed without data.
-    pub fn on_failure(&mut self, _now: Time, piece: usize, node: NodeId, why: Failure) {
+    pub fn on_failure(&mut self, now: Time, piece: usize, node: NodeId, why: Failure) {
+        if why != Failure::Unavailable {
+            self.heard.insert(node, now);
+        }
         if !self.release(piece, node) {
             return;
         }
@@ -553,6 +593,36 @@ impl ReadEngine {
         self.steals.retain(|s| s.node != node);
         self.cancels.retain(|s| s.node != node);
         self.notify.remove(&node);
+    }
+
+    /// When the next stall check is due, if any server holds our requests.
+    pub fn stall_deadline(&self) -> Option<Time> {
+        self.outstanding
+            .iter()
+            .filter(|(n, c)| **c > 0 && !self.down.contains(n))
+            .filter_map(|(n, _)| self.heard.get(n))
+            .min()
+            .map(|&t| t + self.config.stall_timeout)
+    }
+
+    /// Servers that held our requests without answering for the stall timeout: they are
+    /// treated as down for this read (their requests go to other copies). Returns them.
+    pub fn check_stalls(&mut self, now: Time) -> Vec<NodeId> {
+        let stalled: Vec<NodeId> = self
+            .outstanding
+            .iter()
+            .filter(|(n, c)| **c > 0 && !self.down.contains(n))
+            .filter(|(n, _)| {
+                self.heard
+                    .get(n)
+                    .is_some_and(|&t| now.since(t) >= self.config.stall_timeout)
+            })
+            .map(|(n, _)| *n)
+            .collect();
+        for &n in &stalled {
+            self.on_node_down(now, n);
+        }
+        stalled
     }
 
     /// End-of-scan steal (module docs): `node` just replied; if it has nothing more of ours
@@ -634,7 +704,7 @@ mod tests {
         let layout = Layout::chained(nodes, replicas).unwrap();
         let part = shape.fragment_partitions()[fragment as usize];
         let pieces = shape.pieces(part).unwrap();
-        ReadEngine::new(kind.build(), &layout, pieces, WINDOW_DEFAULT).unwrap()
+        ReadEngine::new(kind.build(), &layout, pieces, ReadConfig::default()).unwrap()
     }
 
     fn drain(e: &mut ReadEngine) -> Vec<Dispatch> {
@@ -818,6 +888,39 @@ mod tests {
         e.assert_invariants();
     }
 
+    /// A server that holds our requests and says nothing is hung, not slow: after the stall
+    /// timeout its requests go to the other copy, even for the static policy.
+    #[test]
+    fn a_hung_server_is_given_up_after_the_stall_timeout() {
+        let mut e = engine(ReadPolicyKind::Static, 4, 2, 0, 3);
+        let t0 = Time::from_secs_f64(1.0);
+        while e.poll_send(t0).unwrap().is_some() {}
+        let deadline = e.stall_deadline().unwrap();
+        assert_eq!(deadline, t0 + STALL_TIMEOUT_DEFAULT);
+        // An answer moves the deadline on.
+        let t1 = Time::from_secs_f64(20.0);
+        e.on_data(t1, 0, NodeId(0));
+        assert_eq!(e.stall_deadline(), Some(t1 + STALL_TIMEOUT_DEFAULT));
+        assert!(e.check_stalls(t1 + Duration::from_secs(29)).is_empty());
+        assert_eq!(e.check_stalls(t1 + STALL_TIMEOUT_DEFAULT), vec![NodeId(0)]);
+        let again: Vec<Dispatch> = std::iter::from_fn(|| e.poll_send(t1).unwrap()).collect();
+        assert_eq!(
+            again,
+            vec![
+                Dispatch {
+                    piece: 1,
+                    node: NodeId(1)
+                },
+                Dispatch {
+                    piece: 2,
+                    node: NodeId(1)
+                }
+            ]
+        );
+        assert_eq!(e.stall_deadline(), Some(t1 + STALL_TIMEOUT_DEFAULT));
+        e.assert_invariants();
+    }
+
     #[test]
     fn windows_are_bounded() {
         let shape = Shape::uniform(2, 4096, 4096).unwrap();
@@ -828,7 +931,17 @@ mod tests {
                 len: 4096,
             })
             .unwrap();
-        let err = ReadEngine::new(ReadPolicyKind::Gd.build(), &layout, pieces, 0);
+        let config = ReadConfig {
+            window: 0,
+            ..ReadConfig::default()
+        };
+        let err = ReadEngine::new(ReadPolicyKind::Gd.build(), &layout, pieces.clone(), config);
         assert_eq!(err.unwrap_err(), RouteError::Window(0));
+        let config = ReadConfig {
+            stall_timeout: Duration::ZERO,
+            ..ReadConfig::default()
+        };
+        let err = ReadEngine::new(ReadPolicyKind::Gd.build(), &layout, pieces, config);
+        assert_eq!(err.unwrap_err(), RouteError::StallTimeout);
     }
 }

@@ -43,8 +43,14 @@ pub enum ControlRequest {
     Abort { txid: u64, name: DatasetName },
     /// Remove a dataset and any staging folders of that name.
     Remove { name: DatasetName },
-    /// Check every block of every local copy against its checksum.
-    Verify { name: DatasetName },
+    /// Check blocks `[block_from, block_to)` of this node's copy of `fragment` against their
+    /// checksums (a bounded piece of work, so no request runs for long).
+    Verify {
+        name: DatasetName,
+        fragment: FragmentId,
+        block_from: u32,
+        block_to: u32,
+    },
     /// The stored per-block checksums of this node's copy of a fragment (committed, or the
     /// staging copy of `txid`).
     Checksums {
@@ -55,6 +61,18 @@ pub enum ControlRequest {
 }
 
 impl ControlRequest {
+    /// How long a client waits for the reply before it gives the server up as hung. Every
+    /// request is a bounded piece of work (generate and verify go in chunks); prepare and
+    /// commit fsync a node's whole share of a dataset, which runs at disk speed.
+    pub fn timeout(&self) -> std::time::Duration {
+        match self {
+            ControlRequest::Prepare { .. } | ControlRequest::Commit { .. } => {
+                std::time::Duration::from_secs(600)
+            }
+            _ => std::time::Duration::from_secs(60),
+        }
+    }
+
     /// A short name for logs and errors.
     pub fn op(&self) -> &'static str {
         match self {

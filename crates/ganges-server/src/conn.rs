@@ -203,7 +203,7 @@ async fn read_loop(
                     continue;
                 }
                 if let Err(e) = enqueue_read(shared, outbox, conn, id, r) {
-                    outbox.reply(id, e);
+                    outbox.reply(id, Message::Error(e));
                 }
             }
             Message::Write(w) => {
@@ -245,6 +245,10 @@ fn too_many() -> Message {
     ))
 }
 
+fn wire_error(e: StoreError) -> WireError {
+    WireError::new(e.code(), e.to_string())
+}
+
 fn store_error(e: StoreError) -> Message {
     Message::Error(WireError::new(e.code(), e.to_string()))
 }
@@ -255,13 +259,13 @@ fn enqueue_read(
     conn: u64,
     id: u64,
     r: ReadReq,
-) -> Result<(), Message> {
-    let ds = shared.store.dataset(&r.dataset).map_err(store_error)?;
+) -> Result<(), WireError> {
+    let ds = shared.store.dataset(&r.dataset).map_err(wire_error)?;
     shared
         .store
         .check_read(&ds, r.fragment, r.block, r.start_in_block, r.len)
-        .map_err(store_error)?;
-    let copy = ds.copy(r.fragment).map_err(store_error)?;
+        .map_err(wire_error)?;
+    let copy = ds.copy(r.fragment).map_err(wire_error)?;
     let job = Job {
         id: 0,
         stream: StreamKey {
@@ -286,10 +290,10 @@ fn enqueue_read(
     {
         let mut d = shared.disk.lock().expect("disk lock");
         if d.has_request(conn, id) {
-            return Err(Message::Error(WireError::new(
+            return Err(WireError::new(
                 ErrorCode::BadRequest,
                 format!("request id {id} is already in flight on this connection"),
-            )));
+            ));
         }
         d.enqueue(job, ctx);
     }
@@ -399,8 +403,13 @@ fn blocking_control(
             let (committed, staging) = store.remove(&name)?;
             ControlReply::Removed { committed, staging }
         }
-        ControlRequest::Verify { name } => ControlReply::Verified {
-            report: store.verify(&name)?,
+        ControlRequest::Verify {
+            name,
+            fragment,
+            block_from,
+            block_to,
+        } => ControlReply::Verified {
+            report: store.verify(&name, fragment, block_from, block_to)?,
         },
         ControlRequest::Checksums {
             name,

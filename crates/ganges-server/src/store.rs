@@ -779,42 +779,69 @@ impl Store {
         Ok((committed, staging))
     }
 
-    /// Check every block of every local copy of a dataset.
-    pub fn verify(&self, name: &DatasetName) -> Result<VerifyReport> {
+    /// Check blocks `[from, to)` of this node's copy of `fragment` against their checksums.
+    pub fn verify(
+        &self,
+        name: &DatasetName,
+        fragment: FragmentId,
+        from: u32,
+        to: u32,
+    ) -> Result<VerifyReport> {
         let ds = self.dataset(name)?;
         let shape = &ds.manifest.shape;
         let mut report = VerifyReport::default();
-        for (&fragment, files) in &ds.copies {
-            let copy = ds
-                .manifest
-                .layout
-                .copy_on(fragment, self.node)
-                .expect("local copy");
-            if files.is_none() {
-                report.bad.push(BadBlock {
+        let Some(files) = ds.copies.get(&fragment) else {
+            return Err(StoreError::OutOfRange(format!(
+                "this server holds no copy of {fragment} of `{name}`"
+            )));
+        };
+        if from > to || to > shape.blocks_in(fragment) {
+            return Err(StoreError::OutOfRange(format!(
+                "blocks [{from}, {to}) of {fragment}"
+            )));
+        }
+        let copy = ds
+            .manifest
+            .layout
+            .copy_on(fragment, self.node)
+            .expect("local copy");
+        if files.is_none() {
+            report.bad.push(BadBlock {
+                fragment,
+                copy,
+                block: from,
+                why: "copy files missing".into(),
+            });
+            return Ok(report);
+        }
+        for block in from..to {
+            let len = shape.block_len(fragment, block);
+            report.blocks += 1;
+            match self.read(&ds, fragment, block, 0, len) {
+                Ok(_) => report.bytes += len as u64,
+                Err(StoreError::Corrupt { why, .. }) => report.bad.push(BadBlock {
                     fragment,
                     copy,
-                    block: 0,
-                    why: "copy files missing".into(),
-                });
-                continue;
-            }
-            for block in 0..shape.blocks_in(fragment) {
-                let len = shape.block_len(fragment, block);
-                report.blocks += 1;
-                match self.read(&ds, fragment, block, 0, len) {
-                    Ok(_) => report.bytes += len as u64,
-                    Err(StoreError::Corrupt { why, .. }) => report.bad.push(BadBlock {
-                        fragment,
-                        copy,
-                        block,
-                        why,
-                    }),
-                    Err(e) => return Err(e),
-                }
+                    block,
+                    why,
+                }),
+                Err(e) => return Err(e),
             }
         }
         Ok(report)
+    }
+
+    /// Check every block of every local copy (tests and tools).
+    pub fn verify_all(&self, name: &DatasetName) -> Result<VerifyReport> {
+        let ds = self.dataset(name)?;
+        let mut all = VerifyReport::default();
+        for &fragment in ds.copies.keys() {
+            let r = self.verify(name, fragment, 0, ds.manifest.shape.blocks_in(fragment))?;
+            all.blocks += r.blocks;
+            all.bytes += r.bytes;
+            all.bad.extend(r.bad);
+        }
+        Ok(all)
     }
 }
 
@@ -889,7 +916,7 @@ mod tests {
             store.check_read(&ds, FragmentId(0), 0, 4000, 100),
             Err(StoreError::OutOfRange(_))
         ));
-        assert_eq!(store.verify(&m.name).unwrap().bad, vec![]);
+        assert_eq!(store.verify_all(&m.name).unwrap().bad, vec![]);
     }
 
     #[test]
@@ -913,7 +940,7 @@ mod tests {
             store.read(&ds, FragmentId(0), 1, 0, 4096),
             Err(StoreError::Corrupt { block: 1, .. })
         ));
-        let report = store.verify(&m.name).unwrap();
+        let report = store.verify_all(&m.name).unwrap();
         assert_eq!(report.bad.len(), 1);
         assert_eq!(
             (report.bad[0].fragment, report.bad[0].block),
