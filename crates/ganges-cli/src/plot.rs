@@ -70,35 +70,46 @@ pub fn line_chart(
     let png = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("png"));
-    let err = |e: String| CliError(format!("drawing {}: {e}", path.display()));
-    if png {
-        let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
-        draw(
-            &root,
+    let range = (x_min, x_max);
+    let result = if png {
+        render(
+            BitMapBackend::new(path, SIZE).into_drawing_area(),
             title,
             x_label,
             y_label,
             series,
-            (x_min, x_max),
+            range,
             y_max,
         )
-        .map_err(err)?;
-        root.present().map_err(|e| err(e.to_string()))?;
     } else {
-        let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-        draw(
-            &root,
+        render(
+            SVGBackend::new(path, SIZE).into_drawing_area(),
             title,
             x_label,
             y_label,
             series,
-            (x_min, x_max),
+            range,
             y_max,
         )
-        .map_err(err)?;
-        root.present().map_err(|e| err(e.to_string()))?;
-    }
+    };
+    result.map_err(|e| CliError(format!("drawing {}: {e}", path.display())))?;
     Ok(())
+}
+
+/// Plot size in pixels.
+const SIZE: (u32, u32) = (900, 560);
+
+fn render<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    x_range: (f64, f64),
+    y_max: f64,
+) -> Result<(), String> {
+    draw(&root, title, x_label, y_label, series, x_range, y_max)?;
+    root.present().map_err(|e| e.to_string())
 }
 
 fn draw<DB: DrawingBackend>(

@@ -135,6 +135,20 @@ impl<'c> Staging<'c> {
         }
     }
 
+    /// After the data is written: abort if writing failed, else record the digest and
+    /// commit.
+    async fn conclude(self, mut manifest: Manifest, written: Result<Digest>) -> Result<Manifest> {
+        match written {
+            Ok(digest) => manifest.digest = digest,
+            Err(e) => {
+                self.abort().await;
+                return Err(e);
+            }
+        }
+        self.finish(&manifest).await?;
+        Ok(manifest)
+    }
+
     /// Prepare everywhere, then commit everywhere.
     async fn finish(self, manifest: &Manifest) -> Result<()> {
         let prepare = ControlRequest::Prepare {
@@ -270,7 +284,7 @@ pub async fn create(
             key_bytes: ganges_core::datagen::KEY_BYTES as u32,
         },
     };
-    let mut manifest = draft(
+    let manifest = draft(
         client,
         spec.name,
         shape,
@@ -324,15 +338,8 @@ pub async fn create(
         }
         Ok(digest)
     };
-    match work.await {
-        Ok(digest) => manifest.digest = digest,
-        Err(e) => {
-            staging.abort().await;
-            return Err(e);
-        }
-    }
-    staging.finish(&manifest).await?;
-    Ok(manifest)
+    let digest = work.await;
+    staging.conclude(manifest, digest).await
 }
 
 /// Import a local file as a dataset of `fragments` fragments.
@@ -360,7 +367,7 @@ pub async fn put(
     let fragments = fragments.max(1).min(total.min(u32::MAX as u64) as u32);
     let shape = Shape::split(total, fragments, block_bytes, 1)?;
     let source = path.display().to_string();
-    let mut manifest = draft(
+    let manifest = draft(
         client,
         name,
         shape,
@@ -369,16 +376,8 @@ pub async fn put(
         Content::Imported { source },
     )?;
     let staging = Staging::begin(client, &manifest).await?;
-    let result = send_file(client, &manifest, staging.txid, file, progress).await;
-    match result {
-        Ok(digest) => manifest.digest = digest,
-        Err(e) => {
-            staging.abort().await;
-            return Err(e);
-        }
-    }
-    staging.finish(&manifest).await?;
-    Ok(manifest)
+    let digest = send_file(client, &manifest, staging.txid, file, progress).await;
+    staging.conclude(manifest, digest).await
 }
 
 async fn send_file(

@@ -341,35 +341,16 @@ impl Message {
             }
             kind::READ => {
                 need("read", &b, 42)?;
-                let stream = b.get_u64_le();
-                let done_bytes = b.get_u64_le();
-                let total_bytes = b.get_u64_le();
-                let metric = match b.get_u8() {
-                    0 => ProgressMetric::Bytes,
-                    1 => ProgressMetric::Fraction,
-                    m => {
-                        return Err(ProtoError::malformed(
-                            "read",
-                            format!("progress metric {m}"),
-                        ));
-                    }
-                };
+                let (stream, progress) = get_progress("read", &mut b)?;
                 let fragment = FragmentId(b.get_u32_le());
                 let block = b.get_u32_le();
                 let start_in_block = b.get_u32_le();
                 let len = b.get_u32_le();
                 let dataset = get_name("read", &mut b)?;
                 empty("read", &b)?;
-                if done_bytes > total_bytes {
-                    return Err(ProtoError::malformed("read", "progress past the total"));
-                }
                 Message::Read(ReadReq {
                     stream,
-                    progress: Progress {
-                        done_bytes,
-                        total_bytes,
-                        metric,
-                    },
+                    progress,
                     dataset,
                     fragment,
                     block,

@@ -75,8 +75,10 @@ impl Shared {
     }
 
     pub fn stats(&self) -> ServerStats {
-        let d = self.disk.lock().expect("disk lock");
+        // File I/O first: the disk lock is held only to copy the scheduler's figures.
+        let datasets = self.store.list(false).map_or(0, |l| l.len() as u64);
         let (rss, peak) = sys::rss_bytes();
+        let d = self.disk.lock().expect("disk lock");
         let c = &self.counters;
         ServerStats {
             node: self.config.node,
@@ -96,7 +98,7 @@ impl Shared {
             cpu_secs: sys::cpu_secs(),
             rss_bytes: rss,
             peak_rss_bytes: peak,
-            datasets: self.store.list(false).map_or(0, |l| l.len() as u64),
+            datasets,
         }
     }
 }
