@@ -21,7 +21,7 @@ use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::NodeId;
 use ganges_core::route::ReadPolicyKind;
 use ganges_core::sched::SchedulerKind;
-use ganges_core::units::mb_per_sec;
+use ganges_core::units::{ByteSize, mb_per_sec};
 use ganges_proto::control::{ControlReply, ControlRequest, ServerStats};
 use ganges_proto::manifest::Manifest;
 use serde::Serialize;
@@ -204,7 +204,7 @@ pub fn run_scan(spec: &ScanBenchSpec) -> CliResult<Report> {
     let report = rt.block_on(async {
         tokio::select! {
             r = bench_on_cluster(spec, &cluster) => r,
-            _ = tokio::signal::ctrl_c() => fail("interrupted"),
+            _ = tokio::signal::ctrl_c() => fail(crate::util::INTERRUPTED),
         }
     });
     drop(cluster);
@@ -534,7 +534,55 @@ pub fn render(report: &Report) -> String {
             format!("{:.2}", r.cpu_seconds_per_gb),
         ]);
     }
-    let mut out = t.render();
+    let p = &report.params;
+    let disk = match p.disk_rate_bytes_per_sec {
+        Some(r) => format!("disks {}/s with a {}ms seek", ByteSize(r as u64), p.seek_ms),
+        None => "no disk model (page cache)".into(),
+    };
+    let mut out = format!(
+        "scan: {} nodes, {} copies, {} fragments of {}, {} blocks, {disk}, fault {} ({} layout), window {}, \
+         {} run(s) each (median), commit {}\n",
+        p.nodes,
+        p.replicas,
+        p.nodes,
+        ByteSize(p.fragment_bytes),
+        ByteSize(p.block_bytes as u64),
+        p.fault,
+        p.fault_layout,
+        p.window,
+        p.repeat,
+        p.git_commit
+    );
+    out.push_str(&t.render());
+    let mut seen = std::collections::BTreeSet::new();
+    let faulty: Vec<String> = report
+        .rows
+        .iter()
+        .filter(|r| r.faults > 0 && seen.insert(r.faults))
+        .map(|r| {
+            format!(
+                "{}: {}",
+                r.faults,
+                r.fault_nodes
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })
+        .collect();
+    if !faulty.is_empty() {
+        let seed = if p.fault_layout == FaultLayout::Random {
+            format!(", seed {}", p.seed)
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "faulty nodes ({} layout{seed}): {}\n",
+            p.fault_layout,
+            faulty.join("; ")
+        ));
+    }
     if let Some(lb) = report.machine.loopback_mb_per_sec {
         let best = report
             .rows

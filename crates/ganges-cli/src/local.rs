@@ -252,7 +252,7 @@ impl Drop for LocalCluster {
 
 /// The supervisor of `ganges local up`: start the servers, publish the cluster file, wait
 /// for SIGTERM or SIGINT, stop the servers, remove the cluster file.
-pub fn supervise(spec: &LocalSpec, cluster_path: &Path) -> CliResult<()> {
+pub fn supervise(spec: &LocalSpec, cluster_path: &Path, foreground: bool) -> CliResult<()> {
     let mut cluster = LocalCluster::start(spec)?;
     let mut file = cluster.cluster().clone();
     file.local = Some(LocalInfo {
@@ -262,7 +262,15 @@ pub fn supervise(spec: &LocalSpec, cluster_path: &Path) -> CliResult<()> {
         seek_ms: spec.disk.map_or(0.0, |d| d.seek.as_secs_f64() * 1e3),
     });
     file.save(cluster_path)?;
-    println!("ganges-local ready");
+    if foreground {
+        println!(
+            "{} servers up; cluster file {} (Ctrl-C stops them)",
+            spec.nodes,
+            cluster_path.display()
+        );
+    } else {
+        println!("ganges-local ready");
+    }
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let rt = tokio::runtime::Builder::new_current_thread()

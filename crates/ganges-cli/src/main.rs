@@ -509,6 +509,7 @@ fn init_logging(default: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
@@ -531,7 +532,12 @@ fn main() {
     init_logging(if serving { "info" } else { "warn" });
     if let Err(e) = run(cli) {
         eprintln!("error: {e}");
-        std::process::exit(1);
+        // 130 is the shell's code for a command stopped by Ctrl-C (128 + SIGINT).
+        std::process::exit(if e.0 == ganges_cli::util::INTERRUPTED {
+            130
+        } else {
+            1
+        });
     }
 }
 
@@ -666,12 +672,7 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
                 binary: binary()?,
             };
             if a.foreground {
-                eprintln!(
-                    "starting {} servers under {} (Ctrl-C stops them)",
-                    a.nodes,
-                    root.display()
-                );
-                return local::supervise(&spec, &cluster_path);
+                return local::supervise(&spec, &cluster_path, true);
             }
             let mut args = vec![
                 "local".to_string(),
@@ -728,7 +729,7 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
                 scheduler: SchedulerKind::FurthestBehind,
                 binary: binary()?,
             };
-            local::supervise(&spec, &root.join("cluster.toml"))
+            local::supervise(&spec, &root.join("cluster.toml"), false)
         }
         LocalCmd::Status { cluster } => {
             runtime()?.block_on(commands::local_status(&cluster.path()))

@@ -39,6 +39,9 @@ from_error!(
 
 pub type CliResult<T> = Result<T, CliError>;
 
+/// The message of a command stopped by Ctrl-C (after it stopped what it started).
+pub const INTERRUPTED: &str = "interrupted; every server this command started is stopped";
+
 pub fn fail<T>(msg: impl Into<String>) -> CliResult<T> {
     Err(CliError(msg.into()))
 }

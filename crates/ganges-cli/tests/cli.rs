@@ -236,6 +236,23 @@ fn a_users_session_from_local_up_to_local_down() {
     );
     let err = fails(&["dataset", "ls", "--cluster", c], 1);
     assert!(err.contains("ganges local up"), "{err}");
+
+    // The same root with fewer nodes: datasets written for three say so instead of failing
+    // obscurely on the missing node.
+    ok(&[
+        "local",
+        "up",
+        "--nodes",
+        "2",
+        "--root",
+        r,
+        "--disk-rate",
+        "off",
+    ]);
+    let err = fails(&["dataset", "info", "imp", "--cluster", c], 1);
+    assert!(err.contains("written for a cluster of 3 nodes"), "{err}");
+    ok(&["local", "down", "--cluster", c]);
+    assert!(processes_with(r).is_empty());
 }
 
 #[test]

@@ -104,7 +104,18 @@ impl Client {
         let mut other: Option<ClientError> = None;
         for (_, r) in self.control_all(&self.live_nodes(), &req).await {
             match r {
-                Ok(ControlReply::Manifest { manifest }) => return Ok(manifest),
+                Ok(ControlReply::Manifest { manifest }) => {
+                    if manifest.layout.nodes() != self.nodes() {
+                        return Err(ClientError::Invalid(format!(
+                            "`{name}` was written for a cluster of {} nodes, but {} lists {}; \
+                             use the cluster it was written on, or remove it with `ganges dataset rm {name}`",
+                            manifest.layout.nodes(),
+                            self.cluster.path.display(),
+                            self.nodes()
+                        )));
+                    }
+                    return Ok(manifest);
+                }
                 Ok(_) => {}
                 Err(e) if e.code() == Some(ErrorCode::UnknownDataset) => {}
                 Err(e) => other = Some(e),
