@@ -143,9 +143,7 @@ impl ScanBenchSpec {
             return fail(format!("--faults may not exceed --nodes ({})", self.nodes));
         }
         if self.disk.is_none() && self.faults.iter().any(|&f| f > 0) {
-            return fail(
-                "faults need the disk model: give --disk-rate, or use --faults 0 with --disk-rate off",
-            );
+            return fail("faults need the disk model: give --disk-rate, or use --faults 0 with --disk-rate off");
         }
         if self.policies.is_empty() || self.faults.is_empty() {
             return fail("give at least one policy and one fault count");
@@ -193,14 +191,11 @@ pub fn run_scan(spec: &ScanBenchSpec) -> CliResult<Report> {
         nodes: spec.nodes,
         root,
         disk: spec.disk,
-        scheduler: SchedulerKind::FurthestBehind,
+        scheduler: SchedulerKind::Auto,
         binary: spec.binary.clone(),
     };
     let cluster = LocalCluster::start(&local)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let report = rt.block_on(async {
         tokio::select! {
             r = bench_on_cluster(spec, &cluster) => r,
@@ -233,11 +228,7 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
     let loopback = if spec.disk.is_none() {
         let bytes = total.min(2 << 30);
         let block = spec.block_bytes as usize;
-        Some(
-            tokio::task::spawn_blocking(move || loopback_mb_per_sec(bytes, block))
-                .await
-                .expect("measure")?,
-        )
+        Some(tokio::task::spawn_blocking(move || loopback_mb_per_sec(bytes, block)).await.expect("measure")?)
     } else {
         None
     };
@@ -251,8 +242,7 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
     let layout_of = |f: u32| -> Vec<NodeId> { place(spec.fault_layout, spec.nodes, f, spec.seed) };
     let runs = spec.repeat as u64 * spec.faults.len() as u64 * spec.policies.len() as u64;
     let bar = steps_bar(runs, "scan");
-    let mut samples: Vec<Vec<Vec<Sample>>> =
-        vec![vec![vec![]; spec.policies.len()]; spec.faults.len()];
+    let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![vec![]; spec.policies.len()]; spec.faults.len()];
     for _ in 0..spec.repeat {
         for (fi, &f) in spec.faults.iter().enumerate() {
             let faulty = layout_of(f);
@@ -295,11 +285,7 @@ fn ideals(spec: &ScanBenchSpec, manifest: &Manifest, faulty: &[NodeId]) -> CliRe
     };
     let rates: Vec<f64> = (0..spec.nodes)
         .map(|n| {
-            let frac = if faulty.contains(&NodeId(n)) {
-                spec.fault.rate_fraction()
-            } else {
-                1.0
-            };
+            let frac = if faulty.contains(&NodeId(n)) { spec.fault.rate_fraction() } else { 1.0 };
             disk.rate_bytes_per_sec * frac
         })
         .collect();
@@ -316,9 +302,7 @@ async fn set_faults(client: &Client, spec: &ScanBenchSpec, faulty: &[NodeId]) ->
     for n in 0..spec.nodes {
         let node = NodeId(n);
         let fault = faulty.contains(&node).then_some(spec.fault);
-        client
-            .control(node, ControlRequest::SetFault { fault })
-            .await?;
+        client.control(node, ControlRequest::SetFault { fault }).await?;
     }
     Ok(())
 }
@@ -342,12 +326,7 @@ async fn run_once(
     policy: ReadPolicyKind,
     window: u32,
 ) -> CliResult<Sample> {
-    let streams = open_scan(
-        client,
-        manifest,
-        None,
-        ReadOptions::new(policy).with_window(window),
-    )?;
+    let streams = open_scan(client, manifest, None, ReadOptions::new(policy).with_window(window))?;
     let before = all_stats(client).await?;
     let cpu_before = process_cpu_secs();
     let barrier = Arc::new(tokio::sync::Barrier::new(streams.len() + 1));
@@ -364,16 +343,9 @@ async fn run_once(
     let t0 = Instant::now();
     let mut reports = vec![];
     for t in tasks {
-        reports.push(
-            t.await
-                .map_err(|e| CliError(format!("consumer task failed: {e}")))??,
-        );
+        reports.push(t.await.map_err(|e| CliError(format!("consumer task failed: {e}")))??);
     }
-    let t_end = reports
-        .iter()
-        .map(|(_, end)| *end)
-        .max()
-        .expect("at least one consumer");
+    let t_end = reports.iter().map(|(_, end)| *end).max().expect("at least one consumer");
     let seconds = t_end.duration_since(t0).as_secs_f64();
     let client_cpu = process_cpu_secs() - cpu_before;
     let after = all_stats(client).await?;
@@ -399,25 +371,14 @@ async fn run_once(
         bytes,
         slowest_mb_per_sec: slowest,
         backup_bytes: reports.iter().map(|(r, _)| r.stats.backup_bytes()).sum(),
-        server_cpu: after
-            .iter()
-            .zip(&before)
-            .map(|(a, b)| a.cpu_secs - b.cpu_secs)
-            .sum(),
+        server_cpu: after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum(),
         client_cpu,
-        seeks: after
-            .iter()
-            .zip(&before)
-            .map(|(a, b)| a.disk_stats.seeks - b.disk_stats.seeks)
-            .sum(),
+        seeks: after.iter().zip(&before).map(|(a, b)| a.disk_stats.seeks - b.disk_stats.seeks).sum(),
         duplicates: reports.iter().map(|(r, _)| r.stats.duplicates).sum(),
         steals: reports.iter().map(|(r, _)| r.stats.steals).sum(),
         retries: reports.iter().map(|(r, _)| r.stats.retries).sum(),
         peak_rss: after.iter().map(|s| s.peak_rss_bytes).max().unwrap_or(0),
-        consumer_seconds: reports
-            .iter()
-            .map(|(_, end)| end.duration_since(t0).as_secs_f64())
-            .collect(),
+        consumer_seconds: reports.iter().map(|(_, end)| end.duration_since(t0).as_secs_f64()).collect(),
         disk_busy_frac: after
             .iter()
             .zip(&before)
@@ -426,20 +387,12 @@ async fn run_once(
     })
 }
 
-fn row(
-    policy: ReadPolicyKind,
-    faults: u32,
-    faulty: &[NodeId],
-    samples: &[Sample],
-    river: f64,
-    layout: f64,
-) -> Row {
+fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample], river: f64, layout: f64) -> Row {
     let mut order: Vec<usize> = (0..samples.len()).collect();
     order.sort_by(|&a, &b| samples[a].seconds.total_cmp(&samples[b].seconds));
     let m = &samples[order[order.len() / 2]];
     let times: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
-    let spread = times.iter().cloned().fold(f64::MIN, f64::max)
-        - times.iter().cloned().fold(f64::MAX, f64::min);
+    let spread = times.iter().cloned().fold(f64::MIN, f64::max) - times.iter().cloned().fold(f64::MAX, f64::min);
     Row {
         policy,
         faults,
@@ -516,11 +469,7 @@ pub fn render(report: &Report) -> String {
     ]);
     for r in &report.rows {
         let pct = |x: f64| {
-            if x.is_nan() {
-                "-".to_string()
-            } else {
-                format!("{:.1}", x * 100.0)
-            }
+            if x.is_nan() { "-".to_string() } else { format!("{:.1}", x * 100.0) }
         };
         t.row(vec![
             r.policy.to_string(),
@@ -559,36 +508,14 @@ pub fn render(report: &Report) -> String {
         .rows
         .iter()
         .filter(|r| r.faults > 0 && seen.insert(r.faults))
-        .map(|r| {
-            format!(
-                "{}: {}",
-                r.faults,
-                r.fault_nodes
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
-        })
+        .map(|r| format!("{}: {}", r.faults, r.fault_nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")))
         .collect();
     if !faulty.is_empty() {
-        let seed = if p.fault_layout == FaultLayout::Random {
-            format!(", seed {}", p.seed)
-        } else {
-            String::new()
-        };
-        out.push_str(&format!(
-            "faulty nodes ({} layout{seed}): {}\n",
-            p.fault_layout,
-            faulty.join("; ")
-        ));
+        let seed = if p.fault_layout == FaultLayout::Random { format!(", seed {}", p.seed) } else { String::new() };
+        out.push_str(&format!("faulty nodes ({} layout{seed}): {}\n", p.fault_layout, faulty.join("; ")));
     }
     if let Some(lb) = report.machine.loopback_mb_per_sec {
-        let best = report
-            .rows
-            .iter()
-            .map(|r| r.aggregate_mb_per_sec)
-            .fold(0.0, f64::max);
+        let best = report.rows.iter().map(|r| r.aggregate_mb_per_sec).fold(0.0, f64::max);
         out.push_str(&format!(
             "raw loopback TCP in this run: {lb:.1} MB/s; best scan: {best:.1} MB/s ({:.0}% of loopback)\n",
             best / lb * 100.0
@@ -598,11 +525,7 @@ pub fn render(report: &Report) -> String {
 }
 
 /// Write the JSON document and the plot, as asked.
-pub fn write_outputs(
-    report: &Report,
-    json: Option<&PathBuf>,
-    plot_path: Option<&PathBuf>,
-) -> CliResult<()> {
+pub fn write_outputs(report: &Report, json: Option<&PathBuf>, plot_path: Option<&PathBuf>) -> CliResult<()> {
     if let Some(path) = json {
         std::fs::write(path, serde_json::to_vec_pretty(report)?)
             .map_err(|e| CliError(format!("writing {}: {e}", path.display())))?;
@@ -624,15 +547,8 @@ pub fn write_outputs(
             })
             .collect();
         let xs: Vec<f64> = report.rows.iter().map(|r| r.faults as f64).collect();
-        let (lo, hi) = (
-            xs.iter().cloned().fold(f64::MAX, f64::min),
-            xs.iter().cloned().fold(f64::MIN, f64::max),
-        );
-        series.push(Series {
-            name: "ideal (layout-aware)".into(),
-            points: vec![(lo, 1.0), (hi, 1.0)],
-            dashed: true,
-        });
+        let (lo, hi) = (xs.iter().cloned().fold(f64::MAX, f64::min), xs.iter().cloned().fold(f64::MIN, f64::max));
+        series.push(Series { name: "ideal (layout-aware)".into(), points: vec![(lo, 1.0), (hi, 1.0)], dashed: true });
         let p = &report.params;
         let title = format!(
             "scan: {} nodes, {} copies, {} faults (x{}), % of layout-aware ideal",
@@ -641,14 +557,7 @@ pub fn write_outputs(
             p.fault_layout,
             p.fault.rate_fraction()
         );
-        plot::line_chart(
-            path,
-            &title,
-            "faulty disks",
-            "fraction of ideal",
-            &series,
-            1.1,
-        )?;
+        plot::line_chart(path, &title, "faulty disks", "fraction of ideal", &series, 1.1)?;
     }
     Ok(())
 }

@@ -52,9 +52,7 @@ pub async fn dataset_create(cluster: &Path, a: CreateArgs) -> CliResult<()> {
     let sizes = match a.size {
         SizeSpec::List(v) => v,
         SizeSpec::PerFragment(b) => vec![b / align * align; fragments as usize],
-        SizeSpec::Total(t) => Shape::split(t, fragments, a.block_bytes, align)?
-            .fragment_sizes()
-            .to_vec(),
+        SizeSpec::Total(t) => Shape::split(t, fragments, a.block_bytes, align)?.fragment_sizes().to_vec(),
     };
     let total: u64 = sizes.iter().sum();
     let bar = bytes_bar(total * a.replicas as u64, "create");
@@ -90,22 +88,11 @@ pub async fn dataset_put(
     block_bytes: u32,
 ) -> CliResult<()> {
     let client = connect(cluster).await?;
-    let size = std::fs::metadata(file)
-        .map_err(|e| CliError(format!("{}: {e}", file.display())))?
-        .len();
+    let size = std::fs::metadata(file).map_err(|e| CliError(format!("{}: {e}", file.display())))?.len();
     let bar = bytes_bar(size, "put");
     let started = Instant::now();
     let fragments = fragments.unwrap_or(client.nodes());
-    let m = dataset::put(
-        &client,
-        name,
-        file,
-        fragments,
-        block_bytes,
-        replicas,
-        Some(progress_fn(&bar)),
-    )
-    .await?;
+    let m = dataset::put(&client, name, file, fragments, block_bytes, replicas, Some(progress_fn(&bar))).await?;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     println!(
@@ -141,10 +128,7 @@ pub async fn dataset_get(cluster: &Path, name: DatasetName, file: &Path) -> CliR
         if report.stats.corrupt.is_empty() {
             String::new()
         } else {
-            format!(
-                "; {} corrupt blocks were read from other copies",
-                report.stats.corrupt.len()
-            )
+            format!("; {} corrupt blocks were read from other copies", report.stats.corrupt.len())
         }
     );
     Ok(())
@@ -162,18 +146,11 @@ pub async fn dataset_ls(cluster: &Path, staging: bool) -> CliResult<()> {
                 None => "committed".into(),
                 Some(tx) => format!("staging {tx:016x}"),
             },
-            e.nodes
-                .iter()
-                .map(|n| n.0.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
+            e.nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","),
         ]);
     }
     if entries.is_empty() {
-        println!(
-            "no datasets{}",
-            if staging { " or staging folders" } else { "" }
-        );
+        println!("no datasets{}", if staging { " or staging folders" } else { "" });
     } else {
         print!("{}", t.render());
     }
@@ -187,11 +164,7 @@ pub async fn dataset_ls(cluster: &Path, staging: bool) -> CliResult<()> {
 }
 
 fn nodes_list(nodes: &[NodeId]) -> String {
-    nodes
-        .iter()
-        .map(|n| n.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 pub async fn dataset_info(cluster: &Path, name: DatasetName, json: bool) -> CliResult<()> {
@@ -203,17 +176,9 @@ pub async fn dataset_info(cluster: &Path, name: DatasetName, json: bool) -> CliR
     }
     let m = &info.manifest;
     println!("dataset    {}", m.name);
-    println!(
-        "size       {} ({} bytes)",
-        ByteSize(m.total_bytes()),
-        m.total_bytes()
-    );
+    println!("size       {} ({} bytes)", ByteSize(m.total_bytes()), m.total_bytes());
     println!("state      {:?}", m.state);
-    println!(
-        "layout     chained declustering, {} copies on {} nodes",
-        m.layout.replicas(),
-        m.layout.nodes()
-    );
+    println!("layout     chained declustering, {} copies on {} nodes", m.layout.replicas(), m.layout.nodes());
     println!(
         "blocks     {} of {} ({} blocks)",
         m.shape.total_blocks(),
@@ -234,11 +199,7 @@ pub async fn dataset_info(cluster: &Path, name: DatasetName, json: bool) -> CliR
         t.row(vec![
             c.fragment.0.to_string(),
             ByteSize(m.shape.fragment_bytes(c.fragment)).to_string(),
-            if c.copy == 0 {
-                "primary".into()
-            } else {
-                format!("backup {}", c.copy)
-            },
+            if c.copy == 0 { "primary".into() } else { format!("backup {}", c.copy) },
             c.node.0.to_string(),
             match c.state {
                 CopyState::Present => "present",
@@ -258,39 +219,24 @@ pub async fn dataset_verify(cluster: &Path, name: DatasetName) -> CliResult<()> 
     let bar = bytes_bar(m.total_bytes() * m.layout.replicas() as u64, "verify");
     let s = dataset::verify(&client, &name, Some(progress_fn(&bar))).await?;
     bar.finish_and_clear();
-    println!(
-        "checked {} blocks ({}) on every copy",
-        s.blocks,
-        ByteSize(s.bytes)
-    );
+    println!("checked {} blocks ({}) on every copy", s.blocks, ByteSize(s.bytes));
     for (node, b) in &s.bad {
-        println!(
-            "BAD  {node}: fragment {} copy {} block {}: {}",
-            b.fragment.0, b.copy, b.block, b.why
-        );
+        println!("BAD  {node}: fragment {} copy {} block {}: {}", b.fragment.0, b.copy, b.block, b.why);
     }
     for d in &s.disagreements {
         println!("BAD  copies disagree: {d}");
     }
     if !s.digest_ok {
-        println!(
-            "BAD  the stored checksums do not add up to the dataset's digest {}",
-            m.digest
-        );
+        println!("BAD  the stored checksums do not add up to the dataset's digest {}", m.digest);
     }
     if !s.unreachable.is_empty() {
         println!("not checked (unreachable): {}", nodes_list(&s.unreachable));
     }
     if s.is_clean() {
-        println!(
-            "`{name}` is intact: every block of every copy matches its checksum and the digest {}",
-            m.digest
-        );
+        println!("`{name}` is intact: every block of every copy matches its checksum and the digest {}", m.digest);
         Ok(())
     } else {
-        fail(format!(
-            "`{name}` has problems (above); reads avoid bad copies, but re-create or re-import it"
-        ))
+        fail(format!("`{name}` has problems (above); reads avoid bad copies, but re-create or re-import it"))
     }
 }
 
@@ -300,35 +246,18 @@ pub async fn dataset_rm(cluster: &Path, name: DatasetName) -> CliResult<()> {
     println!(
         "removed `{name}` from {} nodes{}",
         s.committed_on.len(),
-        if s.staging_folders > 0 {
-            format!(" and {} staging folders", s.staging_folders)
-        } else {
-            String::new()
-        }
+        if s.staging_folders > 0 { format!(" and {} staging folders", s.staging_folders) } else { String::new() }
     );
     if !s.unreachable.is_empty() {
-        println!(
-            "unreachable, not removed there: {} (run rm again when they are up)",
-            nodes_list(&s.unreachable)
-        );
+        println!("unreachable, not removed there: {} (run rm again when they are up)", nodes_list(&s.unreachable));
     }
     Ok(())
 }
 
-pub async fn scan(
-    cluster: &Path,
-    name: DatasetName,
-    policy: ReadPolicyKind,
-    window: u32,
-) -> CliResult<()> {
+pub async fn scan(cluster: &Path, name: DatasetName, policy: ReadPolicyKind, window: u32) -> CliResult<()> {
     let client = connect(cluster).await?;
     let manifest = Arc::new(client.manifest(&name).await?);
-    let streams = open_scan(
-        &client,
-        &manifest,
-        None,
-        ReadOptions::new(policy).with_window(window),
-    )?;
+    let streams = open_scan(&client, &manifest, None, ReadOptions::new(policy).with_window(window))?;
     let bar = bytes_bar(manifest.total_bytes(), "scan");
     let t0 = Instant::now();
     let mut tasks = vec![];
@@ -341,9 +270,7 @@ pub async fn scan(
             Ok::<_, ganges_client::ClientError>((s.close(), t0.elapsed().as_secs_f64()))
         }));
     }
-    let mut t = Table::new(&[
-        "consumer", "bytes", "seconds", "MB/s", "backup %", "retries",
-    ]);
+    let mut t = Table::new(&["consumer", "bytes", "seconds", "MB/s", "backup %", "retries"]);
     let mut digest = Digest::default();
     let mut total = 0;
     for (i, task) in tasks.into_iter().enumerate() {
@@ -355,21 +282,14 @@ pub async fn scan(
             ByteSize(r.bytes).to_string(),
             format!("{secs:.3}"),
             format!("{:.1}", mb_per_sec(r.bytes, secs)),
-            format!(
-                "{:.1}",
-                r.stats.backup_bytes() as f64 / r.bytes.max(1) as f64 * 100.0
-            ),
+            format!("{:.1}", r.stats.backup_bytes() as f64 / r.bytes.max(1) as f64 * 100.0),
             r.stats.retries.to_string(),
         ]);
     }
     bar.finish_and_clear();
     let secs = t0.elapsed().as_secs_f64();
     print!("{}", t.render());
-    println!(
-        "{policy}: {} in {secs:.3}s = {:.1} MB/s",
-        ByteSize(total),
-        mb_per_sec(total, secs)
-    );
+    println!("{policy}: {} in {secs:.3}s = {:.1} MB/s", ByteSize(total), mb_per_sec(total, secs));
     if digest != manifest.digest {
         return fail(format!(
             "digest {digest} differs from the dataset's {}: data lost or duplicated",
@@ -385,14 +305,9 @@ pub async fn fault_set(cluster: &Path, nodes: &[u32], fault: Fault) -> CliResult
     let client = connect(cluster).await?;
     for &n in nodes {
         if n >= client.nodes() {
-            return fail(format!(
-                "node {n} is not in the cluster (nodes 0..{})",
-                client.nodes()
-            ));
+            return fail(format!("node {n} is not in the cluster (nodes 0..{})", client.nodes()));
         }
-        client
-            .control(NodeId(n), ControlRequest::SetFault { fault: Some(fault) })
-            .await?;
+        client.control(NodeId(n), ControlRequest::SetFault { fault: Some(fault) }).await?;
         println!("node {n}: {fault}");
     }
     Ok(())
@@ -402,9 +317,7 @@ pub async fn fault_clear(cluster: &Path, nodes: Option<Vec<u32>>) -> CliResult<(
     let client = connect(cluster).await?;
     let nodes = nodes.unwrap_or_else(|| client.live_nodes().iter().map(|n| n.0).collect());
     for n in nodes {
-        client
-            .control(NodeId(n), ControlRequest::SetFault { fault: None })
-            .await?;
+        client.control(NodeId(n), ControlRequest::SetFault { fault: None }).await?;
     }
     println!("faults cleared");
     Ok(())
@@ -418,29 +331,15 @@ pub async fn fault_show(cluster: &Path) -> CliResult<()> {
         match r {
             Ok(ControlReply::Stats { stats }) => {
                 let disk = stats.disk.map_or("real file system".into(), |d| {
-                    format!(
-                        "{}/s, seek {:.1}ms",
-                        ByteSize(d.rate_bytes_per_sec as u64),
-                        d.seek.as_secs_f64() * 1e3
-                    )
+                    format!("{}/s, seek {:.1}ms", ByteSize(d.rate_bytes_per_sec as u64), d.seek.as_secs_f64() * 1e3)
                 });
                 let eff = stats.disk.map_or("-".into(), |d| {
                     let f = stats.fault.map_or(1.0, |f| f.rate_fraction());
                     format!("{}/s", ByteSize((d.rate_bytes_per_sec * f) as u64))
                 });
-                t.row(vec![
-                    node.0.to_string(),
-                    disk,
-                    stats.fault.map_or("none".into(), |f| f.to_string()),
-                    eff,
-                ]);
+                t.row(vec![node.0.to_string(), disk, stats.fault.map_or("none".into(), |f| f.to_string()), eff]);
             }
-            _ => t.row(vec![
-                node.0.to_string(),
-                "unreachable".into(),
-                "-".into(),
-                "-".into(),
-            ]),
+            _ => t.row(vec![node.0.to_string(), "unreachable".into(), "-".into(), "-".into()]),
         }
     }
     print!("{}", t.render());
@@ -455,17 +354,11 @@ pub async fn local_status(cluster: &Path) -> CliResult<()> {
             "local cluster at {} (supervisor pid {}, {})",
             l.root.display(),
             l.supervisor_pid,
-            if alive {
-                "running"
-            } else {
-                "NOT running: the cluster file is stale"
-            }
+            if alive { "running" } else { "NOT running: the cluster file is stale" }
         );
     }
     let client = Client::connect(file.clone()).await;
-    let mut t = Table::new(&[
-        "node", "address", "state", "datasets", "fault", "reads", "read", "rss",
-    ]);
+    let mut t = Table::new(&["node", "address", "state", "datasets", "fault", "reads", "read", "rss"]);
     let stats: Vec<Option<ganges_proto::control::ServerStats>> = match &client {
         Ok(c) => {
             let all: Vec<NodeId> = (0..c.nodes()).map(NodeId).collect();
@@ -506,10 +399,7 @@ pub async fn local_status(cluster: &Path) -> CliResult<()> {
     }
     print!("{}", t.render());
     if client.is_err() {
-        return fail(format!(
-            "no server of {} is reachable; start one with `ganges local up`",
-            cluster.display()
-        ));
+        return fail(format!("no server of {} is reachable; start one with `ganges local up`", cluster.display()));
     }
     Ok(())
 }
@@ -532,14 +422,8 @@ pub fn model_river(n: u32, u_app: f64, u_fault: f64) -> CliResult<()> {
         return fail("--u-app must be in (0, 1] and --u-fault in [0, 1]");
     }
     let s = Spectrum { n, u_app, u_fault };
-    println!(
-        "River's performance-availability spectrum (river §4.1): n = {n}, U_app = {u_app}, U_fault = {u_fault}"
-    );
-    println!(
-        "x_loss = n(1 - U_app)/U_fault = {:.2}   y_n = (1 - U_fault)/U_app = {:.3}",
-        s.x_loss(),
-        s.y_n()
-    );
+    println!("River's performance-availability spectrum (river §4.1): n = {n}, U_app = {u_app}, U_fault = {u_fault}");
+    println!("x_loss = n(1 - U_app)/U_fault = {:.2}   y_n = (1 - U_fault)/U_app = {:.3}", s.x_loss(), s.y_n());
     let mut t = Table::new(&["faults", "ideal % of fault-free"]);
     for x in 0..=n {
         t.row(vec![x.to_string(), format!("{:.1}", s.y(x as f64) * 100.0)]);
@@ -551,16 +435,9 @@ pub fn model_river(n: u32, u_app: f64, u_fault: f64) -> CliResult<()> {
 pub fn model_layout(a: &ModelLayoutArgs) -> CliResult<()> {
     a.fault.validate()?;
     let layout = Layout::chained(a.nodes, a.replicas)?;
-    let shape = Shape::uniform(
-        a.nodes,
-        a.fragment_bytes,
-        ganges_core::shape::BLOCK_BYTES_MIN,
-    )?;
+    let shape = Shape::uniform(a.nodes, a.fragment_bytes, ganges_core::shape::BLOCK_BYTES_MIN)?;
     let demands = scan_demands(&shape, &shape.fragment_partitions())?;
-    let t_free = river_ideal_seconds(
-        shape.total_bytes(),
-        &vec![a.rate_bytes_per_sec; a.nodes as usize],
-    );
+    let t_free = river_ideal_seconds(shape.total_bytes(), &vec![a.rate_bytes_per_sec; a.nodes as usize]);
     println!(
         "scan of {} fragments of {} on {} nodes at {}/s, {} copies, fault: {}, {} layout",
         a.nodes,
@@ -571,51 +448,25 @@ pub fn model_layout(a: &ModelLayoutArgs) -> CliResult<()> {
         a.fault,
         a.layout
     );
-    let mut t = Table::new(&[
-        "faults",
-        "nodes",
-        "river s",
-        "layout s",
-        "river %",
-        "layout %",
-        "bottleneck",
-    ]);
+    let mut t = Table::new(&["faults", "nodes", "river s", "layout s", "river %", "layout %", "bottleneck"]);
     for &f in &a.faults {
         if f > a.nodes {
             return fail(format!("{f} faults on {} nodes", a.nodes));
         }
         let faulty = place(a.layout, a.nodes, f, a.seed);
         let rates: Vec<f64> = (0..a.nodes)
-            .map(|n| {
-                a.rate_bytes_per_sec
-                    * if faulty.contains(&NodeId(n)) {
-                        a.fault.rate_fraction()
-                    } else {
-                        1.0
-                    }
-            })
+            .map(|n| a.rate_bytes_per_sec * if faulty.contains(&NodeId(n)) { a.fault.rate_fraction() } else { 1.0 })
             .collect();
         let river = river_ideal_seconds(shape.total_bytes(), &rates);
         let li = layout_ideal(&demands, &layout, &rates)?;
         let bottleneck = if (li.seconds - river).abs() <= 1e-9 * river {
             "aggregate".to_string()
         } else {
-            format!(
-                "nodes {}",
-                li.bottleneck_nodes
-                    .iter()
-                    .map(|n| n.0.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
+            format!("nodes {}", li.bottleneck_nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","))
         };
         t.row(vec![
             f.to_string(),
-            faulty
-                .iter()
-                .map(|n| n.0.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
+            faulty.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","),
             format!("{river:.3}"),
             format!("{:.3}", li.seconds),
             format!("{:.1}", t_free / river * 100.0),

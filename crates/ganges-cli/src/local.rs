@@ -12,6 +12,9 @@ use crate::util::{CliError, CliResult, fail};
 use ganges_client::cluster::{ClusterFile, LocalInfo, ServerEntry};
 use ganges_core::ids::NodeId;
 use ganges_core::sched::SchedulerKind;
+use ganges_proto::control::{ControlReply, ControlRequest, Peer};
+use ganges_proto::frame::{FrameHeader, HEADER_BYTES};
+use ganges_proto::msg::{Hello, Message};
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -50,11 +53,7 @@ impl LocalSpec {
             "--node".into(),
             node.to_string(),
             "--data-dir".into(),
-            self.root
-                .join(format!("node-{node}"))
-                .join("data")
-                .display()
-                .to_string(),
+            self.root.join(format!("node-{node}")).join("data").display().to_string(),
             "--listen".into(),
             "127.0.0.1:0".into(),
             "--scheduler".into(),
@@ -131,37 +130,21 @@ impl LocalCluster {
             std::fs::create_dir_all(log_path.parent().expect("has a parent"))?;
             let log = std::fs::File::create(&log_path)?;
             let mut cmd = Command::new(&spec.binary);
-            cmd.args(spec.serve_args(node))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(log);
+            cmd.args(spec.serve_args(node)).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
             sys::tie_to_parent(&mut cmd, false);
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| CliError(format!("starting {}: {e}", spec.binary.display())))?;
+            let mut child = cmd.spawn().map_err(|e| CliError(format!("starting {}: {e}", spec.binary.display())))?;
             outs.push(child.stdout.take().expect("piped"));
             children.push(Some(child));
         }
         // Owned from here on, so an early return below stops the servers already started.
-        let empty = ClusterFile {
-            servers: vec![],
-            local: None,
-            path: spec.root.join("cluster.toml"),
-        };
-        let mut cluster = LocalCluster {
-            spec: spec.clone(),
-            children,
-            cluster: empty,
-        };
+        let empty = ClusterFile { servers: vec![], local: None, path: spec.root.join("cluster.toml") };
+        let mut cluster = LocalCluster { spec: spec.clone(), children, cluster: empty };
         let mut servers = Vec::new();
         let deadline = Instant::now() + READY_TIMEOUT;
         for (node, out) in outs.into_iter().enumerate() {
             let left = deadline.saturating_duration_since(Instant::now());
             match first_line(out, left).as_deref().and_then(parse_ready) {
-                Some((n, addr)) if n == node as u32 => servers.push(ServerEntry {
-                    node: NodeId(n),
-                    addr,
-                }),
+                Some((n, addr)) if n == node as u32 => servers.push(ServerEntry { node: NodeId(n), addr }),
                 _ => {
                     let log = spec.log_path(node as u32);
                     return fail(format!(
@@ -174,6 +157,7 @@ impl LocalCluster {
         }
         let mut file = ClusterFile::new(servers)?;
         file.path = spec.root.join("cluster.toml");
+        tell_peers(&file)?;
         cluster.cluster = file;
         Ok(cluster)
     }
@@ -188,10 +172,7 @@ impl LocalCluster {
 
     /// The process id of a running server.
     pub fn pid(&self, node: NodeId) -> Option<u32> {
-        self.children
-            .get(node.index())
-            .and_then(|c| c.as_ref())
-            .map(|c| c.id())
+        self.children.get(node.index()).and_then(|c| c.as_ref()).map(|c| c.id())
     }
 
     /// Kill one server at once (SIGKILL), as a crash would.
@@ -250,6 +231,40 @@ impl Drop for LocalCluster {
     }
 }
 
+/// Tell every server where the others are (request handoff needs it). Plain blocking
+/// sockets: a cluster may be started from synchronous or asynchronous code.
+fn tell_peers(file: &ClusterFile) -> CliResult<()> {
+    let peers: Vec<Peer> = file.servers.iter().map(|s| Peer { node: s.node, addr: s.addr }).collect();
+    for s in &file.servers {
+        let req = ControlRequest::SetPeers { peers: peers.clone() };
+        blocking_control(s.addr, req).map_err(|e| CliError(format!("telling {} its peers: {e}", s.node)))?;
+    }
+    Ok(())
+}
+
+/// One control request over a fresh connection, blocking.
+pub fn blocking_control(addr: SocketAddr, req: ControlRequest) -> std::io::Result<ControlReply> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let hello = Message::Hello(Hello { client: "ganges local".into(), client_id: 0 });
+    s.write_all(&hello.encode(1).to_vec())?;
+    s.write_all(&Message::Control(req).encode(2).to_vec())?;
+    loop {
+        let mut h = [0u8; HEADER_BYTES];
+        s.read_exact(&mut h)?;
+        let header = FrameHeader::parse(&h).map_err(std::io::Error::other)?;
+        let mut body = vec![0u8; header.body_len];
+        s.read_exact(&mut body)?;
+        match Message::decode(&header, body.into()).map_err(std::io::Error::other)? {
+            Message::HelloOk(_) => continue,
+            Message::ControlOk(r) => return Ok(*r),
+            Message::Error(e, _) => return Err(std::io::Error::other(e.to_string())),
+            other => return Err(std::io::Error::other(format!("unexpected kind {:#04x}", other.kind()))),
+        }
+    }
+}
+
 /// The supervisor of `ganges local up`: start the servers, publish the cluster file, wait
 /// for SIGTERM or SIGINT, stop the servers, remove the cluster file.
 pub fn supervise(spec: &LocalSpec, cluster_path: &Path, foreground: bool) -> CliResult<()> {
@@ -263,19 +278,13 @@ pub fn supervise(spec: &LocalSpec, cluster_path: &Path, foreground: bool) -> Cli
     });
     file.save(cluster_path)?;
     if foreground {
-        println!(
-            "{} servers up; cluster file {} (Ctrl-C stops them)",
-            spec.nodes,
-            cluster_path.display()
-        );
+        println!("{} servers up; cluster file {} (Ctrl-C stops them)", spec.nodes, cluster_path.display());
     } else {
         println!("ganges-local ready");
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate()).expect("signal handler");
@@ -306,14 +315,9 @@ pub fn up_detached(spec: &LocalSpec, supervise_args: &[String]) -> CliResult<u32
     let log_path = spec.root.join("supervisor.log");
     let log = std::fs::File::create(&log_path)?;
     let mut cmd = Command::new(&spec.binary);
-    cmd.args(supervise_args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log);
+    cmd.args(supervise_args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
     sys::tie_to_parent(&mut cmd, true);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| CliError(format!("starting the supervisor: {e}")))?;
+    let mut child = cmd.spawn().map_err(|e| CliError(format!("starting the supervisor: {e}")))?;
     let out = child.stdout.take().expect("piped");
     match first_line(out, READY_TIMEOUT + Duration::from_secs(5)) {
         Some(l) if l.trim() == "ganges-local ready" => Ok(child.id()),
@@ -352,10 +356,7 @@ mod tests {
     #[test]
     fn ready_lines_round_trip() {
         let l = ready_line(NodeId(3), "127.0.0.1:4567".parse().unwrap());
-        assert_eq!(
-            parse_ready(&l),
-            Some((3, "127.0.0.1:4567".parse().unwrap()))
-        );
+        assert_eq!(parse_ready(&l), Some((3, "127.0.0.1:4567".parse().unwrap())));
         assert_eq!(parse_ready("something else"), None);
     }
 }

@@ -49,9 +49,7 @@ impl ClusterArg {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Run a storage server (one per disk)
-    #[command(
-        after_help = "Example:\n  ganges serve --node 0 --data-dir /data/ganges --disk-rate 32MiB/s --seek 4ms"
-    )]
+    #[command(after_help = "Example:\n  ganges serve --node 0 --data-dir /data/ganges --disk-rate 32MiB/s --seek 4ms")]
     Serve(ServeArgs),
     /// Start, inspect and stop a cluster of servers on this machine
     Local {
@@ -111,8 +109,11 @@ struct ServeArgs {
     listen: std::net::SocketAddr,
     #[command(flatten)]
     disk: DiskArgs,
-    /// Server-side scheduler: furthest-behind (GD) or fifo
-    #[arg(long, default_value = "furthest-behind")]
+    /// The cluster file, to know the other servers (for request handoff)
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+    /// Server-side scheduler: auto (each request's own discipline) or fifo
+    #[arg(long, default_value = "auto")]
     scheduler: SchedulerKind,
 }
 
@@ -126,9 +127,7 @@ impl FromStr for DiskRate {
         if s == "off" {
             return Ok(DiskRate(None));
         }
-        s.parse::<Rate>()
-            .map(|r| DiskRate(Some(r.0)))
-            .map_err(|e| e.to_string())
+        s.parse::<Rate>().map(|r| DiskRate(Some(r.0))).map_err(|e| e.to_string())
     }
 }
 
@@ -170,9 +169,7 @@ enum LocalCmd {
         cluster: ClusterArg,
     },
     /// Stop the local cluster
-    #[command(
-        after_help = "Example:\n  ganges local down --cluster /tmp/ganges-alice/local/cluster.toml"
-    )]
+    #[command(after_help = "Example:\n  ganges local down --cluster /tmp/ganges-alice/local/cluster.toml")]
     Down {
         #[command(flatten)]
         cluster: ClusterArg,
@@ -213,12 +210,7 @@ struct LocalDiskArgs {
 
 impl LocalDiskArgs {
     fn spec(&self) -> CliResult<Option<DiskSpec>> {
-        DiskArgs {
-            disk_rate: self.disk_rate,
-            seek: self.seek,
-            queue_depth: self.queue_depth,
-        }
-        .spec()
+        DiskArgs { disk_rate: self.disk_rate, seek: self.seek, queue_depth: self.queue_depth }.spec()
     }
     fn to_args(&self) -> Vec<String> {
         vec![
@@ -342,11 +334,7 @@ enum FaultCmd {
         #[arg(long, value_delimiter = ',', required = true)]
         node: Vec<u32>,
         /// Fraction of its peak the disk still delivers, in (0, 1]
-        #[arg(
-            long,
-            conflicts_with = "competing_share",
-            required_unless_present = "competing_share"
-        )]
+        #[arg(long, conflicts_with = "competing_share", required_unless_present = "competing_share")]
         factor: Option<f64>,
         /// Share of the disk a competing reader takes, in [0, 1)
         #[arg(long)]
@@ -423,9 +411,7 @@ impl FaultArgs {
     fn fault(&self) -> Fault {
         match self.competing_share {
             Some(share) => Fault::Competing { share },
-            None => Fault::Factor {
-                factor: self.fault_factor,
-            },
+            None => Fault::Factor { factor: self.fault_factor },
         }
     }
 }
@@ -496,8 +482,7 @@ struct DemoArgs {
 }
 
 fn block_bytes(b: ByteSize) -> CliResult<u32> {
-    u32::try_from(b.0)
-        .map_err(|_| CliError(format!("block size {b} is out of range: use 4KiB to 16MiB")))
+    u32::try_from(b.0).map_err(|_| CliError(format!("block size {b} is out of range: use 4KiB to 16MiB")))
 }
 
 fn name(s: &str) -> CliResult<DatasetName> {
@@ -516,10 +501,7 @@ fn init_logging(default: &str) {
 }
 
 fn runtime() -> CliResult<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
 fn binary() -> CliResult<PathBuf> {
@@ -533,11 +515,7 @@ fn main() {
     if let Err(e) = run(cli) {
         eprintln!("error: {e}");
         // 130 is the shell's code for a command stopped by Ctrl-C (128 + SIGINT).
-        std::process::exit(if e.0 == ganges_cli::util::INTERRUPTED {
-            130
-        } else {
-            1
-        });
+        std::process::exit(if e.0 == ganges_cli::util::INTERRUPTED { 130 } else { 1 });
     }
 }
 
@@ -546,20 +524,12 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Serve(a) => serve(a),
         Cmd::Local { cmd } => local_cmd(cmd),
         Cmd::Dataset { cmd } => runtime()?.block_on(dataset_cmd(cmd)),
-        Cmd::Scan {
-            name: n,
-            policy,
-            window,
-            cluster,
-        } => runtime()?.block_on(commands::scan(&cluster.path(), name(&n)?, policy, window)),
+        Cmd::Scan { name: n, policy, window, cluster } => {
+            runtime()?.block_on(commands::scan(&cluster.path(), name(&n)?, policy, window))
+        }
         Cmd::Fault { cmd } => runtime()?.block_on(async {
             match cmd {
-                FaultCmd::Set {
-                    node,
-                    factor,
-                    competing_share,
-                    cluster,
-                } => {
+                FaultCmd::Set { node, factor, competing_share, cluster } => {
                     let fault = match (factor, competing_share) {
                         (Some(factor), None) => Fault::Factor { factor },
                         (None, Some(share)) => Fault::Competing { share },
@@ -567,42 +537,41 @@ fn run(cli: Cli) -> CliResult<()> {
                     };
                     commands::fault_set(&cluster.path(), &node, fault).await
                 }
-                FaultCmd::Clear { node, cluster } => {
-                    commands::fault_clear(&cluster.path(), node).await
-                }
+                FaultCmd::Clear { node, cluster } => commands::fault_clear(&cluster.path(), node).await,
                 FaultCmd::Show { cluster } => commands::fault_show(&cluster.path()).await,
             }
         }),
         Cmd::Model { cmd } => match cmd {
             ModelCmd::River { n, u_app, u_fault } => commands::model_river(n, u_app, u_fault),
-            ModelCmd::Layout {
-                nodes,
-                replicas,
-                fault,
-                faults,
-                fault_layout,
-                seed,
-                fragment_size,
-                disk_rate,
-            } => commands::model_layout(&ModelLayoutArgs {
-                nodes,
-                replicas,
-                fault: fault.fault(),
-                faults,
-                layout: fault_layout,
-                seed,
-                fragment_bytes: fragment_size.0,
-                rate_bytes_per_sec: disk_rate.0,
-            }),
+            ModelCmd::Layout { nodes, replicas, fault, faults, fault_layout, seed, fragment_size, disk_rate } => {
+                commands::model_layout(&ModelLayoutArgs {
+                    nodes,
+                    replicas,
+                    fault: fault.fault(),
+                    faults,
+                    layout: fault_layout,
+                    seed,
+                    fragment_bytes: fragment_size.0,
+                    rate_bytes_per_sec: disk_rate.0,
+                })
+            }
         },
-        Cmd::Bench {
-            cmd: BenchCmd::Scan(a),
-        } => bench_scan(*a),
+        Cmd::Bench { cmd: BenchCmd::Scan(a) } => bench_scan(*a),
         Cmd::Demo(a) => demo(a),
     }
 }
 
 fn serve(a: ServeArgs) -> CliResult<()> {
+    // The other servers, for request handoff; local clusters send them once all are up.
+    let peers = match &a.cluster {
+        Some(path) => ClusterFile::load(path)?
+            .servers
+            .iter()
+            .filter(|s| s.node.0 != a.node)
+            .map(|s| ganges_proto::control::Peer { node: s.node, addr: s.addr })
+            .collect(),
+        None => vec![],
+    };
     if !a.listen.ip().is_loopback() {
         return fail(format!(
             "{} is not a loopback address; this release serves on loopback only (non-loopback \
@@ -615,16 +584,9 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         seek: d.seek,
         queue_depth: d.queue_depth,
     });
-    let config = ganges_server::ServerConfig {
-        node: NodeId(a.node),
-        data_dir: a.data_dir,
-        disk,
-        scheduler: a.scheduler,
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .max_blocking_threads(16)
-        .build()?;
+    let config =
+        ganges_server::ServerConfig { node: NodeId(a.node), data_dir: a.data_dir, disk, scheduler: a.scheduler, peers };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(16).build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(a.listen).await?;
         let addr = listener.local_addr()?;
@@ -668,7 +630,7 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
                 nodes: a.nodes,
                 root: root.clone(),
                 disk: a.disk.spec()?,
-                scheduler: SchedulerKind::FurthestBehind,
+                scheduler: SchedulerKind::Auto,
                 binary: binary()?,
             };
             if a.foreground {
@@ -688,17 +650,9 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
             println!(
                 "{} servers up on {} ({}), supervisor pid {pid}",
                 file.servers.len(),
-                file.servers
-                    .iter()
-                    .map(|s| s.addr.port().to_string())
-                    .collect::<Vec<_>>()
-                    .join(","),
+                file.servers.iter().map(|s| s.addr.port().to_string()).collect::<Vec<_>>().join(","),
                 match spec.disk {
-                    Some(d) => format!(
-                        "disk model {}/s, seek {:?}",
-                        ByteSize(d.rate_bytes_per_sec as u64),
-                        d.seek
-                    ),
+                    Some(d) => format!("disk model {}/s, seek {:?}", ByteSize(d.rate_bytes_per_sec as u64), d.seek),
                     None => "real file system".into(),
                 }
             );
@@ -726,14 +680,12 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
                 nodes: a.nodes,
                 root: root.clone(),
                 disk: a.disk.spec()?,
-                scheduler: SchedulerKind::FurthestBehind,
+                scheduler: SchedulerKind::Auto,
                 binary: binary()?,
             };
             local::supervise(&spec, &root.join("cluster.toml"), false)
         }
-        LocalCmd::Status { cluster } => {
-            runtime()?.block_on(commands::local_status(&cluster.path()))
-        }
+        LocalCmd::Status { cluster } => runtime()?.block_on(commands::local_status(&cluster.path())),
         LocalCmd::Down { cluster } => {
             let path = cluster.path();
             let file = ClusterFile::load(&path)?;
@@ -747,10 +699,7 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
                 println!("stopped the local cluster at {}", l.root.display());
             } else {
                 let _ = std::fs::remove_file(&path);
-                println!(
-                    "the local cluster at {} was not running; removed its stale cluster file",
-                    l.root.display()
-                );
+                println!("the local cluster at {} was not running; removed its stale cluster file", l.root.display());
             }
             Ok(())
         }
@@ -780,41 +729,15 @@ async fn dataset_cmd(cmd: DatasetCmd) -> CliResult<()> {
             };
             commands::dataset_create(&a.cluster.path(), args).await
         }
-        DatasetCmd::Put {
-            name: n,
-            file,
-            fragments,
-            replicas,
-            block_size,
-            cluster,
-        } => {
-            commands::dataset_put(
-                &cluster.path(),
-                name(&n)?,
-                &file,
-                fragments,
-                replicas,
-                block_bytes(block_size)?,
-            )
-            .await
+        DatasetCmd::Put { name: n, file, fragments, replicas, block_size, cluster } => {
+            commands::dataset_put(&cluster.path(), name(&n)?, &file, fragments, replicas, block_bytes(block_size)?)
+                .await
         }
-        DatasetCmd::Get {
-            name: n,
-            file,
-            cluster,
-        } => commands::dataset_get(&cluster.path(), name(&n)?, &file).await,
+        DatasetCmd::Get { name: n, file, cluster } => commands::dataset_get(&cluster.path(), name(&n)?, &file).await,
         DatasetCmd::Ls { staging, cluster } => commands::dataset_ls(&cluster.path(), staging).await,
-        DatasetCmd::Info {
-            name: n,
-            json,
-            cluster,
-        } => commands::dataset_info(&cluster.path(), name(&n)?, json).await,
-        DatasetCmd::Verify { name: n, cluster } => {
-            commands::dataset_verify(&cluster.path(), name(&n)?).await
-        }
-        DatasetCmd::Rm { name: n, cluster } => {
-            commands::dataset_rm(&cluster.path(), name(&n)?).await
-        }
+        DatasetCmd::Info { name: n, json, cluster } => commands::dataset_info(&cluster.path(), name(&n)?, json).await,
+        DatasetCmd::Verify { name: n, cluster } => commands::dataset_verify(&cluster.path(), name(&n)?).await,
+        DatasetCmd::Rm { name: n, cluster } => commands::dataset_rm(&cluster.path(), name(&n)?).await,
     }
 }
 
@@ -855,19 +778,11 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
 }
 
 fn demo(a: DemoArgs) -> CliResult<()> {
-    let disk = DiskSpec {
-        rate_bytes_per_sec: 32.0 * 1024.0 * 1024.0,
-        seek: Duration::from_millis(4),
-        queue_depth: 1,
-    };
-    std::fs::create_dir_all(&a.out)
-        .map_err(|e| CliError(format!("creating {}: {e}", a.out.display())))?;
+    let disk = DiskSpec { rate_bytes_per_sec: 32.0 * 1024.0 * 1024.0, seek: Duration::from_millis(4), queue_depth: 1 };
+    std::fs::create_dir_all(&a.out).map_err(|e| CliError(format!("creating {}: {e}", a.out.display())))?;
     let json = a.out.join("demo-scan.json");
     let plot = a.out.join("demo-scan.svg");
-    let faults: Vec<u32> = [0, 1, 2, 4, 8]
-        .into_iter()
-        .filter(|&f| f <= a.nodes)
-        .collect();
+    let faults: Vec<u32> = [0, 1, 2, 4, 8].into_iter().filter(|&f| f <= a.nodes).collect();
     let spec = ScanBenchSpec {
         nodes: a.nodes,
         replicas: 2,
@@ -900,12 +815,8 @@ fn demo(a: DemoArgs) -> CliResult<()> {
     print!("{}", bench::render(&report));
     bench::write_outputs(&report, Some(&json), Some(&plot))?;
     println!();
-    println!(
-        "% layout is the share of the best time the hardware could have managed with those slow"
-    );
-    println!(
-        "disks and this layout (the layout-aware ideal); static falls to about half from one slow"
-    );
+    println!("% layout is the share of the best time the hardware could have managed with those slow");
+    println!("disks and this layout (the layout-aware ideal); static falls to about half from one slow");
     println!("disk on, graduated declustering stays near the ideal.");
     println!("results: {} and {}", json.display(), plot.display());
     Ok(())

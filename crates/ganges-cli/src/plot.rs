@@ -67,30 +67,12 @@ pub fn line_chart(
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let x_max = xs.clone().fold(1.0f64, f64::max);
     let x_min = xs.fold(0.0f64, f64::min);
-    let png = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    let png = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png"));
     let range = (x_min, x_max);
     let result = if png {
-        render(
-            BitMapBackend::new(path, SIZE).into_drawing_area(),
-            title,
-            x_label,
-            y_label,
-            series,
-            range,
-            y_max,
-        )
+        render(BitMapBackend::new(path, SIZE).into_drawing_area(), title, x_label, y_label, series, range, y_max)
     } else {
-        render(
-            SVGBackend::new(path, SIZE).into_drawing_area(),
-            title,
-            x_label,
-            y_label,
-            series,
-            range,
-            y_max,
-        )
+        render(SVGBackend::new(path, SIZE).into_drawing_area(), title, x_label, y_label, series, range, y_max)
     };
     result.map_err(|e| CliError(format!("drawing {}: {e}", path.display())))?;
     Ok(())
@@ -138,28 +120,20 @@ fn draw<DB: DrawingBackend>(
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, s) in series.iter().enumerate() {
-        let color = if s.dashed {
-            BLACK
-        } else {
-            COLORS[i % COLORS.len()]
-        };
+        let color = if s.dashed { BLACK } else { COLORS[i % COLORS.len()] };
         let style = color.stroke_width(2);
         if s.dashed {
             chart
                 .draw_series(DashedLineSeries::new(s.points.iter().copied(), 8, 6, style))
                 .map_err(|e| e.to_string())?
                 .label(&s.name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
         } else {
             chart
                 .draw_series(LineSeries::new(s.points.iter().copied(), style))
                 .map_err(|e| e.to_string())?
                 .label(&s.name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
             chart
                 .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(|e| e.to_string())?;

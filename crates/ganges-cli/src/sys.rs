@@ -19,14 +19,7 @@ pub fn tie_to_parent(cmd: &mut Command, new_session: bool) {
                     return Err(io::Error::last_os_error());
                 }
             } else {
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                     return Err(io::Error::last_os_error());
                 }
                 // The parent may have died before prctl took effect.

@@ -50,11 +50,9 @@ pub fn fail<T>(msg: impl Into<String>) -> CliResult<T> {
 pub fn bytes_bar(total: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(total);
     bar.set_style(
-        ProgressStyle::with_template(
-            "{msg:>10} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
+        ProgressStyle::with_template("{msg:>10} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
     );
     bar.set_message(what.to_string());
     bar
@@ -86,9 +84,7 @@ pub struct Table {
 
 impl Table {
     pub fn new(header: &[&str]) -> Table {
-        Table {
-            rows: vec![header.iter().map(|s| s.to_string()).collect()],
-        }
+        Table { rows: vec![header.iter().map(|s| s.to_string()).collect()] }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
@@ -98,22 +94,11 @@ impl Table {
     pub fn render(&self) -> String {
         let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
         let width: Vec<usize> = (0..cols)
-            .map(|c| {
-                self.rows
-                    .iter()
-                    .filter_map(|r| r.get(c))
-                    .map(|s| s.chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
+            .map(|c| self.rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
             .collect();
         let mut out = String::new();
         for (i, r) in self.rows.iter().enumerate() {
-            let line: Vec<String> = r
-                .iter()
-                .enumerate()
-                .map(|(c, s)| format!("{s:>w$}", w = width[c]))
-                .collect();
+            let line: Vec<String> = r.iter().enumerate().map(|(c, s)| format!("{s:>w$}", w = width[c])).collect();
             out.push_str(line.join("  ").trim_end());
             out.push('\n');
             if i == 0 {

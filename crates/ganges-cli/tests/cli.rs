@@ -7,32 +7,20 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn ganges(args: &[&str]) -> Output {
-    Command::new(common::binary())
-        .args(args)
-        .output()
-        .expect("ganges runs")
+    Command::new(common::binary()).args(args).output().expect("ganges runs")
 }
 
 fn ok(args: &[&str]) -> String {
     let out = ganges(args);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "ganges {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "ganges {args:?} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     stdout
 }
 
 /// Run and expect failure with exit code `code`; returns stderr.
 fn fails(args: &[&str], code: i32) -> String {
     let out = ganges(args);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "ganges {args:?}: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_eq!(out.status.code(), Some(code), "ganges {args:?}: {}", String::from_utf8_lossy(&out.stdout));
     String::from_utf8_lossy(&out.stderr).to_string()
 }
 
@@ -59,38 +47,14 @@ fn a_users_session_from_local_up_to_local_down() {
     let cluster = root.path().join("cluster.toml");
     let c = cluster.to_str().unwrap();
 
-    let out = ok(&[
-        "local",
-        "up",
-        "--nodes",
-        "3",
-        "--root",
-        r,
-        "--disk-rate",
-        "256MiB/s",
-        "--seek",
-        "1ms",
-    ]);
+    let out = ok(&["local", "up", "--nodes", "3", "--root", r, "--disk-rate", "256MiB/s", "--seek", "1ms"]);
     assert!(out.contains("3 servers up"), "{out}");
     assert_eq!(processes_with(r).len(), 4, "a supervisor and three servers");
     let err = fails(&["local", "up", "--nodes", "3", "--root", r], 1);
     assert!(err.contains("already running"), "{err}");
 
-    let out = ok(&[
-        "dataset",
-        "create",
-        "ev",
-        "--size",
-        "3MiB",
-        "--block-size",
-        "256KiB",
-        "--cluster",
-        c,
-    ]);
-    assert!(
-        out.contains("created `ev`: 3MiB in 3 fragments, 2 copies"),
-        "{out}"
-    );
+    let out = ok(&["dataset", "create", "ev", "--size", "3MiB", "--block-size", "256KiB", "--cluster", c]);
+    assert!(out.contains("created `ev`: 3MiB in 3 fragments, 2 copies"), "{out}");
     let out = ok(&["dataset", "ls", "--cluster", c]);
     assert!(out.contains("ev") && out.contains("committed"), "{out}");
     let out = ok(&["dataset", "info", "ev", "--cluster", c]);
@@ -102,41 +66,11 @@ fn a_users_session_from_local_up_to_local_down() {
         assert!(out.contains("every byte delivered exactly once"), "{out}");
     }
 
-    ok(&[
-        "fault",
-        "set",
-        "--node",
-        "1,2",
-        "--factor",
-        "0.5",
-        "--cluster",
-        c,
-    ]);
+    ok(&["fault", "set", "--node", "1,2", "--factor", "0.5", "--cluster", c]);
     let out = ok(&["fault", "show", "--cluster", c]);
     assert_eq!(out.matches("rate x0.5").count(), 2, "{out}");
-    ok(&[
-        "fault",
-        "set",
-        "--node",
-        "0",
-        "--competing-share",
-        "0.25",
-        "--cluster",
-        c,
-    ]);
-    let err = fails(
-        &[
-            "fault",
-            "set",
-            "--node",
-            "0",
-            "--factor",
-            "1.5",
-            "--cluster",
-            c,
-        ],
-        1,
-    );
+    ok(&["fault", "set", "--node", "0", "--competing-share", "0.25", "--cluster", c]);
+    let err = fails(&["fault", "set", "--node", "0", "--factor", "1.5", "--cluster", c], 1);
     assert!(err.contains("fault factor must be in (0, 1]"), "{err}");
     ok(&["fault", "clear", "--cluster", c]);
     let out = ok(&["fault", "show", "--cluster", c]);
@@ -144,9 +78,7 @@ fn a_users_session_from_local_up_to_local_down() {
 
     // Import and export a file whose size is no multiple of anything.
     let input = root.path().join("in.bin");
-    let data: Vec<u8> = (0..1_572_871u32)
-        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-        .collect();
+    let data: Vec<u8> = (0..1_572_871u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
     std::fs::write(&input, &data).unwrap();
     let out = ok(&[
         "dataset",
@@ -162,63 +94,21 @@ fn a_users_session_from_local_up_to_local_down() {
     ]);
     assert!(out.contains("imported"), "{out}");
     let output = root.path().join("out.bin");
-    ok(&[
-        "dataset",
-        "get",
-        "imp",
-        output.to_str().unwrap(),
-        "--cluster",
-        c,
-    ]);
-    assert!(
-        std::fs::read(&output).unwrap() == data,
-        "get returns the file byte for byte"
-    );
+    ok(&["dataset", "get", "imp", output.to_str().unwrap(), "--cluster", c]);
+    assert!(std::fs::read(&output).unwrap() == data, "get returns the file byte for byte");
 
     // Errors: one line, saying what to do, non-zero exit.
     let err = fails(&["dataset", "info", "nope", "--cluster", c], 1);
-    assert!(
-        err.starts_with("error: ") && err.contains("ganges dataset ls"),
-        "{err}"
-    );
+    assert!(err.starts_with("error: ") && err.contains("ganges dataset ls"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    let err = fails(
-        &[
-            "dataset",
-            "create",
-            "x",
-            "--size",
-            "1MiB",
-            "--block-size",
-            "1KiB",
-            "--cluster",
-            c,
-        ],
-        1,
-    );
+    let err = fails(&["dataset", "create", "x", "--size", "1MiB", "--block-size", "1KiB", "--cluster", c], 1);
     assert!(err.contains("4KiB to 16MiB"), "{err}");
     let err = fails(&["dataset", "create", "bad/name", "--cluster", c], 1);
     assert!(err.contains("not a valid dataset name"), "{err}");
-    let err = fails(
-        &["dataset", "create", "ev", "--size", "1MiB", "--cluster", c],
-        1,
-    );
+    let err = fails(&["dataset", "create", "ev", "--size", "1MiB", "--cluster", c], 1);
     assert!(err.contains("already exists"), "{err}");
     fails(&["scan", "ev", "--policy", "bogus", "--cluster", c], 2);
-    let err = fails(
-        &[
-            "dataset",
-            "create",
-            "big",
-            "--size",
-            "1MiB",
-            "--replicas",
-            "9",
-            "--cluster",
-            c,
-        ],
-        1,
-    );
+    let err = fails(&["dataset", "create", "big", "--size", "1MiB", "--replicas", "9", "--cluster", c], 1);
     assert!(err.contains("replicas must be between 1 and 4"), "{err}");
 
     let out = ok(&["local", "status", "--cluster", c]);
@@ -230,25 +120,13 @@ fn a_users_session_from_local_up_to_local_down() {
 
     let out = ok(&["local", "down", "--cluster", c]);
     assert!(out.contains("stopped"), "{out}");
-    assert!(
-        processes_with(r).is_empty(),
-        "no server outlives `local down`"
-    );
+    assert!(processes_with(r).is_empty(), "no server outlives `local down`");
     let err = fails(&["dataset", "ls", "--cluster", c], 1);
     assert!(err.contains("ganges local up"), "{err}");
 
     // The same root with fewer nodes: datasets written for three say so instead of failing
     // obscurely on the missing node.
-    ok(&[
-        "local",
-        "up",
-        "--nodes",
-        "2",
-        "--root",
-        r,
-        "--disk-rate",
-        "off",
-    ]);
+    ok(&["local", "up", "--nodes", "2", "--root", r, "--disk-rate", "off"]);
     let err = fails(&["dataset", "info", "imp", "--cluster", c], 1);
     assert!(err.contains("written for a cluster of 3 nodes"), "{err}");
     ok(&["local", "down", "--cluster", c]);
@@ -261,10 +139,7 @@ fn a_cluster_file_whose_servers_are_gone() {
     let path = root.path().join("cluster.toml");
     std::fs::write(&path, "[[server]]\nnode = 0\naddr = \"127.0.0.1:9\"\n").unwrap();
     let err = fails(&["dataset", "ls", "--cluster", path.to_str().unwrap()], 1);
-    assert!(
-        err.contains("no server of cluster file") && err.contains("ganges local up"),
-        "{err}"
-    );
+    assert!(err.contains("no server of cluster file") && err.contains("ganges local up"), "{err}");
 }
 
 #[test]
@@ -320,20 +195,9 @@ fn bench_scan_quick_writes_json_and_plots() {
 fn the_demo_runs_and_says_where_its_results_are() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("demo");
-    let out = ok(&[
-        "demo",
-        "--nodes",
-        "2",
-        "--fragment-size",
-        "2MiB",
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
+    let out = ok(&["demo", "--nodes", "2", "--fragment-size", "2MiB", "--out", out_dir.to_str().unwrap()]);
     assert!(out.contains("static") && out.contains("gd"), "{out}");
-    assert!(
-        out.contains(&out_dir.join("demo-scan.json").display().to_string()),
-        "{out}"
-    );
+    assert!(out.contains(&out_dir.join("demo-scan.json").display().to_string()), "{out}");
     assert!(Path::new(&out_dir.join("demo-scan.svg")).exists());
 }
 
@@ -360,42 +224,14 @@ fn help_has_examples_everywhere() {
         let mut a = args.clone();
         a.push("--help");
         let out = ok(&a);
-        assert!(
-            out.contains("Example"),
-            "`ganges {}` has no example",
-            args.join(" ")
-        );
+        assert!(out.contains("Example"), "`ganges {}` has no example", args.join(" "));
     }
 }
 
 #[test]
 fn models_print_for_a_scenario() {
-    let out = ok(&[
-        "model",
-        "river",
-        "--n",
-        "16",
-        "--u-app",
-        "0.75",
-        "--u-fault",
-        "0.5",
-    ]);
-    assert!(
-        out.contains("x_loss = n(1 - U_app)/U_fault = 8.00"),
-        "{out}"
-    );
-    let out = ok(&[
-        "model",
-        "layout",
-        "--nodes",
-        "8",
-        "--faults",
-        "0,3",
-        "--fault-layout",
-        "worst",
-    ]);
-    assert!(
-        out.contains("nodes 0,1,2"),
-        "the worst layout's bottleneck is named: {out}"
-    );
+    let out = ok(&["model", "river", "--n", "16", "--u-app", "0.75", "--u-fault", "0.5"]);
+    assert!(out.contains("x_loss = n(1 - U_app)/U_fault = 8.00"), "{out}");
+    let out = ok(&["model", "layout", "--nodes", "8", "--faults", "0,3", "--fault-layout", "worst"]);
+    assert!(out.contains("nodes 0,1,2"), "the worst layout's bottleneck is named: {out}");
 }

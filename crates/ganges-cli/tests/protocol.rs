@@ -10,7 +10,7 @@ use ganges_client::cluster::{ClusterFile, ServerEntry};
 use ganges_client::scan::{ReadOptions, ReadStream};
 use ganges_core::datagen::Generator;
 use ganges_core::ids::{FragmentId, NodeId};
-use ganges_core::sched::{Progress, ProgressMetric};
+use ganges_core::sched::{Progress, ProgressMetric, Service};
 use ganges_core::shape::Partition;
 use ganges_proto::frame::{FrameHeader, HEADER_BYTES};
 use ganges_proto::msg::{ErrorCode, Hello, Message, ReadReq, kind};
@@ -34,18 +34,14 @@ fn raw(addr: SocketAddr, bytes: &[u8]) -> (Option<ErrorCode>, bool) {
         let header = FrameHeader::parse(&h).unwrap();
         let mut body = vec![0u8; header.body_len];
         s.read_exact(&mut body).unwrap();
-        if let Ok(Message::Error(e)) = Message::decode(&header, body.into()) {
+        if let Ok(Message::Error(e, _)) = Message::decode(&header, body.into()) {
             code = Some(e.code);
         }
     }
 }
 
 fn hello() -> Vec<u8> {
-    Message::Hello(Hello {
-        client: "test".into(),
-    })
-    .encode(1)
-    .to_vec()
+    Message::Hello(Hello { client: "test".into(), client_id: 0 }).encode(1).to_vec()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,27 +49,14 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
     let c = start(1, None);
     let addr = c.local.cluster().servers[0].addr;
     let client = c.client().await;
-    create(
-        &client,
-        "ok",
-        vec![100_000],
-        16 << 10,
-        1,
-        Generator::Random { seed: 1 },
-    )
-    .await;
+    create(&client, "ok", vec![100_000], 16 << 10, 1, Generator::Random { seed: 1 }).await;
 
     // Garbage: a header with a wrong version.
     let (code, closed) =
-        tokio::task::spawn_blocking(move || raw(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
-            .await
-            .unwrap();
+        tokio::task::spawn_blocking(move || raw(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")).await.unwrap();
     assert!(closed);
     assert!(
-        matches!(
-            code,
-            Some(ErrorCode::UnsupportedVersion | ErrorCode::FrameTooLarge | ErrorCode::BadFrame)
-        ),
+        matches!(code, Some(ErrorCode::UnsupportedVersion | ErrorCode::FrameTooLarge | ErrorCode::BadFrame)),
         "{code:?}"
     );
 
@@ -81,19 +64,14 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
     let mut big = [0u8; HEADER_BYTES];
     FrameHeader::write(kind::READ, 7, 0, &mut big);
     big[0..4].copy_from_slice(&(1u32 << 30).to_le_bytes());
-    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &big))
-        .await
-        .unwrap();
+    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &big)).await.unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::FrameTooLarge), true));
 
     // A read before hello.
     let read = Message::Read(ReadReq {
         stream: 1,
-        progress: Progress {
-            done_bytes: 0,
-            total_bytes: 1,
-            metric: ProgressMetric::Bytes,
-        },
+        progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
+        service: Service::FURTHEST_BEHIND,
         dataset: "ok".parse().unwrap(),
         fragment: FragmentId(0),
         block: 0,
@@ -101,17 +79,13 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
         len: 10,
     });
     let bytes = read.encode(2).to_vec();
-    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes))
-        .await
-        .unwrap();
+    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes)).await.unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::ProtocolViolation), true));
 
     // A kind only servers send, after a proper hello.
     let mut bytes = hello();
     bytes.extend(Message::WriteOk.encode(3).to_vec());
-    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes))
-        .await
-        .unwrap();
+    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes)).await.unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::ProtocolViolation), true));
 
     // A truncated body of a fixed-layout message.
@@ -120,41 +94,28 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
     FrameHeader::write(kind::READ, 4, 5, &mut h);
     bytes.extend_from_slice(&h);
     bytes.extend_from_slice(&[1, 2, 3, 4, 5]);
-    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes))
-        .await
-        .unwrap();
+    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes)).await.unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::BadFrame), true));
 
     // A second hello.
     let mut bytes = hello();
     bytes.extend(hello());
-    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes))
-        .await
-        .unwrap();
+    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes)).await.unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::ProtocolViolation), true));
 
     // The client connected before all that still works, and so does a new one.
     let m = Arc::new(client.manifest(&"ok".parse().unwrap()).await.unwrap());
     let fresh = c.client().await;
     for cl in [&client, &fresh] {
-        let mut s = ReadStream::open(
-            cl.clone(),
-            m.clone(),
-            m.shape.fragment_partitions()[0],
-            ReadOptions::default(),
-        )
-        .unwrap();
+        let mut s =
+            ReadStream::open(cl.clone(), m.clone(), m.shape.fragment_partitions()[0], ReadOptions::default()).unwrap();
         let mut n = 0;
         while let Some(b) = s.next().await.unwrap() {
             n += b.data.len();
         }
         assert_eq!(n, 100_000);
     }
-    let stats = match client
-        .control(NodeId(0), ganges_proto::control::ControlRequest::Stats)
-        .await
-        .unwrap()
-    {
+    let stats = match client.control(NodeId(0), ganges_proto::control::ControlRequest::Stats).await.unwrap() {
         ganges_proto::control::ControlReply::Stats { stats } => stats,
         _ => unreachable!(),
     };
@@ -165,26 +126,13 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
 async fn request_errors_are_typed_and_keep_the_connection() {
     let c = start(2, None);
     let client = c.client().await;
-    let m = Arc::new(
-        create(
-            &client,
-            "d",
-            vec![50_000, 50_000],
-            16 << 10,
-            2,
-            Generator::Random { seed: 1 },
-        )
-        .await,
-    );
+    let m = Arc::new(create(&client, "d", vec![50_000, 50_000], 16 << 10, 2, Generator::Random { seed: 1 }).await);
     let conn = client.conn(NodeId(0)).unwrap().clone();
     let read = |fragment: u32, block: u32, start: u32, len: u32, name: &str| {
         Message::Read(ReadReq {
             stream: 9,
-            progress: Progress {
-                done_bytes: 0,
-                total_bytes: 1,
-                metric: ProgressMetric::Bytes,
-            },
+            progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
+            service: Service::FURTHEST_BEHIND,
             dataset: name.parse().unwrap(),
             fragment: FragmentId(fragment),
             block,
@@ -193,50 +141,25 @@ async fn request_errors_are_typed_and_keep_the_connection() {
         })
     };
     let code = |m: Message| match m {
-        Message::Error(e) => e.code,
+        Message::Error(e, _) => e.code,
         other => panic!("expected an error, got {other:?}"),
     };
-    assert_eq!(
-        code(conn.call(&read(0, 0, 0, 10, "nope")).await.unwrap()),
-        ErrorCode::UnknownDataset
-    );
-    assert_eq!(
-        code(conn.call(&read(0, 99, 0, 10, "d")).await.unwrap()),
-        ErrorCode::OutOfRange
-    );
-    assert_eq!(
-        code(conn.call(&read(0, 0, 16_000, 1000, "d")).await.unwrap()),
-        ErrorCode::OutOfRange
-    );
-    assert_eq!(
-        code(conn.call(&read(7, 0, 0, 10, "d")).await.unwrap()),
-        ErrorCode::OutOfRange
-    );
+    assert_eq!(code(conn.call(&read(0, 0, 0, 10, "nope")).await.unwrap()), ErrorCode::UnknownDataset);
+    assert_eq!(code(conn.call(&read(0, 99, 0, 10, "d")).await.unwrap()), ErrorCode::OutOfRange);
+    assert_eq!(code(conn.call(&read(0, 0, 16_000, 1000, "d")).await.unwrap()), ErrorCode::OutOfRange);
+    assert_eq!(code(conn.call(&read(7, 0, 0, 10, "d")).await.unwrap()), ErrorCode::OutOfRange);
     // Still open: a good read works on the same connection.
-    assert!(matches!(
-        conn.call(&read(0, 0, 0, 10, "d")).await.unwrap(),
-        Message::ReadOk(_)
-    ));
+    assert!(matches!(conn.call(&read(0, 0, 0, 10, "d")).await.unwrap(), Message::ReadOk(_)));
 
     // Unknown dataset through the client API.
-    let err = client
-        .manifest(&"missing".parse().unwrap())
-        .await
-        .unwrap_err();
+    let err = client.manifest(&"missing".parse().unwrap()).await.unwrap_err();
     assert!(matches!(err, ClientError::UnknownDataset(_)));
     assert!(err.to_string().contains("ganges dataset ls"), "{err}");
 
     // A partition past the end of the dataset.
-    let err = ReadStream::open(
-        client.clone(),
-        m.clone(),
-        Partition {
-            offset: 90_000,
-            len: 20_000,
-        },
-        ReadOptions::default(),
-    )
-    .unwrap_err();
+    let err =
+        ReadStream::open(client.clone(), m.clone(), Partition { offset: 90_000, len: 20_000 }, ReadOptions::default())
+            .unwrap_err();
     assert!(err.to_string().contains("past the end"), "{err}");
 
     // A block size out of range.
@@ -271,25 +194,14 @@ async fn request_errors_are_typed_and_keep_the_connection() {
     .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::DatasetExists));
     let (list, _) = ganges_client::dataset::list(&client, true).await.unwrap();
-    assert_eq!(
-        list.len(),
-        1,
-        "the failed create left no staging behind: {list:?}"
-    );
+    assert_eq!(list.len(), 1, "the failed create left no staging behind: {list:?}");
 }
 
 #[tokio::test]
 async fn a_cluster_file_naming_no_running_server_says_what_to_do() {
     // Bind and drop a listener: nothing listens on that port now.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let file = ClusterFile::new(vec![ServerEntry {
-        node: NodeId(0),
-        addr,
-    }])
-    .unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let file = ClusterFile::new(vec![ServerEntry { node: NodeId(0), addr }]).unwrap();
     let err = Client::connect(file).await.unwrap_err();
     assert!(matches!(err, ClientError::NoServers { .. }));
     assert!(err.to_string().contains("ganges local up"), "{err}");

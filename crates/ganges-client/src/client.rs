@@ -1,7 +1,7 @@
 //! `Client`: connections to every server of a cluster, opened at once and shared.
 
 use crate::cluster::ClusterFile;
-use crate::conn::Connection;
+use crate::conn::{Connection, Registry};
 use crate::error::{ClientError, Result};
 use futures_util::future::join_all;
 use ganges_core::ids::NodeId;
@@ -21,10 +21,11 @@ impl Client {
     /// Connect to every server of the cluster. Servers that cannot be reached are left out
     /// (reads fail over around them); if none can be reached, that is an error.
     pub async fn connect(cluster: ClusterFile) -> Result<Arc<Client>> {
-        let attempts = cluster
-            .servers
-            .iter()
-            .map(|s| Connection::connect(s.node, s.addr));
+        // Random and non-zero: servers use it to find this client's connection when they take
+        // over one of its requests from another server (GD-6).
+        let client_id = rand::random::<u64>() | 1;
+        let registry = Arc::new(Registry::default());
+        let attempts = cluster.servers.iter().map(|s| Connection::connect(s.node, s.addr, client_id, registry.clone()));
         let results = join_all(attempts).await;
         let mut conns = Vec::with_capacity(results.len());
         for r in results {
@@ -58,18 +59,13 @@ impl Client {
         match self.conns.get(node.index()) {
             Some(Some(c)) if !c.is_closed() => Ok(c),
             Some(_) => Err(ClientError::NodeDown { node }),
-            None => Err(ClientError::Invalid(format!(
-                "{node} is not in the cluster file"
-            ))),
+            None => Err(ClientError::Invalid(format!("{node} is not in the cluster file"))),
         }
     }
 
     /// Nodes whose connection is up.
     pub fn live_nodes(&self) -> Vec<NodeId> {
-        (0..self.nodes())
-            .map(NodeId)
-            .filter(|n| self.conn(*n).is_ok())
-            .collect()
+        (0..self.nodes()).map(NodeId).filter(|n| self.conn(*n).is_ok()).collect()
     }
 
     /// Require every server up (creating a dataset writes to all of them).
@@ -86,11 +82,7 @@ impl Client {
     }
 
     /// The same control request to many nodes at once; results in the order of `nodes`.
-    pub async fn control_all(
-        &self,
-        nodes: &[NodeId],
-        req: &ControlRequest,
-    ) -> Vec<(NodeId, Result<ControlReply>)> {
+    pub async fn control_all(&self, nodes: &[NodeId], req: &ControlRequest) -> Vec<(NodeId, Result<ControlReply>)> {
         let futs = nodes.iter().map(|&n| {
             let req = req.clone();
             async move { (n, self.control(n, req).await) }

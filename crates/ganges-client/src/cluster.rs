@@ -47,20 +47,13 @@ pub struct ClusterFile {
 impl ClusterFile {
     pub fn new(mut servers: Vec<ServerEntry>) -> Result<ClusterFile> {
         servers.sort_by_key(|s| s.node);
-        let c = ClusterFile {
-            servers,
-            local: None,
-            path: PathBuf::from("<memory>"),
-        };
+        let c = ClusterFile { servers, local: None, path: PathBuf::from("<memory>") };
         c.validate()?;
         Ok(c)
     }
 
     fn validate(&self) -> Result<()> {
-        let bad = |why: String| ClientError::Cluster {
-            path: self.path.display().to_string(),
-            why,
-        };
+        let bad = |why: String| ClientError::Cluster { path: self.path.display().to_string(), why };
         if self.servers.is_empty() {
             return Err(bad("it lists no servers".into()));
         }
@@ -80,16 +73,13 @@ impl ClusterFile {
         let text = std::fs::read_to_string(path).map_err(|e| ClientError::Cluster {
             path: path.display().to_string(),
             why: if e.kind() == std::io::ErrorKind::NotFound {
-                "not found; start a local cluster with `ganges local up`, or pass --cluster FILE"
-                    .into()
+                "not found; start a local cluster with `ganges local up`, or pass --cluster FILE".into()
             } else {
                 e.to_string()
             },
         })?;
-        let mut c: ClusterFile = toml::from_str(&text).map_err(|e| ClientError::Cluster {
-            path: path.display().to_string(),
-            why: e.to_string(),
-        })?;
+        let mut c: ClusterFile = toml::from_str(&text)
+            .map_err(|e| ClientError::Cluster { path: path.display().to_string(), why: e.to_string() })?;
         c.path = path.to_path_buf();
         c.servers.sort_by_key(|s| s.node);
         c.validate()?;
@@ -103,8 +93,7 @@ impl ClusterFile {
             toml::to_string(self).expect("cluster files serialise")
         );
         let tmp = path.with_extension("toml.tmp");
-        std::fs::write(&tmp, text)
-            .map_err(ClientError::io(format!("writing {}", tmp.display())))?;
+        std::fs::write(&tmp, text).map_err(ClientError::io(format!("writing {}", tmp.display())))?;
         std::fs::rename(&tmp, path).map_err(ClientError::io(format!("writing {}", path.display())))
     }
 
@@ -116,9 +105,7 @@ impl ClusterFile {
 /// Where `ganges local up` keeps its cluster when not told: one per user, under the temp dir.
 pub fn default_local_root() -> PathBuf {
     let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
-    std::env::temp_dir()
-        .join(format!("ganges-{user}"))
-        .join("local")
+    std::env::temp_dir().join(format!("ganges-{user}")).join("local")
 }
 
 /// The cluster file commands use when not told: `$GANGES_CLUSTER`, else the default local
@@ -139,36 +126,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         let mut c = ClusterFile::new(vec![
-            ServerEntry {
-                node: NodeId(1),
-                addr: "127.0.0.1:2".parse().unwrap(),
-            },
-            ServerEntry {
-                node: NodeId(0),
-                addr: "127.0.0.1:1".parse().unwrap(),
-            },
+            ServerEntry { node: NodeId(1), addr: "127.0.0.1:2".parse().unwrap() },
+            ServerEntry { node: NodeId(0), addr: "127.0.0.1:1".parse().unwrap() },
         ])
         .unwrap();
-        c.local = Some(LocalInfo {
-            root: "/r".into(),
-            supervisor_pid: 9,
-            disk_rate_bytes_per_sec: None,
-            seek_ms: 4.0,
-        });
+        c.local = Some(LocalInfo { root: "/r".into(), supervisor_pid: 9, disk_rate_bytes_per_sec: None, seek_ms: 4.0 });
         c.save(&path).unwrap();
         let back = ClusterFile::load(&path).unwrap();
         assert_eq!(back.servers, c.servers);
         assert_eq!(back.local, c.local);
-        assert!(
-            ClusterFile::new(vec![ServerEntry {
-                node: NodeId(2),
-                addr: "127.0.0.1:1".parse().unwrap()
-            }])
-            .is_err()
-        );
-        let err = ClusterFile::load(&dir.path().join("nope.toml"))
-            .unwrap_err()
-            .to_string();
+        assert!(ClusterFile::new(vec![ServerEntry { node: NodeId(2), addr: "127.0.0.1:1".parse().unwrap() }]).is_err());
+        let err = ClusterFile::load(&dir.path().join("nope.toml")).unwrap_err().to_string();
         assert!(err.contains("ganges local up"), "{err}");
     }
 }

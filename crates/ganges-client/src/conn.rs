@@ -4,13 +4,22 @@
 //! A reply goes either to a one-shot waiter (`call`) or, tagged, to a stream's event channel
 //! (`send_tagged`), so a consumer with many reads in flight waits on one channel. When the
 //! connection breaks, every pending request gets `NodeDown`: nothing waits forever.
+//!
+//! **Handed-off requests (GD-6).** A busy server may hand a queued read to another server,
+//! which then answers on *its* connection, naming the request's origin (server, request id).
+//! The busy server tells the client with `Moved`; the connection then moves the waiter to
+//! the new server's connection (found in the shared [`Registry`]), and the stream learns of
+//! the move through a `Moved` event. The answer may overtake the `Moved` notice (they travel
+//! on different connections): then the new server's connection takes the waiter from the
+//! origin's connection itself and reports the move first. If the new server's connection
+//! breaks, moved waiters fail with `NodeDown` like its own.
 
 use crate::error::{ClientError, Result};
 use ganges_core::ids::NodeId;
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::io::{READ_BUFFER_BYTES, read_frame, write_frame};
-use ganges_proto::msg::{Encoded, Hello, Message};
-use std::collections::HashMap;
+use ganges_proto::msg::{Encoded, Hello, Message, Origin};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +36,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct Event {
     pub tag: u64,
+    /// The server this event comes from (for `Moved`, the server the request left).
     pub node: NodeId,
     pub result: Result<Message>,
 }
@@ -34,10 +44,7 @@ pub struct Event {
 #[derive(Debug)]
 enum Waiter {
     Once(oneshot::Sender<Result<Message>>),
-    Tagged {
-        tx: mpsc::UnboundedSender<Event>,
-        tag: u64,
-    },
+    Tagged { tx: mpsc::UnboundedSender<Event>, tag: u64 },
 }
 
 impl Waiter {
@@ -51,13 +58,36 @@ impl Waiter {
             }
         }
     }
+
+    /// Tell a tagged waiter its request moved from `from` to `to`; one-shot waiters (control
+    /// calls) are never handed off.
+    fn notify_moved(&self, from: NodeId, to: NodeId) {
+        if let Waiter::Tagged { tx, tag } = self {
+            let _ = tx.send(Event { tag: *tag, node: from, result: Ok(Message::Moved { to }) });
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct Pending {
     waiters: HashMap<u64, Waiter>,
+    /// Requests handed to this connection's server by another, by their origin.
+    moved: HashMap<(NodeId, u64), Waiter>,
     /// Set once the connection is gone; new requests fail at once.
     closed: bool,
+}
+
+/// Every connection's pending requests, by server: how a reply arriving on one connection
+/// finds a request sent on another.
+#[derive(Debug, Default)]
+pub struct Registry {
+    pending: Mutex<BTreeMap<NodeId, Arc<Mutex<Pending>>>>,
+}
+
+impl Registry {
+    fn get(&self, node: NodeId) -> Option<Arc<Mutex<Pending>>> {
+        self.pending.lock().expect("registry lock").get(&node).cloned()
+    }
 }
 
 #[derive(Debug)]
@@ -71,8 +101,14 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connect, say hello, and check the server is the node the cluster file says.
-    pub async fn connect(node: NodeId, addr: SocketAddr) -> Result<Arc<Connection>> {
+    /// Connect, say hello as `client_id`, and check the server is the node the cluster file
+    /// says. Replies that name another server's requests are routed through `registry`.
+    pub async fn connect(
+        node: NodeId,
+        addr: SocketAddr,
+        client_id: u64,
+        registry: Arc<Registry>,
+    ) -> Result<Arc<Connection>> {
         let fail = |why: String| ClientError::Connect { node, addr, why };
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
             .await
@@ -81,13 +117,10 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let (rd, mut wr) = stream.into_split();
         let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
-        let hello = Message::Hello(Hello {
-            client: format!("ganges-client/{}", env!("CARGO_PKG_VERSION")),
-        });
+        let client = format!("ganges-client/{}", env!("CARGO_PKG_VERSION"));
+        let hello = Message::Hello(Hello { client, client_id });
         let handshake = async {
-            write_frame(&mut wr, &hello.encode(0))
-                .await
-                .map_err(|e| fail(e.to_string()))?;
+            write_frame(&mut wr, &hello.encode(0)).await.map_err(|e| fail(e.to_string()))?;
             let (h, body) = read_frame(&mut rd)
                 .await
                 .map_err(|e| fail(e.to_string()))?
@@ -98,19 +131,15 @@ impl Connection {
                     "it answers as {}, but the cluster file says {node}; the cluster file is stale",
                     ok.node
                 ))),
-                Message::Error(e) => Err(fail(e.to_string())),
-                other => Err(fail(format!(
-                    "unexpected reply to hello: kind {:#04x}",
-                    other.kind()
-                ))),
+                Message::Error(e, _) => Err(fail(e.to_string())),
+                other => Err(fail(format!("unexpected reply to hello: kind {:#04x}", other.kind()))),
             }
         };
-        tokio::time::timeout(CONNECT_TIMEOUT, handshake)
-            .await
-            .map_err(|_| fail("hello timed out".into()))??;
+        tokio::time::timeout(CONNECT_TIMEOUT, handshake).await.map_err(|_| fail("hello timed out".into()))??;
 
         let (tx, mut rx) = mpsc::unbounded_channel::<Encoded>();
         let pending = Arc::new(Mutex::new(Pending::default()));
+        registry.pending.lock().expect("registry lock").insert(node, pending.clone());
         tokio::spawn(async move {
             while let Some(frame) = rx.recv().await {
                 if write_frame(&mut wr, &frame).await.is_err() {
@@ -132,39 +161,23 @@ impl Connection {
                             // Request id 0 is never used for requests: a connection-level error.
                             break format!("server closed the connection: {msg:?}");
                         }
-                        let waiter = reader_pending
-                            .lock()
-                            .expect("pending lock")
-                            .waiters
-                            .remove(&h.request_id);
-                        match waiter {
-                            Some(w) => w.deliver(node, Ok(msg)),
-                            None => {
-                                tracing::debug!(%node, id = h.request_id, "reply to no request")
-                            }
-                        }
+                        route(node, &reader_pending, &registry, h.request_id, msg);
                     }
                     Ok(None) => break "server closed the connection".to_string(),
                     Err(e) => break e.to_string(),
                 }
             };
             tracing::debug!(%node, why, "connection lost");
-            let waiters = {
+            let (waiters, moved) = {
                 let mut p = reader_pending.lock().expect("pending lock");
                 p.closed = true;
-                std::mem::take(&mut p.waiters)
+                (std::mem::take(&mut p.waiters), std::mem::take(&mut p.moved))
             };
-            for (_, w) in waiters {
+            for w in waiters.into_values().chain(moved.into_values()) {
                 w.deliver(node, Err(ClientError::NodeDown { node }));
             }
         });
-        Ok(Arc::new(Connection {
-            node,
-            addr,
-            tx,
-            pending,
-            next_id: AtomicU64::new(1),
-        }))
+        Ok(Arc::new(Connection { node, addr, tx, pending, next_id: AtomicU64::new(1) }))
     }
 
     pub fn node(&self) -> NodeId {
@@ -189,11 +202,7 @@ impl Connection {
             p.waiters.insert(id, waiter);
         }
         if self.tx.send(msg.encode(id)).is_err() {
-            self.pending
-                .lock()
-                .expect("pending lock")
-                .waiters
-                .remove(&id);
+            self.pending.lock().expect("pending lock").waiters.remove(&id);
             return Err(ClientError::NodeDown { node: self.node });
         }
         Ok(id)
@@ -201,19 +210,8 @@ impl Connection {
 
     /// Send a request whose reply goes to `tx` as an `Event` with `tag`. Returns the
     /// request id (to cancel it).
-    pub fn send_tagged(
-        &self,
-        msg: &Message,
-        tx: &mpsc::UnboundedSender<Event>,
-        tag: u64,
-    ) -> Result<u64> {
-        self.send(
-            msg,
-            Waiter::Tagged {
-                tx: tx.clone(),
-                tag,
-            },
-        )
+    pub fn send_tagged(&self, msg: &Message, tx: &mpsc::UnboundedSender<Event>, tag: u64) -> Result<u64> {
+        self.send(msg, Waiter::Tagged { tx: tx.clone(), tag })
     }
 
     /// Ask the server to drop a queued read. Its reply (data, or a `Cancelled` error) still
@@ -231,8 +229,7 @@ impl Connection {
     pub async fn call(&self, msg: &Message) -> Result<Message> {
         let (tx, rx) = oneshot::channel();
         self.send(msg, Waiter::Once(tx))?;
-        rx.await
-            .unwrap_or(Err(ClientError::NodeDown { node: self.node }))
+        rx.await.unwrap_or(Err(ClientError::NodeDown { node: self.node }))
     }
 
     /// A control request; server errors become `ClientError::Server`, and a server that does
@@ -244,31 +241,68 @@ impl Connection {
         let reply = match tokio::time::timeout(limit, rx).await {
             Ok(r) => r.unwrap_or(Err(ClientError::NodeDown { node: self.node }))?,
             Err(_) => {
-                self.pending
-                    .lock()
-                    .expect("pending lock")
-                    .waiters
-                    .remove(&id);
-                return Err(ClientError::Timeout {
-                    node: self.node,
-                    op,
-                    secs: limit.as_secs(),
-                });
+                self.pending.lock().expect("pending lock").waiters.remove(&id);
+                return Err(ClientError::Timeout { node: self.node, op, secs: limit.as_secs() });
             }
         };
         match reply {
             Message::ControlOk(reply) => Ok(*reply),
-            Message::Error(err) => Err(ClientError::Server {
-                node: self.node,
-                err,
-            }),
+            Message::Error(err, _) => Err(ClientError::Server { node: self.node, err }),
             other => Err(ClientError::Protocol {
                 node: self.node,
-                why: format!(
-                    "unexpected reply kind {:#04x} to a control request",
-                    other.kind()
-                ),
+                why: format!("unexpected reply kind {:#04x} to a control request", other.kind()),
             }),
         }
+    }
+}
+
+/// The origin of a reply, if it answers a request handed over from another server.
+fn origin_of(msg: &Message) -> Option<Origin> {
+    match msg {
+        Message::ReadOk(r) => r.origin,
+        Message::Error(_, o) => *o,
+        _ => None,
+    }
+}
+
+/// Deliver a frame that arrived on `node`'s connection.
+fn route(node: NodeId, pending: &Arc<Mutex<Pending>>, registry: &Registry, request_id: u64, msg: Message) {
+    if let Message::Moved { to } = msg {
+        let Some(w) = pending.lock().expect("pending lock").waiters.remove(&request_id) else {
+            // The answer overtook the notice and was delivered already.
+            return;
+        };
+        w.notify_moved(node, to);
+        if let Some(target) = registry.get(to) {
+            let mut t = target.lock().expect("pending lock");
+            if !t.closed {
+                t.moved.insert((node, request_id), w);
+                return;
+            }
+        }
+        // The new server is gone (or was never reachable): the request is lost there, and
+        // the stream reads the block elsewhere.
+        w.deliver(to, Err(ClientError::NodeDown { node: to }));
+        return;
+    }
+    if let Some(origin) = origin_of(&msg) {
+        let own = pending.lock().expect("pending lock").moved.remove(&(origin.node, origin.request_id));
+        let w = own.or_else(|| {
+            // The answer overtook the `Moved` notice: take the waiter from the origin's
+            // connection and report the move first.
+            let w = registry.get(origin.node)?.lock().expect("pending lock").waiters.remove(&origin.request_id)?;
+            w.notify_moved(origin.node, node);
+            Some(w)
+        });
+        match w {
+            Some(w) => w.deliver(node, Ok(msg)),
+            None => tracing::debug!(%node, ?origin, "answer to a handed-off request nobody waits for"),
+        }
+        return;
+    }
+    let waiter = pending.lock().expect("pending lock").waiters.remove(&request_id);
+    match waiter {
+        Some(w) => w.deliver(node, Ok(msg)),
+        None => tracing::debug!(%node, id = request_id, "reply to no request"),
     }
 }

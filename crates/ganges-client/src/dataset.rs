@@ -18,9 +18,7 @@ use ganges_core::layout::Layout;
 use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::{Partition, Shape};
 use ganges_proto::control::{BadBlock, ControlReply, ControlRequest};
-use ganges_proto::manifest::{
-    Content, DatasetName, DatasetState, MANIFEST_FORMAT, Manifest, RecordFormat,
-};
+use ganges_proto::manifest::{Content, DatasetName, DatasetState, MANIFEST_FORMAT, Manifest, RecordFormat};
 use ganges_proto::msg::{Message, WriteReq};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -53,9 +51,7 @@ pub struct CreateSpec {
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 fn draft(
@@ -85,10 +81,7 @@ fn draft(
 fn expect_done(node: NodeId, r: Result<ControlReply>) -> Result<()> {
     match r? {
         ControlReply::Done => Ok(()),
-        other => Err(ClientError::Protocol {
-            node,
-            why: format!("unexpected reply {other:?}"),
-        }),
+        other => Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") }),
     }
 }
 
@@ -105,16 +98,8 @@ impl<'c> Staging<'c> {
         client.require_all()?;
         let txid = rand::random::<u64>() | 1;
         let nodes: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
-        let s = Staging {
-            client,
-            name: manifest.name.clone(),
-            txid,
-            nodes,
-        };
-        let req = ControlRequest::Stage {
-            txid,
-            manifest: manifest.clone(),
-        };
+        let s = Staging { client, name: manifest.name.clone(), txid, nodes };
+        let req = ControlRequest::Stage { txid, manifest: manifest.clone() };
         let results = client.control_all(&s.nodes, &req).await;
         if let Some(e) = first_error(results) {
             s.abort().await;
@@ -124,10 +109,7 @@ impl<'c> Staging<'c> {
     }
 
     async fn abort(&self) {
-        let req = ControlRequest::Abort {
-            txid: self.txid,
-            name: self.name.clone(),
-        };
+        let req = ControlRequest::Abort { txid: self.txid, name: self.name.clone() };
         for (node, r) in self.client.control_all(&self.nodes, &req).await {
             if let Err(e) = r {
                 tracing::warn!(%node, %e, "could not abort staging; `ganges dataset rm` cleans it up");
@@ -151,24 +133,15 @@ impl<'c> Staging<'c> {
 
     /// Prepare everywhere, then commit everywhere.
     async fn finish(self, manifest: &Manifest) -> Result<()> {
-        let prepare = ControlRequest::Prepare {
-            txid: self.txid,
-            manifest: manifest.clone(),
-        };
+        let prepare = ControlRequest::Prepare { txid: self.txid, manifest: manifest.clone() };
         if let Some(e) = first_error(self.client.control_all(&self.nodes, &prepare).await) {
             self.abort().await;
             return Err(e);
         }
         // Commit the first node alone: if the name was taken meanwhile, it fails there and
         // nothing is visible anywhere.
-        let commit = ControlRequest::Commit {
-            txid: self.txid,
-            name: self.name.clone(),
-        };
-        if let Err(e) = expect_done(
-            self.nodes[0],
-            self.client.control(self.nodes[0], commit.clone()).await,
-        ) {
+        let commit = ControlRequest::Commit { txid: self.txid, name: self.name.clone() };
+        if let Err(e) = expect_done(self.nodes[0], self.client.control(self.nodes[0], commit.clone()).await) {
             self.abort().await;
             return Err(e);
         }
@@ -185,9 +158,7 @@ impl<'c> Staging<'c> {
 }
 
 fn first_error(results: Vec<(NodeId, Result<ControlReply>)>) -> Option<ClientError> {
-    results
-        .into_iter()
-        .find_map(|(node, r)| expect_done(node, r).err())
+    results.into_iter().find_map(|(node, r)| expect_done(node, r).err())
 }
 
 /// The dataset digest from the servers' stored checksums, checking that every copy agrees.
@@ -205,24 +176,15 @@ async fn digest_from_checksums(
         }
     }
     let futs = asks.iter().map(|&(fragment, node)| async move {
-        let req = ControlRequest::Checksums {
-            name: manifest.name.clone(),
-            fragment,
-            txid,
-        };
+        let req = ControlRequest::Checksums { name: manifest.name.clone(), fragment, txid };
         (fragment, node, client.control(node, req).await)
     });
     let mut by_fragment: BTreeMap<FragmentId, Vec<(NodeId, Vec<u32>)>> = BTreeMap::new();
     for (fragment, node, r) in join_all(futs).await {
         match r? {
-            ControlReply::Checksums { crcs } => {
-                by_fragment.entry(fragment).or_default().push((node, crcs))
-            }
+            ControlReply::Checksums { crcs } => by_fragment.entry(fragment).or_default().push((node, crcs)),
             other => {
-                return Err(ClientError::Protocol {
-                    node,
-                    why: format!("unexpected reply {other:?}"),
-                });
+                return Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") });
             }
         }
     }
@@ -232,43 +194,27 @@ async fn digest_from_checksums(
     for f in 0..shape.fragment_count() {
         let f = FragmentId(f);
         let Some(copies) = by_fragment.get(&f) else {
-            return Err(ClientError::Invalid(format!(
-                "no live server holds {f} of `{}`",
-                manifest.name
-            )));
+            return Err(ClientError::Invalid(format!("no live server holds {f} of `{}`", manifest.name)));
         };
         let (first_node, crcs) = &copies[0];
         if crcs.len() != shape.blocks_in(f) as usize {
-            return Err(ClientError::Invalid(format!(
-                "{first_node} has {} checksums for {f}",
-                crcs.len()
-            )));
+            return Err(ClientError::Invalid(format!("{first_node} has {} checksums for {f}", crcs.len())));
         }
         for (node, other) in &copies[1..] {
             if let Some(b) = (0..crcs.len()).find(|&b| other.get(b) != Some(&crcs[b])) {
-                disagreements.push(format!(
-                    "{f} block {b}: {first_node} and {node} hold different bytes"
-                ));
+                disagreements.push(format!("{f} block {b}: {first_node} and {node} hold different bytes"));
             }
         }
         for (b, crc) in crcs.iter().enumerate() {
             let b = b as u32;
-            digest.add(
-                shape.fragment_start(f) + shape.block_offset(b),
-                shape.block_len(f, b),
-                *crc,
-            );
+            digest.add(shape.fragment_start(f) + shape.block_offset(b), shape.block_len(f, b), *crc);
         }
     }
     Ok((digest, disagreements))
 }
 
 /// Create a dataset whose bytes the servers generate (each holder generates its copies).
-pub async fn create(
-    client: &Arc<Client>,
-    spec: CreateSpec,
-    progress: Option<ProgressFn>,
-) -> Result<Manifest> {
+pub async fn create(client: &Arc<Client>, spec: CreateSpec, progress: Option<ProgressFn>) -> Result<Manifest> {
     let shape = Shape::new(spec.fragment_bytes, spec.block_bytes)?;
     let align = spec.generator.align();
     if let Some(f) = shape.fragment_sizes().iter().position(|b| b % align != 0) {
@@ -284,16 +230,8 @@ pub async fn create(
             key_bytes: ganges_core::datagen::KEY_BYTES as u32,
         },
     };
-    let manifest = draft(
-        client,
-        spec.name,
-        shape,
-        spec.replicas,
-        records,
-        Content::Generated {
-            generator: spec.generator,
-        },
-    )?;
+    let manifest =
+        draft(client, spec.name, shape, spec.replicas, records, Content::Generated { generator: spec.generator })?;
     let staging = Staging::begin(client, &manifest).await?;
     let work = async {
         let per_node = staging.nodes.iter().map(|&node| {
@@ -329,12 +267,9 @@ pub async fn create(
         for r in join_all(per_node).await {
             r?;
         }
-        let (digest, disagreements) =
-            digest_from_checksums(client, &manifest, Some(staging.txid)).await?;
+        let (digest, disagreements) = digest_from_checksums(client, &manifest, Some(staging.txid)).await?;
         if let Some(d) = disagreements.first() {
-            return Err(ClientError::Invalid(format!(
-                "generated copies disagree: {d}"
-            )));
+            return Err(ClientError::Invalid(format!("generated copies disagree: {d}")));
         }
         Ok(digest)
     };
@@ -352,29 +287,15 @@ pub async fn put(
     replicas: u32,
     progress: Option<ProgressFn>,
 ) -> Result<Manifest> {
-    let file = std::fs::File::open(path)
-        .map_err(ClientError::io(format!("opening {}", path.display())))?;
-    let total = file
-        .metadata()
-        .map_err(ClientError::io(format!("reading {}", path.display())))?
-        .len();
+    let file = std::fs::File::open(path).map_err(ClientError::io(format!("opening {}", path.display())))?;
+    let total = file.metadata().map_err(ClientError::io(format!("reading {}", path.display())))?.len();
     if total == 0 {
-        return Err(ClientError::Invalid(format!(
-            "{} is empty; a dataset holds at least one byte",
-            path.display()
-        )));
+        return Err(ClientError::Invalid(format!("{} is empty; a dataset holds at least one byte", path.display())));
     }
     let fragments = fragments.max(1).min(total.min(u32::MAX as u64) as u32);
     let shape = Shape::split(total, fragments, block_bytes, 1)?;
     let source = path.display().to_string();
-    let manifest = draft(
-        client,
-        name,
-        shape,
-        replicas,
-        RecordFormat::Bytes,
-        Content::Imported { source },
-    )?;
+    let manifest = draft(client, name, shape, replicas, RecordFormat::Bytes, Content::Imported { source })?;
     let staging = Staging::begin(client, &manifest).await?;
     let digest = send_file(client, &manifest, staging.txid, file, progress).await;
     staging.conclude(manifest, digest).await
@@ -398,9 +319,7 @@ async fn send_file(
             for b in 0..reader_shape.blocks_in(f) {
                 let mut buf = vec![0u8; reader_shape.block_len(f, b) as usize];
                 let at = reader_shape.fragment_start(f) + reader_shape.block_offset(b);
-                let r = file
-                    .read_exact_at(&mut buf, at)
-                    .map(|()| (f, b, Bytes::from(buf)));
+                let r = file.read_exact_at(&mut buf, at).map(|()| (f, b, Bytes::from(buf)));
                 let stop = r.is_err();
                 if tx.blocking_send(r).is_err() || stop {
                     return;
@@ -413,11 +332,7 @@ async fn send_file(
     while let Some(item) = rx.recv().await {
         let (fragment, block, data) = item.map_err(ClientError::io("reading the input file"))?;
         let crc = crc32c::crc32c(&data);
-        digest.add(
-            shape.fragment_start(fragment) + shape.block_offset(block),
-            data.len() as u32,
-            crc,
-        );
+        digest.add(shape.fragment_start(fragment) + shape.block_offset(block), data.len() as u32, crc);
         for node in manifest.layout.holders(fragment) {
             let conn = client.conn(node)?.clone();
             let msg = Message::Write(WriteReq {
@@ -431,19 +346,14 @@ async fn send_file(
             writes.spawn(async move {
                 match conn.call(&msg).await? {
                     Message::WriteOk => Ok(()),
-                    Message::Error(err) => Err(ClientError::Server { node, err }),
-                    other => Err(ClientError::Protocol {
-                        node,
-                        why: format!("unexpected reply kind {:#04x}", other.kind()),
-                    }),
+                    Message::Error(err, _) => Err(ClientError::Server { node, err }),
+                    other => {
+                        Err(ClientError::Protocol { node, why: format!("unexpected reply kind {:#04x}", other.kind()) })
+                    }
                 }
             });
             while writes.len() >= PUT_WRITES_INFLIGHT {
-                writes
-                    .join_next()
-                    .await
-                    .expect("non-empty")
-                    .expect("write tasks do not panic")?;
+                writes.join_next().await.expect("non-empty").expect("write tasks do not panic")?;
             }
         }
         if let Some(p) = &progress {
@@ -467,17 +377,11 @@ pub async fn get(
     let manifest = Arc::new(client.manifest(name).await?);
     let partial = path.with_file_name(format!(
         ".{}.ganges-partial",
-        path.file_name()
-            .map_or("out".into(), |n| n.to_string_lossy().to_string())
+        path.file_name().map_or("out".into(), |n| n.to_string_lossy().to_string())
     ));
-    let file = std::fs::File::create(&partial)
-        .map_err(ClientError::io(format!("creating {}", partial.display())))?;
-    file.set_len(manifest.total_bytes())
-        .map_err(ClientError::io(format!("sizing {}", partial.display())))?;
-    let whole = Partition {
-        offset: 0,
-        len: manifest.total_bytes(),
-    };
+    let file = std::fs::File::create(&partial).map_err(ClientError::io(format!("creating {}", partial.display())))?;
+    file.set_len(manifest.total_bytes()).map_err(ClientError::io(format!("sizing {}", partial.display())))?;
+    let whole = Partition { offset: 0, len: manifest.total_bytes() };
     let opts = ReadOptions::new(ReadPolicyKind::Gd).with_window(GET_WINDOW);
     let mut stream = ReadStream::open(client.clone(), manifest.clone(), whole, opts)?;
     // Writes go to a thread, so disk writes overlap network reads.
@@ -504,11 +408,8 @@ pub async fn get(
     drop(tx);
     let written = writer.join().expect("writer thread does not panic");
     let report = stream.close();
-    let outcome = result.and_then(|()| {
-        written
-            .map(drop)
-            .map_err(ClientError::io(format!("writing {}", partial.display())))
-    });
+    let outcome =
+        result.and_then(|()| written.map(drop).map_err(ClientError::io(format!("writing {}", partial.display()))));
     let outcome = outcome.and_then(|()| {
         if report.digest != manifest.digest {
             return Err(ClientError::DigestMismatch {
@@ -517,8 +418,7 @@ pub async fn get(
                 got: report.digest,
             });
         }
-        std::fs::rename(&partial, path)
-            .map_err(ClientError::io(format!("renaming to {}", path.display())))
+        std::fs::rename(&partial, path).map_err(ClientError::io(format!("renaming to {}", path.display())))
     });
     if let Err(e) = outcome {
         let _ = std::fs::remove_file(&partial);
@@ -543,29 +443,21 @@ pub async fn list(client: &Client, staging: bool) -> Result<(Vec<ListEntry>, Vec
     let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
     let mut by: BTreeMap<(DatasetName, Option<u64>), ListEntry> = BTreeMap::new();
     let mut unreachable = vec![];
-    for (node, r) in client
-        .control_all(&all, &ControlRequest::ListDatasets { staging })
-        .await
-    {
+    for (node, r) in client.control_all(&all, &ControlRequest::ListDatasets { staging }).await {
         match r {
             Ok(ControlReply::Datasets { datasets }) => {
                 for d in datasets {
-                    let e = by
-                        .entry((d.name.clone(), d.staging_txid))
-                        .or_insert_with(|| ListEntry {
-                            name: d.name.clone(),
-                            total_bytes: d.total_bytes,
-                            staging_txid: d.staging_txid,
-                            nodes: vec![],
-                        });
+                    let e = by.entry((d.name.clone(), d.staging_txid)).or_insert_with(|| ListEntry {
+                        name: d.name.clone(),
+                        total_bytes: d.total_bytes,
+                        staging_txid: d.staging_txid,
+                        nodes: vec![],
+                    });
                     e.nodes.push(node);
                 }
             }
             Ok(other) => {
-                return Err(ClientError::Protocol {
-                    node,
-                    why: format!("unexpected reply {other:?}"),
-                });
+                return Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") });
             }
             Err(_) => unreachable.push(node),
         }
@@ -601,15 +493,10 @@ pub async fn info(client: &Client, name: &DatasetName) -> Result<DatasetInfo> {
     let manifest = client.manifest(name).await?;
     let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
     let mut state_of = BTreeMap::new();
-    for (node, r) in client
-        .control_all(&all, &ControlRequest::ListDatasets { staging: false })
-        .await
-    {
+    for (node, r) in client.control_all(&all, &ControlRequest::ListDatasets { staging: false }).await {
         let s = match r {
             Ok(ControlReply::Datasets { datasets })
-                if datasets
-                    .iter()
-                    .any(|d| d.name == *name && d.id == manifest.id) =>
+                if datasets.iter().any(|d| d.name == *name && d.id == manifest.id) =>
             {
                 CopyState::Present
             }
@@ -620,19 +507,9 @@ pub async fn info(client: &Client, name: &DatasetName) -> Result<DatasetInfo> {
     }
     let mut copies = vec![];
     for f in 0..manifest.shape.fragment_count() {
-        for (copy, node) in manifest
-            .layout
-            .holders(FragmentId(f))
-            .into_iter()
-            .enumerate()
-        {
+        for (copy, node) in manifest.layout.holders(FragmentId(f)).into_iter().enumerate() {
             let state = state_of.get(&node).copied().unwrap_or(CopyState::NodeDown);
-            copies.push(CopyInfo {
-                fragment: FragmentId(f),
-                copy: copy as u32,
-                node,
-                state,
-            });
+            copies.push(CopyInfo { fragment: FragmentId(f), copy: copy as u32, node, state });
         }
     }
     Ok(DatasetInfo { manifest, copies })
@@ -652,30 +529,18 @@ pub struct VerifySummary {
 
 impl VerifySummary {
     pub fn is_clean(&self) -> bool {
-        self.bad.is_empty()
-            && self.disagreements.is_empty()
-            && self.digest_ok
-            && self.unreachable.is_empty()
+        self.bad.is_empty() && self.disagreements.is_empty() && self.digest_ok && self.unreachable.is_empty()
     }
 }
 
 /// Check every block of every copy against its checksum, every copy against the others, and
 /// the checksums against the manifest's digest.
-pub async fn verify(
-    client: &Client,
-    name: &DatasetName,
-    progress: Option<ProgressFn>,
-) -> Result<VerifySummary> {
+pub async fn verify(client: &Client, name: &DatasetName, progress: Option<ProgressFn>) -> Result<VerifySummary> {
     let manifest = client.manifest(name).await?;
     let mut summary = VerifySummary::default();
     let holders: Vec<NodeId> = (0..client.nodes())
         .map(NodeId)
-        .filter(|&n| {
-            !manifest
-                .layout
-                .copies_on(n, manifest.shape.fragment_count())
-                .is_empty()
-        })
+        .filter(|&n| !manifest.layout.copies_on(n, manifest.shape.fragment_count()).is_empty())
         .collect();
     // Each node checks its copies in chunks (bounded requests, a moving progress bar);
     // nodes work in parallel.
@@ -691,12 +556,7 @@ pub async fn verify(
                 let mut from = 0;
                 while from < blocks {
                     let to = (from + chunk).min(blocks);
-                    let req = ControlRequest::Verify {
-                        name: name.clone(),
-                        fragment,
-                        block_from: from,
-                        block_to: to,
-                    };
+                    let req = ControlRequest::Verify { name: name.clone(), fragment, block_from: from, block_to: to };
                     match client.control(node, req).await? {
                         ControlReply::Verified { report: r } => {
                             if let Some(p) = &progress {
@@ -707,10 +567,7 @@ pub async fn verify(
                             report.bad.extend(r.bad);
                         }
                         other => {
-                            return Err(ClientError::Protocol {
-                                node,
-                                why: format!("unexpected reply {other:?}"),
-                            });
+                            return Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") });
                         }
                     }
                     from = to;
@@ -724,13 +581,9 @@ pub async fn verify(
             Ok(report) => {
                 summary.blocks += report.blocks;
                 summary.bytes += report.bytes;
-                summary
-                    .bad
-                    .extend(report.bad.into_iter().map(|b| (node, b)));
+                summary.bad.extend(report.bad.into_iter().map(|b| (node, b)));
             }
-            Err(ClientError::NodeDown { .. } | ClientError::Timeout { .. }) => {
-                summary.unreachable.push(node)
-            }
+            Err(ClientError::NodeDown { .. } | ClientError::Timeout { .. }) => summary.unreachable.push(node),
             Err(e) => return Err(e),
         }
     }
@@ -751,10 +604,7 @@ pub struct RemoveSummary {
 pub async fn remove(client: &Client, name: &DatasetName) -> Result<RemoveSummary> {
     let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
     let mut s = RemoveSummary::default();
-    for (node, r) in client
-        .control_all(&all, &ControlRequest::Remove { name: name.clone() })
-        .await
-    {
+    for (node, r) in client.control_all(&all, &ControlRequest::Remove { name: name.clone() }).await {
         match r {
             Ok(ControlReply::Removed { committed, staging }) => {
                 if committed {
@@ -763,10 +613,7 @@ pub async fn remove(client: &Client, name: &DatasetName) -> Result<RemoveSummary
                 s.staging_folders += staging;
             }
             Ok(other) => {
-                return Err(ClientError::Protocol {
-                    node,
-                    why: format!("unexpected reply {other:?}"),
-                });
+                return Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") });
             }
             Err(ClientError::NodeDown { .. }) => s.unreachable.push(node),
             Err(e) => return Err(e),

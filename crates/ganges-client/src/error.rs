@@ -14,19 +14,11 @@ pub enum ClientError {
     )]
     NoServers { cluster: String, tried: usize },
     #[error("{node} at {addr} is unreachable: {why}")]
-    Connect {
-        node: NodeId,
-        addr: SocketAddr,
-        why: String,
-    },
+    Connect { node: NodeId, addr: SocketAddr, why: String },
     #[error("{node} is down (its connection is closed)")]
     NodeDown { node: NodeId },
     #[error("{node} did not answer `{op}` within {secs} s; it may be hung")]
-    Timeout {
-        node: NodeId,
-        op: &'static str,
-        secs: u64,
-    },
+    Timeout { node: NodeId, op: &'static str, secs: u64 },
     #[error("{node}: {err}")]
     Server { node: NodeId, err: WireError },
     #[error("no dataset `{0}` in this cluster (list them with `ganges dataset ls`)")]
@@ -44,11 +36,7 @@ pub enum ClientError {
     #[error("cluster file {path}: {why}")]
     Cluster { path: String, why: String },
     #[error("`{name}`: delivered digest {got} differs from the dataset's {expected}")]
-    DigestMismatch {
-        name: DatasetName,
-        expected: Digest,
-        got: Digest,
-    },
+    DigestMismatch { name: DatasetName, expected: Digest, got: Digest },
     #[error("{0}")]
     Invalid(String),
 }

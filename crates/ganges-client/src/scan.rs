@@ -18,20 +18,20 @@ use bytes::Bytes;
 use ganges_core::digest::Digest;
 use ganges_core::ids::NodeId;
 use ganges_core::route::{
-    Delivery, Failure, ReadConfig, ReadEngine, ReadPolicyKind, ReadStats, STALL_TIMEOUT_DEFAULT,
-    WINDOW_DEFAULT,
+    Delivery, Failure, ReadConfig, ReadEngine, ReadPolicyKind, ReadStats, STALL_TIMEOUT_DEFAULT, WINDOW_DEFAULT,
 };
+use ganges_core::route::{PolicySettings, ServerState};
 use ganges_core::shape::Partition;
 use ganges_core::time::Time;
 use ganges_proto::manifest::Manifest;
-use ganges_proto::msg::{ErrorCode, Message, ProgressNote, ReadOk, ReadReq};
+use ganges_proto::msg::{ErrorCode, Message, Probe, ProgressNote, ReadOk, ReadReq};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReadOptions {
     pub policy: ReadPolicyKind,
     /// Requests in flight for this consumer.
@@ -39,18 +39,24 @@ pub struct ReadOptions {
     /// A server holding this consumer's requests that answers nothing for this long is
     /// treated as down for this read (see `ganges_core::route::STALL_TIMEOUT_DEFAULT`).
     pub stall_timeout: Duration,
+    /// The policies' tunables (watermarks, response-rate lessons).
+    pub settings: PolicySettings,
+    /// If set, requests run at most this many pieces past the first undelivered one (ordered
+    /// readers use it to bound their buffer).
+    pub lookahead: Option<u32>,
 }
 
 impl ReadOptions {
     pub fn new(policy: ReadPolicyKind) -> ReadOptions {
-        ReadOptions {
-            policy,
-            ..ReadOptions::default()
-        }
+        ReadOptions { policy, ..ReadOptions::default() }
     }
 
     pub fn with_window(self, window: u32) -> ReadOptions {
         ReadOptions { window, ..self }
+    }
+
+    pub fn with_settings(self, settings: PolicySettings) -> ReadOptions {
+        ReadOptions { settings, ..self }
     }
 }
 
@@ -60,6 +66,8 @@ impl Default for ReadOptions {
             policy: ReadPolicyKind::Gd,
             window: WINDOW_DEFAULT,
             stall_timeout: STALL_TIMEOUT_DEFAULT,
+            settings: PolicySettings::default(),
+            lookahead: None,
         }
     }
 }
@@ -88,7 +96,10 @@ pub struct ReadReport {
 #[derive(Debug)]
 struct Outstanding {
     piece: usize,
+    /// The server that owes the answer (changes when a server hands the request off).
     node: NodeId,
+    /// The server the request was sent to, and its id there (for cancels).
+    sent_to: NodeId,
     request_id: u64,
 }
 
@@ -102,6 +113,8 @@ pub struct ReadStream {
     rx: mpsc::UnboundedReceiver<Event>,
     outstanding: HashMap<u64, Outstanding>,
     tag_of: HashMap<(usize, NodeId), u64>,
+    /// Probes in flight (GD-3), by tag, with the server asked.
+    probes: HashMap<u64, NodeId>,
     next_tag: u64,
     epoch: Instant,
     stall_timeout: Duration,
@@ -120,11 +133,9 @@ impl ReadStream {
         opts: ReadOptions,
     ) -> Result<ReadStream> {
         let pieces = manifest.shape.pieces(partition)?;
-        let config = ReadConfig {
-            window: opts.window,
-            stall_timeout: opts.stall_timeout,
-        };
-        let engine = ReadEngine::new(opts.policy.build(), &manifest.layout, pieces, config)?;
+        opts.settings.validate().map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let config = ReadConfig { window: opts.window, stall_timeout: opts.stall_timeout, lookahead: opts.lookahead };
+        let engine = ReadEngine::new(opts.policy.build(&opts.settings), &manifest.layout, pieces, config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut s = ReadStream {
             client,
@@ -135,6 +146,7 @@ impl ReadStream {
             rx,
             outstanding: HashMap::new(),
             tag_of: HashMap::new(),
+            probes: HashMap::new(),
             next_tag: 1,
             epoch: Instant::now(),
             stall_timeout: opts.stall_timeout,
@@ -163,17 +175,18 @@ impl ReadStream {
         }
     }
 
-    /// Send what the engine wants sent: new requests up to the window, and cancels.
+    /// Send what the engine wants sent: new requests up to the window, progress notices,
+    /// probes and cancels.
     fn pump(&mut self) -> Result<()> {
+        let service = self.engine.service();
         loop {
             let now = self.now();
-            let Some(d) = self.engine.poll_send(now)? else {
-                break;
-            };
+            let Some(d) = self.engine.poll_send(now)? else { break };
             let p = *self.engine.piece(d.piece);
             let msg = Message::Read(ReadReq {
                 stream: self.stream_id,
                 progress: self.engine.progress(),
+                service,
                 dataset: self.manifest.name.clone(),
                 fragment: p.fragment,
                 block: p.block,
@@ -182,37 +195,42 @@ impl ReadStream {
             });
             let tag = self.next_tag;
             self.next_tag += 1;
-            let sent = self
-                .client
-                .conn(d.node)
-                .and_then(|c| c.send_tagged(&msg, &self.tx, tag));
+            let sent = self.client.conn(d.node).and_then(|c| c.send_tagged(&msg, &self.tx, tag));
             match sent {
                 Ok(request_id) => {
-                    self.outstanding.insert(
-                        tag,
-                        Outstanding {
-                            piece: d.piece,
-                            node: d.node,
-                            request_id,
-                        },
-                    );
+                    let o = Outstanding { piece: d.piece, node: d.node, sent_to: d.node, request_id };
+                    self.outstanding.insert(tag, o);
                     self.tag_of.insert((d.piece, d.node), tag);
                 }
                 Err(_) => self.node_down(d.node),
             }
         }
         while let Some(node) = self.engine.poll_notify() {
-            let note = Message::Progress(ProgressNote {
-                stream: self.stream_id,
-                progress: self.engine.progress(),
-            });
+            let note = Message::Progress(ProgressNote { stream: self.stream_id, progress: self.engine.progress() });
             if let Ok(conn) = self.client.conn(node) {
                 conn.notify(&note);
+            }
+        }
+        while let Some(node) = self.engine.poll_probe(self.now()) {
+            let probe = Message::Probe(Probe {
+                stream: self.stream_id,
+                progress: self.engine.progress(),
+                dataset: self.manifest.name.clone(),
+            });
+            let tag = self.next_tag;
+            self.next_tag += 1;
+            if let Ok(conn) = self.client.conn(node)
+                && conn.send_tagged(&probe, &self.tx, tag).is_ok()
+            {
+                self.probes.insert(tag, node);
             }
         }
         while let Some(c) = self.engine.poll_cancel() {
             if let Some(tag) = self.tag_of.get(&(c.piece, c.node))
                 && let Some(o) = self.outstanding.get(tag)
+                // A handed-off request cannot be cancelled: it completes, and a duplicate is
+                // dropped.
+                && o.sent_to == o.node
                 && let Ok(conn) = self.client.conn(c.node)
             {
                 conn.cancel(o.request_id);
@@ -234,53 +252,44 @@ impl ReadStream {
                 }
                 return Ok(None);
             }
-            let ev = match self.engine.stall_deadline() {
-                Some(deadline) => {
-                    let at = self.epoch + Duration::from_nanos(deadline.0);
-                    match tokio::time::timeout_at(at.into(), self.rx.recv()).await {
-                        Ok(ev) => ev,
-                        Err(_) => {
-                            let now = self.now();
-                            for node in self.engine.check_stalls(now) {
-                                self.down.insert(node);
-                                tracing::warn!(
-                                    %node,
-                                    dataset = %self.manifest.name,
-                                    "no answer for {:?} while holding our requests; reading its share from other copies",
-                                    self.stall_timeout
-                                );
-                            }
-                            continue;
-                        }
-                    }
-                }
-                None => self.rx.recv().await,
-            };
-            let ev = ev.expect("the stream holds a sender");
-            let Some(o) = self.outstanding.remove(&ev.tag) else {
-                continue;
-            };
-            self.tag_of.remove(&(o.piece, o.node));
+            let Some(ev) = self.next_event().await else { continue };
             let now = self.now();
+            if let Some(node) = self.probes.remove(&ev.tag) {
+                if let Ok(Message::State(st)) = ev.result {
+                    let state =
+                        ServerState { queue_len: st.queue_len, service_us: 0, primary_progress: st.primary_progress };
+                    self.engine.on_state(now, node, state);
+                }
+                continue;
+            }
+            let Some(mut o) = self.outstanding.remove(&ev.tag) else { continue };
+            if let Ok(Message::Moved { to }) = ev.result {
+                // A server handed this request to another (GD-6): expect the answer there.
+                if ev.node == o.node && self.engine.on_moved(now, o.piece, o.node, to) {
+                    self.tag_of.remove(&(o.piece, o.node));
+                    o.node = to;
+                    self.tag_of.insert((o.piece, to), ev.tag);
+                }
+                self.outstanding.insert(ev.tag, o);
+                continue;
+            }
+            self.tag_of.remove(&(o.piece, o.node));
             match ev.result {
-                Ok(Message::ReadOk(ReadOk { crc, data, .. })) => {
+                Ok(Message::ReadOk(ReadOk { crc, data, queue_len, service_us, primary_progress, .. })) => {
+                    let state = ServerState { queue_len, service_us, primary_progress };
+                    self.engine.on_state(now, o.node, state);
                     let p = *self.engine.piece(o.piece);
                     if data.len() != p.len as usize || crc32c::crc32c(&data) != crc {
                         tracing::warn!(node = %o.node, offset = p.dataset_offset, "block damaged in transit; reading it again");
-                        self.engine
-                            .on_failure(now, o.piece, o.node, Failure::Corrupt);
+                        self.engine.on_failure(now, o.piece, o.node, Failure::Corrupt);
                         continue;
                     }
                     if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
                         self.digest.add(p.dataset_offset, p.len, crc);
-                        return Ok(Some(Block {
-                            dataset_offset: p.dataset_offset,
-                            data,
-                            node: o.node,
-                        }));
+                        return Ok(Some(Block { dataset_offset: p.dataset_offset, data, node: o.node }));
                     }
                 }
-                Ok(Message::Error(e)) => {
+                Ok(Message::Error(e, _)) => {
                     let why = match e.code {
                         ErrorCode::Cancelled => Failure::Cancelled,
                         ErrorCode::Corrupt => {
@@ -305,6 +314,30 @@ impl ReadStream {
         }
     }
 
+    /// The next event, or `None` after a stall check (the engine may have work to send).
+    async fn next_event(&mut self) -> Option<Event> {
+        let Some(deadline) = self.engine.stall_deadline() else {
+            return Some(self.rx.recv().await.expect("the stream holds a sender"));
+        };
+        let at = self.epoch + Duration::from_nanos(deadline.0);
+        match tokio::time::timeout_at(at.into(), self.rx.recv()).await {
+            Ok(ev) => Some(ev.expect("the stream holds a sender")),
+            Err(_) => {
+                let now = self.now();
+                for node in self.engine.check_stalls(now) {
+                    self.down.insert(node);
+                    tracing::warn!(
+                        %node,
+                        dataset = %self.manifest.name,
+                        "no answer for {:?} while holding our requests; reading its share from other copies",
+                        self.stall_timeout
+                    );
+                }
+                None
+            }
+        }
+    }
+
     pub fn report(&self) -> ReadReport {
         let seconds = match (self.started, self.finished) {
             (Some(s), Some(f)) => f.duration_since(s).as_secs_f64(),
@@ -312,7 +345,7 @@ impl ReadStream {
             _ => 0.0,
         };
         ReadReport {
-            policy: self.engine.policy_name().to_string(),
+            policy: self.engine.policy_kind().to_string(),
             bytes: self.engine.done_bytes(),
             seconds,
             stats: self.engine.stats().clone(),
@@ -322,7 +355,7 @@ impl ReadStream {
 
     /// Stop reading: cancel what is still queued at servers. Returns the report.
     pub fn close(self) -> ReadReport {
-        for o in self.outstanding.values() {
+        for o in self.outstanding.values().filter(|o| o.sent_to == o.node) {
             if let Ok(c) = self.client.conn(o.node) {
                 c.cancel(o.request_id);
             }
@@ -343,8 +376,5 @@ pub fn open_scan(
     opts: ReadOptions,
 ) -> Result<Vec<ReadStream>> {
     let parts = partitions.unwrap_or_else(|| manifest.shape.fragment_partitions());
-    parts
-        .into_iter()
-        .map(|p| ReadStream::open(client.clone(), manifest.clone(), p, opts))
-        .collect()
+    parts.into_iter().map(|p| ReadStream::open(client.clone(), manifest.clone(), p, opts)).collect()
 }

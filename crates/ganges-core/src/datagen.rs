@@ -105,8 +105,7 @@ fn fill_records(seed: u64, offset: u64, buf: &mut [u8]) {
         let within = (pos % RECORD_BYTES) as usize;
         let n = (RECORD_BYTES as usize - within).min(buf.len() - at);
         if within == 0 && n == RECORD_BYTES as usize {
-            let dst: &mut [u8; RECORD_BYTES as usize] =
-                (&mut buf[at..at + n]).try_into().expect("n is one record");
+            let dst: &mut [u8; RECORD_BYTES as usize] = (&mut buf[at..at + n]).try_into().expect("n is one record");
             record(seed, r, dst);
         } else {
             record(seed, r, &mut rec);
@@ -123,10 +122,7 @@ mod tests {
     /// Any range, generated alone, equals the same range cut from a larger generation.
     #[test]
     fn ranges_are_independent_of_how_they_are_cut() {
-        for g in [
-            Generator::Random { seed: 7 },
-            Generator::Records { seed: 7 },
-        ] {
+        for g in [Generator::Random { seed: 7 }, Generator::Records { seed: 7 }] {
             let mut whole = vec![0u8; 1000];
             g.fill(13, &mut whole);
             for (lo, hi) in [(0, 1), (3, 17), (100, 101), (199, 400), (987, 1000)] {

@@ -56,12 +56,8 @@ pub enum FaultError {
 impl Fault {
     pub fn validate(&self) -> Result<(), FaultError> {
         match *self {
-            Fault::Factor { factor } if !(factor > 0.0 && factor <= 1.0) => {
-                Err(FaultError::Factor(factor))
-            }
-            Fault::Competing { share } if !(0.0..1.0).contains(&share) => {
-                Err(FaultError::Share(share))
-            }
+            Fault::Factor { factor } if !(factor > 0.0 && factor <= 1.0) => Err(FaultError::Factor(factor)),
+            Fault::Competing { share } if !(0.0..1.0).contains(&share) => Err(FaultError::Share(share)),
             _ => Ok(()),
         }
     }
@@ -112,18 +108,9 @@ pub struct DiskModel {
 
 impl DiskModel {
     pub fn new(params: DiskParams) -> DiskModel {
-        assert!(
-            params.rate_bytes_per_sec > 0.0,
-            "a disk model needs a positive rate"
-        );
+        assert!(params.rate_bytes_per_sec > 0.0, "a disk model needs a positive rate");
         assert!(params.queue_depth >= 1, "queue depth is at least one");
-        DiskModel {
-            params,
-            fault: None,
-            busy_until: Time::ZERO,
-            head: None,
-            stats: DiskStats::default(),
-        }
+        DiskModel { params, fault: None, busy_until: Time::ZERO, head: None, stats: DiskStats::default() }
     }
 
     pub fn params(&self) -> DiskParams {
@@ -162,12 +149,7 @@ impl DiskModel {
         let competing = matches!(self.fault, Some(Fault::Competing { .. }));
         let seeked = competing || self.head.is_some_and(|h| h != file);
         let transfer = Duration::from_secs_f64(bytes as f64 / self.effective_rate());
-        let cost = transfer
-            + if seeked {
-                self.params.seek
-            } else {
-                Duration::ZERO
-            };
+        let cost = transfer + if seeked { self.params.seek } else { Duration::ZERO };
         let done = start + cost;
         self.busy_until = done;
         self.head = Some(file);
@@ -175,11 +157,7 @@ impl DiskModel {
         self.stats.bytes += bytes;
         self.stats.seeks += u64::from(seeked);
         self.stats.busy_secs += cost.as_secs_f64();
-        Service {
-            start,
-            done,
-            seeked,
-        }
+        Service { start, done, seeked }
     }
 }
 
@@ -188,11 +166,7 @@ mod tests {
     use super::*;
 
     fn disk() -> DiskModel {
-        DiskModel::new(DiskParams {
-            rate_bytes_per_sec: 1_000_000.0,
-            seek: Duration::from_millis(4),
-            queue_depth: 1,
-        })
+        DiskModel::new(DiskParams { rate_bytes_per_sec: 1_000_000.0, seek: Duration::from_millis(4), queue_depth: 1 })
     }
 
     #[test]
@@ -203,10 +177,7 @@ mod tests {
         // Queued before the first finished: starts exactly when it ends, even if the driver
         // asks late.
         let b = d.serve(Time::from_secs_f64(0.001), 1, 10_000);
-        assert_eq!(
-            (b.start, b.done, b.seeked),
-            (a.done, Time::from_secs_f64(0.02), false)
-        );
+        assert_eq!((b.start, b.done, b.seeked), (a.done, Time::from_secs_f64(0.02), false));
     }
 
     #[test]
@@ -231,10 +202,7 @@ mod tests {
     fn a_factor_fault_slows_transfers() {
         let mut d = disk();
         d.set_fault(Some(Fault::Factor { factor: 0.5 })).unwrap();
-        assert_eq!(
-            d.serve(Time::ZERO, 1, 10_000).done,
-            Time::from_secs_f64(0.02)
-        );
+        assert_eq!(d.serve(Time::ZERO, 1, 10_000).done, Time::from_secs_f64(0.02));
         d.set_fault(None).unwrap();
         assert_eq!(d.effective_rate(), 1_000_000.0);
     }
@@ -251,22 +219,10 @@ mod tests {
     #[test]
     fn invalid_faults_are_refused() {
         let mut d = disk();
-        assert_eq!(
-            d.set_fault(Some(Fault::Factor { factor: 0.0 })),
-            Err(FaultError::Factor(0.0))
-        );
-        assert_eq!(
-            d.set_fault(Some(Fault::Factor { factor: 1.5 })),
-            Err(FaultError::Factor(1.5))
-        );
-        assert!(
-            d.set_fault(Some(Fault::Factor { factor: f64::NAN }))
-                .is_err()
-        );
-        assert_eq!(
-            d.set_fault(Some(Fault::Competing { share: 1.0 })),
-            Err(FaultError::Share(1.0))
-        );
+        assert_eq!(d.set_fault(Some(Fault::Factor { factor: 0.0 })), Err(FaultError::Factor(0.0)));
+        assert_eq!(d.set_fault(Some(Fault::Factor { factor: 1.5 })), Err(FaultError::Factor(1.5)));
+        assert!(d.set_fault(Some(Fault::Factor { factor: f64::NAN })).is_err());
+        assert_eq!(d.set_fault(Some(Fault::Competing { share: 1.0 })), Err(FaultError::Share(1.0)));
         assert!(d.fault().is_none());
     }
 }

@@ -28,9 +28,7 @@ impl FromStr for FaultLayout {
             "best" => Ok(FaultLayout::Best),
             "worst" => Ok(FaultLayout::Worst),
             "random" => Ok(FaultLayout::Random),
-            _ => Err(format!(
-                "unknown fault layout `{s}` (use best, worst or random)"
-            )),
+            _ => Err(format!("unknown fault layout `{s}` (use best, worst or random)")),
         }
     }
 }
@@ -50,16 +48,11 @@ impl fmt::Display for FaultLayout {
 pub fn place(layout: FaultLayout, nodes: u32, count: u32, seed: u64) -> Vec<NodeId> {
     assert!(count <= nodes, "{count} faults on {nodes} nodes");
     let mut out: Vec<NodeId> = match layout {
-        FaultLayout::Best => (0..count)
-            .map(|k| NodeId((k as u64 * nodes as u64 / count as u64) as u32))
-            .collect(),
+        FaultLayout::Best => (0..count).map(|k| NodeId((k as u64 * nodes as u64 / count as u64) as u32)).collect(),
         FaultLayout::Worst => (0..count).map(NodeId).collect(),
         FaultLayout::Random => {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-            sample(&mut rng, nodes as usize, count as usize)
-                .into_iter()
-                .map(|i| NodeId(i as u32))
-                .collect()
+            sample(&mut rng, nodes as usize, count as usize).into_iter().map(|i| NodeId(i as u32)).collect()
         }
     };
     out.sort();
@@ -77,14 +70,8 @@ mod tests {
     #[test]
     fn best_spreads_worst_packs() {
         assert_eq!(place(FaultLayout::Best, 16, 4, 0), ids(&[0, 4, 8, 12]));
-        assert_eq!(
-            place(FaultLayout::Best, 16, 8, 0),
-            ids(&[0, 2, 4, 6, 8, 10, 12, 14])
-        );
-        assert_eq!(
-            place(FaultLayout::Best, 16, 12, 0),
-            ids(&[0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14])
-        );
+        assert_eq!(place(FaultLayout::Best, 16, 8, 0), ids(&[0, 2, 4, 6, 8, 10, 12, 14]));
+        assert_eq!(place(FaultLayout::Best, 16, 12, 0), ids(&[0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14]));
         assert_eq!(place(FaultLayout::Worst, 16, 3, 0), ids(&[0, 1, 2]));
         assert_eq!(place(FaultLayout::Best, 16, 0, 0), ids(&[]));
         assert_eq!(place(FaultLayout::Best, 16, 16, 0).len(), 16);

@@ -31,11 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// MOD-1: the time to move `total_bytes` at the sum of the servers' rates.
 pub fn river_ideal_seconds(total_bytes: u64, rates: &[f64]) -> f64 {
     let sum: f64 = rates.iter().sum();
-    if sum <= 0.0 {
-        f64::INFINITY
-    } else {
-        total_bytes as f64 / sum
-    }
+    if sum <= 0.0 { f64::INFINITY } else { total_bytes as f64 / sum }
 }
 
 /// River's performance-availability spectrum (river §4.1, Figure 8).
@@ -70,11 +66,7 @@ impl Spectrum {
     /// Ideal performance with `x` faults, as a fraction of the fault-free ideal.
     pub fn y(&self, x: f64) -> f64 {
         let (x_loss, n) = (self.x_loss(), self.n as f64);
-        if x <= x_loss || x_loss >= n {
-            1.0
-        } else {
-            1.0 + (self.y_n() - 1.0) / (n - x_loss) * (x - x_loss)
-        }
+        if x <= x_loss || x_loss >= n { 1.0 } else { 1.0 + (self.y_n() - 1.0) / (n - x_loss) * (x - x_loss) }
     }
 }
 
@@ -91,11 +83,7 @@ pub fn scan_demands(shape: &Shape, partitions: &[Partition]) -> Result<Vec<Deman
     let mut out = Vec::new();
     for (i, p) in partitions.iter().enumerate() {
         for (fragment, bytes) in shape.partition_demand(*p)? {
-            out.push(Demand {
-                consumer: ConsumerId(i as u32),
-                fragment,
-                bytes,
-            });
+            out.push(Demand { consumer: ConsumerId(i as u32), fragment, bytes });
         }
     }
     Ok(out)
@@ -113,50 +101,26 @@ pub struct LayoutIdeal {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum IdealError {
     #[error("{consumer} needs {fragment}, but every server holding it has rate 0")]
-    Unservable {
-        consumer: ConsumerId,
-        fragment: FragmentId,
-    },
+    Unservable { consumer: ConsumerId, fragment: FragmentId },
     #[error("a server rate is negative or not a number")]
     BadRate,
 }
 
 /// MOD-2: the smallest time in which every demand can be served by the servers holding a
 /// copy, each server `s` delivering at most `rates[s]` bytes per second.
-pub fn layout_ideal(
-    demands: &[Demand],
-    layout: &Layout,
-    rates: &[f64],
-) -> Result<LayoutIdeal, IdealError> {
+pub fn layout_ideal(demands: &[Demand], layout: &Layout, rates: &[f64]) -> Result<LayoutIdeal, IdealError> {
     if rates.iter().any(|r| r.is_nan() || *r < 0.0) {
         return Err(IdealError::BadRate);
     }
     let demands: Vec<Demand> = demands.iter().copied().filter(|d| d.bytes > 0).collect();
     if demands.is_empty() {
-        return Ok(LayoutIdeal {
-            seconds: 0.0,
-            bottleneck_consumers: vec![],
-            bottleneck_nodes: vec![],
-        });
+        return Ok(LayoutIdeal { seconds: 0.0, bottleneck_consumers: vec![], bottleneck_nodes: vec![] });
     }
-    let holders: Vec<Vec<usize>> = demands
-        .iter()
-        .map(|d| {
-            layout
-                .holders(d.fragment)
-                .iter()
-                .map(|n| n.index())
-                .collect()
-        })
-        .collect();
+    let holders: Vec<Vec<usize>> =
+        demands.iter().map(|d| layout.holders(d.fragment).iter().map(|n| n.index()).collect()).collect();
     for (d, h) in demands.iter().zip(&holders) {
-        if h.iter()
-            .all(|&s| rates.get(s).copied().unwrap_or(0.0) <= 0.0)
-        {
-            return Err(IdealError::Unservable {
-                consumer: d.consumer,
-                fragment: d.fragment,
-            });
+        if h.iter().all(|&s| rates.get(s).copied().unwrap_or(0.0) <= 0.0) {
+            return Err(IdealError::Unservable { consumer: d.consumer, fragment: d.fragment });
         }
     }
     let total: f64 = demands.iter().map(|d| d.bytes as f64).sum();
@@ -174,10 +138,7 @@ pub fn layout_ideal(
             break;
         }
         let bytes_x: f64 = cut.iter().map(|&i| demands[i].bytes as f64).sum();
-        let nbrs: BTreeSet<usize> = cut
-            .iter()
-            .flat_map(|&i| holders[i].iter().copied())
-            .collect();
+        let nbrs: BTreeSet<usize> = cut.iter().flat_map(|&i| holders[i].iter().copied()).collect();
         let b_x: f64 = nbrs.iter().map(|&s| rates[s]).sum();
         let next = bytes_x / b_x;
         if next <= t * (1.0 + 1e-12) {
@@ -187,8 +148,7 @@ pub fn layout_ideal(
         t = next;
         bottleneck = (cut, nbrs);
     }
-    let consumers: BTreeSet<ConsumerId> =
-        bottleneck.0.iter().map(|&i| demands[i].consumer).collect();
+    let consumers: BTreeSet<ConsumerId> = bottleneck.0.iter().map(|&i| demands[i].consumer).collect();
     Ok(LayoutIdeal {
         seconds: t,
         bottleneck_consumers: consumers.into_iter().collect(),
@@ -198,18 +158,10 @@ pub fn layout_ideal(
 
 /// Max-flow of the MOD-2 network at time `t`, and the demands on the source side of the
 /// min cut (those whose bytes cannot all be routed).
-fn max_flow(
-    demands: &[Demand],
-    holders: &[Vec<usize>],
-    rates: &[f64],
-    t: f64,
-) -> (f64, Vec<usize>) {
+fn max_flow(demands: &[Demand], holders: &[Vec<usize>], rates: &[f64], t: f64) -> (f64, Vec<usize>) {
     let servers: BTreeSet<usize> = holders.iter().flatten().copied().collect();
-    let server_node: BTreeMap<usize, usize> = servers
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| (s, 2 + demands.len() + i))
-        .collect();
+    let server_node: BTreeMap<usize, usize> =
+        servers.iter().enumerate().map(|(i, &s)| (s, 2 + demands.len() + i)).collect();
     let (source, sink) = (0, 1);
     let mut g = Dinic::new(2 + demands.len() + servers.len());
     for (i, d) in demands.iter().enumerate() {
@@ -245,13 +197,7 @@ struct Dinic {
 
 impl Dinic {
     fn new(n: usize) -> Dinic {
-        Dinic {
-            edges: vec![],
-            adj: vec![vec![]; n],
-            level: vec![],
-            next: vec![],
-            eps: 0.0,
-        }
+        Dinic { edges: vec![], adj: vec![vec![]; n], level: vec![], next: vec![], eps: 0.0 }
     }
 
     fn add_edge(&mut self, from: usize, to: usize, cap: f64) {
@@ -351,29 +297,17 @@ mod tests {
     #[test]
     fn river_spectrum_matches_the_papers_worked_example() {
         // river §4.1: 16 CPUs, U_app = 0.75, U_fault = 0.5: x_loss = 8 and y_n = 2/3.
-        let s = Spectrum {
-            n: 16,
-            u_app: 0.75,
-            u_fault: 0.5,
-        };
+        let s = Spectrum { n: 16, u_app: 0.75, u_fault: 0.5 };
         assert!(close(s.x_loss(), 8.0));
         assert!(close(s.y_n(), 2.0 / 3.0));
         assert!(close(s.y(8.0), 1.0));
         assert!(close(s.y(12.0), 1.0 - (1.0 / 3.0) / 2.0));
         // U_app + U_fault < 1: no loss even with every component faulty.
-        let s = Spectrum {
-            n: 16,
-            u_app: 0.25,
-            u_fault: 0.5,
-        };
+        let s = Spectrum { n: 16, u_app: 0.25, u_fault: 0.5 };
         assert!(s.x_loss() > 16.0);
         assert!(close(s.y(16.0), 1.0));
         // I/O-bound scan with faults taking half a disk: any fault costs, linearly to 1/2.
-        let s = Spectrum {
-            n: 16,
-            u_app: 1.0,
-            u_fault: 0.5,
-        };
+        let s = Spectrum { n: 16, u_app: 1.0, u_fault: 0.5 };
         assert_eq!(s.x_loss(), 0.0);
         assert!(close(s.y_n(), 0.5));
         assert!(close(s.y(8.0), 0.75));
@@ -474,17 +408,8 @@ mod tests {
         let shape = Shape::uniform(2, 10, 4096).unwrap();
         let demands = scan_demands(&shape, &shape.fragment_partitions()).unwrap();
         let err = layout_ideal(&demands, &Layout::chained(2, 1).unwrap(), &[1.0, 0.0]).unwrap_err();
-        assert_eq!(
-            err,
-            IdealError::Unservable {
-                consumer: ConsumerId(1),
-                fragment: FragmentId(1)
-            }
-        );
-        assert_eq!(
-            layout_ideal(&demands, &Layout::chained(2, 1).unwrap(), &[1.0, f64::NAN]),
-            Err(IdealError::BadRate)
-        );
+        assert_eq!(err, IdealError::Unservable { consumer: ConsumerId(1), fragment: FragmentId(1) });
+        assert_eq!(layout_ideal(&demands, &Layout::chained(2, 1).unwrap(), &[1.0, f64::NAN]), Err(IdealError::BadRate));
     }
 
     /// A random cross-check: the exact answer is a feasible time and no set of demands can
@@ -514,12 +439,7 @@ mod tests {
                 }
                 best = best.max(bytes / nb.iter().map(|&s| rates[s]).sum::<f64>());
             }
-            assert!(
-                close(got.seconds, best),
-                "{} vs brute force {}",
-                got.seconds,
-                best
-            );
+            assert!(close(got.seconds, best), "{} vs brute force {}", got.seconds, best);
         }
     }
 }

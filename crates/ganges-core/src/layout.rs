@@ -3,6 +3,8 @@
 //! - LAY-1 chained declustering (river §2.4, gd-enhancements §2.3.2, after Hsiao and DeWitt):
 //!   copy j of fragment i is on node (i + j) mod N. Copy 0 is the *primary* copy.
 //! - LAY-3 no replication is the same layout with one copy.
+//! - LAY-2 mirrored groups (CEFT-PVFS, RAID-10 style): the nodes split into two groups of
+//!   N/2; fragment i is on node i mod N/2 of group A and on the same position of group B.
 //!
 //! LAY-4 (unequal fragments) is a property of the dataset's [`Shape`](crate::shape::Shape),
 //! not of placement, and works with every layout here.
@@ -19,6 +21,8 @@ pub const REPLICAS_MAX: u32 = 4;
 pub enum Layout {
     /// LAY-1 (R >= 2) and LAY-3 (R = 1): copy j of fragment i on node (i + j) mod `nodes`.
     Chained { nodes: u32, replicas: u32 },
+    /// LAY-2: group A is nodes 0..N/2, group B nodes N/2..N; two copies.
+    Mirrored { nodes: u32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +33,8 @@ pub enum LayoutError {
     Replicas(u32),
     #[error("{replicas} replicas need at least {replicas} nodes, the cluster has {nodes}")]
     TooFewNodes { replicas: u32, nodes: u32 },
+    #[error("mirrored groups need an even number of nodes, at least 2; the cluster has {0}")]
+    MirroredNodes(u32),
 }
 
 impl Layout {
@@ -39,8 +45,21 @@ impl Layout {
         Ok(layout)
     }
 
+    /// A mirrored-groups layout, checked.
+    pub fn mirrored(nodes: u32) -> Result<Layout, LayoutError> {
+        let layout = Layout::Mirrored { nodes };
+        layout.validate()?;
+        Ok(layout)
+    }
+
     pub fn validate(&self) -> Result<(), LayoutError> {
         match *self {
+            Layout::Mirrored { nodes } => {
+                if nodes < 2 || nodes % 2 != 0 {
+                    return Err(LayoutError::MirroredNodes(nodes));
+                }
+                Ok(())
+            }
             Layout::Chained { nodes, replicas } => {
                 if nodes == 0 {
                     return Err(LayoutError::NoNodes);
@@ -58,13 +77,22 @@ impl Layout {
 
     pub fn nodes(&self) -> u32 {
         match *self {
-            Layout::Chained { nodes, .. } => nodes,
+            Layout::Chained { nodes, .. } | Layout::Mirrored { nodes } => nodes,
         }
     }
 
     pub fn replicas(&self) -> u32 {
         match *self {
             Layout::Chained { replicas, .. } => replicas,
+            Layout::Mirrored { .. } => 2,
+        }
+    }
+
+    /// A short description for people.
+    pub fn describe(&self) -> String {
+        match *self {
+            Layout::Chained { nodes, replicas } => format!("chained declustering, {replicas} copies on {nodes} nodes"),
+            Layout::Mirrored { nodes } => format!("mirrored groups of {} nodes (2 copies)", nodes / 2),
         }
     }
 
@@ -75,14 +103,17 @@ impl Layout {
                 assert!(copy < replicas, "copy {copy} of a {replicas}-copy layout");
                 NodeId(((fragment.0 as u64 + copy as u64) % nodes as u64) as u32)
             }
+            Layout::Mirrored { nodes } => {
+                assert!(copy < 2, "copy {copy} of mirrored groups");
+                let half = nodes / 2;
+                NodeId(fragment.0 % half + copy * half)
+            }
         }
     }
 
     /// The nodes holding `fragment`, primary copy first.
     pub fn holders(&self, fragment: FragmentId) -> Vec<NodeId> {
-        (0..self.replicas())
-            .map(|c| self.node_of(fragment, c))
-            .collect()
+        (0..self.replicas()).map(|c| self.node_of(fragment, c)).collect()
     }
 
     /// Which copy of `fragment` lives on `node`, if any.
@@ -92,10 +123,7 @@ impl Layout {
 
     /// The (fragment, copy) pairs a node stores, for a dataset of `fragments` fragments.
     pub fn copies_on(&self, node: NodeId, fragments: u32) -> Vec<(FragmentId, u32)> {
-        (0..fragments)
-            .map(FragmentId)
-            .filter_map(|f| self.copy_on(f, node).map(|c| (f, c)))
-            .collect()
+        (0..fragments).map(FragmentId).filter_map(|f| self.copy_on(f, node).map(|c| (f, c))).collect()
     }
 }
 
@@ -109,10 +137,7 @@ mod tests {
         assert_eq!(l.holders(FragmentId(0)), vec![NodeId(0), NodeId(1)]);
         assert_eq!(l.holders(FragmentId(3)), vec![NodeId(3), NodeId(0)]);
         // Each node stores its own primary and its left neighbour's backup.
-        assert_eq!(
-            l.copies_on(NodeId(0), 4),
-            vec![(FragmentId(0), 0), (FragmentId(3), 1)]
-        );
+        assert_eq!(l.copies_on(NodeId(0), 4), vec![(FragmentId(0), 0), (FragmentId(3), 1)]);
     }
 
     #[test]
@@ -140,16 +165,21 @@ mod tests {
     }
 
     #[test]
+    fn mirrored_groups_put_the_second_copy_in_the_other_group() {
+        let l = Layout::mirrored(8).unwrap();
+        assert_eq!(l.holders(FragmentId(0)), vec![NodeId(0), NodeId(4)]);
+        assert_eq!(l.holders(FragmentId(5)), vec![NodeId(1), NodeId(5)]);
+        assert_eq!(l.copies_on(NodeId(6), 4), vec![(FragmentId(2), 1)]);
+        assert_eq!(Layout::mirrored(3), Err(LayoutError::MirroredNodes(3)));
+        assert_eq!(Layout::mirrored(0), Err(LayoutError::MirroredNodes(0)));
+        assert_eq!(l.replicas(), 2);
+    }
+
+    #[test]
     fn invalid_layouts_are_refused() {
         assert_eq!(Layout::chained(0, 1), Err(LayoutError::NoNodes));
         assert_eq!(Layout::chained(4, 5), Err(LayoutError::Replicas(5)));
-        assert_eq!(
-            Layout::chained(2, 3),
-            Err(LayoutError::TooFewNodes {
-                replicas: 3,
-                nodes: 2
-            })
-        );
+        assert_eq!(Layout::chained(2, 3), Err(LayoutError::TooFewNodes { replicas: 3, nodes: 2 }));
         assert_eq!(Layout::chained(4, 0), Err(LayoutError::Replicas(0)));
     }
 }

@@ -10,20 +10,23 @@
 //! Modules, in the order data flows through them:
 //! - [`units`]: sizes, rates and durations in human units (`64MiB`, `32MiB/s`, `4ms`).
 //! - [`ids`], [`time`]: identifier newtypes and the `Time` instant policies are given.
-//! - [`layout`]: where fragment copies live (LAY-1 chained declustering, LAY-3 no replicas).
+//! - [`layout`]: where fragment copies live (LAY-1 chained declustering, LAY-2 mirrored
+//!   groups, LAY-3 no replicas).
 //! - [`shape`]: fragment sizes (LAY-4), blocks, logical partitions and their pieces.
 //! - [`datagen`]: deterministic data generators (random bytes, 100-byte records).
 //! - [`digest`]: the order-independent dataset digest that proves exactly-once delivery.
 //! - [`disk`]: the disk model of FI-1 (bandwidth, seek, faults) as a timing state machine.
 //! - [`fault`]: fault placement (best, worst, random) as in river §5.2.
-//! - [`sched`]: server-side schedulers (FIFO; furthest-behind first, GD-1/GD-2).
-//! - [`route`]: client-side read routing (GD-8 static, GD-1 basic GD, GD-2 relative GD).
+//! - [`sched`]: server-side schedulers (FIFO; furthest behind, longest queue, runs).
+//! - [`route`]: client-side read routing: the engine and every read policy (GD-1 to GD-9).
+//! - [`handoff`]: GD-6 server request handoff: how many requests, which ones, when to ask.
 //! - [`ideal`]: the two ideals, MOD-1 (River's model) and MOD-2 (layout-aware max-flow).
 
 pub mod datagen;
 pub mod digest;
 pub mod disk;
 pub mod fault;
+pub mod handoff;
 pub mod ideal;
 pub mod ids;
 pub mod layout;

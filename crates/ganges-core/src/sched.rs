@@ -2,19 +2,28 @@
 //!
 //! A server holds requests from several consumers (under chained declustering, the consumers
 //! whose primary or backup copy it stores). When its disk is free it asks its scheduler for
-//! the next one. Two schedulers:
-//! - [`Fifo`]: arrival order. The baseline; what a plain file server does.
-//! - [`FurthestBehind`]: GD's producer side (river §3.3): serve the consumer whose progress is
-//!   lowest, so a consumer slowed by its other server catches up here. Progress is reported on
-//!   every request; its metric is the consumer's choice, bytes received (GD-1) or the fraction
-//!   of its own partition received (GD-2, gd-enhancements §2.3.2 and §3.3), so consumers with
-//!   unequal partitions finish together. Ties go to the stream whose next request is on the
-//!   file under the disk head (no seek), then to the oldest request. Besides the progress on
-//!   each request, consumers report progress between requests (`update_progress`), so a
-//!   server compares fresh figures even for a consumer it has not served for a while.
+//! the next one. Each request names the *discipline* its consumer's read policy wants, so
+//! consumers with different policies can share servers:
+//! - **furthest behind** (GD-1, GD-2, GD-3; river §3.3): serve the consumer whose progress is
+//!   lowest, so a consumer slowed by its other server catches up here. Progress rides on every
+//!   request and on progress notices between requests (`update_progress`); its metric is the
+//!   consumer's, bytes received (GD-1) or the fraction of its own partition (GD-2).
+//! - **longest queue** (GD-4; virtual-streams §3.1.2): no progress is used; serve the
+//!   consumer with the most requests queued here, because a consumer whose other servers are
+//!   slow sends more of its requests here. A starvation guard serves the longest-waiting
+//!   consumer every `GUARD_EVERY` picks.
+//!
+//! and whether it wants **runs** (GD-5; virtual-streams §3.3): once a consumer is chosen, keep
+//! serving its queued requests back to back, up to `RUN_MAX`, while they are on the file
+//! under the head (so each one saves a seek) and while that does not break the discipline's
+//! goal (for furthest-behind: the consumer is not more than `RUN_SLACK_JOBS` requests' worth
+//! of progress ahead of the one furthest behind).
+//!
+//! Ties go to the stream whose next request is on the file under the head, then to the
+//! oldest request. [`Fifo`] ignores all of this: the baseline of a plain file server.
 //!
 //! Schedulers are pure: the server feeds them jobs and the disk head, and carries out the
-//! choice; the simulator can drive the same objects.
+//! choice; the simulator drives the same objects.
 
 use crate::disk::FileKey;
 use crate::time::Time;
@@ -22,8 +31,23 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 pub type JobId = u64;
+
+/// Longest run of one consumer's requests served back to back (GD-5). Eight 1 MiB blocks at
+/// 32 MiB/s is a quarter second: long enough to make seeks rare, short enough that the other
+/// consumer of the disk waits at most that long.
+pub const RUN_MAX: u32 = 8;
+/// How far ahead, in its own requests' worth of progress, a furthest-behind run may take a
+/// consumer before the one furthest behind gets the disk back.
+pub const RUN_SLACK_JOBS: f64 = 4.0;
+/// Every this many picks, longest-queue serves the consumer that has waited longest
+/// (virtual-streams §3.1.2, lesson 4: no consumer starves).
+pub const GUARD_EVERY: u32 = 8;
+/// A primary consumer that has sent nothing for this long no longer counts as reading
+/// (its scan finished or it died), so backups may use this server freely.
+pub const PRIMARY_STALE_AFTER: Duration = Duration::from_secs(1);
 
 /// One consumer's stream of requests at one server: the connection it came on and the
 /// stream id the client chose.
@@ -56,14 +80,60 @@ impl Progress {
     pub fn key(&self) -> f64 {
         match self.metric {
             ProgressMetric::Bytes => self.done_bytes as f64,
-            ProgressMetric::Fraction => {
-                if self.total_bytes == 0 {
-                    1.0
-                } else {
-                    self.done_bytes as f64 / self.total_bytes as f64
-                }
-            }
+            ProgressMetric::Fraction => self.fraction(),
         }
+    }
+
+    /// Progress as a fraction of the partition, whatever the metric.
+    pub fn fraction(&self) -> f64 {
+        if self.total_bytes == 0 { 1.0 } else { self.done_bytes as f64 / self.total_bytes as f64 }
+    }
+
+    /// How much `bytes` of data moves the key.
+    fn key_step(&self, bytes: u64) -> f64 {
+        match self.metric {
+            ProgressMetric::Bytes => bytes as f64,
+            ProgressMetric::Fraction => bytes as f64 / self.total_bytes.max(1) as f64,
+        }
+    }
+}
+
+/// Which server-side rule a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Discipline {
+    FurthestBehind,
+    LongestQueue,
+}
+
+/// A request's scheduling wishes: a discipline, whether runs (GD-5) are welcome, and
+/// whether the server may hand it to another server holding a copy (GD-6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Service {
+    pub discipline: Discipline,
+    pub runs: bool,
+    pub handoff: bool,
+}
+
+impl Service {
+    pub const FURTHEST_BEHIND: Service =
+        Service { discipline: Discipline::FurthestBehind, runs: false, handoff: false };
+
+    /// One byte on the wire: bit 0 the discipline, bit 1 runs, bit 2 handoff.
+    pub fn to_byte(self) -> u8 {
+        (match self.discipline {
+            Discipline::FurthestBehind => 0,
+            Discipline::LongestQueue => 1,
+        }) | (u8::from(self.runs) << 1)
+            | (u8::from(self.handoff) << 2)
+    }
+
+    pub fn from_byte(b: u8) -> Option<Service> {
+        if b & !0b111 != 0 {
+            return None;
+        }
+        let discipline = if b & 1 == 0 { Discipline::FurthestBehind } else { Discipline::LongestQueue };
+        Some(Service { discipline, runs: b & 2 != 0, handoff: b & 4 != 0 })
     }
 }
 
@@ -75,6 +145,7 @@ pub struct Job {
     pub file: FileKey,
     pub bytes: u64,
     pub progress: Progress,
+    pub service: Service,
     pub arrival: Time,
 }
 
@@ -87,24 +158,29 @@ pub trait Scheduler: Send + fmt::Debug {
     fn pop(&mut self, now: Time, head: Option<FileKey>) -> Option<Job>;
     /// A consumer reported progress without a request (it received data from elsewhere).
     fn update_progress(&mut self, _stream: StreamKey, _progress: Progress) {}
+    /// Every queued job, in no particular order (for handoff selection).
+    fn queued(&self) -> Vec<Job>;
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
+/// Which scheduler a server runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SchedulerKind {
+    /// Arrival order, whatever requests ask for.
     Fifo,
-    FurthestBehind,
+    /// Each request's own discipline (the default).
+    Auto,
 }
 
 impl SchedulerKind {
     pub fn build(self) -> Box<dyn Scheduler> {
         match self {
             SchedulerKind::Fifo => Box::<Fifo>::default(),
-            SchedulerKind::FurthestBehind => Box::<FurthestBehind>::default(),
+            SchedulerKind::Auto => Box::<Auto>::default(),
         }
     }
 }
@@ -114,10 +190,8 @@ impl FromStr for SchedulerKind {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "fifo" => Ok(SchedulerKind::Fifo),
-            "furthest-behind" | "progress" => Ok(SchedulerKind::FurthestBehind),
-            _ => Err(format!(
-                "unknown scheduler `{s}` (use fifo or furthest-behind)"
-            )),
+            "auto" => Ok(SchedulerKind::Auto),
+            _ => Err(format!("unknown scheduler `{s}` (use auto or fifo)")),
         }
     }
 }
@@ -126,7 +200,7 @@ impl fmt::Display for SchedulerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             SchedulerKind::Fifo => "fifo",
-            SchedulerKind::FurthestBehind => "furthest-behind",
+            SchedulerKind::Auto => "auto",
         })
     }
 }
@@ -156,6 +230,9 @@ impl Scheduler for Fifo {
     fn pop(&mut self, _now: Time, _head: Option<FileKey>) -> Option<Job> {
         self.queue.pop_front()
     }
+    fn queued(&self) -> Vec<Job> {
+        self.queue.iter().copied().collect()
+    }
     fn len(&self) -> usize {
         self.queue.len()
     }
@@ -164,26 +241,112 @@ impl Scheduler for Fifo {
 #[derive(Debug)]
 struct StreamQueue {
     jobs: VecDeque<Job>,
-    /// The highest progress this stream has reported: requests can be reordered in flight
-    /// only across streams, but a misbehaving client must not make progress go backwards.
+    /// The highest progress this stream has reported; a misbehaving client must not make
+    /// progress go backwards.
     progress_key: f64,
+}
+
+/// Per-stream queues: the state both disciplines share.
+#[derive(Debug, Default)]
+struct Streams {
+    streams: BTreeMap<StreamKey, StreamQueue>,
+    where_is: BTreeMap<JobId, StreamKey>,
+    /// The stream of the last pop and how many of its jobs ran in a row.
+    run: Option<(StreamKey, u32)>,
+}
+
+impl Streams {
+    fn push(&mut self, job: Job) {
+        let key = job.progress.key();
+        let q =
+            self.streams.entry(job.stream).or_insert_with(|| StreamQueue { jobs: VecDeque::new(), progress_key: key });
+        q.progress_key = q.progress_key.max(key);
+        q.jobs.push_back(job);
+        self.where_is.insert(job.id, job.stream);
+    }
+
+    fn remove(&mut self, id: JobId) -> bool {
+        let Some(stream) = self.where_is.remove(&id) else { return false };
+        let q = self.streams.get_mut(&stream).expect("where_is names a live stream");
+        q.jobs.retain(|j| j.id != id);
+        if q.jobs.is_empty() {
+            self.streams.remove(&stream);
+        }
+        true
+    }
+
+    fn take_front(&mut self, key: StreamKey) -> Job {
+        let q = self.streams.get_mut(&key).expect("chosen stream exists");
+        let job = q.jobs.pop_front().expect("streams kept non-empty");
+        if q.jobs.is_empty() {
+            self.streams.remove(&key);
+        }
+        self.where_is.remove(&job.id);
+        self.run = match self.run {
+            Some((k, n)) if k == key => Some((k, n + 1)),
+            _ => Some((key, 1)),
+        };
+        job
+    }
+
+    /// The stream a run would continue with, if its next job is on the head's file and the
+    /// run is short enough; the discipline still decides whether that is fair.
+    fn run_candidate(&self, head: Option<FileKey>) -> Option<&StreamKey> {
+        let (key, n) = self.run.as_ref()?;
+        let q = self.streams.get(key)?;
+        let front = q.jobs.front()?;
+        (front.service.runs && *n < RUN_MAX && Some(front.file) == head).then_some(key)
+    }
+
+    /// The best stream by `better(candidate, best_so_far)`, with the common tie-breaks.
+    fn best_by(
+        &self,
+        head: Option<FileKey>,
+        better: impl Fn(&StreamQueue, &StreamQueue) -> Option<bool>,
+    ) -> Option<StreamKey> {
+        let mut best: Option<(&StreamKey, &StreamQueue)> = None;
+        for (key, q) in &self.streams {
+            let take = match best {
+                None => true,
+                Some((_, b)) => better(q, b).unwrap_or_else(|| {
+                    let q_on = Some(q.jobs[0].file) == head;
+                    let b_on = Some(b.jobs[0].file) == head;
+                    if q_on != b_on { q_on } else { q.jobs[0].arrival < b.jobs[0].arrival }
+                }),
+            };
+            if take {
+                best = Some((key, q));
+            }
+        }
+        best.map(|(k, _)| *k)
+    }
+
+    fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
+        if let Some(q) = self.streams.get_mut(&stream) {
+            q.progress_key = q.progress_key.max(progress.key());
+        }
+    }
+
+    fn queued(&self) -> Vec<Job> {
+        self.streams.values().flat_map(|q| q.jobs.iter().copied()).collect()
+    }
+
+    fn assert_invariants(&self) {
+        let queued: usize = self.streams.values().map(|s| s.jobs.len()).sum();
+        assert_eq!(queued, self.where_is.len());
+        assert!(self.streams.values().all(|s| !s.jobs.is_empty()), "no empty stream kept");
+    }
 }
 
 /// GD's producer-side scheduler: the consumer furthest behind first.
 #[derive(Debug, Default)]
 pub struct FurthestBehind {
-    streams: BTreeMap<StreamKey, StreamQueue>,
-    where_is: BTreeMap<JobId, StreamKey>,
+    s: Streams,
 }
 
 impl FurthestBehind {
     pub fn assert_invariants(&self) {
-        let queued: usize = self.streams.values().map(|s| s.jobs.len()).sum();
-        assert_eq!(queued, self.where_is.len());
-        assert!(
-            self.streams.values().all(|s| !s.jobs.is_empty()),
-            "no empty stream kept"
-        );
+        self.s.assert_invariants();
     }
 }
 
@@ -193,84 +356,197 @@ impl Scheduler for FurthestBehind {
     }
 
     fn push(&mut self, job: Job) {
-        let key = job.progress.key();
-        let q = self
-            .streams
-            .entry(job.stream)
-            .or_insert_with(|| StreamQueue {
-                jobs: VecDeque::new(),
-                progress_key: key,
-            });
-        q.progress_key = q.progress_key.max(key);
-        q.jobs.push_back(job);
-        self.where_is.insert(job.id, job.stream);
+        self.s.push(job);
     }
 
     fn remove(&mut self, id: JobId) -> bool {
-        let Some(stream) = self.where_is.remove(&id) else {
-            return false;
-        };
-        let q = self
-            .streams
-            .get_mut(&stream)
-            .expect("where_is names a live stream");
-        q.jobs.retain(|j| j.id != id);
-        if q.jobs.is_empty() {
-            self.streams.remove(&stream);
-        }
-        true
+        self.s.remove(id)
     }
 
     fn pop(&mut self, _now: Time, head: Option<FileKey>) -> Option<Job> {
-        // Lowest progress; then no seek; then oldest. A linear pass: a server has a handful of
-        // consumers per scan (R under chained declustering).
-        let mut best: Option<(&StreamKey, &StreamQueue)> = None;
-        for (key, q) in &self.streams {
-            let better = match best {
-                None => true,
-                Some((_, b)) => {
-                    let (qk, bk) = (q.progress_key, b.progress_key);
-                    if qk != bk {
-                        qk < bk
-                    } else {
-                        let q_on_head = Some(q.jobs[0].file) == head;
-                        let b_on_head = Some(b.jobs[0].file) == head;
-                        if q_on_head != b_on_head {
-                            q_on_head
-                        } else {
-                            q.jobs[0].arrival < b.jobs[0].arrival
-                        }
-                    }
-                }
-            };
-            if better {
-                best = Some((key, q));
+        if let Some(&key) = self.s.run_candidate(head) {
+            let q = &self.s.streams[&key];
+            let others = self.s.streams.iter().filter(|(k, _)| **k != key).map(|(_, o)| o.progress_key);
+            let slack = q.jobs[0].progress.key_step(q.jobs[0].bytes) * RUN_SLACK_JOBS;
+            if others.fold(f64::INFINITY, f64::min) + slack >= q.progress_key {
+                return Some(self.s.take_front(key));
             }
         }
-        let key = *best?.0;
-        let q = self.streams.get_mut(&key).expect("chosen above");
-        let job = q.jobs.pop_front().expect("streams kept non-empty");
-        if q.jobs.is_empty() {
-            self.streams.remove(&key);
-        }
-        self.where_is.remove(&job.id);
-        Some(job)
+        let key =
+            self.s.best_by(head, |q, b| (q.progress_key != b.progress_key).then_some(q.progress_key < b.progress_key))?;
+        Some(self.s.take_front(key))
     }
 
     fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
-        if let Some(q) = self.streams.get_mut(&stream) {
-            q.progress_key = q.progress_key.max(progress.key());
-        }
+        self.s.update_progress(stream, progress);
+    }
+
+    fn queued(&self) -> Vec<Job> {
+        self.s.queued()
     }
 
     fn len(&self) -> usize {
-        self.where_is.len()
+        self.s.where_is.len()
+    }
+}
+
+/// GD-4's server side: the consumer with the longest queue first, with a starvation guard.
+#[derive(Debug, Default)]
+pub struct LongestQueue {
+    s: Streams,
+    picks: u32,
+}
+
+impl LongestQueue {
+    pub fn assert_invariants(&self) {
+        self.s.assert_invariants();
+    }
+}
+
+impl Scheduler for LongestQueue {
+    fn name(&self) -> &'static str {
+        "longest-queue"
+    }
+
+    fn push(&mut self, job: Job) {
+        self.s.push(job);
+    }
+
+    fn remove(&mut self, id: JobId) -> bool {
+        self.s.remove(id)
+    }
+
+    fn pop(&mut self, _now: Time, head: Option<FileKey>) -> Option<Job> {
+        self.picks = self.picks.wrapping_add(1);
+        if self.s.streams.len() > 1 && self.picks.is_multiple_of(GUARD_EVERY) {
+            // Starvation guard: the stream whose oldest request has waited longest.
+            let key = self.s.best_by(head, |q, b| {
+                (q.jobs[0].arrival != b.jobs[0].arrival).then_some(q.jobs[0].arrival < b.jobs[0].arrival)
+            })?;
+            return Some(self.s.take_front(key));
+        }
+        if let Some(&key) = self.s.run_candidate(head) {
+            return Some(self.s.take_front(key));
+        }
+        let key = self.s.best_by(head, |q, b| (q.jobs.len() != b.jobs.len()).then_some(q.jobs.len() > b.jobs.len()))?;
+        Some(self.s.take_front(key))
+    }
+
+    fn queued(&self) -> Vec<Job> {
+        self.s.queued()
+    }
+
+    fn len(&self) -> usize {
+        self.s.where_is.len()
+    }
+}
+
+/// Each request's own discipline. When consumers of both disciplines wait at once, the two
+/// take turns, so neither kind can shut the other out.
+#[derive(Debug, Default)]
+pub struct Auto {
+    furthest: FurthestBehind,
+    longest: LongestQueue,
+    /// Which discipline ran last.
+    last: Option<Discipline>,
+}
+
+impl Scheduler for Auto {
+    fn name(&self) -> &'static str {
+        "auto"
+    }
+
+    fn push(&mut self, job: Job) {
+        match job.service.discipline {
+            Discipline::FurthestBehind => self.furthest.push(job),
+            Discipline::LongestQueue => self.longest.push(job),
+        }
+    }
+
+    fn remove(&mut self, id: JobId) -> bool {
+        self.furthest.remove(id) || self.longest.remove(id)
+    }
+
+    fn pop(&mut self, now: Time, head: Option<FileKey>) -> Option<Job> {
+        let first = match (self.furthest.is_empty(), self.longest.is_empty(), self.last) {
+            (true, true, _) => return None,
+            (false, true, _) => Discipline::FurthestBehind,
+            (true, false, _) => Discipline::LongestQueue,
+            (false, false, Some(Discipline::FurthestBehind)) => Discipline::LongestQueue,
+            (false, false, _) => Discipline::FurthestBehind,
+        };
+        self.last = Some(first);
+        match first {
+            Discipline::FurthestBehind => self.furthest.pop(now, head),
+            Discipline::LongestQueue => self.longest.pop(now, head),
+        }
+    }
+
+    fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
+        self.furthest.update_progress(stream, progress);
+    }
+
+    fn queued(&self) -> Vec<Job> {
+        let mut v = self.furthest.queued();
+        v.extend(self.longest.queued());
+        v
+    }
+
+    fn len(&self) -> usize {
+        self.furthest.len() + self.longest.len()
+    }
+}
+
+/// What a server knows of its *primary* consumers (those reading the copies it holds as
+/// primary): their progress, which it reports to consumers reading its backup copies
+/// (GD-3, gd-enhancements §3.2: "the backup-copy server keeps consumer i informed of
+/// P(i+1)").
+#[derive(Debug, Default)]
+pub struct PrimaryTracker {
+    /// Per dataset id: each primary stream's latest fraction and when it was heard.
+    datasets: BTreeMap<u64, BTreeMap<StreamKey, (f64, Time)>>,
+}
+
+impl PrimaryTracker {
+    /// A primary stream of `dataset` reported progress at `now`.
+    pub fn note(&mut self, dataset: u64, stream: StreamKey, progress: Progress, now: Time) {
+        let streams = self.datasets.entry(dataset).or_default();
+        let entry = streams.entry(stream).or_insert((0.0, now));
+        *entry = (entry.0.max(progress.fraction()), now);
+    }
+
+    /// The least progress among the dataset's primary streams heard from recently; `None`
+    /// when nobody reads this server's primary copies (so it has capacity to spare).
+    pub fn progress(&mut self, dataset: u64, now: Time) -> Option<f64> {
+        let streams = self.datasets.get_mut(&dataset)?;
+        streams.retain(|_, (_, seen)| now.since(*seen) < PRIMARY_STALE_AFTER);
+        let least = streams
+            .values()
+            .map(|(f, _)| *f)
+            .filter(|f| *f < 1.0)
+            .fold(None, |m: Option<f64>, f| Some(m.map_or(f, |m| m.min(f))));
+        if streams.is_empty() {
+            self.datasets.remove(&dataset);
+        }
+        least
+    }
+
+    /// Forget a closed connection's streams.
+    pub fn forget_conn(&mut self, conn: u64) {
+        for streams in self.datasets.values_mut() {
+            streams.retain(|k, _| k.conn != conn);
+        }
+        self.datasets.retain(|_, s| !s.is_empty());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const FB: Service = Service::FURTHEST_BEHIND;
+    const FB_RUNS: Service = Service { discipline: Discipline::FurthestBehind, runs: true, handoff: false };
+    const LQ: Service = Service { discipline: Discipline::LongestQueue, runs: false, handoff: false };
 
     fn job(
         id: JobId,
@@ -279,23 +555,25 @@ mod tests {
         done: u64,
         total: u64,
         metric: ProgressMetric,
+        service: Service,
     ) -> Job {
         Job {
             id,
             stream: StreamKey { conn: 1, stream },
             file,
             bytes: 10,
-            progress: Progress {
-                done_bytes: done,
-                total_bytes: total,
-                metric,
-            },
+            progress: Progress { done_bytes: done, total_bytes: total, metric },
+            service,
             arrival: Time(id),
         }
     }
 
     fn bytes_job(id: JobId, stream: u64, done: u64) -> Job {
-        job(id, stream, stream, done, 1000, ProgressMetric::Bytes)
+        job(id, stream, stream, done, 1000, ProgressMetric::Bytes, FB)
+    }
+
+    fn pops(s: &mut dyn Scheduler, head: Option<FileKey>) -> Vec<JobId> {
+        std::iter::from_fn(|| s.pop(Time::ZERO, head)).map(|j| j.id).collect()
     }
 
     #[test]
@@ -306,9 +584,7 @@ mod tests {
         }
         assert!(s.remove(1));
         assert!(!s.remove(1));
-        assert_eq!(s.pop(Time::ZERO, None).unwrap().id, 0);
-        assert_eq!(s.pop(Time::ZERO, None).unwrap().id, 2);
-        assert!(s.pop(Time::ZERO, None).is_none());
+        assert_eq!(pops(&mut s, None), vec![0, 2]);
     }
 
     /// River §3.3: C1 has 100 blocks, C2 200; C2 gets nothing until C1 catches up.
@@ -331,13 +607,13 @@ mod tests {
     #[test]
     fn relative_progress_compares_fractions() {
         let mut s = FurthestBehind::default();
-        s.push(job(1, 1, 1, 300, 1000, ProgressMetric::Fraction)); // 30%
-        s.push(job(2, 2, 2, 500, 2000, ProgressMetric::Fraction)); // 25%
+        s.push(job(1, 1, 1, 300, 1000, ProgressMetric::Fraction, FB)); // 30%
+        s.push(job(2, 2, 2, 500, 2000, ProgressMetric::Fraction, FB)); // 25%
         assert_eq!(s.pop(Time::ZERO, None).unwrap().id, 2);
         // The same numbers in bytes favour the other consumer (GD-1).
         let mut s = FurthestBehind::default();
-        s.push(job(1, 1, 1, 300, 1000, ProgressMetric::Bytes));
-        s.push(job(2, 2, 2, 500, 2000, ProgressMetric::Bytes));
+        s.push(job(1, 1, 1, 300, 1000, ProgressMetric::Bytes, FB));
+        s.push(job(2, 2, 2, 500, 2000, ProgressMetric::Bytes, FB));
         assert_eq!(s.pop(Time::ZERO, None).unwrap().id, 1);
     }
 
@@ -364,16 +640,91 @@ mod tests {
         s.push(bytes_job(1, 1, 100));
         s.push(bytes_job(2, 2, 200));
         // Stream 1 received data from its other server and is now ahead.
-        let p = Progress {
-            done_bytes: 300,
-            total_bytes: 1000,
-            metric: ProgressMetric::Bytes,
-        };
+        let p = Progress { done_bytes: 300, total_bytes: 1000, metric: ProgressMetric::Bytes };
         s.update_progress(StreamKey { conn: 1, stream: 1 }, p);
         assert_eq!(s.pop(Time::ZERO, None).unwrap().id, 2);
         // Progress for a stream with nothing queued is ignored (no state kept for it).
         s.update_progress(StreamKey { conn: 1, stream: 9 }, p);
         s.assert_invariants();
+    }
+
+    /// GD-5: a run continues on the head's file while the consumer is not too far ahead.
+    #[test]
+    fn runs_save_seeks_without_breaking_the_progress_goal() {
+        let mut s = FurthestBehind::default();
+        // Stream 1 (file 1) at 100, stream 2 (file 2) at 110; each job is 10 bytes, so the
+        // slack is 40 bytes of progress.
+        for id in 0..8 {
+            s.push(job(id, 1, 1, 100, 1000, ProgressMetric::Bytes, FB_RUNS));
+        }
+        for id in 10..13 {
+            s.push(job(id, 2, 2, 110, 1000, ProgressMetric::Bytes, FB_RUNS));
+        }
+        // Stream 1 is behind: it starts; its progress climbs with the notices the client
+        // sends, and the run goes on until it is more than 40 ahead of stream 2.
+        let mut order = vec![];
+        let mut done = 100;
+        for _ in 0..7 {
+            let j = s.pop(Time::ZERO, Some(1)).unwrap();
+            order.push(j.id);
+            if j.stream.stream == 1 {
+                done += 10;
+                s.update_progress(
+                    j.stream,
+                    Progress { done_bytes: done, total_bytes: 1000, metric: ProgressMetric::Bytes },
+                );
+            }
+        }
+        // The run continues while stream 1 is at most 40 ahead (up to 150), so six run;
+        // at 160 stream 2 gets the disk back.
+        assert_eq!(order, vec![0, 1, 2, 3, 4, 5, 10]);
+        // Without runs, the same progress flips the order at once.
+        let mut s = FurthestBehind::default();
+        s.push(job(1, 1, 1, 100, 1000, ProgressMetric::Bytes, FB));
+        s.push(job(2, 1, 1, 100, 1000, ProgressMetric::Bytes, FB));
+        s.push(job(3, 2, 2, 105, 1000, ProgressMetric::Bytes, FB));
+        assert_eq!(s.pop(Time::ZERO, Some(1)).unwrap().id, 1);
+        s.update_progress(
+            StreamKey { conn: 1, stream: 1 },
+            Progress { done_bytes: 110, total_bytes: 1000, metric: ProgressMetric::Bytes },
+        );
+        assert_eq!(s.pop(Time::ZERO, Some(1)).unwrap().id, 3);
+    }
+
+    /// GD-4: the longer queue first; every eighth pick goes to whoever waited longest.
+    #[test]
+    fn longest_queue_first_with_a_starvation_guard() {
+        let mut s = LongestQueue::default();
+        for id in 0..20 {
+            s.push(job(100 + id, 1, 1, 0, 1, ProgressMetric::Bytes, LQ));
+        }
+        s.push(job(1, 2, 2, 0, 1, ProgressMetric::Bytes, LQ)); // oldest, short queue
+        let order: Vec<JobId> = (0..8).map(|_| s.pop(Time::ZERO, None).unwrap().id).collect();
+        assert_eq!(&order[..7], &[100, 101, 102, 103, 104, 105, 106]);
+        assert_eq!(order[7], 1, "the guard serves the starved stream");
+        s.assert_invariants();
+    }
+
+    #[test]
+    fn auto_dispatches_by_discipline_and_alternates_between_them() {
+        let mut s = Auto::default();
+        s.push(job(1, 1, 1, 500, 1000, ProgressMetric::Bytes, FB));
+        s.push(job(2, 2, 2, 100, 1000, ProgressMetric::Bytes, FB));
+        s.push(job(3, 3, 3, 0, 1, ProgressMetric::Bytes, LQ));
+        s.push(job(4, 3, 3, 0, 1, ProgressMetric::Bytes, LQ));
+        assert_eq!(s.len(), 4);
+        assert_eq!(pops(&mut s, None), vec![2, 3, 1, 4]);
+        s.push(job(5, 1, 1, 0, 1, ProgressMetric::Bytes, LQ));
+        assert!(s.remove(5));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn service_bytes_round_trip_and_reject_unknown_bits() {
+        for s in [FB, FB_RUNS, LQ, Service { discipline: Discipline::LongestQueue, runs: true, handoff: true }] {
+            assert_eq!(Service::from_byte(s.to_byte()), Some(s));
+        }
+        assert_eq!(Service::from_byte(8), None);
     }
 
     #[test]
@@ -386,12 +737,28 @@ mod tests {
         assert!(s.remove(1));
         assert!(!s.remove(1));
         s.assert_invariants();
-        let mut seen = vec![];
-        while let Some(j) = s.pop(Time::ZERO, None) {
-            seen.push(j.id);
-            s.assert_invariants();
-        }
+        let mut seen = pops(&mut s, None);
         seen.sort();
         assert_eq!(seen, vec![0, 2, 3, 5]);
+        s.assert_invariants();
+    }
+
+    #[test]
+    fn primary_progress_is_the_least_of_fresh_primary_streams() {
+        let mut t = PrimaryTracker::default();
+        let p = |done| Progress { done_bytes: done, total_bytes: 100, metric: ProgressMetric::Bytes };
+        let (a, b) = (StreamKey { conn: 1, stream: 1 }, StreamKey { conn: 2, stream: 1 });
+        t.note(7, a, p(30), Time::ZERO);
+        t.note(7, b, p(20), Time::ZERO);
+        assert_eq!(t.progress(7, Time::from_secs_f64(0.5)), Some(0.2));
+        t.note(7, a, p(40), Time::from_secs_f64(0.9));
+        // b has been silent for more than a second: only a counts.
+        assert_eq!(t.progress(7, Time::from_secs_f64(1.2)), Some(0.4));
+        // A finished stream leaves the server free for backups.
+        t.note(7, a, p(100), Time::from_secs_f64(1.3));
+        assert_eq!(t.progress(7, Time::from_secs_f64(1.4)), None);
+        assert_eq!(t.progress(9, Time::ZERO), None);
+        t.forget_conn(1);
+        assert_eq!(t.progress(7, Time::from_secs_f64(1.4)), None);
     }
 }

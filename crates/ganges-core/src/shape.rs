@@ -42,10 +42,7 @@ impl TryFrom<ShapeSpec> for Shape {
 
 impl From<Shape> for ShapeSpec {
     fn from(s: Shape) -> ShapeSpec {
-        ShapeSpec {
-            fragment_bytes: s.fragment_bytes,
-            block_bytes: s.block_bytes,
-        }
+        ShapeSpec { fragment_bytes: s.fragment_bytes, block_bytes: s.block_bytes }
     }
 }
 
@@ -109,46 +106,27 @@ impl Shape {
             }
             let max = u32::MAX as u64 * block_bytes as u64;
             if b > max {
-                return Err(ShapeError::TooManyBlocks {
-                    max: u32::MAX as u64,
-                });
+                return Err(ShapeError::TooManyBlocks { max: u32::MAX as u64 });
             }
             starts.push(at);
-            at = at
-                .checked_add(b)
-                .ok_or(ShapeError::Fragments(fragment_bytes.len()))?;
+            at = at.checked_add(b).ok_or(ShapeError::Fragments(fragment_bytes.len()))?;
         }
         starts.push(at);
-        Ok(Shape {
-            fragment_bytes,
-            block_bytes,
-            starts,
-        })
+        Ok(Shape { fragment_bytes, block_bytes, starts })
     }
 
     /// `fragments` equal fragments of `fragment_bytes` each.
-    pub fn uniform(
-        fragments: u32,
-        fragment_bytes: u64,
-        block_bytes: u32,
-    ) -> Result<Shape, ShapeError> {
+    pub fn uniform(fragments: u32, fragment_bytes: u64, block_bytes: u32) -> Result<Shape, ShapeError> {
         Shape::new(vec![fragment_bytes; fragments as usize], block_bytes)
     }
 
     /// `total` bytes cut into `fragments` fragments as equal as possible (the first ones take
     /// the remainder), each a multiple of `align` bytes where possible (100 for records).
-    pub fn split(
-        total: u64,
-        fragments: u32,
-        block_bytes: u32,
-        align: u64,
-    ) -> Result<Shape, ShapeError> {
+    pub fn split(total: u64, fragments: u32, block_bytes: u32, align: u64) -> Result<Shape, ShapeError> {
         let n = fragments.max(1) as u64;
         let units = total / align;
         let tail = total % align;
-        let mut sizes: Vec<u64> = (0..n)
-            .map(|i| (units / n + u64::from(i < units % n)) * align)
-            .collect();
+        let mut sizes: Vec<u64> = (0..n).map(|i| (units / n + u64::from(i < units % n)) * align).collect();
         if let Some(last) = sizes.last_mut() {
             *last += tail;
         }
@@ -185,9 +163,7 @@ impl Shape {
     }
 
     pub fn total_blocks(&self) -> u64 {
-        (0..self.fragment_count())
-            .map(|f| self.blocks_in(FragmentId(f)) as u64)
-            .sum()
+        (0..self.fragment_count()).map(|f| self.blocks_in(FragmentId(f)) as u64).sum()
     }
 
     /// Offset of block `b` inside its fragment.
@@ -216,10 +192,7 @@ impl Shape {
     /// One partition per fragment: consumer i reads fragment i (the papers' default).
     pub fn fragment_partitions(&self) -> Vec<Partition> {
         (0..self.fragment_count())
-            .map(|f| Partition {
-                offset: self.starts[f as usize],
-                len: self.fragment_bytes[f as usize],
-            })
+            .map(|f| Partition { offset: self.starts[f as usize], len: self.fragment_bytes[f as usize] })
             .collect()
     }
 
@@ -227,11 +200,7 @@ impl Shape {
     pub fn check_partition(&self, p: Partition) -> Result<(), ShapeError> {
         let end = p.offset.checked_add(p.len);
         if end.is_none_or(|e| e > self.total_bytes()) {
-            return Err(ShapeError::PartitionOutOfRange {
-                offset: p.offset,
-                len: p.len,
-                total: self.total_bytes(),
-            });
+            return Err(ShapeError::PartitionOutOfRange { offset: p.offset, len: p.len, total: self.total_bytes() });
         }
         Ok(())
     }
@@ -248,13 +217,7 @@ impl Shape {
             let start_in_block = (in_frag % self.block_bytes as u64) as u32;
             let block_len = self.block_len(f, block);
             let len = ((block_len - start_in_block) as u64).min(end - at) as u32;
-            out.push(Piece {
-                fragment: f,
-                block,
-                start_in_block,
-                len,
-                dataset_offset: at,
-            });
+            out.push(Piece { fragment: f, block, start_in_block, len, dataset_offset: at });
             at += len as u64;
         }
         Ok(out)
@@ -298,34 +261,17 @@ mod tests {
     #[test]
     fn block_size_and_fragments_are_bounded() {
         assert_eq!(Shape::new(vec![1], 1024), Err(ShapeError::BlockSize(1024)));
-        assert_eq!(
-            Shape::new(vec![1], 32 << 20),
-            Err(ShapeError::BlockSize(32 << 20))
-        );
+        assert_eq!(Shape::new(vec![1], 32 << 20), Err(ShapeError::BlockSize(32 << 20)));
         assert_eq!(Shape::new(vec![], 4096), Err(ShapeError::Fragments(0)));
-        assert_eq!(
-            Shape::new(vec![5, 0], 4096),
-            Err(ShapeError::EmptyFragment(1))
-        );
+        assert_eq!(Shape::new(vec![5, 0], 4096), Err(ShapeError::EmptyFragment(1)));
     }
 
     #[test]
     fn a_partition_past_the_end_is_refused() {
         let s = Shape::uniform(2, 8192, 4096).unwrap();
-        let err = s
-            .pieces(Partition {
-                offset: 8192,
-                len: 8193,
-            })
-            .unwrap_err();
+        let err = s.pieces(Partition { offset: 8192, len: 8193 }).unwrap_err();
         assert!(matches!(err, ShapeError::PartitionOutOfRange { .. }));
-        assert!(
-            s.pieces(Partition {
-                offset: u64::MAX,
-                len: 2
-            })
-            .is_err()
-        );
+        assert!(s.pieces(Partition { offset: u64::MAX, len: 2 }).is_err());
     }
 
     #[test]
@@ -342,9 +288,7 @@ mod tests {
         let s = Shape::new(vec![5000, 7000, 1], 4096).unwrap();
         let back: Shape = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);
-        assert!(
-            serde_json::from_str::<Shape>(r#"{"fragment_bytes":[1],"block_bytes":3}"#).is_err()
-        );
+        assert!(serde_json::from_str::<Shape>(r#"{"fragment_bytes":[1],"block_bytes":3}"#).is_err());
     }
 
     proptest! {

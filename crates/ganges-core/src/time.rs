@@ -27,10 +27,7 @@ impl Time {
 impl Add<Duration> for Time {
     type Output = Time;
     fn add(self, d: Duration) -> Time {
-        Time(
-            self.0
-                .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64),
-        )
+        Time(self.0.saturating_add(d.as_nanos().min(u64::MAX as u128) as u64))
     }
 }
 

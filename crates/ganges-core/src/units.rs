@@ -27,11 +27,7 @@ pub enum UnitError {
     NotANumber(String),
     /// The unit after the number is not one ganges knows.
     #[error("`{text}`: unknown unit `{unit}` (use {expected})")]
-    UnknownUnit {
-        text: String,
-        unit: String,
-        expected: &'static str,
-    },
+    UnknownUnit { text: String, unit: String, expected: &'static str },
     /// The value does not fit (negative, or too large for 64 bits).
     #[error("`{0}` is out of range")]
     OutOfRange(String),
@@ -41,15 +37,11 @@ const SIZE_UNITS: &str = "B, KiB, MiB, GiB, TiB, kB, MB, GB, TB";
 
 fn split_number(text: &str) -> Result<(f64, &str), UnitError> {
     let t = text.trim();
-    let end = t
-        .char_indices()
-        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '_'))
-        .map_or(t.len(), |(i, _)| i);
+    let end =
+        t.char_indices().find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '_')).map_or(t.len(), |(i, _)| i);
     let (num, unit) = t.split_at(end);
     let num: String = num.chars().filter(|c| *c != '_').collect();
-    let value: f64 = num
-        .parse()
-        .map_err(|_| UnitError::NotANumber(text.to_string()))?;
+    let value: f64 = num.parse().map_err(|_| UnitError::NotANumber(text.to_string()))?;
     Ok((value, unit.trim()))
 }
 
@@ -129,24 +121,17 @@ impl FromStr for Dur {
                 });
             }
         };
-        Duration::try_from_secs_f64(secs)
-            .map(Dur)
-            .map_err(|_| UnitError::OutOfRange(text.to_string()))
+        Duration::try_from_secs_f64(secs).map(Dur).map_err(|_| UnitError::OutOfRange(text.to_string()))
     }
 }
 
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const STEPS: [(&str, u64); 4] = [
-            ("TiB", 1 << 40),
-            ("GiB", 1 << 30),
-            ("MiB", 1 << 20),
-            ("KiB", 1 << 10),
-        ];
+        const STEPS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
         for (name, size) in STEPS {
             if self.0 >= size {
                 let v = self.0 as f64 / size as f64;
-                return if self.0 % size == 0 {
+                return if self.0.is_multiple_of(size) {
                     write!(f, "{}{name}", self.0 / size)
                 } else {
                     write!(f, "{v:.1}{name}")
@@ -178,11 +163,7 @@ impl fmt::Display for Dur {
 
 /// Megabytes (10^6 bytes) per second, the unit of every benchmark table.
 pub fn mb_per_sec(bytes: u64, secs: f64) -> f64 {
-    if secs <= 0.0 {
-        0.0
-    } else {
-        bytes as f64 / secs / 1e6
-    }
+    if secs <= 0.0 { 0.0 } else { bytes as f64 / secs / 1e6 }
 }
 
 #[cfg(test)]
@@ -196,14 +177,8 @@ mod tests {
         assert_eq!("1.5GiB".parse::<ByteSize>().unwrap().0, 3 << 29);
         assert_eq!("10MB".parse::<ByteSize>().unwrap().0, 10_000_000);
         assert_eq!(" 4 KiB ".parse::<ByteSize>().unwrap().0, 4096);
-        assert!(matches!(
-            "12furlongs".parse::<ByteSize>(),
-            Err(UnitError::UnknownUnit { .. })
-        ));
-        assert!(matches!(
-            "MiB".parse::<ByteSize>(),
-            Err(UnitError::NotANumber(_))
-        ));
+        assert!(matches!("12furlongs".parse::<ByteSize>(), Err(UnitError::UnknownUnit { .. })));
+        assert!(matches!("MiB".parse::<ByteSize>(), Err(UnitError::NotANumber(_))));
     }
 
     #[test]
@@ -216,14 +191,8 @@ mod tests {
     #[test]
     fn durations_parse() {
         assert_eq!("4ms".parse::<Dur>().unwrap().0, Duration::from_millis(4));
-        assert_eq!(
-            "1.5s".parse::<Dur>().unwrap().0,
-            Duration::from_millis(1500)
-        );
-        assert_eq!(
-            "250us".parse::<Dur>().unwrap().0,
-            Duration::from_micros(250)
-        );
+        assert_eq!("1.5s".parse::<Dur>().unwrap().0, Duration::from_millis(1500));
+        assert_eq!("250us".parse::<Dur>().unwrap().0, Duration::from_micros(250));
         assert!("4 parsecs".parse::<Dur>().is_err());
     }
 

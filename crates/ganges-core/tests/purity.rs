@@ -40,32 +40,15 @@ fn scan(dir: &Path, hits: &mut Vec<String>) {
 #[test]
 fn core_sources_use_no_clock_randomness_or_io() {
     let mut hits = vec![];
-    scan(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut hits,
-    );
-    assert!(
-        hits.is_empty(),
-        "impure calls in ganges-core:\n{}",
-        hits.join("\n")
-    );
+    scan(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut hits);
+    assert!(hits.is_empty(), "impure calls in ganges-core:\n{}", hits.join("\n"));
 }
 
 #[test]
 fn core_depends_on_no_runtime() {
-    let manifest =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
-    let deps = manifest
-        .split("[dependencies]")
-        .nth(1)
-        .unwrap()
-        .split("\n[")
-        .next()
-        .unwrap();
+    let manifest = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let deps = manifest.split("[dependencies]").nth(1).unwrap().split("\n[").next().unwrap();
     for name in ["tokio", "async-std", "smol", "mio", "futures"] {
-        assert!(
-            !deps.contains(name),
-            "ganges-core must not depend on {name}"
-        );
+        assert!(!deps.contains(name), "ganges-core must not depend on {name}");
     }
 }

@@ -28,13 +28,7 @@ pub enum ControlRequest {
     /// Open a staging folder for this node's copies of a new dataset.
     Stage { txid: u64, manifest: Manifest },
     /// Generate blocks `[block_from, block_to)` of this node's copy of `fragment`.
-    Generate {
-        txid: u64,
-        name: DatasetName,
-        fragment: FragmentId,
-        block_from: u32,
-        block_to: u32,
-    },
+    Generate { txid: u64, name: DatasetName, fragment: FragmentId, block_from: u32, block_to: u32 },
     /// Make the staged copies durable and write the final manifest beside them.
     Prepare { txid: u64, manifest: Manifest },
     /// Make the dataset visible (rename staging to its name).
@@ -45,19 +39,42 @@ pub enum ControlRequest {
     Remove { name: DatasetName },
     /// Check blocks `[block_from, block_to)` of this node's copy of `fragment` against their
     /// checksums (a bounded piece of work, so no request runs for long).
-    Verify {
-        name: DatasetName,
-        fragment: FragmentId,
-        block_from: u32,
-        block_to: u32,
-    },
+    Verify { name: DatasetName, fragment: FragmentId, block_from: u32, block_to: u32 },
     /// The stored per-block checksums of this node's copy of a fragment (committed, or the
     /// staging copy of `txid`).
-    Checksums {
-        name: DatasetName,
-        fragment: FragmentId,
-        txid: Option<u64>,
-    },
+    Checksums { name: DatasetName, fragment: FragmentId, txid: Option<u64> },
+    /// Tell a server where the other servers are (for request handoff, GD-6).
+    SetPeers { peers: Vec<Peer> },
+    /// From an idle server (`from`, serving at `rate_bytes_per_sec`): hand me some of your
+    /// queued requests that I can serve, from the clients I have connections to.
+    HandoffAsk { from: NodeId, rate_bytes_per_sec: f64, clients: Vec<u64> },
+}
+
+/// A server's address, as servers tell each other.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    pub node: NodeId,
+    pub addr: std::net::SocketAddr,
+}
+
+/// A queued read handed from a busy server to an idle one (GD-6): everything the idle
+/// server needs to serve it and answer the client directly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandedJob {
+    pub client_id: u64,
+    /// The request as the client sent it to the busy server.
+    pub origin_node: NodeId,
+    pub origin_request: u64,
+    pub stream: u64,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    pub fraction: bool,
+    pub service: u8,
+    pub dataset: DatasetName,
+    pub fragment: FragmentId,
+    pub block: u32,
+    pub start_in_block: u32,
+    pub len: u32,
 }
 
 impl ControlRequest {
@@ -66,9 +83,7 @@ impl ControlRequest {
     /// commit fsync a node's whole share of a dataset, which runs at disk speed.
     pub fn timeout(&self) -> std::time::Duration {
         match self {
-            ControlRequest::Prepare { .. } | ControlRequest::Commit { .. } => {
-                std::time::Duration::from_secs(600)
-            }
+            ControlRequest::Prepare { .. } | ControlRequest::Commit { .. } => std::time::Duration::from_secs(600),
             _ => std::time::Duration::from_secs(60),
         }
     }
@@ -88,6 +103,8 @@ impl ControlRequest {
             ControlRequest::Remove { .. } => "remove",
             ControlRequest::Verify { .. } => "verify",
             ControlRequest::Checksums { .. } => "checksums",
+            ControlRequest::SetPeers { .. } => "set-peers",
+            ControlRequest::HandoffAsk { .. } => "handoff-ask",
         }
     }
 }
@@ -102,6 +119,7 @@ pub enum ControlReply {
     Verified { report: VerifyReport },
     Checksums { crcs: Vec<u32> },
     Removed { committed: bool, staging: u32 },
+    HandoffGive { jobs: Vec<HandedJob> },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -121,6 +139,11 @@ pub struct ServerStats {
     pub cancelled: u64,
     pub corrupt_blocks: u64,
     pub protocol_errors: u64,
+    /// Requests this server handed to others, and took from others (GD-6).
+    #[serde(default)]
+    pub handed_off: u64,
+    #[serde(default)]
+    pub taken_over: u64,
     /// User + system CPU time of the server process.
     pub cpu_secs: f64,
     /// Resident set size now, and its peak, in bytes.

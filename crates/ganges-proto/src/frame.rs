@@ -44,10 +44,7 @@ pub enum ProtoError {
 
 impl ProtoError {
     pub fn malformed(what: &'static str, why: impl Into<String>) -> ProtoError {
-        ProtoError::Malformed {
-            what,
-            why: why.into(),
-        }
+        ProtoError::Malformed { what, why: why.into() }
     }
 }
 
@@ -71,10 +68,7 @@ impl FrameHeader {
         }
         let body_len = (len - HEADER_AFTER_LEN) as usize;
         if body_len > BODY_MAX {
-            return Err(ProtoError::TooLarge {
-                len: body_len,
-                max: BODY_MAX,
-            });
+            return Err(ProtoError::TooLarge { len: body_len, max: BODY_MAX });
         }
         let version = buf[4];
         if version != VERSION {
@@ -122,22 +116,13 @@ mod tests {
         FrameHeader::write(1, 1, 0, &mut b);
         let mut v = b;
         v[4] = 9;
-        assert!(matches!(
-            FrameHeader::parse(&v),
-            Err(ProtoError::Version(9))
-        ));
+        assert!(matches!(FrameHeader::parse(&v), Err(ProtoError::Version(9))));
         let mut l = b;
         l[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(
-            FrameHeader::parse(&l),
-            Err(ProtoError::TooLarge { .. })
-        ));
+        assert!(matches!(FrameHeader::parse(&l), Err(ProtoError::TooLarge { .. })));
         let mut s = b;
         s[0..4].copy_from_slice(&3u32.to_le_bytes());
-        assert!(matches!(
-            FrameHeader::parse(&s),
-            Err(ProtoError::TooShort(3))
-        ));
+        assert!(matches!(FrameHeader::parse(&s), Err(ProtoError::TooShort(3))));
         let mut f = b;
         f[6] = 1;
         assert!(matches!(FrameHeader::parse(&f), Err(ProtoError::Flags(1))));

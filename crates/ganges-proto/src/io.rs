@@ -15,19 +15,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub const READ_BUFFER_BYTES: usize = 32 * 1024;
 
 /// Read one frame. `Ok(None)` is a clean end of stream between frames.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
-) -> Result<Option<(FrameHeader, Bytes)>, ProtoError> {
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<(FrameHeader, Bytes)>, ProtoError> {
     let mut h = [0u8; HEADER_BYTES];
     let mut got = 0;
     while got < HEADER_BYTES {
         let n = r.read(&mut h[got..]).await?;
         if n == 0 {
-            return if got == 0 {
-                Ok(None)
-            } else {
-                Err(ProtoError::Truncated)
-            };
+            return if got == 0 { Ok(None) } else { Err(ProtoError::Truncated) };
         }
         got += n;
     }
@@ -62,24 +56,21 @@ mod tests {
             crc: 5,
             queue_len: 2,
             service_us: 9,
+            primary_progress: Some(0.25),
+            origin: None,
             data: Bytes::from(vec![7u8; 300_000]),
         });
         let send = m.clone();
         tokio::spawn(async move {
             write_frame(&mut a, &send.encode(42)).await.unwrap();
-            write_frame(&mut a, &Message::Cancel.encode(43))
-                .await
-                .unwrap();
+            write_frame(&mut a, &Message::Cancel.encode(43)).await.unwrap();
         });
         let (h, body) = read_frame(&mut b).await.unwrap().unwrap();
         assert_eq!(h.request_id, 42);
         assert_eq!(Message::decode(&h, body).unwrap(), m);
         let (h, _) = read_frame(&mut b).await.unwrap().unwrap();
         assert_eq!(h.request_id, 43);
-        assert!(
-            read_frame(&mut b).await.unwrap().is_none(),
-            "clean end of stream"
-        );
+        assert!(read_frame(&mut b).await.unwrap().is_none(), "clean end of stream");
     }
 
     #[tokio::test]
@@ -89,9 +80,6 @@ mod tests {
         tokio::spawn(async move {
             a.write_all(&enc[..10]).await.unwrap();
         });
-        assert!(matches!(
-            read_frame(&mut b).await,
-            Err(ProtoError::Truncated)
-        ));
+        assert!(matches!(read_frame(&mut b).await, Err(ProtoError::Truncated)));
     }
 }

@@ -40,13 +40,8 @@ impl FromStr for DatasetName {
         let ok = !s.is_empty()
             && s.len() <= NAME_MAX
             && !s.starts_with(['.', '-'])
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-        if ok {
-            Ok(DatasetName(s.to_string()))
-        } else {
-            Err(BadName(s.to_string()))
-        }
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if ok { Ok(DatasetName(s.to_string())) } else { Err(BadName(s.to_string())) }
     }
 }
 

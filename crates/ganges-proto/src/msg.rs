@@ -3,18 +3,26 @@
 //! Data-path messages have fixed little-endian layouts so a block's bytes are never copied
 //! to be framed: `Encoded` keeps the header and fields apart from the payload, which is
 //! written with a vectored write; on receipt the payload is a slice of the frame's buffer.
+//! `progress` below is 24 bytes: done u64, total u64, metric u8 (after a stream u64), and
+//! `primary` is the server's primary consumers' progress in parts per billion, or u32::MAX
+//! when nobody reads its primary copies.
 //!
 //! | kind | message   | body |
 //! |------|-----------|------|
-//! | 0x01 | Hello     | JSON `{client}` |
-//! | 0x02 | Read      | stream u64, done u64, total u64, metric u8, fragment u32, block u32, start u32, len u32, name_len u8, name |
+//! | 0x01 | Hello     | JSON `{client, client_id}` |
+//! | 0x02 | Read      | stream u64, progress, service u8, fragment u32, block u32, start u32, len u32, name_len u8, name |
 //! | 0x03 | Cancel    | empty: the header's request id names the read to cancel |
 //! | 0x04 | Write     | txid u64, fragment u32, block u32, crc u32, name_len u8, name, data |
-//! | 0x05 | Progress  | stream u64, done u64, total u64, metric u8 (no reply) |
+//! | 0x05 | Progress  | stream u64, progress (no reply) |
+//! | 0x06 | Probe     | stream u64, progress, name_len u8, name (answered by State) |
 //! | 0x10 | Control   | JSON `ControlRequest` |
 //! | 0x81 | HelloOk   | JSON `{node, server_version}` |
-//! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, data |
+//! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, primary u32, data |
+//! | 0x83 | ReadOk from a handed-off request | origin node u32, origin request u64, then as ReadOk |
 //! | 0x84 | WriteOk   | empty |
+//! | 0x85 | State     | queue_len u32, primary u32 |
+//! | 0x87 | Error for a handed-off request | origin node u32, origin request u64, then as Error |
+//! | 0x88 | Moved     | to node u32: the header's request id was handed to that server |
 //! | 0x90 | ControlOk | JSON `ControlReply` |
 //! | 0xFF | Error     | code u16, message (UTF-8, at most 4 KiB) |
 
@@ -23,7 +31,7 @@ use crate::frame::{CONTROL_BODY_MAX, FrameHeader, HEADER_BYTES, ProtoError};
 use crate::manifest::DatasetName;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use ganges_core::ids::{FragmentId, NodeId};
-use ganges_core::sched::{Progress, ProgressMetric};
+use ganges_core::sched::{Progress, ProgressMetric, Service};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -33,25 +41,37 @@ pub mod kind {
     pub const CANCEL: u8 = 0x03;
     pub const WRITE: u8 = 0x04;
     pub const PROGRESS: u8 = 0x05;
+    pub const PROBE: u8 = 0x06;
     pub const CONTROL: u8 = 0x10;
     pub const HELLO_OK: u8 = 0x81;
     pub const READ_OK: u8 = 0x82;
+    pub const READ_OK_MOVED: u8 = 0x83;
     pub const WRITE_OK: u8 = 0x84;
+    pub const STATE: u8 = 0x85;
+    pub const ERROR_MOVED: u8 = 0x87;
+    pub const MOVED: u8 = 0x88;
     pub const CONTROL_OK: u8 = 0x90;
     pub const ERROR: u8 = 0xFF;
 
     /// Whether a kind is one a client may send (the rest only come from servers).
     pub fn from_client(k: u8) -> bool {
-        matches!(k, HELLO | READ | CANCEL | WRITE | PROGRESS | CONTROL)
+        matches!(k, HELLO | READ | CANCEL | WRITE | PROGRESS | PROBE | CONTROL)
     }
 }
 
 /// Longest error message carried: enough to say what to do, bounded like everything else.
 pub const ERROR_MESSAGE_MAX: usize = 4096;
+/// `primary` on the wire when nobody reads the server's primary copies.
+const PRIMARY_NONE: u32 = u32::MAX;
+const PARTS: f64 = 1e9;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     pub client: String,
+    /// Random per client process: lets a server that takes over another server's queued
+    /// request (GD-6) find this client's connection to answer on.
+    #[serde(default)]
+    pub client_id: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +85,8 @@ pub struct ReadReq {
     /// The consumer stream this read belongs to (chosen by the client, unique per stream).
     pub stream: u64,
     pub progress: Progress,
+    /// What the server should do with it (discipline, runs, handoff).
+    pub service: Service,
     pub dataset: DatasetName,
     pub fragment: FragmentId,
     pub block: u32,
@@ -79,15 +101,40 @@ pub struct ProgressNote {
     pub progress: Progress,
 }
 
+/// A question to a server about its state (GD-3's periodic progress), for one dataset.
 #[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub stream: u64,
+    pub progress: Progress,
+    pub dataset: DatasetName,
+}
+
+/// Where a handed-off request came from: the server and request id the client sent it as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    pub node: NodeId,
+    pub request_id: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
 pub struct ReadOk {
     /// CRC32C of `data`, computed by the server after it checked the stored block checksum.
     pub crc: u32,
-    /// Requests queued at the server when this one finished (server state for policies).
+    /// Requests queued at the server when this one finished.
     pub queue_len: u32,
     /// Time the request spent on the disk, in microseconds.
     pub service_us: u32,
+    /// The server's primary consumers' progress for this dataset (GD-3).
+    pub primary_progress: Option<f64>,
+    /// Set when another server handed this request to the one answering (GD-6).
+    pub origin: Option<Origin>,
     pub data: Bytes,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct State {
+    pub queue_len: u32,
+    pub primary_progress: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,12 +248,19 @@ pub enum Message {
     Cancel,
     Write(WriteReq),
     Progress(ProgressNote),
+    Probe(Probe),
     Control(ControlRequest),
     HelloOk(HelloOk),
     ReadOk(ReadOk),
     WriteOk,
+    State(State),
+    /// The header's request was handed to another server, which will answer it.
+    Moved {
+        to: NodeId,
+    },
     ControlOk(Box<ControlReply>),
-    Error(WireError),
+    /// An error; `origin` is set when it answers a handed-off request.
+    Error(WireError, Option<Origin>),
 }
 
 /// An encoded frame: header and fixed fields in `head`, bulk bytes in `payload`.
@@ -244,12 +298,25 @@ fn put_name(b: &mut BytesMut, name: &DatasetName) {
     b.put_slice(n);
 }
 
+fn put_progress(b: &mut BytesMut, stream: u64, p: &Progress) {
+    b.put_u64_le(stream);
+    b.put_u64_le(p.done_bytes);
+    b.put_u64_le(p.total_bytes);
+    b.put_u8(metric_byte(p.metric));
+}
+
+fn put_primary(b: &mut BytesMut, p: Option<f64>) {
+    b.put_u32_le(p.map_or(PRIMARY_NONE, |f| (f.clamp(0.0, 1.0) * PARTS).round() as u32));
+}
+
+fn put_origin(b: &mut BytesMut, o: &Origin) {
+    b.put_u32_le(o.node.0);
+    b.put_u64_le(o.request_id);
+}
+
 fn json<T: Serialize>(v: &T) -> Bytes {
     let body = serde_json::to_vec(v).expect("control messages always serialise");
-    assert!(
-        body.len() <= CONTROL_BODY_MAX,
-        "control body over the limit"
-    );
+    assert!(body.len() <= CONTROL_BODY_MAX, "control body over the limit");
     Bytes::from(body)
 }
 
@@ -261,12 +328,17 @@ impl Message {
             Message::Cancel => kind::CANCEL,
             Message::Write(_) => kind::WRITE,
             Message::Progress(_) => kind::PROGRESS,
+            Message::Probe(_) => kind::PROBE,
             Message::Control(_) => kind::CONTROL,
             Message::HelloOk(_) => kind::HELLO_OK,
+            Message::ReadOk(r) if r.origin.is_some() => kind::READ_OK_MOVED,
             Message::ReadOk(_) => kind::READ_OK,
             Message::WriteOk => kind::WRITE_OK,
+            Message::State(_) => kind::STATE,
+            Message::Moved { .. } => kind::MOVED,
             Message::ControlOk(_) => kind::CONTROL_OK,
-            Message::Error(_) => kind::ERROR,
+            Message::Error(_, Some(_)) => kind::ERROR_MOVED,
+            Message::Error(_, None) => kind::ERROR,
         }
     }
 
@@ -281,6 +353,7 @@ impl Message {
             Message::Cancel | Message::WriteOk => {}
             Message::Read(r) => {
                 put_progress(&mut fields, r.stream, &r.progress);
+                fields.put_u8(r.service.to_byte());
                 fields.put_u32_le(r.fragment.0);
                 fields.put_u32_le(r.block);
                 fields.put_u32_le(r.start_in_block);
@@ -288,12 +361,25 @@ impl Message {
                 put_name(&mut fields, &r.dataset);
             }
             Message::Progress(p) => put_progress(&mut fields, p.stream, &p.progress),
+            Message::Probe(p) => {
+                put_progress(&mut fields, p.stream, &p.progress);
+                put_name(&mut fields, &p.dataset);
+            }
             Message::ReadOk(r) => {
+                if let Some(o) = &r.origin {
+                    put_origin(&mut fields, o);
+                }
                 fields.put_u32_le(r.crc);
                 fields.put_u32_le(r.queue_len);
                 fields.put_u32_le(r.service_us);
+                put_primary(&mut fields, r.primary_progress);
                 payload = r.data.clone();
             }
+            Message::State(s) => {
+                fields.put_u32_le(s.queue_len);
+                put_primary(&mut fields, s.primary_progress);
+            }
+            Message::Moved { to } => fields.put_u32_le(to.0),
             Message::Write(w) => {
                 fields.put_u64_le(w.txid);
                 fields.put_u32_le(w.fragment.0);
@@ -302,25 +388,20 @@ impl Message {
                 put_name(&mut fields, &w.dataset);
                 payload = w.data.clone();
             }
-            Message::Error(e) => {
+            Message::Error(e, origin) => {
+                if let Some(o) = origin {
+                    put_origin(&mut fields, o);
+                }
                 fields.put_u16_le(e.code as u16);
                 fields.put_slice(e.message.as_bytes());
             }
         }
         let mut head = BytesMut::with_capacity(HEADER_BYTES + fields.len());
         let mut h = [0u8; HEADER_BYTES];
-        FrameHeader::write(
-            self.kind(),
-            request_id,
-            fields.len() + payload.len(),
-            &mut h,
-        );
+        FrameHeader::write(self.kind(), request_id, fields.len() + payload.len(), &mut h);
         head.put_slice(&h);
         head.put_slice(&fields);
-        Encoded {
-            head: head.freeze(),
-            payload,
-        }
+        Encoded { head: head.freeze(), payload }
     }
 
     /// Decode a frame body. Never panics, whatever the bytes.
@@ -340,23 +421,16 @@ impl Message {
                 Message::WriteOk
             }
             kind::READ => {
-                need("read", &b, 42)?;
+                need("read", &b, 43)?;
                 let (stream, progress) = get_progress("read", &mut b)?;
+                let service = get_service("read", &mut b)?;
                 let fragment = FragmentId(b.get_u32_le());
                 let block = b.get_u32_le();
                 let start_in_block = b.get_u32_le();
                 let len = b.get_u32_le();
                 let dataset = get_name("read", &mut b)?;
                 empty("read", &b)?;
-                Message::Read(ReadReq {
-                    stream,
-                    progress,
-                    dataset,
-                    fragment,
-                    block,
-                    start_in_block,
-                    len,
-                })
+                Message::Read(ReadReq { stream, progress, service, dataset, fragment, block, start_in_block, len })
             }
             kind::PROGRESS => {
                 need("progress", &b, 25)?;
@@ -364,17 +438,39 @@ impl Message {
                 empty("progress", &b)?;
                 Message::Progress(ProgressNote { stream, progress })
             }
-            kind::READ_OK => {
-                need("read-ok", &b, 12)?;
+            kind::PROBE => {
+                need("probe", &b, 26)?;
+                let (stream, progress) = get_progress("probe", &mut b)?;
+                let dataset = get_name("probe", &mut b)?;
+                empty("probe", &b)?;
+                Message::Probe(Probe { stream, progress, dataset })
+            }
+            kind::READ_OK | kind::READ_OK_MOVED => {
+                let origin = if header.kind == kind::READ_OK_MOVED {
+                    need("read-ok", &b, 12)?;
+                    Some(get_origin(&mut b))
+                } else {
+                    None
+                };
+                need("read-ok", &b, 16)?;
                 let crc = b.get_u32_le();
                 let queue_len = b.get_u32_le();
                 let service_us = b.get_u32_le();
-                Message::ReadOk(ReadOk {
-                    crc,
-                    queue_len,
-                    service_us,
-                    data: b,
-                })
+                let primary_progress = get_primary("read-ok", &mut b)?;
+                Message::ReadOk(ReadOk { crc, queue_len, service_us, primary_progress, origin, data: b })
+            }
+            kind::STATE => {
+                need("state", &b, 8)?;
+                let queue_len = b.get_u32_le();
+                let primary_progress = get_primary("state", &mut b)?;
+                empty("state", &b)?;
+                Message::State(State { queue_len, primary_progress })
+            }
+            kind::MOVED => {
+                need("moved", &b, 4)?;
+                let to = NodeId(b.get_u32_le());
+                empty("moved", &b)?;
+                Message::Moved { to }
             }
             kind::WRITE => {
                 need("write", &b, 21)?;
@@ -383,16 +479,15 @@ impl Message {
                 let block = b.get_u32_le();
                 let crc = b.get_u32_le();
                 let dataset = get_name("write", &mut b)?;
-                Message::Write(WriteReq {
-                    txid,
-                    dataset,
-                    fragment,
-                    block,
-                    crc,
-                    data: b,
-                })
+                Message::Write(WriteReq { txid, dataset, fragment, block, crc, data: b })
             }
-            kind::ERROR => {
+            kind::ERROR | kind::ERROR_MOVED => {
+                let origin = if header.kind == kind::ERROR_MOVED {
+                    need("error", &b, 12)?;
+                    Some(get_origin(&mut b))
+                } else {
+                    None
+                };
                 need("error", &b, 2)?;
                 let code = ErrorCode::from_u16(b.get_u16_le());
                 if b.len() > ERROR_MESSAGE_MAX {
@@ -400,18 +495,11 @@ impl Message {
                 }
                 let message = String::from_utf8(b.to_vec())
                     .map_err(|_| ProtoError::malformed("error", "message is not UTF-8"))?;
-                Message::Error(WireError { code, message })
+                Message::Error(WireError { code, message }, origin)
             }
             k => return Err(ProtoError::UnknownKind(k)),
         })
     }
-}
-
-fn put_progress(b: &mut BytesMut, stream: u64, p: &Progress) {
-    b.put_u64_le(stream);
-    b.put_u64_le(p.done_bytes);
-    b.put_u64_le(p.total_bytes);
-    b.put_u8(metric_byte(p.metric));
 }
 
 /// The 25 bytes of (stream, progress); the caller checked they are there.
@@ -427,32 +515,36 @@ fn get_progress(what: &'static str, b: &mut Bytes) -> Result<(u64, Progress), Pr
     if done_bytes > total_bytes {
         return Err(ProtoError::malformed(what, "progress past the total"));
     }
-    Ok((
-        stream,
-        Progress {
-            done_bytes,
-            total_bytes,
-            metric,
-        },
-    ))
+    Ok((stream, Progress { done_bytes, total_bytes, metric }))
+}
+
+fn get_service(what: &'static str, b: &mut Bytes) -> Result<Service, ProtoError> {
+    let v = b.get_u8();
+    Service::from_byte(v).ok_or_else(|| ProtoError::malformed(what, format!("service byte {v:#04x}")))
+}
+
+fn get_primary(what: &'static str, b: &mut Bytes) -> Result<Option<f64>, ProtoError> {
+    match b.get_u32_le() {
+        PRIMARY_NONE => Ok(None),
+        v if v as f64 <= PARTS => Ok(Some(v as f64 / PARTS)),
+        v => Err(ProtoError::malformed(what, format!("primary progress {v} above one billion parts"))),
+    }
+}
+
+fn get_origin(b: &mut Bytes) -> Origin {
+    Origin { node: NodeId(b.get_u32_le()), request_id: b.get_u64_le() }
 }
 
 fn need(what: &'static str, b: &Bytes, n: usize) -> Result<(), ProtoError> {
     if b.len() < n {
-        return Err(ProtoError::malformed(
-            what,
-            format!("{} bytes, need {n}", b.len()),
-        ));
+        return Err(ProtoError::malformed(what, format!("{} bytes, need {n}", b.len())));
     }
     Ok(())
 }
 
 fn empty(what: &'static str, b: &Bytes) -> Result<(), ProtoError> {
     if !b.is_empty() {
-        return Err(ProtoError::malformed(
-            what,
-            format!("{} unexpected trailing bytes", b.len()),
-        ));
+        return Err(ProtoError::malformed(what, format!("{} unexpected trailing bytes", b.len())));
     }
     Ok(())
 }
@@ -462,18 +554,13 @@ fn get_name(what: &'static str, b: &mut Bytes) -> Result<DatasetName, ProtoError
     let n = b.get_u8() as usize;
     need(what, b, n)?;
     let raw = b.split_to(n);
-    let s =
-        std::str::from_utf8(&raw).map_err(|_| ProtoError::malformed(what, "name is not UTF-8"))?;
-    s.parse()
-        .map_err(|e: crate::manifest::BadName| ProtoError::malformed(what, e.to_string()))
+    let s = std::str::from_utf8(&raw).map_err(|_| ProtoError::malformed(what, "name is not UTF-8"))?;
+    s.parse().map_err(|e: crate::manifest::BadName| ProtoError::malformed(what, e.to_string()))
 }
 
 fn from_json<T: for<'de> Deserialize<'de>>(what: &'static str, b: &Bytes) -> Result<T, ProtoError> {
     if b.len() > CONTROL_BODY_MAX {
-        return Err(ProtoError::TooLarge {
-            len: b.len(),
-            max: CONTROL_BODY_MAX,
-        });
+        return Err(ProtoError::TooLarge { len: b.len(), max: CONTROL_BODY_MAX });
     }
     serde_json::from_slice(b).map_err(|e| ProtoError::malformed(what, e.to_string()))
 }
@@ -483,6 +570,7 @@ mod tests {
     use super::*;
     use crate::frame::HEADER_BYTES;
     use ganges_core::disk::Fault;
+    use ganges_core::sched::Discipline;
     use proptest::prelude::*;
 
     fn round_trip(m: &Message, id: u64) -> Message {
@@ -498,101 +586,85 @@ mod tests {
         "[a-zA-Z0-9_][a-zA-Z0-9._-]{0,40}".prop_map(|s| s.parse().unwrap())
     }
 
-    fn metric() -> impl Strategy<Value = ProgressMetric> {
-        prop_oneof![Just(ProgressMetric::Bytes), Just(ProgressMetric::Fraction)]
+    fn progress() -> impl Strategy<Value = Progress> {
+        (any::<u64>(), any::<u64>(), prop_oneof![Just(ProgressMetric::Bytes), Just(ProgressMetric::Fraction)])
+            .prop_map(|(a, b, metric)| Progress { done_bytes: a.min(b), total_bytes: a.max(b), metric })
+    }
+
+    fn service() -> impl Strategy<Value = Service> {
+        (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(lq, runs, handoff)| Service {
+            discipline: if lq { Discipline::LongestQueue } else { Discipline::FurthestBehind },
+            runs,
+            handoff,
+        })
+    }
+
+    /// Fractions that survive parts-per-billion exactly.
+    fn primary() -> impl Strategy<Value = Option<f64>> {
+        prop::option::of((0u32..=1_000_000_000).prop_map(|v| v as f64 / PARTS))
+    }
+
+    fn origin() -> impl Strategy<Value = Option<Origin>> {
+        prop::option::of((any::<u32>(), any::<u64>()).prop_map(|(n, r)| Origin { node: NodeId(n), request_id: r }))
     }
 
     fn message() -> impl Strategy<Value = Message> {
         let data = prop::collection::vec(any::<u8>(), 0..5000).prop_map(Bytes::from);
         prop_oneof![
-            "[ -~]{0,30}".prop_map(|client| Message::Hello(Hello { client })),
-            (any::<u32>(), "[ -~]{0,30}").prop_map(|(n, v)| Message::HelloOk(HelloOk {
-                node: NodeId(n),
-                server_version: v
-            })),
-            (
-                any::<u64>(),
-                any::<u64>(),
-                any::<u64>(),
-                metric(),
-                name(),
-                any::<u32>(),
-                any::<u32>(),
-                any::<u32>(),
-                any::<u32>()
-            )
-                .prop_map(|(stream, a, b, metric, dataset, f, block, start, len)| {
-                    let (done_bytes, total_bytes) = (a.min(b), a.max(b));
-                    Message::Read(ReadReq {
-                        stream,
-                        progress: Progress {
-                            done_bytes,
-                            total_bytes,
-                            metric,
-                        },
-                        dataset,
-                        fragment: FragmentId(f),
-                        block,
-                        start_in_block: start,
-                        len,
-                    })
-                }),
+            ("[ -~]{0,30}", any::<u64>()).prop_map(|(client, client_id)| Message::Hello(Hello { client, client_id })),
+            (any::<u32>(), "[ -~]{0,30}")
+                .prop_map(|(n, v)| Message::HelloOk(HelloOk { node: NodeId(n), server_version: v })),
+            (any::<u64>(), progress(), service(), name(), any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>())
+                .prop_map(|(stream, progress, service, dataset, f, block, start, len)| Message::Read(ReadReq {
+                    stream,
+                    progress,
+                    service,
+                    dataset,
+                    fragment: FragmentId(f),
+                    block,
+                    start_in_block: start,
+                    len,
+                })),
             Just(Message::Cancel),
             Just(Message::WriteOk),
-            (any::<u64>(), any::<u64>(), any::<u64>(), metric()).prop_map(
-                |(stream, a, b, metric)| {
-                    let (done_bytes, total_bytes) = (a.min(b), a.max(b));
-                    Message::Progress(ProgressNote {
-                        stream,
-                        progress: Progress {
-                            done_bytes,
-                            total_bytes,
-                            metric,
-                        },
-                    })
-                }
-            ),
-            (any::<u32>(), any::<u32>(), any::<u32>(), data.clone()).prop_map(
-                |(crc, q, s, data)| Message::ReadOk(ReadOk {
+            (any::<u64>(), progress())
+                .prop_map(|(stream, progress)| Message::Progress(ProgressNote { stream, progress })),
+            (any::<u64>(), progress(), name()).prop_map(|(stream, progress, dataset)| Message::Probe(Probe {
+                stream,
+                progress,
+                dataset
+            })),
+            (any::<u32>(), any::<u32>(), any::<u32>(), primary(), origin(), data.clone()).prop_map(
+                |(crc, queue_len, service_us, primary_progress, origin, data)| Message::ReadOk(ReadOk {
                     crc,
-                    queue_len: q,
-                    service_us: s,
+                    queue_len,
+                    service_us,
+                    primary_progress,
+                    origin,
                     data
                 })
             ),
-            (
-                any::<u64>(),
-                name(),
-                any::<u32>(),
-                any::<u32>(),
-                any::<u32>(),
-                data
-            )
-                .prop_map(|(txid, dataset, f, block, crc, data)| Message::Write(
-                    WriteReq {
-                        txid,
-                        dataset,
-                        fragment: FragmentId(f),
-                        block,
-                        crc,
-                        data
-                    }
-                )),
-            (any::<u16>(), "[ -~]{0,100}")
-                .prop_map(|(c, m)| { Message::Error(WireError::new(ErrorCode::from_u16(c), m)) }),
-            (name(), prop::option::of(0.01f64..1.0)).prop_map(|(n, f)| Message::Control(
-                if f.is_some() {
-                    ControlRequest::SetFault {
-                        fault: f.map(|factor| Fault::Factor { factor }),
-                    }
-                } else {
-                    ControlRequest::Remove { name: n }
-                }
-            )),
-            Just(Message::ControlOk(Box::new(ControlReply::Removed {
-                committed: true,
-                staging: 2
-            }))),
+            (any::<u32>(), primary())
+                .prop_map(|(queue_len, primary_progress)| Message::State(State { queue_len, primary_progress })),
+            any::<u32>().prop_map(|n| Message::Moved { to: NodeId(n) }),
+            (any::<u64>(), name(), any::<u32>(), any::<u32>(), any::<u32>(), data).prop_map(
+                |(txid, dataset, f, block, crc, data)| Message::Write(WriteReq {
+                    txid,
+                    dataset,
+                    fragment: FragmentId(f),
+                    block,
+                    crc,
+                    data
+                })
+            ),
+            (any::<u16>(), "[ -~]{0,100}", origin())
+                .prop_map(|(c, m, o)| Message::Error(WireError::new(ErrorCode::from_u16(c), m), o)),
+            (name(), prop::option::of(0.01f64..1.0)).prop_map(|(n, f)| Message::Control(if f.is_some() {
+                ControlRequest::SetFault { fault: f.map(|factor| Fault::Factor { factor }) }
+            } else {
+                ControlRequest::Remove { name: n }
+            })),
+            Just(Message::ControlOk(Box::new(ControlReply::Removed { committed: true, staging: 2 }))),
         ]
     }
 
@@ -620,21 +692,18 @@ mod tests {
                 let h = FrameHeader { version: 1, kind: m.kind(), flags: 0, request_id: 1, body_len: at };
                 if let Ok(d) = Message::decode(&h, Bytes::copy_from_slice(&body[..at])) {
                     // Only payload-carrying messages may decode from a prefix (a shorter payload).
-                    prop_assert!(matches!(d, Message::ReadOk(_) | Message::Write(_) | Message::Error(_)));
+                    prop_assert!(matches!(d, Message::ReadOk(_) | Message::Write(_) | Message::Error(..)));
                 }
             }
         }
     }
 
     #[test]
-    fn bad_names_and_metrics_are_rejected() {
+    fn bad_names_metrics_and_service_bytes_are_rejected() {
         let r = Message::Read(ReadReq {
             stream: 1,
-            progress: Progress {
-                done_bytes: 0,
-                total_bytes: 1,
-                metric: ProgressMetric::Bytes,
-            },
+            progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
+            service: Service::FURTHEST_BEHIND,
             dataset: "ok".parse().unwrap(),
             fragment: FragmentId(0),
             block: 0,
@@ -643,17 +712,30 @@ mod tests {
         });
         let mut v = r.encode(1).to_vec();
         let h = FrameHeader::parse(v[..HEADER_BYTES].try_into().unwrap()).unwrap();
+        let decode = |v: &[u8]| Message::decode(&h, Bytes::copy_from_slice(&v[HEADER_BYTES..]));
         v[HEADER_BYTES + 24] = 7; // metric
-        assert!(Message::decode(&h, Bytes::copy_from_slice(&v[HEADER_BYTES..])).is_err());
+        assert!(decode(&v).is_err());
         v[HEADER_BYTES + 24] = 0;
+        v[HEADER_BYTES + 25] = 0x80; // service
+        assert!(decode(&v).is_err());
+        v[HEADER_BYTES + 25] = 0;
+        assert!(decode(&v).is_ok());
         let at = v.len() - 2;
         v[at] = b'/'; // a path separator in the name
-        assert!(Message::decode(&h, Bytes::copy_from_slice(&v[HEADER_BYTES..])).is_err());
+        assert!(decode(&v).is_err());
     }
 
     #[test]
     fn long_error_messages_are_cut_at_a_char_boundary() {
         let e = WireError::new(ErrorCode::Io, "é".repeat(5000));
         assert!(e.message.len() <= ERROR_MESSAGE_MAX);
+    }
+
+    #[test]
+    fn primary_progress_above_one_is_malformed() {
+        let mut v = Message::State(State { queue_len: 1, primary_progress: Some(0.5) }).encode(1).to_vec();
+        let h = FrameHeader::parse(v[..HEADER_BYTES].try_into().unwrap()).unwrap();
+        v[HEADER_BYTES + 4..HEADER_BYTES + 8].copy_from_slice(&2_000_000_000u32.to_le_bytes());
+        assert!(Message::decode(&h, Bytes::copy_from_slice(&v[HEADER_BYTES..])).is_err());
     }
 }

@@ -14,7 +14,7 @@ use ganges_core::sched::{Job, StreamKey};
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::frame::ProtoError;
 use ganges_proto::io::{READ_BUFFER_BYTES, read_frame, write_frame};
-use ganges_proto::msg::{Encoded, ErrorCode, HelloOk, Message, ReadReq, WireError, WriteReq, kind};
+use ganges_proto::msg::{Encoded, ErrorCode, HelloOk, Message, ReadReq, State, WireError, WriteReq, kind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -59,13 +59,19 @@ impl Outbox {
         self.send(request_id, msg);
     }
 
+    /// Send a frame that answers no counted request (hello, a protocol error, an answer to a
+    /// handed-over request that could not be queued).
+    pub fn send_untracked(&self, request_id: u64, msg: Message) {
+        self.send(request_id, msg);
+    }
+
     fn send(&self, request_id: u64, msg: Message) {
         // A closed connection drops its replies: nobody is there to read them.
         let _ = self.tx.send(Outgoing::Frame(msg.encode(request_id)));
     }
 
     /// Count a new request; false if the connection is at its limit.
-    fn admit(&self) -> bool {
+    pub fn admit(&self) -> bool {
         let prev = self.inflight.fetch_add(1, Ordering::AcqRel);
         if prev >= INFLIGHT_PER_CONNECTION_MAX {
             self.inflight.fetch_sub(1, Ordering::AcqRel);
@@ -105,28 +111,24 @@ pub async fn handle(shared: Arc<Shared>, stream: TcpStream, conn: u64) {
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_loop(wr, rx));
-    let outbox = Outbox {
-        tx,
-        inflight: Arc::new(AtomicU32::new(0)),
-    };
+    let outbox = Outbox { tx, inflight: Arc::new(AtomicU32::new(0)) };
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
-    let result = read_loop(
-        &shared,
-        BufReader::with_capacity(READ_BUFFER_BYTES, rd),
-        &outbox,
-        conn,
-    )
-    .await;
+    let mut client_id = 0;
+    let result =
+        read_loop(&shared, BufReader::with_capacity(READ_BUFFER_BYTES, rd), &outbox, conn, &mut client_id).await;
+    if client_id != 0 {
+        let mut clients = shared.clients.lock().expect("clients lock");
+        if clients.get(&client_id).is_some_and(|(c, _)| *c == conn) {
+            clients.remove(&client_id);
+        }
+    }
     let dropped = shared.disk.lock().expect("disk lock").drop_connection(conn);
     shared.counters.connections.fetch_sub(1, Ordering::Relaxed);
     if let Err(e) = result {
         tracing::debug!(?peer, %e, dropped, "closing connection");
         if let Some(w) = e.wire() {
-            shared
-                .counters
-                .protocol_errors
-                .fetch_add(1, Ordering::Relaxed);
-            outbox.send(0, Message::Error(w));
+            shared.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            outbox.send(0, Message::Error(w, None));
             let _ = outbox.tx.send(Outgoing::Close);
         }
     }
@@ -153,6 +155,7 @@ async fn read_loop(
     mut rd: BufReader<OwnedReadHalf>,
     outbox: &Outbox,
     conn: u64,
+    client_id: &mut u64,
 ) -> Result<(), ConnError> {
     let mut greeted = false;
     loop {
@@ -160,20 +163,18 @@ async fn read_loop(
             return Ok(());
         };
         if !kind::from_client(header.kind) {
-            return Err(ConnError::Violation(format!(
-                "kind {:#04x} is only sent by servers",
-                header.kind
-            )));
+            return Err(ConnError::Violation(format!("kind {:#04x} is only sent by servers", header.kind)));
         }
         let msg = Message::decode(&header, body)?;
         let id = header.request_id;
         match msg {
-            Message::Hello(_) if !greeted => {
+            Message::Hello(h) if !greeted => {
                 greeted = true;
-                let hello = HelloOk {
-                    node: shared.config.node,
-                    server_version: crate::VERSION.to_string(),
-                };
+                if h.client_id != 0 {
+                    shared.clients.lock().expect("clients lock").insert(h.client_id, (conn, outbox.clone()));
+                    *client_id = h.client_id;
+                }
+                let hello = HelloOk { node: shared.config.node, server_version: crate::VERSION.to_string() };
                 outbox.send(id, Message::HelloOk(hello));
             }
             Message::Hello(_) => return Err(ConnError::Violation("a second hello".into())),
@@ -186,24 +187,30 @@ async fn read_loop(
                 }
             }
             Message::Progress(p) => {
-                let stream = StreamKey {
-                    conn,
-                    stream: p.stream,
+                let stream = StreamKey { conn, stream: p.stream };
+                let now = shared.now();
+                let mut d = shared.disk.lock().expect("disk lock");
+                d.sched.update_progress(stream, p.progress);
+                d.note_primary_progress(stream, p.progress, now);
+            }
+            Message::Probe(p) => {
+                let reply = match shared.store.dataset(&p.dataset) {
+                    Ok(ds) => {
+                        let mut d = shared.disk.lock().expect("disk lock");
+                        let primary_progress = d.primaries.progress(ds.manifest.id, shared.now());
+                        Message::State(State { queue_len: d.sched.len() as u32, primary_progress })
+                    }
+                    Err(e) => store_error(e),
                 };
-                shared
-                    .disk
-                    .lock()
-                    .expect("disk lock")
-                    .sched
-                    .update_progress(stream, p.progress);
+                outbox.send(id, reply);
             }
             Message::Read(r) => {
                 if !outbox.admit() {
                     outbox.send(id, too_many());
                     continue;
                 }
-                if let Err(e) = enqueue_read(shared, outbox, conn, id, r) {
-                    outbox.reply(id, Message::Error(e));
+                if let Err(e) = enqueue_read(shared, outbox, conn, *client_id, id, r) {
+                    outbox.reply(id, Message::Error(e, None));
                 }
             }
             Message::Write(w) => {
@@ -230,8 +237,10 @@ async fn read_loop(
             Message::HelloOk(_)
             | Message::ReadOk(_)
             | Message::WriteOk
+            | Message::State(_)
+            | Message::Moved { .. }
             | Message::ControlOk(_)
-            | Message::Error(_) => {
+            | Message::Error(..) => {
                 unreachable!("server-only kinds are refused before decoding")
             }
         }
@@ -239,10 +248,13 @@ async fn read_loop(
 }
 
 fn too_many() -> Message {
-    Message::Error(WireError::new(
-        ErrorCode::TooManyInFlight,
-        format!("more than {INFLIGHT_PER_CONNECTION_MAX} requests in flight on one connection"),
-    ))
+    Message::Error(
+        WireError::new(
+            ErrorCode::TooManyInFlight,
+            format!("more than {INFLIGHT_PER_CONNECTION_MAX} requests in flight on one connection"),
+        ),
+        None,
+    )
 }
 
 fn wire_error(e: StoreError) -> WireError {
@@ -250,35 +262,37 @@ fn wire_error(e: StoreError) -> WireError {
 }
 
 fn store_error(e: StoreError) -> Message {
-    Message::Error(WireError::new(e.code(), e.to_string()))
+    Message::Error(wire_error(e), None)
 }
 
 fn enqueue_read(
     shared: &Arc<Shared>,
     outbox: &Outbox,
     conn: u64,
+    client_id: u64,
     id: u64,
     r: ReadReq,
 ) -> Result<(), WireError> {
     let ds = shared.store.dataset(&r.dataset).map_err(wire_error)?;
-    shared
-        .store
-        .check_read(&ds, r.fragment, r.block, r.start_in_block, r.len)
-        .map_err(wire_error)?;
+    shared.store.check_read(&ds, r.fragment, r.block, r.start_in_block, r.len).map_err(wire_error)?;
     let copy = ds.copy(r.fragment).map_err(wire_error)?;
+    let now = shared.now();
+    let stream = StreamKey { conn, stream: r.stream };
     let job = Job {
         id: 0,
-        stream: StreamKey {
-            conn,
-            stream: r.stream,
-        },
+        stream,
         file: copy.key,
         bytes: r.len as u64,
         progress: r.progress,
-        arrival: shared.now(),
+        service: r.service,
+        arrival: now,
     };
+    let primary = copy.copy == 0;
+    let dataset_id = ds.manifest.id;
     let ctx = JobCtx {
         conn,
+        client_id,
+        origin: None,
         request_id: id,
         dataset: ds.clone(),
         fragment: r.fragment,
@@ -295,6 +309,9 @@ fn enqueue_read(
                 format!("request id {id} is already in flight on this connection"),
             ));
         }
+        if primary {
+            d.note_primary_stream(stream, dataset_id, r.progress, now);
+        }
         d.enqueue(job, ctx);
     }
     shared.disk_wake.notify_one();
@@ -303,27 +320,28 @@ fn enqueue_read(
 
 async fn write_block(shared: &Arc<Shared>, w: WriteReq) -> Message {
     let store = shared.store.clone();
-    let done = tokio::task::spawn_blocking(move || {
-        store.write_block(w.txid, &w.dataset, w.fragment, w.block, w.crc, &w.data)
-    })
-    .await;
+    let done =
+        tokio::task::spawn_blocking(move || store.write_block(w.txid, &w.dataset, w.fragment, w.block, w.crc, &w.data))
+            .await;
     match done {
         Ok(Ok(())) => Message::WriteOk,
         Ok(Err(e)) => store_error(e),
-        Err(e) => Message::Error(WireError::new(
-            ErrorCode::Internal,
-            format!("write task failed: {e}"),
-        )),
+        Err(e) => Message::Error(WireError::new(ErrorCode::Internal, format!("write task failed: {e}")), None),
     }
 }
 
 async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
     let op = req.op();
     match req {
-        ControlRequest::Stats => Message::ControlOk(Box::new(ControlReply::Stats {
-            stats: shared.stats(),
-        })),
+        ControlRequest::Stats => Message::ControlOk(Box::new(ControlReply::Stats { stats: shared.stats() })),
         ControlRequest::SetFault { fault } => set_fault(shared, fault),
+        ControlRequest::SetPeers { peers } => {
+            *shared.peers.lock().expect("peers lock") = peers;
+            Message::ControlOk(Box::new(ControlReply::Done))
+        }
+        ControlRequest::HandoffAsk { from, rate_bytes_per_sec, clients } => {
+            Message::ControlOk(Box::new(crate::handoff::give(shared, from, rate_bytes_per_sec, &clients)))
+        }
         other => {
             let store = shared.store.clone();
             let result = tokio::task::spawn_blocking(move || blocking_control(&store, other)).await;
@@ -333,10 +351,7 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
                     tracing::debug!(op, %e, "control request failed");
                     store_error(e)
                 }
-                Err(e) => Message::Error(WireError::new(
-                    ErrorCode::Internal,
-                    format!("{op} failed: {e}"),
-                )),
+                Err(e) => Message::Error(WireError::new(ErrorCode::Internal, format!("{op} failed: {e}")), None),
             }
         }
     }
@@ -345,45 +360,37 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
 fn set_fault(shared: &Arc<Shared>, fault: Option<Fault>) -> Message {
     let mut d = shared.disk.lock().expect("disk lock");
     let Some(model) = d.model.as_mut() else {
-        return Message::Error(WireError::new(
-            ErrorCode::Unsupported,
-            format!(
-                "{} has no disk model (it was started with --disk-rate off); restart it with a rate to inject faults",
-                shared.config.node
+        return Message::Error(
+            WireError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "{} has no disk model (it was started with --disk-rate off); restart it with a rate to inject faults",
+                    shared.config.node
+                ),
             ),
-        ));
+            None,
+        );
     };
     match model.set_fault(fault) {
         Ok(()) => {
             tracing::info!(node = %shared.config.node, fault = ?fault, "fault set");
             Message::ControlOk(Box::new(ControlReply::Done))
         }
-        Err(e) => Message::Error(WireError::new(ErrorCode::BadRequest, e.to_string())),
+        Err(e) => Message::Error(WireError::new(ErrorCode::BadRequest, e.to_string()), None),
     }
 }
 
-fn blocking_control(
-    store: &crate::store::Store,
-    req: ControlRequest,
-) -> Result<ControlReply, StoreError> {
+fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<ControlReply, StoreError> {
     Ok(match req {
-        ControlRequest::ListDatasets { staging } => ControlReply::Datasets {
-            datasets: store.list(staging)?,
-        },
-        ControlRequest::GetManifest { name } => ControlReply::Manifest {
-            manifest: store.dataset(&name)?.manifest.clone(),
-        },
+        ControlRequest::ListDatasets { staging } => ControlReply::Datasets { datasets: store.list(staging)? },
+        ControlRequest::GetManifest { name } => {
+            ControlReply::Manifest { manifest: store.dataset(&name)?.manifest.clone() }
+        }
         ControlRequest::Stage { txid, manifest } => {
             store.stage(txid, manifest)?;
             ControlReply::Done
         }
-        ControlRequest::Generate {
-            txid,
-            name,
-            fragment,
-            block_from,
-            block_to,
-        } => {
+        ControlRequest::Generate { txid, name, fragment, block_from, block_to } => {
             store.generate(txid, &name, fragment, block_from, block_to)?;
             ControlReply::Done
         }
@@ -403,22 +410,16 @@ fn blocking_control(
             let (committed, staging) = store.remove(&name)?;
             ControlReply::Removed { committed, staging }
         }
-        ControlRequest::Verify {
-            name,
-            fragment,
-            block_from,
-            block_to,
-        } => ControlReply::Verified {
-            report: store.verify(&name, fragment, block_from, block_to)?,
-        },
-        ControlRequest::Checksums {
-            name,
-            fragment,
-            txid,
-        } => ControlReply::Checksums {
-            crcs: store.checksums(&name, fragment, txid)?,
-        },
-        ControlRequest::Stats | ControlRequest::SetFault { .. } => {
+        ControlRequest::Verify { name, fragment, block_from, block_to } => {
+            ControlReply::Verified { report: store.verify(&name, fragment, block_from, block_to)? }
+        }
+        ControlRequest::Checksums { name, fragment, txid } => {
+            ControlReply::Checksums { crcs: store.checksums(&name, fragment, txid)? }
+        }
+        ControlRequest::Stats
+        | ControlRequest::SetFault { .. }
+        | ControlRequest::SetPeers { .. }
+        | ControlRequest::HandoffAsk { .. } => {
             unreachable!("handled without blocking")
         }
     })

@@ -7,6 +7,7 @@
 //!   ganges-core, really reading the bytes and holding each reply until the modelled disk
 //!   would have finished it.
 //! - [`conn`]: one connection: handshake, frame dispatch, replies, protocol errors.
+//! - [`handoff`]: GD-6: an idle server asks its peers for queued requests; a busy one gives.
 //! - [`sys`]: CPU and memory use of the process.
 //!
 //! The entry point is [`run`], which takes its listener and a shutdown future (mini-redis
@@ -14,6 +15,7 @@
 
 pub mod conn;
 pub mod disk;
+pub mod handoff;
 pub mod store;
 pub mod sys;
 
@@ -21,7 +23,8 @@ use ganges_core::disk::{DiskModel, DiskParams};
 use ganges_core::ids::NodeId;
 use ganges_core::sched::SchedulerKind;
 use ganges_core::time::Time;
-use ganges_proto::control::ServerStats;
+use ganges_proto::control::{Peer, ServerStats};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,6 +41,8 @@ pub struct ServerConfig {
     /// The disk model; `None` reads the file system as it is (page cache included).
     pub disk: Option<DiskParams>,
     pub scheduler: SchedulerKind,
+    /// The other servers, for request handoff; also settable at run time (`SetPeers`).
+    pub peers: Vec<Peer>,
 }
 
 /// Counters reported by `Stats`.
@@ -49,6 +54,8 @@ pub struct Counters {
     pub cancelled: AtomicU64,
     pub corrupt_blocks: AtomicU64,
     pub protocol_errors: AtomicU64,
+    pub handed_off: AtomicU64,
+    pub taken_over: AtomicU64,
 }
 
 /// State shared by the accept loop, every connection and the disk driver.
@@ -60,6 +67,13 @@ pub struct Shared {
     pub disk: Mutex<disk::DiskState>,
     /// Wakes the disk driver when a read is queued.
     pub disk_wake: Notify,
+    /// Wakes the handoff asker when the disk has run out of work.
+    pub idle: Notify,
+    /// The other servers (for handoff), as the cluster tells this one.
+    pub peers: Mutex<Vec<Peer>>,
+    /// Clients by the id they said hello with: their connection and where its replies go
+    /// (a server that takes over another's request answers on the client's connection here).
+    pub clients: Mutex<HashMap<u64, (u64, conn::Outbox)>>,
     pub counters: Counters,
     /// Time zero of this server, for the `Time` values policies see.
     epoch: Instant,
@@ -68,6 +82,12 @@ pub struct Shared {
 impl Shared {
     pub fn now(&self) -> Time {
         Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// This server's bandwidth as measured, else its model's rate, else a fast disk's.
+    pub fn rate_bytes_per_sec(&self) -> f64 {
+        let measured = self.disk.lock().expect("disk lock").rate.rate();
+        measured.or(self.config.disk.map(|d| d.rate_bytes_per_sec)).unwrap_or(1e9)
     }
 
     pub fn instant(&self, t: Time) -> Instant {
@@ -95,6 +115,8 @@ impl Shared {
             cancelled: c.cancelled.load(Ordering::Relaxed),
             corrupt_blocks: c.corrupt_blocks.load(Ordering::Relaxed),
             protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
+            handed_off: c.handed_off.load(Ordering::Relaxed),
+            taken_over: c.taken_over.load(Ordering::Relaxed),
             cpu_secs: sys::cpu_secs(),
             rss_bytes: rss,
             peak_rss_bytes: peak,
@@ -118,6 +140,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let store = Arc::new(store::Store::open(&config.data_dir, config.node)?);
+    let config_peers = config.peers.clone();
     let model = config.disk.map(DiskModel::new);
     let queue_depth = config.disk.map_or(1, |d| d.queue_depth);
     let shared = Arc::new(Shared {
@@ -125,10 +148,14 @@ pub async fn run(
         config,
         store,
         disk_wake: Notify::new(),
+        idle: Notify::new(),
+        peers: Mutex::new(config_peers),
+        clients: Mutex::new(HashMap::new()),
         counters: Counters::default(),
         epoch: Instant::now(),
     });
     let driver = tokio::spawn(disk::run(shared.clone(), queue_depth));
+    let asker = tokio::spawn(handoff::run_asker(shared.clone()));
     let next_conn = AtomicU64::new(1);
     tokio::pin!(shutdown);
     let result = loop {
@@ -149,12 +176,11 @@ pub async fn run(
         }
     };
     driver.abort();
+    asker.abort();
     result
 }
 
 fn is_transient(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    ) || e.kind() == std::io::ErrorKind::ConnectionAborted
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+        || e.kind() == std::io::ErrorKind::ConnectionAborted
 }

@@ -45,11 +45,7 @@ pub enum StoreError {
     #[error("{0}")]
     OutOfRange(String),
     #[error("{fragment} block {block} failed its checksum on this server: {why}")]
-    Corrupt {
-        fragment: FragmentId,
-        block: u32,
-        why: String,
-    },
+    Corrupt { fragment: FragmentId, block: u32, why: String },
     #[error("no staging transaction {txid:016x} for `{name}` on this server")]
     NoSuchTxn { name: DatasetName, txid: u64 },
     #[error("{0}")]
@@ -109,11 +105,7 @@ impl Dataset {
     pub fn copy(&self, fragment: FragmentId) -> Result<&Arc<CopyFiles>> {
         match self.copies.get(&fragment) {
             Some(Some(c)) => Ok(c),
-            Some(None) => Err(StoreError::Corrupt {
-                fragment,
-                block: 0,
-                why: "the copy's files are missing".into(),
-            }),
+            Some(None) => Err(StoreError::Corrupt { fragment, block: 0, why: "the copy's files are missing".into() }),
             None => Err(StoreError::OutOfRange(format!(
                 "this server holds no copy of {fragment} of `{}`",
                 self.manifest.name
@@ -187,8 +179,7 @@ impl Store {
     /// Open (creating if needed) the data directory of `node`.
     pub fn open(root: &Path, node: NodeId) -> Result<Store> {
         for sub in ["datasets", "staging", "trash"] {
-            fs::create_dir_all(root.join(sub))
-                .map_err(io_err(format!("creating {}", root.join(sub).display())))?;
+            fs::create_dir_all(root.join(sub)).map_err(io_err(format!("creating {}", root.join(sub).display())))?;
         }
         let id_path = root.join("node.json");
         match fs::read(&id_path) {
@@ -205,8 +196,7 @@ impl Store {
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let text = serde_json::to_vec(&NodeFile { node }).expect("serialises");
-                fs::write(&id_path, text)
-                    .map_err(io_err(format!("writing {}", id_path.display())))?;
+                fs::write(&id_path, text).map_err(io_err(format!("writing {}", id_path.display())))?;
             }
             Err(e) => return Err(io_err(format!("reading {}", id_path.display()))(e)),
         }
@@ -216,11 +206,7 @@ impl Store {
                 let _ = fs::remove_dir_all(e.path());
             }
         }
-        Ok(Store {
-            node,
-            root: root.to_path_buf(),
-            inner: Mutex::new(Inner::default()),
-        })
+        Ok(Store { node, root: root.to_path_buf(), inner: Mutex::new(Inner::default()) })
     }
 
     pub fn node(&self) -> NodeId {
@@ -230,8 +216,7 @@ impl Store {
     fn map_write_err(&self, what: String) -> impl FnOnce(io::Error) -> StoreError {
         let node = self.node;
         move |err| {
-            if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::EDQUOT)
-            {
+            if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::EDQUOT) {
                 StoreError::DiskFull { node, what }
             } else {
                 StoreError::Io { what, err }
@@ -244,6 +229,11 @@ impl Store {
             return vec![];
         }
         layout.copies_on(self.node, shape.fragment_count())
+    }
+
+    /// The datasets opened so far (those being read).
+    pub fn open_datasets(&self) -> Vec<Arc<Dataset>> {
+        self.inner.lock().expect("store lock").open.values().cloned().collect()
     }
 
     /// A committed dataset, opened once and cached.
@@ -262,13 +252,9 @@ impl Store {
             let data = File::open(dir.join(copy_file_name(fragment, copy, "data")));
             let crc = File::open(dir.join(copy_file_name(fragment, copy, "crc")));
             let files = match (data, crc) {
-                (Ok(data), Ok(crc)) => Some(Arc::new(CopyFiles {
-                    fragment,
-                    copy,
-                    data,
-                    crc,
-                    key: file_key(manifest.id, fragment),
-                })),
+                (Ok(data), Ok(crc)) => {
+                    Some(Arc::new(CopyFiles { fragment, copy, data, crc, key: file_key(manifest.id, fragment) }))
+                }
                 _ => {
                     tracing::warn!(dataset = %name, %fragment, copy, "copy files missing");
                     None
@@ -277,34 +263,19 @@ impl Store {
             copies.insert(fragment, files);
         }
         let d = Arc::new(Dataset { manifest, copies });
-        self.inner
-            .lock()
-            .expect("store lock")
-            .open
-            .insert(name.clone(), d.clone());
+        self.inner.lock().expect("store lock").open.insert(name.clone(), d.clone());
         Ok(d)
     }
 
     /// Read `len` bytes at `start` of block `block` of this node's copy of `fragment`,
     /// after checking the whole block against its stored checksum. Returns the bytes and
     /// their CRC32C.
-    pub fn read(
-        &self,
-        ds: &Dataset,
-        fragment: FragmentId,
-        block: u32,
-        start: u32,
-        len: u32,
-    ) -> Result<(Bytes, u32)> {
+    pub fn read(&self, ds: &Dataset, fragment: FragmentId, block: u32, start: u32, len: u32) -> Result<(Bytes, u32)> {
         let copy = ds.copy(fragment)?;
         let shape = &ds.manifest.shape;
         let block_len = shape.block_len(fragment, block);
         let mut buf = vec![0u8; block_len as usize];
-        let corrupt = |why: String| StoreError::Corrupt {
-            fragment,
-            block,
-            why,
-        };
+        let corrupt = |why: String| StoreError::Corrupt { fragment, block, why };
         copy.data
             .read_exact_at(&mut buf, shape.block_offset(block))
             .map_err(|e| corrupt(format!("reading the block: {e}")))?;
@@ -315,29 +286,16 @@ impl Store {
         let stored = u32::from_le_bytes(stored);
         let actual = crc32c::crc32c(&buf);
         if actual != stored {
-            return Err(corrupt(format!(
-                "stored {stored:08x}, computed {actual:08x}"
-            )));
+            return Err(corrupt(format!("stored {stored:08x}, computed {actual:08x}")));
         }
         let whole = start == 0 && len == block_len;
         let bytes = Bytes::from(buf).slice(start as usize..(start + len) as usize);
-        let crc = if whole {
-            stored
-        } else {
-            crc32c::crc32c(&bytes)
-        };
+        let crc = if whole { stored } else { crc32c::crc32c(&bytes) };
         Ok((bytes, crc))
     }
 
     /// Check a read request's range against the dataset, before it is queued.
-    pub fn check_read(
-        &self,
-        ds: &Dataset,
-        fragment: FragmentId,
-        block: u32,
-        start: u32,
-        len: u32,
-    ) -> Result<()> {
+    pub fn check_read(&self, ds: &Dataset, fragment: FragmentId, block: u32, start: u32, len: u32) -> Result<()> {
         let shape = &ds.manifest.shape;
         if fragment.0 >= shape.fragment_count() {
             return Err(StoreError::OutOfRange(format!(
@@ -367,8 +325,7 @@ impl Store {
     pub fn list(&self, staging: bool) -> Result<Vec<DatasetEntry>> {
         let mut out = vec![];
         let datasets = self.root.join("datasets");
-        let rd =
-            fs::read_dir(&datasets).map_err(io_err(format!("listing {}", datasets.display())))?;
+        let rd = fs::read_dir(&datasets).map_err(io_err(format!("listing {}", datasets.display())))?;
         for e in rd.flatten() {
             let Ok(name) = e.file_name().to_string_lossy().parse::<DatasetName>() else {
                 continue;
@@ -386,18 +343,10 @@ impl Store {
                 let Some((name, txid)) = file_name.rsplit_once('.') else {
                     continue;
                 };
-                let (Ok(name), Ok(txid)) =
-                    (name.parse::<DatasetName>(), u64::from_str_radix(txid, 16))
-                else {
+                let (Ok(name), Ok(txid)) = (name.parse::<DatasetName>(), u64::from_str_radix(txid, 16)) else {
                     continue;
                 };
-                let txn = self
-                    .inner
-                    .lock()
-                    .expect("store lock")
-                    .txns
-                    .get(&(name.clone(), txid))
-                    .cloned();
+                let txn = self.inner.lock().expect("store lock").txns.get(&(name.clone(), txid)).cloned();
                 let manifest = match txn {
                     Some(t) => Some(t.manifest.clone()),
                     None => read_manifest(&e.path().join("manifest.json")).ok(),
@@ -433,25 +382,16 @@ impl Store {
 
     /// Open a staging folder for this node's copies of `manifest`'s dataset.
     pub fn stage(&self, txid: u64, manifest: Manifest) -> Result<()> {
-        manifest
-            .layout
-            .validate()
-            .map_err(|e| StoreError::BadRequest(e.to_string()))?;
+        manifest.layout.validate().map_err(|e| StoreError::BadRequest(e.to_string()))?;
         let name = manifest.name.clone();
         if self.root.join("datasets").join(name.as_str()).exists() {
             return Err(StoreError::Exists(name));
         }
-        let dir = self
-            .root
-            .join("staging")
-            .join(staging_dir_name(&name, txid));
+        let dir = self.root.join("staging").join(staging_dir_name(&name, txid));
         if dir.exists() {
-            return Err(StoreError::BadRequest(format!(
-                "transaction {txid:016x} is already staged"
-            )));
+            return Err(StoreError::BadRequest(format!("transaction {txid:016x} is already staged")));
         }
-        fs::create_dir_all(&dir)
-            .map_err(self.map_write_err(format!("creating {}", dir.display())))?;
+        fs::create_dir_all(&dir).map_err(self.map_write_err(format!("creating {}", dir.display())))?;
         let mut copies = BTreeMap::new();
         let mut written = BTreeMap::new();
         for (fragment, copy) in self.local_copies(&manifest.layout, &manifest.shape) {
@@ -463,36 +403,17 @@ impl Store {
                     .create_new(true)
                     .open(&path)
                     .map_err(self.map_write_err(format!("creating {}", path.display())))?;
-                f.set_len(len)
-                    .map_err(self.map_write_err(format!("sizing {}", path.display())))?;
+                f.set_len(len).map_err(self.map_write_err(format!("sizing {}", path.display())))?;
                 Ok(f)
             };
             let blocks = manifest.shape.blocks_in(fragment);
             let data = open("data", manifest.shape.fragment_bytes(fragment))?;
             let crc = open("crc", blocks as u64 * 4)?;
-            copies.insert(
-                fragment,
-                CopyFiles {
-                    fragment,
-                    copy,
-                    data,
-                    crc,
-                    key: file_key(manifest.id, fragment),
-                },
-            );
+            copies.insert(fragment, CopyFiles { fragment, copy, data, crc, key: file_key(manifest.id, fragment) });
             written.insert(fragment, vec![false; blocks as usize]);
         }
-        let txn = Txn {
-            manifest,
-            dir,
-            copies,
-            written: Mutex::new(written),
-        };
-        self.inner
-            .lock()
-            .expect("store lock")
-            .txns
-            .insert((name, txid), Arc::new(txn));
+        let txn = Txn { manifest, dir, copies, written: Mutex::new(written) };
+        self.inner.lock().expect("store lock").txns.insert((name, txid), Arc::new(txn));
         Ok(())
     }
 
@@ -503,66 +424,34 @@ impl Store {
             .txns
             .get(&(name.clone(), txid))
             .cloned()
-            .ok_or_else(|| StoreError::NoSuchTxn {
-                name: name.clone(),
-                txid,
-            })
+            .ok_or_else(|| StoreError::NoSuchTxn { name: name.clone(), txid })
     }
 
     fn txn_copy<'t>(&self, txn: &'t Txn, fragment: FragmentId) -> Result<&'t CopyFiles> {
         txn.copies.get(&fragment).ok_or_else(|| {
-            StoreError::OutOfRange(format!(
-                "this server holds no copy of {fragment} of `{}`",
-                txn.manifest.name
-            ))
+            StoreError::OutOfRange(format!("this server holds no copy of {fragment} of `{}`", txn.manifest.name))
         })
     }
 
-    fn put_block(
-        &self,
-        txn: &Txn,
-        copy: &CopyFiles,
-        block: u32,
-        data: &[u8],
-        crc: u32,
-    ) -> Result<()> {
+    fn put_block(&self, txn: &Txn, copy: &CopyFiles, block: u32, data: &[u8], crc: u32) -> Result<()> {
         let shape = &txn.manifest.shape;
         let what = || format!("writing {} block {block}", copy.fragment);
-        copy.data
-            .write_all_at(data, shape.block_offset(block))
-            .map_err(self.map_write_err(what()))?;
-        copy.crc
-            .write_all_at(&crc.to_le_bytes(), block as u64 * 4)
-            .map_err(self.map_write_err(what()))?;
-        txn.written
-            .lock()
-            .expect("txn lock")
-            .get_mut(&copy.fragment)
-            .expect("local copy")[block as usize] = true;
+        copy.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what()))?;
+        copy.crc.write_all_at(&crc.to_le_bytes(), block as u64 * 4).map_err(self.map_write_err(what()))?;
+        txn.written.lock().expect("txn lock").get_mut(&copy.fragment).expect("local copy")[block as usize] = true;
         Ok(())
     }
 
     /// Generate blocks `[from, to)` of this node's staged copy of `fragment`.
-    pub fn generate(
-        &self,
-        txid: u64,
-        name: &DatasetName,
-        fragment: FragmentId,
-        from: u32,
-        to: u32,
-    ) -> Result<()> {
+    pub fn generate(&self, txid: u64, name: &DatasetName, fragment: FragmentId, from: u32, to: u32) -> Result<()> {
         let txn = self.txn(name, txid)?;
         let Content::Generated { generator } = txn.manifest.content else {
-            return Err(StoreError::BadRequest(format!(
-                "`{name}` is not a generated dataset"
-            )));
+            return Err(StoreError::BadRequest(format!("`{name}` is not a generated dataset")));
         };
         let copy = self.txn_copy(&txn, fragment)?;
         let shape = &txn.manifest.shape;
         if from > to || to > shape.blocks_in(fragment) {
-            return Err(StoreError::OutOfRange(format!(
-                "blocks [{from}, {to}) of {fragment}"
-            )));
+            return Err(StoreError::OutOfRange(format!("blocks [{from}, {to}) of {fragment}")));
         }
         let mut buf = vec![0u8; shape.block_bytes() as usize];
         for block in from..to {
@@ -589,9 +478,7 @@ impl Store {
         let copy = self.txn_copy(&txn, fragment)?;
         let shape = &txn.manifest.shape;
         if block >= shape.blocks_in(fragment) {
-            return Err(StoreError::OutOfRange(format!(
-                "{fragment} has no block {block}"
-            )));
+            return Err(StoreError::OutOfRange(format!("{fragment} has no block {block}")));
         }
         let want = shape.block_len(fragment, block) as usize;
         if data.len() != want {
@@ -609,20 +496,11 @@ impl Store {
     }
 
     /// The stored checksums of this node's copy of `fragment` (staged, or committed).
-    pub fn checksums(
-        &self,
-        name: &DatasetName,
-        fragment: FragmentId,
-        txid: Option<u64>,
-    ) -> Result<Vec<u32>> {
+    pub fn checksums(&self, name: &DatasetName, fragment: FragmentId, txid: Option<u64>) -> Result<Vec<u32>> {
         let read_all = |file: &File, blocks: u32| -> Result<Vec<u32>> {
             let mut raw = vec![0u8; blocks as usize * 4];
-            file.read_exact_at(&mut raw, 0)
-                .map_err(io_err(format!("reading checksums of {fragment}")))?;
-            Ok(raw
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect())
+            file.read_exact_at(&mut raw, 0).map_err(io_err(format!("reading checksums of {fragment}")))?;
+            Ok(raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
         };
         match txid {
             Some(txid) => {
@@ -630,9 +508,7 @@ impl Store {
                 let copy = self.txn_copy(&txn, fragment)?;
                 let written = txn.written.lock().expect("txn lock");
                 if let Some(b) = written[&fragment].iter().position(|w| !w) {
-                    return Err(StoreError::Incomplete(format!(
-                        "{fragment} block {b} has not been written"
-                    )));
+                    return Err(StoreError::Incomplete(format!("{fragment} block {b} has not been written")));
                 }
                 read_all(&copy.crc, txn.manifest.shape.blocks_in(fragment))
             }
@@ -648,12 +524,8 @@ impl Store {
     pub fn prepare(&self, txid: u64, manifest: &Manifest) -> Result<()> {
         let txn = self.txn(&manifest.name, txid)?;
         let staged = &txn.manifest;
-        if (staged.id, &staged.layout, &staged.shape)
-            != (manifest.id, &manifest.layout, &manifest.shape)
-        {
-            return Err(StoreError::BadRequest(
-                "the prepared manifest differs from the staged one".into(),
-            ));
+        if (staged.id, &staged.layout, &staged.shape) != (manifest.id, &manifest.layout, &manifest.shape) {
+            return Err(StoreError::BadRequest("the prepared manifest differs from the staged one".into()));
         }
         {
             let written = txn.written.lock().expect("txn lock");
@@ -668,19 +540,14 @@ impl Store {
         }
         for c in txn.copies.values() {
             let what = format!("syncing {}", c.fragment);
-            c.data
-                .sync_all()
-                .map_err(self.map_write_err(what.clone()))?;
+            c.data.sync_all().map_err(self.map_write_err(what.clone()))?;
             c.crc.sync_all().map_err(self.map_write_err(what))?;
         }
         let tmp = txn.dir.join("manifest.json.tmp");
         let text = serde_json::to_vec_pretty(manifest).expect("manifests serialise");
-        let mut f =
-            File::create(&tmp).map_err(self.map_write_err("writing the manifest".into()))?;
-        f.write_all(&text)
-            .map_err(self.map_write_err("writing the manifest".into()))?;
-        f.sync_all()
-            .map_err(self.map_write_err("syncing the manifest".into()))?;
+        let mut f = File::create(&tmp).map_err(self.map_write_err("writing the manifest".into()))?;
+        f.write_all(&text).map_err(self.map_write_err("writing the manifest".into()))?;
+        f.sync_all().map_err(self.map_write_err("syncing the manifest".into()))?;
         fs::rename(&tmp, txn.dir.join("manifest.json")).map_err(io_err("renaming the manifest"))?;
         sync_dir(&txn.dir).map_err(io_err("syncing the staging folder"))?;
         Ok(())
@@ -693,10 +560,7 @@ impl Store {
             return Err(if dir.exists() {
                 StoreError::Incomplete(format!("`{name}` transaction {txid:016x} is not prepared"))
             } else {
-                StoreError::NoSuchTxn {
-                    name: name.clone(),
-                    txid,
-                }
+                StoreError::NoSuchTxn { name: name.clone(), txid }
             });
         }
         let target = self.root.join("datasets").join(name.as_str());
@@ -710,21 +574,13 @@ impl Store {
             Err(e) => return Err(io_err(format!("committing `{name}`"))(e)),
         }
         sync_dir(&self.root.join("datasets")).map_err(io_err("syncing datasets/"))?;
-        self.inner
-            .lock()
-            .expect("store lock")
-            .txns
-            .remove(&(name.clone(), txid));
+        self.inner.lock().expect("store lock").txns.remove(&(name.clone(), txid));
         Ok(())
     }
 
     /// Drop a staging folder.
     pub fn abort(&self, txid: u64, name: &DatasetName) -> Result<()> {
-        self.inner
-            .lock()
-            .expect("store lock")
-            .txns
-            .remove(&(name.clone(), txid));
+        self.inner.lock().expect("store lock").txns.remove(&(name.clone(), txid));
         let dir = self.root.join("staging").join(staging_dir_name(name, txid));
         if dir.exists() {
             self.discard(&dir)?;
@@ -735,14 +591,11 @@ impl Store {
     /// Move a folder to the trash (atomic disappearance), then delete it.
     fn discard(&self, dir: &Path) -> Result<()> {
         let stamp = std::process::id() as u128
-            ^ std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-        let trash = self.root.join("trash").join(format!(
-            "{}.{stamp:x}",
-            dir.file_name()
-                .map_or("x".into(), |n| n.to_string_lossy().to_string())
-        ));
+            ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let trash = self
+            .root
+            .join("trash")
+            .join(format!("{}.{stamp:x}", dir.file_name().map_or("x".into(), |n| n.to_string_lossy().to_string())));
         fs::rename(dir, &trash).map_err(io_err(format!("removing {}", dir.display())))?;
         fs::remove_dir_all(&trash).map_err(io_err(format!("deleting {}", trash.display())))
     }
@@ -763,10 +616,7 @@ impl Store {
         let mut staging = 0;
         let prefix = format!("{name}.");
         let sdir = self.root.join("staging");
-        for e in fs::read_dir(&sdir)
-            .map_err(io_err("listing staging/"))?
-            .flatten()
-        {
+        for e in fs::read_dir(&sdir).map_err(io_err("listing staging/"))?.flatten() {
             let file_name = e.file_name().to_string_lossy().to_string();
             if let Some(rest) = file_name.strip_prefix(&prefix)
                 && rest.len() == 16
@@ -780,38 +630,19 @@ impl Store {
     }
 
     /// Check blocks `[from, to)` of this node's copy of `fragment` against their checksums.
-    pub fn verify(
-        &self,
-        name: &DatasetName,
-        fragment: FragmentId,
-        from: u32,
-        to: u32,
-    ) -> Result<VerifyReport> {
+    pub fn verify(&self, name: &DatasetName, fragment: FragmentId, from: u32, to: u32) -> Result<VerifyReport> {
         let ds = self.dataset(name)?;
         let shape = &ds.manifest.shape;
         let mut report = VerifyReport::default();
         let Some(files) = ds.copies.get(&fragment) else {
-            return Err(StoreError::OutOfRange(format!(
-                "this server holds no copy of {fragment} of `{name}`"
-            )));
+            return Err(StoreError::OutOfRange(format!("this server holds no copy of {fragment} of `{name}`")));
         };
         if from > to || to > shape.blocks_in(fragment) {
-            return Err(StoreError::OutOfRange(format!(
-                "blocks [{from}, {to}) of {fragment}"
-            )));
+            return Err(StoreError::OutOfRange(format!("blocks [{from}, {to}) of {fragment}")));
         }
-        let copy = ds
-            .manifest
-            .layout
-            .copy_on(fragment, self.node)
-            .expect("local copy");
+        let copy = ds.manifest.layout.copy_on(fragment, self.node).expect("local copy");
         if files.is_none() {
-            report.bad.push(BadBlock {
-                fragment,
-                copy,
-                block: from,
-                why: "copy files missing".into(),
-            });
+            report.bad.push(BadBlock { fragment, copy, block: from, why: "copy files missing".into() });
             return Ok(report);
         }
         for block in from..to {
@@ -819,12 +650,7 @@ impl Store {
             report.blocks += 1;
             match self.read(&ds, fragment, block, 0, len) {
                 Ok(_) => report.bytes += len as u64,
-                Err(StoreError::Corrupt { why, .. }) => report.bad.push(BadBlock {
-                    fragment,
-                    copy,
-                    block,
-                    why,
-                }),
+                Err(StoreError::Corrupt { why, .. }) => report.bad.push(BadBlock { fragment, copy, block, why }),
                 Err(e) => return Err(e),
             }
         }
@@ -860,9 +686,7 @@ mod tests {
             layout: Layout::chained(nodes, 2).unwrap(),
             shape: Shape::uniform(nodes, 10_000, 4096).unwrap(),
             records: RecordFormat::Bytes,
-            content: Content::Generated {
-                generator: Generator::Random { seed: 1 },
-            },
+            content: Content::Generated { generator: Generator::Random { seed: 1 } },
             state: DatasetState::Complete,
             checksum: "crc32c".into(),
             digest: Digest(0),
@@ -873,9 +697,7 @@ mod tests {
     fn staged(store: &Store, m: &Manifest, txid: u64) {
         store.stage(txid, m.clone()).unwrap();
         for (f, _) in m.layout.copies_on(store.node(), m.shape.fragment_count()) {
-            store
-                .generate(txid, &m.name, f, 0, m.shape.blocks_in(f))
-                .unwrap();
+            store.generate(txid, &m.name, f, 0, m.shape.blocks_in(f)).unwrap();
         }
     }
 
@@ -885,16 +707,10 @@ mod tests {
         let store = Store::open(dir.path(), NodeId(1)).unwrap();
         let m = manifest("d", 4);
         staged(&store, &m, 7);
-        assert!(matches!(
-            store.dataset(&m.name),
-            Err(StoreError::UnknownDataset(_))
-        ));
+        assert!(matches!(store.dataset(&m.name), Err(StoreError::UnknownDataset(_))));
         assert_eq!(store.list(false).unwrap().len(), 0);
         assert_eq!(store.list(true).unwrap()[0].staging_txid, Some(7));
-        assert!(matches!(
-            store.commit(7, &m.name),
-            Err(StoreError::Incomplete(_))
-        ));
+        assert!(matches!(store.commit(7, &m.name), Err(StoreError::Incomplete(_))));
         store.prepare(7, &m).unwrap();
         store.commit(7, &m.name).unwrap();
         let ds = store.dataset(&m.name).unwrap();
@@ -904,18 +720,9 @@ mod tests {
         Generator::Random { seed: 1 }.fill(8192, &mut want);
         assert_eq!(&bytes[..], &want[..]);
         assert_eq!(crc, crc32c::crc32c(&want));
-        assert!(matches!(
-            store.check_read(&ds, FragmentId(2), 0, 0, 1),
-            Err(StoreError::OutOfRange(_))
-        ));
-        assert!(matches!(
-            store.check_read(&ds, FragmentId(0), 3, 0, 1),
-            Err(StoreError::OutOfRange(_))
-        ));
-        assert!(matches!(
-            store.check_read(&ds, FragmentId(0), 0, 4000, 100),
-            Err(StoreError::OutOfRange(_))
-        ));
+        assert!(matches!(store.check_read(&ds, FragmentId(2), 0, 0, 1), Err(StoreError::OutOfRange(_))));
+        assert!(matches!(store.check_read(&ds, FragmentId(0), 3, 0, 1), Err(StoreError::OutOfRange(_))));
+        assert!(matches!(store.check_read(&ds, FragmentId(0), 0, 4000, 100), Err(StoreError::OutOfRange(_))));
         assert_eq!(store.verify_all(&m.name).unwrap().bad, vec![]);
     }
 
@@ -927,25 +734,16 @@ mod tests {
         staged(&store, &m, 1);
         store.prepare(1, &m).unwrap();
         store.commit(1, &m.name).unwrap();
-        let path = dir
-            .path()
-            .join("datasets/d")
-            .join(copy_file_name(FragmentId(0), 0, "data"));
+        let path = dir.path().join("datasets/d").join(copy_file_name(FragmentId(0), 0, "data"));
         let mut bytes = fs::read(&path).unwrap();
         bytes[5000] ^= 1;
         fs::write(&path, bytes).unwrap();
         let store = Store::open(dir.path(), NodeId(0)).unwrap();
         let ds = store.dataset(&m.name).unwrap();
-        assert!(matches!(
-            store.read(&ds, FragmentId(0), 1, 0, 4096),
-            Err(StoreError::Corrupt { block: 1, .. })
-        ));
+        assert!(matches!(store.read(&ds, FragmentId(0), 1, 0, 4096), Err(StoreError::Corrupt { block: 1, .. })));
         let report = store.verify_all(&m.name).unwrap();
         assert_eq!(report.bad.len(), 1);
-        assert_eq!(
-            (report.bad[0].fragment, report.bad[0].block),
-            (FragmentId(0), 1)
-        );
+        assert_eq!((report.bad[0].fragment, report.bad[0].block), (FragmentId(0), 1));
     }
 
     #[test]
@@ -958,22 +756,11 @@ mod tests {
             store.prepare(txid, &m).unwrap();
         }
         store.commit(1, &m.name).unwrap();
-        assert!(matches!(
-            store.commit(2, &m.name),
-            Err(StoreError::Exists(_))
-        ));
-        assert!(matches!(
-            store.stage(3, m.clone()),
-            Err(StoreError::Exists(_))
-        ));
+        assert!(matches!(store.commit(2, &m.name), Err(StoreError::Exists(_))));
+        assert!(matches!(store.stage(3, m.clone()), Err(StoreError::Exists(_))));
         assert_eq!(store.remove(&m.name).unwrap(), (true, 1));
         assert!(store.list(true).unwrap().is_empty());
-        assert!(
-            fs::read_dir(dir.path().join("trash"))
-                .unwrap()
-                .next()
-                .is_none()
-        );
+        assert!(fs::read_dir(dir.path().join("trash")).unwrap().next().is_none());
     }
 
     #[test]
@@ -993,17 +780,9 @@ mod tests {
             store.write_block(5, &m.name, FragmentId(0), 0, crc, &data[1..]),
             Err(StoreError::BadRequest(_))
         ));
-        store
-            .write_block(5, &m.name, FragmentId(0), 0, crc, &data)
-            .unwrap();
-        assert!(matches!(
-            store.prepare(5, &m),
-            Err(StoreError::Incomplete(_))
-        ));
-        assert!(matches!(
-            store.generate(5, &m.name, FragmentId(0), 0, 1),
-            Err(StoreError::BadRequest(_))
-        ));
+        store.write_block(5, &m.name, FragmentId(0), 0, crc, &data).unwrap();
+        assert!(matches!(store.prepare(5, &m), Err(StoreError::Incomplete(_))));
+        assert!(matches!(store.generate(5, &m.name, FragmentId(0), 0, 1), Err(StoreError::BadRequest(_))));
         store.abort(5, &m.name).unwrap();
         assert!(store.list(true).unwrap().is_empty());
     }
@@ -1012,9 +791,6 @@ mod tests {
     fn a_data_directory_belongs_to_one_node() {
         let dir = tempfile::tempdir().unwrap();
         Store::open(dir.path(), NodeId(3)).unwrap();
-        assert!(matches!(
-            Store::open(dir.path(), NodeId(4)),
-            Err(StoreError::BadRequest(_))
-        ));
+        assert!(matches!(Store::open(dir.path(), NodeId(4)), Err(StoreError::BadRequest(_))));
     }
 }

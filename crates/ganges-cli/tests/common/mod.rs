@@ -31,22 +31,15 @@ pub fn disk(rate_mib_per_sec: f64) -> Option<DiskSpec> {
 
 pub fn start(nodes: u32, disk: Option<DiskSpec>) -> TestCluster {
     let root = tempfile::tempdir().unwrap();
-    let spec = LocalSpec {
-        nodes,
-        root: root.path().to_path_buf(),
-        disk,
-        scheduler: SchedulerKind::FurthestBehind,
-        binary: binary(),
-    };
+    let spec =
+        LocalSpec { nodes, root: root.path().to_path_buf(), disk, scheduler: SchedulerKind::Auto, binary: binary() };
     let local = LocalCluster::start(&spec).expect("local cluster starts");
     TestCluster { local, root }
 }
 
 impl TestCluster {
     pub async fn client(&self) -> Arc<Client> {
-        Client::connect(self.local.cluster().clone())
-            .await
-            .expect("client connects")
+        Client::connect(self.local.cluster().clone()).await.expect("client connects")
     }
 
     pub fn data_dir(&self, node: u32) -> PathBuf {
@@ -64,13 +57,7 @@ pub async fn create(
 ) -> Manifest {
     dataset::create(
         client,
-        CreateSpec {
-            name: name.parse().unwrap(),
-            fragment_bytes: fragments,
-            block_bytes: block,
-            replicas,
-            generator,
-        },
+        CreateSpec { name: name.parse().unwrap(), fragment_bytes: fragments, block_bytes: block, replicas, generator },
         None,
     )
     .await

@@ -1,0 +1,168 @@
+//! GD-6, server request handoff (virtual-streams §3.4): the decisions.
+//!
+//! A server that has run out of work asks a server holding copies of the same fragments for
+//! part of its queue, and serves those requests itself, answering the consumers directly.
+//! The busy server decides how many: the paper writes `N = N0 * B_fast / B_slow`, with N0
+//! the busy server's queued requests and B the two servers' bandwidths. Taken literally
+//! that asks for more than the busy server holds whenever the idle one is faster (and all
+//! of them when they are equal), which only moves the queue. We take the share that makes
+//! both finish together: the idle server serves x at B_fast while the busy one serves
+//! N0 - x at B_slow, so `x = N0 * B_fast / (B_fast + B_slow)`, the diffusive split of the
+//! paper's reference [13]. Nothing is handed off below `HANDOFF_MIN` requests: a handoff
+//! costs a round trip and a seek on the helper.
+//!
+//! The requests handed off are the ones the busy server would serve last (the newest), so
+//! the handoff does not reorder what it keeps.
+
+use crate::ids::NodeId;
+use crate::sched::JobId;
+use crate::time::Time;
+use std::time::Duration;
+
+/// The fewest requests worth handing off (the paper's "minimum number of requests
+/// transferred at a time to offset the cost of transfer").
+pub const HANDOFF_MIN: usize = 2;
+/// After an ask that brought nothing, wait this long before asking the same server again:
+/// an idle server must not flood busy ones with asks.
+pub const ASK_BACKOFF: Duration = Duration::from_millis(20);
+
+/// How many of the busy server's `queued` eligible requests the idle one takes.
+pub fn share(queued: usize, rate_idle: f64, rate_busy: f64) -> usize {
+    if queued < HANDOFF_MIN || rate_idle <= 0.0 {
+        return 0;
+    }
+    let rate_busy = rate_busy.max(1e-9);
+    let x = (queued as f64 * rate_idle / (rate_idle + rate_busy)).floor() as usize;
+    // Keep at least one: the busy server is serving, and its queue is its pipeline.
+    let x = x.min(queued - 1);
+    if x >= HANDOFF_MIN { x } else { 0 }
+}
+
+/// Which requests to hand off: the `n` newest among the eligible `(id, arrival)` pairs.
+pub fn select(mut eligible: Vec<(JobId, Time)>, n: usize) -> Vec<JobId> {
+    eligible.sort_by_key(|&(id, arrival)| (std::cmp::Reverse(arrival), std::cmp::Reverse(id)));
+    eligible.into_iter().take(n).map(|(id, _)| id).collect()
+}
+
+/// An idle server's asking: round-robin over the peers holding copies of its fragments,
+/// one ask at a time, backing off from a peer that had nothing to give.
+#[derive(Debug, Default)]
+pub struct Asker {
+    next: usize,
+    asking: Option<NodeId>,
+    /// Per peer: not before this time.
+    backoff: Vec<(NodeId, Time)>,
+}
+
+impl Asker {
+    /// The server has nothing queued at `now`; whom to ask, if anyone.
+    pub fn on_idle(&mut self, now: Time, peers: &[NodeId]) -> Option<NodeId> {
+        if self.asking.is_some() || peers.is_empty() {
+            return None;
+        }
+        for i in 0..peers.len() {
+            let p = peers[(self.next + i) % peers.len()];
+            let waiting = self.backoff.iter().any(|(n, until)| *n == p && now < *until);
+            if !waiting {
+                self.next = (self.next + i + 1) % peers.len();
+                self.asking = Some(p);
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// The answer from `peer`: it handed over `given` requests (0 if it had none to spare,
+    /// or if the ask failed).
+    pub fn on_answer(&mut self, now: Time, peer: NodeId, given: usize) {
+        if self.asking == Some(peer) {
+            self.asking = None;
+        }
+        self.backoff.retain(|(n, _)| *n != peer);
+        if given == 0 {
+            self.backoff.push((peer, now + ASK_BACKOFF));
+        }
+    }
+
+    /// The earliest time a backed-off peer may be asked again.
+    pub fn next_retry(&self) -> Option<Time> {
+        self.backoff.iter().map(|(_, t)| *t).min()
+    }
+}
+
+/// A server's bandwidth as it serves: bytes over disk-busy time, smoothed. Servers note it
+/// down as they go ("servers periodically note down its available bandwidth") and trade it
+/// in handoffs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RateMeter {
+    rate: Option<f64>,
+}
+
+impl RateMeter {
+    /// Weight of the newest request: about the last ten requests count.
+    const NEW: f64 = 0.1;
+
+    pub fn note(&mut self, bytes: u64, busy: Duration) {
+        let secs = busy.as_secs_f64();
+        if secs <= 0.0 {
+            return;
+        }
+        let r = bytes as f64 / secs;
+        self.rate = Some(self.rate.map_or(r, |o| o + Self::NEW * (r - o)));
+    }
+
+    pub fn rate(&self) -> Option<f64> {
+        self.rate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_share_makes_both_servers_finish_together() {
+        // Equal servers split the queue.
+        assert_eq!(share(10, 1.0, 1.0), 5);
+        // An idle server twice as fast takes two thirds.
+        assert_eq!(share(9, 2.0, 1.0), 6);
+        // The busy server keeps at least one; tiny queues are not worth a handoff.
+        assert_eq!(share(3, 100.0, 1.0), 2);
+        assert_eq!(share(2, 1.0, 1.0), 0);
+        assert_eq!(share(1, 1.0, 1.0), 0);
+        assert_eq!(share(10, 0.0, 1.0), 0);
+        // A much slower helper takes nothing worth the trip.
+        assert_eq!(share(10, 0.1, 1.0), 0);
+    }
+
+    #[test]
+    fn the_newest_requests_are_handed_off() {
+        let eligible = vec![(1, Time(10)), (2, Time(30)), (3, Time(20)), (4, Time(40))];
+        assert_eq!(select(eligible, 2), vec![4, 2]);
+        assert!(select(vec![], 3).is_empty());
+    }
+
+    #[test]
+    fn an_idle_server_asks_one_peer_at_a_time_and_backs_off() {
+        let mut a = Asker::default();
+        let peers = [NodeId(1), NodeId(3)];
+        assert_eq!(a.on_idle(Time::ZERO, &peers), Some(NodeId(1)));
+        assert_eq!(a.on_idle(Time::ZERO, &peers), None, "one ask at a time");
+        a.on_answer(Time::ZERO, NodeId(1), 0);
+        assert_eq!(a.on_idle(Time::ZERO, &peers), Some(NodeId(3)));
+        a.on_answer(Time::ZERO, NodeId(3), 0);
+        assert_eq!(a.on_idle(Time::ZERO, &peers), None, "both backed off");
+        assert_eq!(a.next_retry(), Some(Time::ZERO + ASK_BACKOFF));
+        let later = Time::ZERO + ASK_BACKOFF;
+        assert!(a.on_idle(later, &peers).is_some());
+    }
+
+    #[test]
+    fn the_rate_meter_smooths() {
+        let mut m = RateMeter::default();
+        assert_eq!(m.rate(), None);
+        m.note(1000, Duration::from_secs(1));
+        m.note(2000, Duration::from_secs(1));
+        assert!((m.rate().unwrap() - 1100.0).abs() < 1e-9);
+    }
+}

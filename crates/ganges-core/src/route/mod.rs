@@ -1,0 +1,661 @@
+//! Client-side read routing: which server each request of a consumer goes to.
+//!
+//! A [`ReadEngine`] drives one consumer's read. It owns what every policy shares: the pieces
+//! still to request, a bounded window of requests in flight, what it has seen of each server
+//! (replies, latency, delivered rate, reported state), failover when a server dies, stalls or
+//! returns a corrupt block, duplicate suppression, and the end-of-scan steal. The choice of
+//! server is a [`RoutePolicy`] (modules [`policy`], [`primary`], [`rate`]):
+//!
+//! | name | spec | consumer side | server side |
+//! | --- | --- | --- | --- |
+//! | `static` | GD-8 | primary copy only | furthest behind |
+//! | `gd` | GD-1 | round-robin start, replies pull requests | furthest behind, progress in bytes |
+//! | `gd-rel` | GD-2 | same | furthest behind, progress as a fraction |
+//! | `gd-batch` | GD-2 + GD-5 runs | same | same, with runs |
+//! | `gd-pc` | GD-3 | primary, backups between watermarks | furthest behind, fraction |
+//! | `gd-pc-shrink` | GD-3 + ours | watermark shrinking near the end | same |
+//! | `gd-rr` | GD-4 + GD-5 | more requests where answers come faster, primary preferred | longest queue, runs |
+//! | `gd-rr-handoff` | + GD-6 | same | same, and idle servers take queued requests |
+//! | `mirror` | GD-9 | blocks alternate over the copies | furthest behind |
+//!
+//! **End-of-scan steal.** When every piece has been requested, a server that replies and has
+//! nothing more of this consumer's takes over one piece still queued at another server that
+//! also holds it; the engine sends it there and cancels it at the old server (river §6.2's
+//! end-of-run effect). A cancel that arrives too late yields a duplicate, which the engine
+//! drops and counts: every piece is delivered exactly once.
+//!
+//! **Progress notices.** GD policies tell the other servers holding this consumer's queued
+//! requests whenever its progress changes (`poll_notify`), so every server's furthest-behind
+//! choice uses fresh figures (river §6.3).
+//!
+//! **Stalls.** A server holding our requests that answers nothing for `stall_timeout` is
+//! treated as down for this read; its requests go to the other copies.
+//!
+//! **Lookahead.** Ordered readers bound how far past the first undelivered piece requests may
+//! go, so their reorder buffer stays bounded.
+//!
+//! **Open-ended reads.** An engine made with `open_ended` starts with no pieces; the async
+//! interface adds pieces as the caller submits reads.
+//!
+//! **Moved requests.** When a server hands a queued request to another (GD-6), the engine is
+//! told (`on_moved`), so the reply from the new server is expected and a failure there is
+//! retried.
+//!
+//! Driving order (the quinn style): feed events with `on_data`, `on_failure`,
+//! `on_node_down`, `on_state`, `on_moved`, then drain `poll_send`, `poll_cancel`,
+//! `poll_notify` and `poll_probe` until all return `None`.
+
+pub mod policy;
+pub mod primary;
+pub mod rate;
+
+pub use policy::{
+    NodeView, Pick, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, RoutePolicy, RouteView, ServerState,
+    SettingError,
+};
+
+use crate::ids::{FragmentId, NodeId};
+use crate::layout::{Layout, REPLICAS_MAX};
+use crate::sched::{Progress, Service};
+use crate::shape::Piece;
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+/// Requests in flight per consumer unless told otherwise: two per copy at R = 2. Enough to
+/// keep each server's queue non-empty while a reply crosses the network (river §6.1: a
+/// producer needs a few outstanding messages to pipeline), few enough that the servers'
+/// scheduler, not the queue order, decides who is served.
+pub const WINDOW_DEFAULT: u32 = 4;
+/// The largest window a consumer may ask for: bounds client buffers and server queues.
+pub const WINDOW_MAX: u32 = 256;
+/// How long a server may hold this consumer's requests without answering any before the
+/// consumer treats it as down for this read. A slow server still answers; one that says
+/// nothing for this long is hung (a stopped process, a dead disk), and waiting on it would
+/// hang the scan. Thirty seconds is far above any sane block time: a 16 MiB block queued
+/// behind two others on a 2 MiB/s disk takes 24 s.
+pub const STALL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Weight of the newest sample in the smoothed latency and rate of a server: about the last
+/// five replies count, so a change in a server's speed shows within a few blocks.
+const EWMA_NEW: f64 = 0.2;
+
+/// What a policy may see of an engine, borrowed field by field so the policy itself can be
+/// borrowed mutably beside it.
+macro_rules! view {
+    ($e:expr, $now:expr) => {
+        RouteView {
+            now: $now,
+            nodes: &$e.nodes,
+            own_fraction: $e.done_bytes as f64 / $e.total_bytes.max(1) as f64,
+            block_fraction: $e.block_bytes as f64 / $e.total_bytes.max(1) as f64,
+            window: $e.config.window,
+        }
+    };
+}
+
+/// Settings of one consumer's read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadConfig {
+    /// Requests in flight, 1 to `WINDOW_MAX`.
+    pub window: u32,
+    /// See `STALL_TIMEOUT_DEFAULT`.
+    pub stall_timeout: Duration,
+    /// If set, no piece more than this many past the first undelivered one is requested.
+    pub lookahead: Option<u32>,
+}
+
+impl Default for ReadConfig {
+    fn default() -> Self {
+        ReadConfig { window: WINDOW_DEFAULT, stall_timeout: STALL_TIMEOUT_DEFAULT, lookahead: None }
+    }
+}
+
+/// A request the driver must send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dispatch {
+    pub piece: usize,
+    pub node: NodeId,
+}
+
+/// Why a request did not bring data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The server dropped the request because the engine cancelled it.
+    Cancelled,
+    /// The server's copy of this block failed its checksum; never deliver it, read elsewhere.
+    Corrupt,
+    /// The server cannot serve this read (it lost the dataset, refused, or errored); the
+    /// engine stops using it for this read, as it does for a dead server.
+    Unavailable,
+}
+
+/// What the engine made of a reply with data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// The first copy of this piece: hand it to the consumer.
+    New,
+    /// Already delivered (a cancel arrived too late): drop it.
+    Duplicate,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("no live server holds {fragment} any more (copies on {holders:?} are down or corrupt)")]
+    NoLiveCopy { fragment: FragmentId, holders: Vec<NodeId> },
+    #[error("a window of {0} requests is out of range 1..={WINDOW_MAX}")]
+    Window(u32),
+    #[error("a stall timeout must be positive")]
+    StallTimeout,
+    #[error("a lookahead of 0 pieces could never request anything")]
+    Lookahead,
+}
+
+/// Counters of one consumer's read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadStats {
+    /// Bytes delivered from each copy index (0 = primary).
+    pub bytes_by_copy: [u64; REPLICAS_MAX as usize],
+    pub requests: u64,
+    pub duplicates: u64,
+    pub steals: u64,
+    pub retries: u64,
+    pub probes: u64,
+    /// Requests a server handed to another server (GD-6).
+    pub moved: u64,
+    /// (piece dataset offset, node) of every corrupt block a server reported.
+    pub corrupt: Vec<(u64, NodeId)>,
+}
+
+impl ReadStats {
+    pub fn backup_bytes(&self) -> u64 {
+        self.bytes_by_copy[1..].iter().sum()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PieceState {
+    Waiting,
+    /// Outstanding at these servers, each since when (two only while a steal's cancel is in
+    /// flight).
+    InFlight(Vec<(NodeId, Time)>),
+    Done,
+}
+
+/// One consumer's read. See the module docs.
+#[derive(Debug)]
+pub struct ReadEngine {
+    policy: Box<dyn RoutePolicy>,
+    layout: Layout,
+    pieces: Vec<Piece>,
+    /// Holders of each fragment the read touches, primary first.
+    holders: BTreeMap<FragmentId, Vec<NodeId>>,
+    state: Vec<PieceState>,
+    /// The first piece never requested; pieces are first requested in order.
+    cursor: usize,
+    /// The first piece not yet delivered (for the lookahead bound).
+    first_undelivered: usize,
+    retry: VecDeque<usize>,
+    steals: VecDeque<Dispatch>,
+    cancels: VecDeque<Dispatch>,
+    notify: BTreeSet<NodeId>,
+    nodes: BTreeMap<NodeId, NodeView>,
+    /// When each server holding our requests last answered (or was first sent one).
+    heard: BTreeMap<NodeId, Time>,
+    down: BTreeSet<NodeId>,
+    /// (piece, node) pairs whose block failed its checksum on that node.
+    bad: BTreeSet<(usize, NodeId)>,
+    config: ReadConfig,
+    inflight: u32,
+    done_pieces: usize,
+    done_bytes: u64,
+    total_bytes: u64,
+    /// The partition's block size, for the progress granularity policies see.
+    block_bytes: u64,
+    stats: ReadStats,
+}
+
+impl ReadEngine {
+    pub fn new(
+        policy: Box<dyn RoutePolicy>,
+        layout: &Layout,
+        pieces: Vec<Piece>,
+        config: ReadConfig,
+    ) -> Result<ReadEngine, RouteError> {
+        let mut e = ReadEngine::open_ended(policy, layout, config)?;
+        for p in pieces {
+            e.add_piece(p);
+        }
+        Ok(e)
+    }
+
+    /// An engine with no pieces yet; `add_piece` feeds it (the async interface).
+    pub fn open_ended(
+        policy: Box<dyn RoutePolicy>,
+        layout: &Layout,
+        config: ReadConfig,
+    ) -> Result<ReadEngine, RouteError> {
+        if config.window == 0 || config.window > WINDOW_MAX {
+            return Err(RouteError::Window(config.window));
+        }
+        if config.stall_timeout.is_zero() {
+            return Err(RouteError::StallTimeout);
+        }
+        if config.lookahead == Some(0) {
+            return Err(RouteError::Lookahead);
+        }
+        Ok(ReadEngine {
+            policy,
+            layout: layout.clone(),
+            pieces: vec![],
+            holders: BTreeMap::new(),
+            state: vec![],
+            cursor: 0,
+            first_undelivered: 0,
+            retry: VecDeque::new(),
+            steals: VecDeque::new(),
+            cancels: VecDeque::new(),
+            notify: BTreeSet::new(),
+            nodes: BTreeMap::new(),
+            heard: BTreeMap::new(),
+            down: BTreeSet::new(),
+            bad: BTreeSet::new(),
+            config,
+            inflight: 0,
+            done_pieces: 0,
+            done_bytes: 0,
+            total_bytes: 0,
+            block_bytes: 0,
+            stats: ReadStats::default(),
+        })
+    }
+
+    /// Add a piece to read; returns its index.
+    pub fn add_piece(&mut self, p: Piece) -> usize {
+        let layout = &self.layout;
+        self.holders.entry(p.fragment).or_insert_with(|| layout.holders(p.fragment));
+        self.total_bytes += p.len as u64;
+        self.block_bytes = self.block_bytes.max(p.len as u64);
+        self.pieces.push(p);
+        self.state.push(PieceState::Waiting);
+        self.pieces.len() - 1
+    }
+
+    pub fn policy_kind(&self) -> ReadPolicyKind {
+        self.policy.kind()
+    }
+
+    /// What the servers should do with this consumer's requests.
+    pub fn service(&self) -> Service {
+        self.policy.service()
+    }
+
+    pub fn piece(&self, i: usize) -> &Piece {
+        &self.pieces[i]
+    }
+
+    pub fn pieces(&self) -> &[Piece] {
+        &self.pieces
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done_pieces == self.pieces.len()
+    }
+
+    pub fn is_delivered(&self, piece: usize) -> bool {
+        self.state[piece] == PieceState::Done
+    }
+
+    pub fn inflight(&self) -> u32 {
+        self.inflight
+    }
+
+    pub fn stats(&self) -> &ReadStats {
+        &self.stats
+    }
+
+    pub fn done_bytes(&self) -> u64 {
+        self.done_bytes
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    /// The progress to send with the next request.
+    pub fn progress(&self) -> Progress {
+        Progress { done_bytes: self.done_bytes, total_bytes: self.total_bytes, metric: self.policy.metric() }
+    }
+
+    fn live_holders(&self, piece: usize) -> Vec<NodeId> {
+        let f = self.pieces[piece].fragment;
+        self.holders[&f]
+            .iter()
+            .copied()
+            .filter(|n| !self.down.contains(n) && !self.bad.contains(&(piece, *n)))
+            .collect()
+    }
+
+    fn outstanding(&self, node: NodeId) -> u32 {
+        self.nodes.get(&node).map_or(0, |v| v.outstanding)
+    }
+
+    fn mark_sent(&mut self, now: Time, piece: usize, node: NodeId) {
+        if self.outstanding(node) == 0 {
+            self.heard.insert(node, now);
+        }
+        match &mut self.state[piece] {
+            PieceState::InFlight(nodes) => nodes.push((node, now)),
+            s @ PieceState::Waiting => *s = PieceState::InFlight(vec![(node, now)]),
+            PieceState::Done => unreachable!("a delivered piece is never sent again"),
+        }
+        self.nodes.entry(node).or_default().outstanding += 1;
+        self.inflight += 1;
+        self.stats.requests += 1;
+    }
+
+    /// Forget one outstanding request of `piece` at `node`; returns when it was sent, or
+    /// `None` if there was none (a late reply to something already released).
+    fn release(&mut self, piece: usize, node: NodeId) -> Option<Option<Time>> {
+        let mut sent = None;
+        let mut was_there = false;
+        if let PieceState::InFlight(nodes) = &mut self.state[piece] {
+            if let Some(i) = nodes.iter().position(|(n, _)| *n == node) {
+                sent = Some(nodes.swap_remove(i).1);
+                was_there = true;
+                if nodes.is_empty() {
+                    self.state[piece] = PieceState::Waiting;
+                }
+            }
+        } else if self.state[piece] == PieceState::Done {
+            // A late duplicate, or a late cancel of a delivered piece: it was counted.
+            was_there = true;
+        }
+        if !was_there {
+            return None;
+        }
+        let v = self.nodes.get_mut(&node).expect("counted when sent");
+        v.outstanding -= 1;
+        self.inflight -= 1;
+        Some(sent)
+    }
+
+    fn advance_undelivered(&mut self) {
+        while self.first_undelivered < self.pieces.len() && self.state[self.first_undelivered] == PieceState::Done {
+            self.first_undelivered += 1;
+        }
+    }
+
+    /// The next request to send, if the window has room and the policy wants one sent.
+    pub fn poll_send(&mut self, now: Time) -> Result<Option<Dispatch>, RouteError> {
+        if let Some(s) = self.steals.pop_front() {
+            // Steals replace a request already counted against the window.
+            self.mark_sent(now, s.piece, s.node);
+            return Ok(Some(s));
+        }
+        if self.inflight >= self.config.window {
+            return Ok(None);
+        }
+        // The next piece: a retry first, else the next never-requested one.
+        while let Some(&p) = self.retry.front() {
+            if self.state[p] == PieceState::Waiting {
+                break;
+            }
+            self.retry.pop_front();
+        }
+        let (piece, from_retry) = match self.retry.front() {
+            Some(&p) => (p, true),
+            None if self.cursor < self.pieces.len() => (self.cursor, false),
+            None => return Ok(None),
+        };
+        if !from_retry
+            && let Some(ahead) = self.config.lookahead
+            && piece >= self.first_undelivered + ahead as usize
+        {
+            return Ok(None);
+        }
+        let live = self.live_holders(piece);
+        if live.is_empty() {
+            let fragment = self.pieces[piece].fragment;
+            return Err(RouteError::NoLiveCopy { fragment, holders: self.holders[&fragment].clone() });
+        }
+        let pick = self.policy.pick(&view!(self, now), &live);
+        let node = match pick {
+            Pick::To(n) => {
+                assert!(live.contains(&n), "policy {} picked a non-holder", self.policy.kind());
+                n
+            }
+            // A hold with nothing in flight would stall the read: the primary gets it.
+            Pick::Hold if self.inflight == 0 => live[0],
+            Pick::Hold => return Ok(None),
+        };
+        if from_retry {
+            self.retry.pop_front();
+        } else {
+            self.cursor += 1;
+        }
+        self.mark_sent(now, piece, node);
+        Ok(Some(Dispatch { piece, node }))
+    }
+
+    /// The next cancel to send (a stolen request's old copy).
+    pub fn poll_cancel(&mut self) -> Option<Dispatch> {
+        self.cancels.pop_front()
+    }
+
+    /// The next server to send this consumer's current progress to. Servers learn progress
+    /// from each request; a server that has not been sent one for a while would otherwise
+    /// compare stale figures, and GD's balance around a ring of servers builds up a
+    /// progress gradient of about a block per hop (measured in `ganges bench scan`).
+    pub fn poll_notify(&mut self) -> Option<NodeId> {
+        self.notify.pop_first()
+    }
+
+    /// A server to ask for its state now (the driver sends a probe; its answer comes back
+    /// through `on_state`).
+    pub fn poll_probe(&mut self, now: Time) -> Option<NodeId> {
+        if self.is_done() {
+            return None;
+        }
+        let view = view!(self, now);
+        let n = self.policy.poll_probe(&view)?;
+        if self.down.contains(&n) {
+            return None;
+        }
+        self.stats.probes += 1;
+        Some(n)
+    }
+
+    /// A server reported its state (in a reply, or answering a probe).
+    pub fn on_state(&mut self, now: Time, node: NodeId, state: ServerState) {
+        self.nodes.entry(node).or_default().last_state = Some(state);
+        self.policy.on_state(now, node, &state);
+    }
+
+    /// Data for `piece` came back from `node` (its checksum already verified).
+    pub fn on_data(&mut self, now: Time, piece: usize, node: NodeId) -> Delivery {
+        self.heard.insert(node, now);
+        let sent = self.release(piece, node);
+        assert!(sent.is_some(), "data for piece {piece} from {node}, which was never asked for it");
+        let len = self.pieces[piece].len as u64;
+        self.note_reply(now, node, sent.flatten(), len);
+        if self.state[piece] == PieceState::Done {
+            self.stats.duplicates += 1;
+            return Delivery::Duplicate;
+        }
+        // A piece in flight at two servers was stolen, and the steal already cancelled the
+        // old copy; if that cancel loses the race, the late reply finds the piece Done.
+        self.state[piece] = PieceState::Done;
+        let p = self.pieces[piece];
+        self.done_pieces += 1;
+        self.done_bytes += p.len as u64;
+        self.advance_undelivered();
+        let copy = self.holders[&p.fragment].iter().position(|n| *n == node).expect("holder");
+        self.stats.bytes_by_copy[copy] += p.len as u64;
+        let view = view!(self, now);
+        self.policy.on_reply(&view, node);
+        if self.policy.notifies_progress() {
+            // The replying server gets fresh progress with the request this reply pulls.
+            let others = self.nodes.iter().filter(|(n, v)| v.outstanding > 0 && **n != node).map(|(n, _)| *n);
+            self.notify.extend(others);
+        }
+        self.maybe_steal(node);
+        Delivery::New
+    }
+
+    /// Smoothed latency and delivered rate of `node`, from a reply of `bytes`.
+    fn note_reply(&mut self, now: Time, node: NodeId, sent: Option<Time>, bytes: u64) {
+        let v = self.nodes.entry(node).or_default();
+        v.replies += 1;
+        let smooth = |old: Option<f64>, new: f64| Some(old.map_or(new, |o| o + EWMA_NEW * (new - o)));
+        if let Some(sent) = sent {
+            v.latency_secs = smooth(v.latency_secs, now.since(sent).as_secs_f64());
+        }
+        // The rate while we had requests there: since the later of the last reply and the
+        // moment this request was sent.
+        let since = match (v.last_reply, sent) {
+            (Some(r), Some(s)) => r.max(s),
+            (Some(r), None) => r,
+            (None, Some(s)) => s,
+            (None, None) => now,
+        };
+        let dt = now.since(since).as_secs_f64();
+        if dt > 0.0 {
+            v.rate_bytes_per_sec = smooth(v.rate_bytes_per_sec, bytes as f64 / dt);
+        }
+        v.last_reply = Some(now);
+    }
+
+    /// A request failed without data.
+    pub fn on_failure(&mut self, now: Time, piece: usize, node: NodeId, why: Failure) {
+        if why != Failure::Unavailable {
+            self.heard.insert(node, now);
+        }
+        if self.release(piece, node).is_none() {
+            return;
+        }
+        match why {
+            Failure::Cancelled => {}
+            Failure::Corrupt => {
+                self.stats.corrupt.push((self.pieces[piece].dataset_offset, node));
+                self.bad.insert((piece, node));
+            }
+            Failure::Unavailable => {
+                self.down.insert(node);
+            }
+        }
+        if self.state[piece] == PieceState::Waiting {
+            self.stats.retries += 1;
+            self.retry.push_back(piece);
+        }
+    }
+
+    /// A server handed our request for `piece` to another server (GD-6): expect the reply
+    /// from `to` now. False if the engine no longer waits for that piece at `from`.
+    pub fn on_moved(&mut self, now: Time, piece: usize, from: NodeId, to: NodeId) -> bool {
+        let PieceState::InFlight(nodes) = &mut self.state[piece] else { return false };
+        let Some(entry) = nodes.iter_mut().find(|(n, _)| *n == from) else { return false };
+        entry.0 = to;
+        self.nodes.get_mut(&from).expect("counted when sent").outstanding -= 1;
+        if self.outstanding(to) == 0 {
+            self.heard.insert(to, now);
+        }
+        self.nodes.entry(to).or_default().outstanding += 1;
+        self.stats.moved += 1;
+        if self.down.contains(&to) {
+            // Moved to a server already known dead: take it back at once.
+            self.on_failure(now, piece, to, Failure::Unavailable);
+        }
+        true
+    }
+
+    /// A server is gone: every request outstanding there goes back to be retried elsewhere.
+    pub fn on_node_down(&mut self, now: Time, node: NodeId) {
+        self.down.insert(node);
+        let stuck: Vec<usize> = (0..self.pieces.len())
+            .filter(|&i| matches!(&self.state[i], PieceState::InFlight(ns) if ns.iter().any(|(n, _)| *n == node)))
+            .collect();
+        for piece in stuck {
+            self.on_failure(now, piece, node, Failure::Unavailable);
+        }
+        self.steals.retain(|s| s.node != node);
+        self.cancels.retain(|s| s.node != node);
+        self.notify.remove(&node);
+    }
+
+    /// When the next stall check is due, if any server holds our requests.
+    pub fn stall_deadline(&self) -> Option<Time> {
+        self.nodes
+            .iter()
+            .filter(|(n, v)| v.outstanding > 0 && !self.down.contains(n))
+            .filter_map(|(n, _)| self.heard.get(n))
+            .min()
+            .map(|&t| t + self.config.stall_timeout)
+    }
+
+    /// Servers that held our requests without answering for the stall timeout: they are
+    /// treated as down for this read (their requests go to other copies). Returns them.
+    pub fn check_stalls(&mut self, now: Time) -> Vec<NodeId> {
+        let stalled: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(n, v)| v.outstanding > 0 && !self.down.contains(n))
+            .filter(|(n, _)| self.heard.get(n).is_some_and(|&t| now.since(t) >= self.config.stall_timeout))
+            .map(|(n, _)| *n)
+            .collect();
+        for &n in &stalled {
+            self.on_node_down(now, n);
+        }
+        stalled
+    }
+
+    /// End-of-scan steal (module docs): `node` just replied; if it has nothing more of ours
+    /// and everything has been requested, move one piece queued elsewhere to it.
+    fn maybe_steal(&mut self, node: NodeId) {
+        if !self.policy.steals_at_end()
+            || self.cursor < self.pieces.len()
+            || !self.retry.is_empty()
+            || self.outstanding(node) > 0
+            || self.down.contains(&node)
+        {
+            return;
+        }
+        // The piece requested last at the most loaded other server: it will be served last.
+        let mut best: Option<(u32, usize, NodeId)> = None;
+        for i in (0..self.pieces.len()).rev() {
+            let PieceState::InFlight(nodes) = &self.state[i] else { continue };
+            if nodes.len() != 1 || nodes[0].0 == node || self.bad.contains(&(i, node)) {
+                continue;
+            }
+            if !self.holders[&self.pieces[i].fragment].contains(&node) {
+                continue;
+            }
+            let load = self.outstanding(nodes[0].0);
+            if best.is_none_or(|(l, _, _)| load > l) {
+                best = Some((load, i, nodes[0].0));
+            }
+        }
+        // Only worth it when the other server still has a queue of ours behind this piece.
+        if let Some((load, piece, from)) = best
+            && load >= 2
+        {
+            self.stats.steals += 1;
+            self.cancels.push_back(Dispatch { piece, node: from });
+            self.steals.push_back(Dispatch { piece, node });
+        }
+    }
+
+    pub fn assert_invariants(&self) {
+        let counted: u32 = self.nodes.values().map(|v| v.outstanding).sum();
+        assert_eq!(counted, self.inflight);
+        let listed: usize = self.state.iter().map(|s| if let PieceState::InFlight(n) = s { n.len() } else { 0 }).sum();
+        assert!(listed as u32 <= self.inflight);
+        let done = self.state.iter().filter(|s| **s == PieceState::Done).count();
+        assert_eq!(done, self.done_pieces);
+        assert!(self.done_bytes <= self.total_bytes);
+        assert!(self.first_undelivered <= self.pieces.len());
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,424 @@
+//! The policy half of read routing: the trait every policy implements, what a policy may
+//! see, the policies' names and settings, and the simple policies (static, GD, mirror).
+
+use super::primary::PrimaryCopies;
+use super::rate::ResponseRate;
+use crate::ids::NodeId;
+use crate::sched::{Discipline, ProgressMetric, Service};
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The read policies, selectable by name in the CLI, the bench and the API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadPolicyKind {
+    /// GD-8: each consumer reads from the primary copy only.
+    Static,
+    /// GD-1: basic graduated declustering, progress in bytes.
+    Gd,
+    /// GD-2: graduated declustering, progress relative to the partition.
+    GdRel,
+    /// GD-2 with GD-5's server-side runs: fewer seeks for the same balance.
+    GdBatch,
+    /// GD-3: primary copies with high and low watermarks.
+    GdPc,
+    /// GD-3 with the high watermark shrinking as the scan nears its end (ours).
+    GdPcShrink,
+    /// GD-4 response-rate GD with GD-5 primary servers and runs (the virtual-streams system).
+    GdRr,
+    /// GD-4/GD-5 with GD-6 server request handoff.
+    GdRrHandoff,
+    /// GD-9 (CEFT-PVFS): blocks interleaved over the copies, both at once, no adaptation.
+    Mirror,
+}
+
+impl ReadPolicyKind {
+    pub const ALL: [ReadPolicyKind; 9] = [
+        ReadPolicyKind::Static,
+        ReadPolicyKind::Gd,
+        ReadPolicyKind::GdRel,
+        ReadPolicyKind::GdBatch,
+        ReadPolicyKind::GdPc,
+        ReadPolicyKind::GdPcShrink,
+        ReadPolicyKind::GdRr,
+        ReadPolicyKind::GdRrHandoff,
+        ReadPolicyKind::Mirror,
+    ];
+
+    pub fn build(self, settings: &PolicySettings) -> Box<dyn RoutePolicy> {
+        match self {
+            ReadPolicyKind::Static => Box::new(Static),
+            ReadPolicyKind::Gd => Box::new(Graduated::new(self, ProgressMetric::Bytes, false)),
+            ReadPolicyKind::GdRel => Box::new(Graduated::new(self, ProgressMetric::Fraction, false)),
+            ReadPolicyKind::GdBatch => Box::new(Graduated::new(self, ProgressMetric::Fraction, true)),
+            ReadPolicyKind::GdPc => Box::new(PrimaryCopies::new(settings.primary, false)),
+            ReadPolicyKind::GdPcShrink => Box::new(PrimaryCopies::new(settings.primary, true)),
+            ReadPolicyKind::GdRr => Box::new(ResponseRate::new(settings.rate, false)),
+            ReadPolicyKind::GdRrHandoff => Box::new(ResponseRate::new(settings.rate, true)),
+            ReadPolicyKind::Mirror => Box::new(Mirror::default()),
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            ReadPolicyKind::Static => "GD-8 static: primary copy only (non-robust baseline)",
+            ReadPolicyKind::Gd => "GD-1 basic graduated declustering (progress in bytes)",
+            ReadPolicyKind::GdRel => "GD-2 graduated declustering, progress relative to the partition",
+            ReadPolicyKind::GdBatch => "GD-2 with GD-5 runs at the servers",
+            ReadPolicyKind::GdPc => "GD-3 primary copies, high/low watermarks",
+            ReadPolicyKind::GdPcShrink => "GD-3 with the high watermark shrinking near the end",
+            ReadPolicyKind::GdRr => "GD-4 response rate, GD-5 primary servers and runs",
+            ReadPolicyKind::GdRrHandoff => "GD-4/5 with GD-6 server request handoff",
+            ReadPolicyKind::Mirror => "GD-9 interleaved reads of both copies (CEFT-PVFS), no adaptation",
+        }
+    }
+}
+
+impl FromStr for ReadPolicyKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        ReadPolicyKind::ALL.into_iter().find(|k| k.to_string() == s).ok_or_else(|| {
+            let names: Vec<String> = ReadPolicyKind::ALL.iter().map(|k| k.to_string()).collect();
+            format!("unknown read policy `{s}` (use {})", names.join(", "))
+        })
+    }
+}
+
+impl fmt::Display for ReadPolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ReadPolicyKind::Static => "static",
+            ReadPolicyKind::Gd => "gd",
+            ReadPolicyKind::GdRel => "gd-rel",
+            ReadPolicyKind::GdBatch => "gd-batch",
+            ReadPolicyKind::GdPc => "gd-pc",
+            ReadPolicyKind::GdPcShrink => "gd-pc-shrink",
+            ReadPolicyKind::GdRr => "gd-rr",
+            ReadPolicyKind::GdRrHandoff => "gd-rr-handoff",
+            ReadPolicyKind::Mirror => "mirror",
+        })
+    }
+}
+
+/// GD-3's settings (gd-enhancements §3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrimarySettings {
+    /// Start reading a backup copy when its server's primary consumer is this far ahead
+    /// (fraction of the partition).
+    pub high_watermark: f64,
+    /// Stop when the gap closes below this.
+    pub low_watermark: f64,
+    /// How often to ask a backup server for its primary consumer's progress while not
+    /// reading from it (replies from it carry the figure otherwise).
+    pub probe_interval: Duration,
+}
+
+impl Default for PrimarySettings {
+    fn default() -> Self {
+        // 4% and 1% of the partition: at 64 one-MiB blocks, about 2.5 blocks and half a
+        // block. Neighbours reading equal disks drift apart by less than a block, so with no
+        // fault the backup is never used; a disk at half speed opens a 4% gap in 0.16 s at
+        // 32 MiB/s. Both are raised to at least two blocks and half a block of the
+        // partition, so small partitions do not flap on a single block's jitter.
+        PrimarySettings { high_watermark: 0.04, low_watermark: 0.01, probe_interval: Duration::from_millis(50) }
+    }
+}
+
+/// GD-4/GD-5's settings (virtual-streams §3.1.2 and §3.3), one per lesson of the paper.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateSettings {
+    /// Requests kept at a server while it is in use (lesson 1: keep the pipeline full).
+    pub min_outstanding: u32,
+    /// Replies to wait for before comparing servers (lesson 3: no decision on setup noise).
+    pub warmup_replies: u32,
+    /// A server this many times slower than the fastest gets one request at a time (lesson 5).
+    pub slow_ratio: f64,
+    /// With no sign of trouble, one request in this many goes to a backup server, to keep
+    /// measuring it (GD-5: most data from the primary).
+    pub sample_every: u32,
+    /// The primary server takes back its share once it is as fast as the others again
+    /// (ours; virtual-streams §5 leaves it open).
+    pub return_to_primary: bool,
+}
+
+impl Default for RateSettings {
+    fn default() -> Self {
+        // sample_every 64: at most 1.6% of requests go to backups with no fault, which is
+        // the paper's "most (99%) of its data from its primary server" with room for noise.
+        RateSettings {
+            min_outstanding: 2,
+            warmup_replies: 5,
+            slow_ratio: 4.0,
+            sample_every: 64,
+            return_to_primary: true,
+        }
+    }
+}
+
+/// Every tunable of the read policies, each a named setting with a tested default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicySettings {
+    pub primary: PrimarySettings,
+    pub rate: RateSettings,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("setting `{name}` = {value}: {why}")]
+pub struct SettingError {
+    pub name: &'static str,
+    pub value: String,
+    pub why: String,
+}
+
+impl PolicySettings {
+    pub fn validate(&self) -> Result<(), SettingError> {
+        let err = |name: &'static str, value: &dyn fmt::Display, why: &str| {
+            Err(SettingError { name, value: value.to_string(), why: why.to_string() })
+        };
+        let p = &self.primary;
+        if !(p.high_watermark > 0.0 && p.high_watermark < 1.0) {
+            return err(
+                "pc-high-watermark",
+                &p.high_watermark,
+                "must be between 0 and 1 (a fraction of the partition)",
+            );
+        }
+        if !(p.low_watermark >= 0.0 && p.low_watermark < p.high_watermark) {
+            return err(
+                "pc-low-watermark",
+                &p.low_watermark,
+                &format!("must be at least 0 and below pc-high-watermark ({})", p.high_watermark),
+            );
+        }
+        if p.probe_interval.is_zero() {
+            return err("pc-probe-interval", &format!("{:?}", p.probe_interval), "must be positive");
+        }
+        let r = &self.rate;
+        if r.min_outstanding == 0 || r.min_outstanding > 64 {
+            return err("rr-min-outstanding", &r.min_outstanding, "must be between 1 and 64");
+        }
+        if r.warmup_replies > 10_000 {
+            return err("rr-warmup-replies", &r.warmup_replies, "must be at most 10000");
+        }
+        if !(r.slow_ratio > 1.0 && r.slow_ratio.is_finite()) {
+            return err("rr-slow-ratio", &r.slow_ratio, "must be above 1");
+        }
+        if r.sample_every == 0 {
+            return err("rr-sample-every", &r.sample_every, "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// What the server said about itself in a reply (or in answer to a probe).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerState {
+    /// Requests queued there when it answered.
+    pub queue_len: u32,
+    /// How long the request spent on its disk, in microseconds.
+    pub service_us: u32,
+    /// The least progress (fraction) among the consumers reading its primary copies of this
+    /// dataset; `None` when nobody does.
+    pub primary_progress: Option<f64>,
+}
+
+/// What the engine knows about one server, from this consumer's point of view.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeView {
+    pub outstanding: u32,
+    pub replies: u64,
+    /// Time from sending a request to its reply, smoothed (seconds).
+    pub latency_secs: Option<f64>,
+    /// Bytes per second this server delivered to us while we had requests there, smoothed.
+    pub rate_bytes_per_sec: Option<f64>,
+    pub last_state: Option<ServerState>,
+    pub last_reply: Option<Time>,
+}
+
+/// What a policy may look at when it picks a server.
+#[derive(Debug)]
+pub struct RouteView<'a> {
+    pub now: Time,
+    pub nodes: &'a BTreeMap<NodeId, NodeView>,
+    /// This consumer's progress as a fraction of its partition.
+    pub own_fraction: f64,
+    /// One block as a fraction of the partition (how coarse progress is).
+    pub block_fraction: f64,
+    pub window: u32,
+}
+
+impl RouteView<'_> {
+    pub fn node(&self, n: NodeId) -> NodeView {
+        self.nodes.get(&n).copied().unwrap_or_default()
+    }
+
+    pub fn outstanding_at(&self, node: NodeId) -> u32 {
+        self.node(node).outstanding
+    }
+}
+
+/// A policy's answer for the next request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pick {
+    /// Send it to this server (one of the holders offered).
+    To(NodeId),
+    /// Not now: every server this policy would use has its share in flight.
+    Hold,
+}
+
+/// The part of a read policy that differs between policies.
+pub trait RoutePolicy: Send + fmt::Debug {
+    fn kind(&self) -> ReadPolicyKind;
+    /// The progress metric sent with requests.
+    fn metric(&self) -> ProgressMetric;
+    /// What the servers should do with this consumer's requests.
+    fn service(&self) -> Service;
+    /// Whether this policy may move queued requests between copies at the end of a scan.
+    fn steals_at_end(&self) -> bool;
+    /// Whether servers should hear of this consumer's progress between requests.
+    fn notifies_progress(&self) -> bool;
+    /// Pick a server for the next request. `holders` are the live servers holding the
+    /// piece, the primary copy first; never empty. A policy that holds must have requests in
+    /// flight (the engine checks), so a hold never stalls a read.
+    fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick;
+    /// A reply with data came back from `node`.
+    fn on_reply(&mut self, _view: &RouteView<'_>, _node: NodeId) {}
+    /// A server told us its state (in a reply, or answering a probe).
+    fn on_state(&mut self, _now: Time, _node: NodeId, _state: &ServerState) {}
+    /// A server to ask for its state now, if any (GD-3's periodic progress).
+    fn poll_probe(&mut self, _view: &RouteView<'_>) -> Option<NodeId> {
+        None
+    }
+}
+
+/// GD-8: always the primary copy (the first live holder, so a dead primary still fails over).
+#[derive(Debug, Default)]
+pub struct Static;
+
+impl RoutePolicy for Static {
+    fn kind(&self) -> ReadPolicyKind {
+        ReadPolicyKind::Static
+    }
+    fn metric(&self) -> ProgressMetric {
+        ProgressMetric::Bytes
+    }
+    fn service(&self) -> Service {
+        Service::FURTHEST_BEHIND
+    }
+    fn steals_at_end(&self) -> bool {
+        false
+    }
+    fn notifies_progress(&self) -> bool {
+        false
+    }
+    fn pick(&mut self, _view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
+        Pick::To(holders[0])
+    }
+}
+
+/// GD-1 / GD-2 consumer side: round-robin to start, then each reply pulls the next request
+/// to the server that sent it (river §3.3).
+#[derive(Debug)]
+pub struct Graduated {
+    kind: ReadPolicyKind,
+    metric: ProgressMetric,
+    runs: bool,
+    pulls: Pulls,
+}
+
+/// Servers whose reply has not yet pulled a request, oldest first, with a round-robin
+/// fallback: the GD pull rule, shared by the GD policies.
+#[derive(Debug, Default)]
+pub struct Pulls {
+    queue: VecDeque<NodeId>,
+    round_robin: usize,
+}
+
+impl Pulls {
+    /// A reply from `node` pulls the next request to it. Bounded: one entry per reply,
+    /// consumed by the request that reply frees.
+    pub fn push(&mut self, node: NodeId) {
+        self.queue.push_back(node);
+    }
+
+    /// The server the next request goes to, among `allowed`.
+    pub fn next(&mut self, allowed: &[NodeId]) -> NodeId {
+        while let Some(n) = self.queue.pop_front() {
+            if allowed.contains(&n) {
+                return n;
+            }
+        }
+        let n = allowed[self.round_robin % allowed.len()];
+        self.round_robin += 1;
+        n
+    }
+
+    pub fn clear(&mut self) {
+        self.queue.clear();
+    }
+}
+
+impl Graduated {
+    pub fn new(kind: ReadPolicyKind, metric: ProgressMetric, runs: bool) -> Graduated {
+        Graduated { kind, metric, runs, pulls: Pulls::default() }
+    }
+}
+
+impl RoutePolicy for Graduated {
+    fn kind(&self) -> ReadPolicyKind {
+        self.kind
+    }
+    fn metric(&self) -> ProgressMetric {
+        self.metric
+    }
+    fn service(&self) -> Service {
+        Service { discipline: Discipline::FurthestBehind, runs: self.runs, handoff: false }
+    }
+    fn steals_at_end(&self) -> bool {
+        true
+    }
+    fn notifies_progress(&self) -> bool {
+        true
+    }
+    fn pick(&mut self, _view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
+        Pick::To(self.pulls.next(holders))
+    }
+    fn on_reply(&mut self, _view: &RouteView<'_>, node: NodeId) {
+        self.pulls.push(node);
+    }
+}
+
+/// GD-9, CEFT-PVFS's "double degree of parallelism": consecutive requests alternate over the
+/// copies (both mirror groups at once), whatever the servers' speeds. The non-adaptive
+/// counterpart of GD on the same layout.
+#[derive(Debug, Default)]
+pub struct Mirror {
+    next: usize,
+}
+
+impl RoutePolicy for Mirror {
+    fn kind(&self) -> ReadPolicyKind {
+        ReadPolicyKind::Mirror
+    }
+    fn metric(&self) -> ProgressMetric {
+        ProgressMetric::Bytes
+    }
+    fn service(&self) -> Service {
+        Service::FURTHEST_BEHIND
+    }
+    fn steals_at_end(&self) -> bool {
+        false
+    }
+    fn notifies_progress(&self) -> bool {
+        false
+    }
+    fn pick(&mut self, _view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
+        let n = holders[self.next % holders.len()];
+        self.next += 1;
+        Pick::To(n)
+    }
+}

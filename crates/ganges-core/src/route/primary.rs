@@ -1,0 +1,226 @@
+//! GD-3, primary copies (gd-enhancements §3.2).
+//!
+//! Consumer i reads only its primary copy until the consumer whose primary copy lives on a
+//! backup server gets ahead of it by more than the high watermark; then it also reads from
+//! that backup until the gap closes below the low watermark. The backup server knows that
+//! other consumer's progress (it serves its primary reads) and reports it with every reply;
+//! while consumer i is not reading from the backup, it asks for the figure every
+//! `probe_interval` ("periodic progress updates"). With equal disks no request ever goes to a
+//! backup, so disks never alternate between copies and pay no seeks.
+//!
+//! Generalised beyond the paper's two copies: every backup holder is judged on its own gap.
+//! A backup server whose primary copies nobody reads has capacity to spare and is used.
+//!
+//! **Shrinking high watermark (ours, gd-enhancements §5).** With `shrink`, the high watermark
+//! closes linearly towards the low one as the consumer's own progress goes from 0 to 1. Early
+//! on the wide band lets neighbours drift without multiplexing disks; near the end a narrow
+//! band keeps the last consumer from lagging by a whole band when the others finish.
+
+use super::policy::{Pick, PrimarySettings, ReadPolicyKind, RoutePolicy, RouteView, ServerState};
+use crate::ids::NodeId;
+use crate::sched::{Discipline, ProgressMetric, Service};
+use crate::time::Time;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug)]
+pub struct PrimaryCopies {
+    s: PrimarySettings,
+    shrink: bool,
+    /// Backups being read from (crossed the high watermark, not yet back under the low).
+    using: BTreeSet<NodeId>,
+    /// The latest primary progress each server reported (`None`: nobody reads its primaries).
+    reported: BTreeMap<NodeId, Option<f64>>,
+    /// Every backup seen, with when it was last probed.
+    backups: BTreeMap<NodeId, Option<Time>>,
+}
+
+impl PrimaryCopies {
+    pub fn new(s: PrimarySettings, shrink: bool) -> PrimaryCopies {
+        PrimaryCopies { s, shrink, using: BTreeSet::new(), reported: BTreeMap::new(), backups: BTreeMap::new() }
+    }
+
+    /// The watermarks in effect, never finer than progress itself can be measured: a gap of
+    /// less than half a block is noise, and a band narrower than a block flaps.
+    fn watermarks(&self, view: &RouteView<'_>) -> (f64, f64) {
+        let low = self.s.low_watermark.max(0.5 * view.block_fraction);
+        let high = self.s.high_watermark.max(2.0 * view.block_fraction).max(low + view.block_fraction);
+        if self.shrink {
+            let left = (1.0 - view.own_fraction).clamp(0.0, 1.0);
+            (low + (high - low) * left, low)
+        } else {
+            (high, low)
+        }
+    }
+
+    /// Update which backups are in use from the latest reports.
+    fn update_using(&mut self, view: &RouteView<'_>, backups: &[NodeId]) {
+        let (high, low) = self.watermarks(view);
+        for &b in backups {
+            self.backups.entry(b).or_insert(None);
+            match self.reported.get(&b) {
+                // Nobody reads this server's primary copies: its disk is ours to share.
+                Some(None) => {
+                    self.using.insert(b);
+                }
+                Some(Some(theirs)) => {
+                    let gap = theirs - view.own_fraction;
+                    if gap > high {
+                        self.using.insert(b);
+                    } else if gap < low {
+                        self.using.remove(&b);
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+
+    pub fn is_using(&self, node: NodeId) -> bool {
+        self.using.contains(&node)
+    }
+}
+
+impl RoutePolicy for PrimaryCopies {
+    fn kind(&self) -> ReadPolicyKind {
+        if self.shrink { ReadPolicyKind::GdPcShrink } else { ReadPolicyKind::GdPc }
+    }
+
+    fn metric(&self) -> ProgressMetric {
+        ProgressMetric::Fraction
+    }
+
+    fn service(&self) -> Service {
+        Service { discipline: Discipline::FurthestBehind, runs: false, handoff: false }
+    }
+
+    fn steals_at_end(&self) -> bool {
+        true
+    }
+
+    fn notifies_progress(&self) -> bool {
+        true
+    }
+
+    fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
+        let (primary, backups) = holders.split_first().expect("holders are never empty");
+        self.update_using(view, backups);
+        // The least loaded of the copies in use, the primary on ties. In steady state this
+        // is GD's pull rule (each reply frees a slot at the server that sent it); unlike the
+        // pull rule it also gives a backup that has just joined its share of the window.
+        let mut best = *primary;
+        for &b in backups.iter().filter(|b| self.using.contains(b)) {
+            if view.node(b).outstanding < view.node(best).outstanding {
+                best = b;
+            }
+        }
+        Pick::To(best)
+    }
+
+    fn on_state(&mut self, _now: Time, node: NodeId, state: &ServerState) {
+        self.reported.insert(node, state.primary_progress);
+    }
+
+    fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
+        let now = view.now;
+        let interval = self.s.probe_interval;
+        // A backup we read from reports in its replies; one we do not, we ask.
+        let due = self
+            .backups
+            .iter()
+            .find(|(b, last)| view.node(**b).outstanding == 0 && last.is_none_or(|t| now.since(t) >= interval));
+        let b = *due?.0;
+        self.backups.insert(b, Some(now));
+        Some(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::policy::NodeView;
+    use std::time::Duration;
+
+    fn view<'a>(nodes: &'a BTreeMap<NodeId, NodeView>, own: f64) -> RouteView<'a> {
+        RouteView { now: Time::ZERO, nodes, own_fraction: own, block_fraction: 0.001, window: 4 }
+    }
+
+    fn state(p: Option<f64>) -> ServerState {
+        ServerState { queue_len: 0, service_us: 0, primary_progress: p }
+    }
+
+    const H: [NodeId; 2] = [NodeId(0), NodeId(1)];
+
+    #[test]
+    fn the_backup_is_used_between_the_watermarks_only() {
+        let nodes = BTreeMap::new();
+        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        // Nothing known of the backup yet: primary only.
+        assert_eq!(p.pick(&view(&nodes, 0.10), &H), Pick::To(NodeId(0)));
+        // The backup's primary consumer is 3% ahead: under the 4% high watermark.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.13)));
+        for _ in 0..4 {
+            assert_eq!(p.pick(&view(&nodes, 0.10), &H), Pick::To(NodeId(0)));
+        }
+        // 5% ahead: the backup joins and, having nothing of ours in flight, gets the next.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
+        let mut busy = BTreeMap::new();
+        busy.insert(NodeId(0), NodeView { outstanding: 2, ..NodeView::default() });
+        assert_eq!(p.pick(&view(&busy, 0.10), &H), Pick::To(NodeId(1)));
+        // The gap closes to 2%: still between the watermarks, the backup stays in use...
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.14)));
+        p.pick(&view(&nodes, 0.12), &H);
+        assert!(p.is_using(NodeId(1)));
+        // ...until it is under 1%.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.145)));
+        p.pick(&view(&nodes, 0.14), &H);
+        assert!(!p.is_using(NodeId(1)));
+    }
+
+    #[test]
+    fn a_backup_nobody_reads_as_primary_is_free_to_use() {
+        let nodes = BTreeMap::new();
+        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        p.on_state(Time::ZERO, NodeId(1), &state(None));
+        p.pick(&view(&nodes, 0.5), &H);
+        assert!(p.is_using(NodeId(1)));
+    }
+
+    #[test]
+    fn a_backup_not_read_from_is_probed_periodically() {
+        let mut nodes = BTreeMap::new();
+        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        p.pick(&view(&nodes, 0.0), &H);
+        let mut v = view(&nodes, 0.0);
+        assert_eq!(p.poll_probe(&v), Some(NodeId(1)));
+        assert_eq!(p.poll_probe(&v), None, "not again within the interval");
+        v.now = Time::ZERO + Duration::from_millis(50);
+        assert_eq!(p.poll_probe(&v), Some(NodeId(1)));
+        // While requests are outstanding there, replies carry the figure: no probe.
+        nodes.insert(NodeId(1), NodeView { outstanding: 1, ..NodeView::default() });
+        let v = RouteView { now: Time::ZERO + Duration::from_secs(1), ..view(&nodes, 0.0) };
+        assert_eq!(p.poll_probe(&v), None);
+    }
+
+    #[test]
+    fn the_shrinking_watermark_closes_towards_the_low_one() {
+        let nodes = BTreeMap::new();
+        let s = PrimarySettings { high_watermark: 0.05, low_watermark: 0.01, ..PrimarySettings::default() };
+        let p = PrimaryCopies::new(s, true);
+        let (h0, l0) = p.watermarks(&view(&nodes, 0.0));
+        let (h9, l9) = p.watermarks(&view(&nodes, 0.9));
+        assert!((h0 - 0.05).abs() < 1e-12 && (l0 - 0.01).abs() < 1e-12);
+        assert!((h9 - 0.014).abs() < 1e-12 && l9 == l0);
+        let fixed = PrimaryCopies::new(s, false);
+        assert_eq!(fixed.watermarks(&view(&nodes, 0.9)).0, 0.05);
+    }
+
+    #[test]
+    fn watermarks_never_go_below_what_a_block_can_resolve() {
+        let nodes = BTreeMap::new();
+        let p = PrimaryCopies::new(PrimarySettings::default(), false);
+        // 8 blocks in the partition: a block is 12.5%.
+        let v = RouteView { block_fraction: 0.125, ..view(&nodes, 0.0) };
+        let (high, low) = p.watermarks(&v);
+        assert_eq!((high, low), (0.25, 0.0625));
+    }
+}

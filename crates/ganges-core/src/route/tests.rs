@@ -1,0 +1,304 @@
+//! Tests of the read engine and its policies' decisions (deterministic).
+
+use super::*;
+use crate::sched::ProgressMetric;
+use crate::shape::{Partition, Shape};
+
+fn engine(kind: ReadPolicyKind, nodes: u32, replicas: u32, fragment: u32, blocks: u64) -> ReadEngine {
+    let shape = Shape::uniform(nodes, blocks * 4096, 4096).unwrap();
+    let layout = Layout::chained(nodes, replicas).unwrap();
+    let part = shape.fragment_partitions()[fragment as usize];
+    let pieces = shape.pieces(part).unwrap();
+    ReadEngine::new(kind.build(&PolicySettings::default()), &layout, pieces, ReadConfig::default()).unwrap()
+}
+
+fn drain(e: &mut ReadEngine) -> Vec<Dispatch> {
+    let mut out = vec![];
+    while let Some(s) = e.poll_send(Time::ZERO).unwrap() {
+        out.push(s);
+    }
+    out
+}
+
+#[test]
+fn static_reads_only_the_primary() {
+    let mut e = engine(ReadPolicyKind::Static, 4, 2, 1, 10);
+    let sends = drain(&mut e);
+    assert_eq!(sends.len(), WINDOW_DEFAULT as usize);
+    assert!(sends.iter().all(|s| s.node == NodeId(1)));
+    while !e.is_done() {
+        let s = sends_pending(&mut e);
+        assert_eq!(e.on_data(Time::ZERO, s.piece, s.node), Delivery::New);
+        drain(&mut e).iter().for_each(|s| assert_eq!(s.node, NodeId(1)));
+        e.assert_invariants();
+    }
+    assert_eq!(e.stats().backup_bytes(), 0);
+}
+
+/// Test helper: the oldest piece in flight and its server.
+fn sends_pending(e: &mut ReadEngine) -> Dispatch {
+    let i = (0..e.pieces.len()).find(|&i| matches!(e.state[i], PieceState::InFlight(_))).expect("something in flight");
+    let PieceState::InFlight(n) = &e.state[i] else { unreachable!() };
+    Dispatch { piece: i, node: n[0].0 }
+}
+
+#[test]
+fn gd_starts_round_robin_and_replies_pull_requests() {
+    let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 100);
+    let sends = drain(&mut e);
+    let nodes: Vec<u32> = sends.iter().map(|s| s.node.0).collect();
+    assert_eq!(nodes, vec![0, 1, 0, 1]);
+    // Node 1 replies three times in a row: each reply pulls the next request to node 1.
+    for s in sends.iter().filter(|s| s.node == NodeId(1)) {
+        e.on_data(Time::ZERO, s.piece, s.node);
+        let next = drain(&mut e);
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].node, NodeId(1));
+    }
+    assert_eq!(e.progress().done_bytes, 2 * 4096);
+    e.assert_invariants();
+}
+
+#[test]
+fn gd_tells_the_other_servers_of_new_progress_and_static_does_not() {
+    let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 100);
+    let sends = drain(&mut e);
+    e.on_data(Time::ZERO, sends[1].piece, NodeId(1));
+    assert_eq!(e.poll_notify(), Some(NodeId(0)), "node 0 holds our requests");
+    assert_eq!(e.poll_notify(), None, "node 1 learns it from the next request");
+    let mut s = engine(ReadPolicyKind::Static, 4, 2, 0, 100);
+    let sends = drain(&mut s);
+    s.on_data(Time::ZERO, sends[0].piece, NodeId(0));
+    assert_eq!(s.poll_notify(), None);
+}
+
+#[test]
+fn gd_rel_reports_fractional_progress_metric() {
+    let e = engine(ReadPolicyKind::GdRel, 4, 2, 0, 10);
+    assert_eq!(e.progress().metric, ProgressMetric::Fraction);
+    assert_eq!(e.progress().total_bytes, 10 * 4096);
+}
+
+#[test]
+fn a_dead_server_s_requests_fail_over_and_nothing_is_lost() {
+    let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 20);
+    drain(&mut e);
+    e.on_node_down(Time::ZERO, NodeId(1));
+    let mut delivered = 0;
+    loop {
+        for s in drain(&mut e) {
+            assert_eq!(s.node, NodeId(0), "only the live copy is asked");
+        }
+        if e.is_done() {
+            break;
+        }
+        let s = sends_pending(&mut e);
+        if e.on_data(Time::ZERO, s.piece, s.node) == Delivery::New {
+            delivered += 1;
+        }
+        e.assert_invariants();
+    }
+    assert_eq!(delivered, 20);
+    assert!(e.stats().retries >= 2);
+}
+
+#[test]
+fn static_fails_over_to_the_backup_when_the_primary_dies() {
+    let mut e = engine(ReadPolicyKind::Static, 4, 2, 2, 3);
+    drain(&mut e);
+    e.on_node_down(Time::ZERO, NodeId(2));
+    let sends = drain(&mut e);
+    assert!(sends.iter().all(|s| s.node == NodeId(3)));
+}
+
+#[test]
+fn losing_every_copy_is_an_error_not_a_hang() {
+    let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 3);
+    drain(&mut e);
+    e.on_node_down(Time::ZERO, NodeId(0));
+    e.on_node_down(Time::ZERO, NodeId(1));
+    let err = e.poll_send(Time::ZERO).unwrap_err();
+    assert!(matches!(err, RouteError::NoLiveCopy { fragment: FragmentId(0), .. }));
+}
+
+#[test]
+fn a_corrupt_block_is_read_from_another_copy() {
+    let mut e = engine(ReadPolicyKind::Static, 4, 2, 0, 2);
+    let sends = drain(&mut e);
+    e.on_failure(Time::ZERO, sends[0].piece, NodeId(0), Failure::Corrupt);
+    let again = drain(&mut e);
+    assert_eq!(again, vec![Dispatch { piece: sends[0].piece, node: NodeId(1) }]);
+    assert_eq!(e.stats().corrupt.len(), 1);
+}
+
+#[test]
+fn the_end_of_a_scan_steals_from_a_loaded_server_and_drops_the_duplicate() {
+    let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 4);
+    let sends = drain(&mut e); // pieces 0..4 on nodes 0,1,0,1
+    assert_eq!(e.cursor, 4);
+    // Node 1 delivers both of its pieces; node 0 is slow and still holds pieces 0 and 2.
+    e.on_data(Time::ZERO, sends[1].piece, NodeId(1));
+    e.on_data(Time::ZERO, sends[3].piece, NodeId(1));
+    let steal = drain(&mut e);
+    assert_eq!(steal, vec![Dispatch { piece: 2, node: NodeId(1) }]);
+    assert_eq!(e.poll_cancel(), Some(Dispatch { piece: 2, node: NodeId(0) }));
+    // The cancel lost the race: node 0 sends piece 2 anyway, then node 1 does too.
+    assert_eq!(e.on_data(Time::ZERO, 2, NodeId(0)), Delivery::New);
+    assert_eq!(e.on_data(Time::ZERO, 2, NodeId(1)), Delivery::Duplicate);
+    e.on_data(Time::ZERO, 0, NodeId(0));
+    assert!(e.is_done());
+    assert_eq!(e.stats().duplicates, 1);
+    assert_eq!(e.inflight(), 0);
+    e.assert_invariants();
+}
+
+/// A server that holds our requests and says nothing is hung, not slow: after the stall
+/// timeout its requests go to the other copy, even for the static policy.
+#[test]
+fn a_hung_server_is_given_up_after_the_stall_timeout() {
+    let mut e = engine(ReadPolicyKind::Static, 4, 2, 0, 3);
+    let t0 = Time::from_secs_f64(1.0);
+    while e.poll_send(t0).unwrap().is_some() {}
+    let deadline = e.stall_deadline().unwrap();
+    assert_eq!(deadline, t0 + STALL_TIMEOUT_DEFAULT);
+    // An answer moves the deadline on.
+    let t1 = Time::from_secs_f64(20.0);
+    e.on_data(t1, 0, NodeId(0));
+    assert_eq!(e.stall_deadline(), Some(t1 + STALL_TIMEOUT_DEFAULT));
+    assert!(e.check_stalls(t1 + Duration::from_secs(29)).is_empty());
+    assert_eq!(e.check_stalls(t1 + STALL_TIMEOUT_DEFAULT), vec![NodeId(0)]);
+    let again: Vec<Dispatch> = std::iter::from_fn(|| e.poll_send(t1).unwrap()).collect();
+    assert_eq!(again, vec![Dispatch { piece: 1, node: NodeId(1) }, Dispatch { piece: 2, node: NodeId(1) }]);
+    assert_eq!(e.stall_deadline(), Some(t1 + STALL_TIMEOUT_DEFAULT));
+    e.assert_invariants();
+}
+
+#[test]
+fn windows_are_bounded() {
+    let shape = Shape::uniform(2, 4096, 4096).unwrap();
+    let layout = Layout::chained(2, 2).unwrap();
+    let pieces = shape.pieces(Partition { offset: 0, len: 4096 }).unwrap();
+    let config = ReadConfig { window: 0, ..ReadConfig::default() };
+    let err = ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, pieces.clone(), config);
+    assert_eq!(err.unwrap_err(), RouteError::Window(0));
+    let config = ReadConfig { stall_timeout: Duration::ZERO, ..ReadConfig::default() };
+    let err = ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, pieces, config);
+    assert_eq!(err.unwrap_err(), RouteError::StallTimeout);
+}
+
+fn shape_and_layout(nodes: u32, blocks: u64) -> (Shape, Layout) {
+    (Shape::uniform(nodes, blocks * 4096, 4096).unwrap(), Layout::chained(nodes, 2).unwrap())
+}
+
+#[test]
+fn lookahead_bounds_how_far_requests_run_ahead_of_delivery() {
+    let (shape, layout) = shape_and_layout(2, 20);
+    let pieces = shape.pieces(shape.fragment_partitions()[0]).unwrap();
+    let config = ReadConfig { window: 16, lookahead: Some(3), ..ReadConfig::default() };
+    let mut e = ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, pieces, config).unwrap();
+    let sends = drain(&mut e);
+    assert_eq!(sends.iter().map(|d| d.piece).collect::<Vec<_>>(), vec![0, 1, 2]);
+    // Pieces 1 and 2 arrive first: still nothing past piece 2, piece 0 holds the window.
+    e.on_data(Time::ZERO, 1, sends[1].node);
+    e.on_data(Time::ZERO, 2, sends[2].node);
+    assert!(drain(&mut e).is_empty());
+    e.on_data(Time::ZERO, 0, sends[0].node);
+    assert_eq!(drain(&mut e).iter().map(|d| d.piece).collect::<Vec<_>>(), vec![3, 4, 5]);
+    e.assert_invariants();
+}
+
+#[test]
+fn an_open_ended_engine_reads_pieces_as_they_are_added() {
+    let (shape, layout) = shape_and_layout(2, 4);
+    let mut e =
+        ReadEngine::open_ended(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, ReadConfig::default())
+            .unwrap();
+    assert!(e.is_done() && drain(&mut e).is_empty());
+    let p = shape.pieces(Partition { offset: 8192, len: 100 }).unwrap()[0];
+    let i = e.add_piece(p);
+    assert!(!e.is_done());
+    let sends = drain(&mut e);
+    assert_eq!(sends.len(), 1);
+    e.on_data(Time::ZERO, i, sends[0].node);
+    assert!(e.is_done());
+    assert_eq!(e.total_bytes(), 100);
+}
+
+#[test]
+fn a_moved_request_is_expected_from_its_new_server_and_retried_if_that_dies() {
+    let mut e = engine(ReadPolicyKind::GdRrHandoff, 4, 2, 0, 4);
+    let sends = drain(&mut e);
+    let first = sends[0];
+    let other = if first.node == NodeId(0) { NodeId(1) } else { NodeId(0) };
+    assert!(e.on_moved(Time::ZERO, first.piece, first.node, other));
+    assert!(!e.on_moved(Time::ZERO, first.piece, first.node, other), "nothing left at the old server");
+    e.assert_invariants();
+    // The new server dies before answering: the piece is retried, nothing is lost.
+    e.on_node_down(Time::ZERO, other);
+    let again = drain(&mut e);
+    assert!(again.iter().any(|d| d.piece == first.piece && d.node == first.node));
+    assert_eq!(e.stats().moved, 1);
+    e.assert_invariants();
+}
+
+#[test]
+fn primary_copies_reads_no_backup_without_a_fault_and_probes_it() {
+    let mut e = engine(ReadPolicyKind::GdPc, 4, 2, 0, 100);
+    let sends = drain(&mut e);
+    assert!(sends.iter().all(|d| d.node == NodeId(0)));
+    assert_eq!(e.poll_probe(Time::ZERO), Some(NodeId(1)));
+    // The backup's primary consumer is level with us: still primary only.
+    e.on_state(Time::ZERO, NodeId(1), ServerState { primary_progress: Some(0.0), ..ServerState::default() });
+    for d in sends {
+        e.on_data(Time::ZERO, d.piece, d.node);
+        assert!(drain(&mut e).iter().all(|d| d.node == NodeId(0)));
+    }
+    // It reports 30% while we are at 4%: the backup joins.
+    e.on_state(Time::ZERO, NodeId(1), ServerState { primary_progress: Some(0.3), ..ServerState::default() });
+    let mut to_backup = 0;
+    for _ in 0..8 {
+        let s = sends_pending(&mut e);
+        e.on_data(Time::ZERO, s.piece, s.node);
+        to_backup += drain(&mut e).iter().filter(|d| d.node == NodeId(1)).count();
+    }
+    assert!(to_backup > 0);
+    e.assert_invariants();
+}
+
+#[test]
+fn a_hold_never_stalls_a_read() {
+    // gd-rr in warm-up sends everything to the primary; with the primary's share in flight
+    // it holds, but never with nothing in flight.
+    let mut e = engine(ReadPolicyKind::GdRr, 4, 2, 0, 100);
+    let sends = drain(&mut e);
+    assert_eq!(sends.len() as u32, WINDOW_DEFAULT);
+    assert!(sends.iter().all(|d| d.node == NodeId(0)));
+    for d in sends {
+        e.on_data(Time::ZERO, d.piece, d.node);
+    }
+    assert!(!drain(&mut e).is_empty());
+}
+
+#[test]
+fn mirror_alternates_over_the_copies_whatever_their_speed() {
+    let mut e = engine(ReadPolicyKind::Mirror, 4, 2, 0, 100);
+    let nodes: Vec<u32> = drain(&mut e).iter().map(|d| d.node.0).collect();
+    assert_eq!(nodes, vec![0, 1, 0, 1]);
+}
+
+#[test]
+fn every_policy_name_parses_and_settings_are_checked() {
+    for k in ReadPolicyKind::ALL {
+        assert_eq!(k.to_string().parse::<ReadPolicyKind>().unwrap(), k);
+        assert_eq!(k.build(&PolicySettings::default()).kind(), k);
+    }
+    assert!("gd-xyz".parse::<ReadPolicyKind>().unwrap_err().contains("gd-pc"));
+    PolicySettings::default().validate().unwrap();
+    let mut s = PolicySettings::default();
+    s.primary.low_watermark = 0.5;
+    let e = s.validate().unwrap_err();
+    assert_eq!(e.name, "pc-low-watermark");
+    let mut s = PolicySettings::default();
+    s.rate.slow_ratio = 0.5;
+    assert_eq!(s.validate().unwrap_err().name, "rr-slow-ratio");
+}

@@ -1,0 +1,267 @@
+//! GD-6, server request handoff, on the wire (virtual-streams §3.4).
+//!
+//! **Idle side.** When the disk driver finds the queue empty while consumers that allow
+//! handoff are about, it wakes the asker task here. The asker picks a peer holding copies of
+//! the same fragments (ganges-core's `Asker`: one ask at a time, round-robin, backing off a
+//! peer that had nothing to give), sends it `HandoffAsk` with this server's measured rate
+//! and the clients it has connections to, and queues the requests it gets back. It serves
+//! them like its own and answers the clients directly, naming each request's origin.
+//!
+//! **Busy side.** On `HandoffAsk`, a server takes the share ganges-core's `handoff::share`
+//! computes of its queued requests that the asker can serve (requests allowing handoff, from
+//! clients connected to the asker, for fragments the asker holds), the newest first; tells
+//! each request's client where it went (`Moved`), then hands them over. From then on the
+//! request is the asker's: if the asker dies, the client's connection to it breaks and the
+//! client reads the block elsewhere. Nothing is served twice (a request is in exactly one
+//! queue) and nothing is lost (the client always knows which server owes it the answer).
+
+use crate::Shared;
+use crate::disk::JobCtx;
+use ganges_core::handoff::{Asker, share};
+use ganges_core::ids::NodeId;
+use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
+use ganges_proto::control::{ControlReply, ControlRequest, HandedJob, Peer};
+use ganges_proto::io::{read_frame, write_frame};
+use ganges_proto::msg::{ErrorCode, Hello, Message, Origin, WireError};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::io::BufReader;
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+/// How long an ask may take before the asker gives that peer up for now: a busy server
+/// answers within a scheduling decision, so anything longer means it is hung.
+const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A connection to a peer server, one request at a time.
+struct PeerConn {
+    rd: BufReader<OwnedReadHalf>,
+    wr: OwnedWriteHalf,
+    next_id: u64,
+}
+
+impl PeerConn {
+    async fn connect(addr: std::net::SocketAddr) -> std::io::Result<PeerConn> {
+        let stream = tokio::time::timeout(ASK_TIMEOUT, TcpStream::connect(addr)).await??;
+        let _ = stream.set_nodelay(true);
+        let (rd, mut wr) = stream.into_split();
+        let hello = Message::Hello(Hello { client: "ganges-server peer".into(), client_id: 0 });
+        write_frame(&mut wr, &hello.encode(1)).await?;
+        let mut conn = PeerConn { rd: BufReader::new(rd), wr, next_id: 2 };
+        match conn.read().await? {
+            Message::HelloOk(_) => Ok(conn),
+            other => Err(std::io::Error::other(format!("peer answered hello with kind {:#04x}", other.kind()))),
+        }
+    }
+
+    async fn read(&mut self) -> std::io::Result<Message> {
+        let (h, body) = read_frame(&mut self.rd)
+            .await
+            .map_err(std::io::Error::other)?
+            .ok_or_else(|| std::io::Error::other("peer closed the connection"))?;
+        Message::decode(&h, body).map_err(std::io::Error::other)
+    }
+
+    async fn control(&mut self, req: ControlRequest) -> std::io::Result<ControlReply> {
+        let id = self.next_id;
+        self.next_id += 1;
+        write_frame(&mut self.wr, &Message::Control(req).encode(id)).await?;
+        match self.read().await? {
+            Message::ControlOk(r) => Ok(*r),
+            Message::Error(e, _) => Err(std::io::Error::other(e.to_string())),
+            other => Err(std::io::Error::other(format!("unexpected kind {:#04x}", other.kind()))),
+        }
+    }
+}
+
+/// The peers worth asking: servers holding copies of fragments this server holds, in the
+/// datasets it has open, among the peers it knows.
+fn neighbours(shared: &Shared) -> Vec<Peer> {
+    let me = shared.config.node;
+    let mut near = BTreeSet::new();
+    for ds in shared.store.open_datasets() {
+        let m = &ds.manifest;
+        for (f, _) in m.layout.copies_on(me, m.shape.fragment_count()) {
+            near.extend(m.layout.holders(f).into_iter().filter(|n| *n != me));
+        }
+    }
+    shared.peers.lock().expect("peers lock").iter().filter(|p| near.contains(&p.node)).cloned().collect()
+}
+
+/// The asker task: runs until the server shuts down (aborted).
+pub async fn run_asker(shared: Arc<Shared>) {
+    let mut asker = Asker::default();
+    let mut conns: HashMap<NodeId, PeerConn> = HashMap::new();
+    let mut kick = false;
+    loop {
+        if !kick {
+            match asker.next_retry() {
+                Some(t) => {
+                    tokio::select! {
+                        _ = shared.idle.notified() => {}
+                        _ = tokio::time::sleep_until(shared.instant(t)) => {}
+                    }
+                }
+                None => shared.idle.notified().await,
+            }
+        }
+        kick = false;
+        let now = shared.now();
+        if !shared.disk.lock().expect("disk lock").wants_work(now) {
+            continue;
+        }
+        let peers = neighbours(&shared);
+        let nodes: Vec<NodeId> = peers.iter().map(|p| p.node).collect();
+        let Some(node) = asker.on_idle(now, &nodes) else { continue };
+        let addr = peers.iter().find(|p| p.node == node).expect("asked a listed peer").addr;
+        let given = match ask(&shared, &mut conns, node, addr).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!(peer = %node, %e, "handoff ask failed");
+                conns.remove(&node);
+                0
+            }
+        };
+        asker.on_answer(shared.now(), node, given);
+        if given > 0 {
+            shared.disk_wake.notify_one();
+        } else {
+            // Nothing there: try the next peer at once (the asker backs this one off).
+            kick = true;
+        }
+    }
+}
+
+async fn ask(
+    shared: &Arc<Shared>,
+    conns: &mut HashMap<NodeId, PeerConn>,
+    node: NodeId,
+    addr: std::net::SocketAddr,
+) -> std::io::Result<usize> {
+    if let std::collections::hash_map::Entry::Vacant(e) = conns.entry(node) {
+        e.insert(PeerConn::connect(addr).await?);
+    }
+    let conn = conns.get_mut(&node).expect("inserted above");
+    let rate = shared.rate_bytes_per_sec();
+    let clients: Vec<u64> = shared.clients.lock().expect("clients lock").keys().copied().collect();
+    let req = ControlRequest::HandoffAsk { from: shared.config.node, rate_bytes_per_sec: rate, clients };
+    let reply = tokio::time::timeout(ASK_TIMEOUT, conn.control(req))
+        .await
+        .map_err(|_| std::io::Error::other("handoff ask timed out"))??;
+    match reply {
+        ControlReply::HandoffGive { jobs } => Ok(take_over(shared, jobs)),
+        other => Err(std::io::Error::other(format!("unexpected reply {other:?}"))),
+    }
+}
+
+/// Queue requests handed over by a peer; they are answered on the clients' own connections.
+fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
+    let now = shared.now();
+    let mut taken = 0;
+    for hj in jobs {
+        let origin = Origin { node: hj.origin_node, request_id: hj.origin_request };
+        let client = shared.clients.lock().expect("clients lock").get(&hj.client_id).cloned();
+        let Some((conn, outbox)) = client else {
+            // The client left between the ask and the answer: nobody to answer.
+            continue;
+        };
+        let prepared = shared.store.dataset(&hj.dataset).and_then(|ds| {
+            shared.store.check_read(&ds, hj.fragment, hj.block, hj.start_in_block, hj.len)?;
+            let key = ds.copy(hj.fragment)?.key;
+            Ok((ds, key))
+        });
+        let (ds, file) = match prepared {
+            Ok(x) => x,
+            Err(e) => {
+                // Answer at once, so the client reads the block elsewhere.
+                outbox.send_untracked(
+                    origin.request_id,
+                    Message::Error(WireError::new(e.code(), e.to_string()), Some(origin)),
+                );
+                continue;
+            }
+        };
+        if !outbox.admit() {
+            let e = WireError::new(ErrorCode::TooManyInFlight, "too many requests in flight to take a handoff");
+            outbox.send_untracked(origin.request_id, Message::Error(e, Some(origin)));
+            continue;
+        }
+        let service = Service::from_byte(hj.service).unwrap_or(Service::FURTHEST_BEHIND);
+        let metric = if hj.fraction { ProgressMetric::Fraction } else { ProgressMetric::Bytes };
+        let job = Job {
+            id: 0,
+            stream: StreamKey { conn, stream: hj.stream },
+            file,
+            bytes: hj.len as u64,
+            progress: Progress { done_bytes: hj.done_bytes.min(hj.total_bytes), total_bytes: hj.total_bytes, metric },
+            service,
+            arrival: now,
+        };
+        let ctx = JobCtx {
+            conn,
+            client_id: hj.client_id,
+            request_id: origin.request_id,
+            dataset: ds,
+            fragment: hj.fragment,
+            block: hj.block,
+            start: hj.start_in_block,
+            len: hj.len,
+            outbox,
+            origin: Some(origin),
+        };
+        shared.disk.lock().expect("disk lock").enqueue(job, ctx);
+        taken += 1;
+    }
+    shared.counters.taken_over.fetch_add(taken as u64, Ordering::Relaxed);
+    taken
+}
+
+/// The busy side: answer a peer's `HandoffAsk` with a share of the queue.
+pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64]) -> ControlReply {
+    if from == shared.config.node {
+        return ControlReply::HandoffGive { jobs: vec![] };
+    }
+    let clients: BTreeSet<u64> = clients.iter().copied().collect();
+    let eligible = |_: &Job, c: &JobCtx| {
+        c.origin.is_none()
+            && clients.contains(&c.client_id)
+            && c.dataset.manifest.layout.copy_on(c.fragment, from).is_some()
+    };
+    let my_rate = shared.rate_bytes_per_sec();
+    let taken = {
+        let mut d = shared.disk.lock().expect("disk lock");
+        let n = share(d.count_eligible(eligible), rate_idle, my_rate);
+        d.hand_off(n, eligible)
+    };
+    let me = shared.config.node;
+    let jobs: Vec<HandedJob> = taken
+        .into_iter()
+        .map(|(job, ctx)| {
+            // The client learns first where its request went; the request no longer counts
+            // against its connection here.
+            ctx.outbox.reply(ctx.request_id, Message::Moved { to: from });
+            HandedJob {
+                client_id: ctx.client_id,
+                origin_node: me,
+                origin_request: ctx.request_id,
+                stream: job.stream.stream,
+                done_bytes: job.progress.done_bytes,
+                total_bytes: job.progress.total_bytes,
+                fraction: job.progress.metric == ProgressMetric::Fraction,
+                service: job.service.to_byte(),
+                dataset: ctx.dataset.manifest.name.clone(),
+                fragment: ctx.fragment,
+                block: ctx.block,
+                start_in_block: ctx.start,
+                len: ctx.len,
+            }
+        })
+        .collect();
+    if !jobs.is_empty() {
+        tracing::debug!(node = %me, to = %from, n = jobs.len(), "handed off queued requests");
+        shared.counters.handed_off.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+    }
+    ControlReply::HandoffGive { jobs }
+}
