@@ -372,8 +372,9 @@ impl Scheduler for FurthestBehind {
                 return Some(self.s.take_front(key));
             }
         }
-        let key =
-            self.s.best_by(head, |q, b| (q.progress_key != b.progress_key).then_some(q.progress_key < b.progress_key))?;
+        let key = self
+            .s
+            .best_by(head, |q, b| (q.progress_key != b.progress_key).then_some(q.progress_key < b.progress_key))?;
         Some(self.s.take_front(key))
     }
 

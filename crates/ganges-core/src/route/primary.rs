@@ -9,7 +9,8 @@
 //! backup, so disks never alternate between copies and pay no seeks.
 //!
 //! Generalised beyond the paper's two copies: every backup holder is judged on its own gap.
-//! A backup server whose primary copies nobody reads has capacity to spare and is used.
+//! A backup server whose primary copies nobody reads (its consumer finished, or there is none)
+//! counts as progress 1.
 //!
 //! **Shrinking high watermark (ours, gd-enhancements §5).** With `shrink`, the high watermark
 //! closes linearly towards the low one as the consumer's own progress goes from 0 to 1. Early
@@ -57,20 +58,16 @@ impl PrimaryCopies {
         let (high, low) = self.watermarks(view);
         for &b in backups {
             self.backups.entry(b).or_insert(None);
-            match self.reported.get(&b) {
-                // Nobody reads this server's primary copies: its disk is ours to share.
-                Some(None) => {
+            // Nobody reading the server's primary copies (finished, or never started) counts
+            // as progress 1: its disk is ours only if we are really behind, so equal disks
+            // finishing a few blocks apart never send a request to a backup.
+            if let Some(theirs) = self.reported.get(&b) {
+                let gap = theirs.unwrap_or(1.0) - view.own_fraction;
+                if gap > high {
                     self.using.insert(b);
+                } else if gap < low {
+                    self.using.remove(&b);
                 }
-                Some(Some(theirs)) => {
-                    let gap = theirs - view.own_fraction;
-                    if gap > high {
-                        self.using.insert(b);
-                    } else if gap < low {
-                        self.using.remove(&b);
-                    }
-                }
-                None => {}
             }
         }
     }
@@ -177,12 +174,18 @@ mod tests {
     }
 
     #[test]
-    fn a_backup_nobody_reads_as_primary_is_free_to_use() {
+    fn a_backup_nobody_reads_as_primary_counts_as_finished() {
         let nodes = BTreeMap::new();
         let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
         p.on_state(Time::ZERO, NodeId(1), &state(None));
+        // Half the partition left: far behind a finished neighbour, use its disk.
         p.pick(&view(&nodes, 0.5), &H);
         assert!(p.is_using(NodeId(1)));
+        // 2% left at the end of an even scan: under the high watermark, stay on the primary.
+        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        p.on_state(Time::ZERO, NodeId(1), &state(None));
+        p.pick(&view(&nodes, 0.98), &H);
+        assert!(!p.is_using(NodeId(1)));
     }
 
     #[test]
