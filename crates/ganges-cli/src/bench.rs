@@ -1,8 +1,15 @@
 //! `ganges bench scan` (and the demo, which is a small one): how close do the read policies
 //! come to the best the hardware, with its faults, could have done? BENCHMARKS.md defines
-//! every figure; in short, per (policy, fault count): all consumers start together after every
-//! connection is open, T is when the last one finishes, and T is compared with the River
-//! ideal (MOD-1) and the layout-aware ideal (MOD-2) for the same server rates.
+//! every figure; in short, per row: all consumers start together after every connection is
+//! open, T is when the last one finishes, and T is compared with the River ideal (MOD-1) and
+//! the layout-aware ideal (MOD-2) for the same server rates and partitions.
+//!
+//! A run is one (block size, fault count, partition ratio, policy); the bench makes one
+//! dataset per block size and alternates everything else, `--repeat` times, reporting the
+//! median. Faults are on for the whole run unless `--fault-schedule` turns them on and off
+//! during it; then the ideal integrates the phases, every consumer's delivered bytes are
+//! sampled every 100 ms, and the *adaptation time* after each change is reported
+//! (BENCHMARKS.md "Over time").
 //!
 //! Every run also checks its own correctness: the digest of what the consumers received must
 //! equal the dataset's, or the bench fails instead of printing a number.
@@ -12,65 +19,173 @@ use crate::plot::{self, Series};
 use crate::util::{CliError, CliResult, Table, fail, git_commit, process_cpu_secs, steps_bar};
 use ganges_client::client::Client;
 use ganges_client::dataset::{self, CreateSpec};
-use ganges_client::scan::{ReadOptions, ReadReport, open_scan};
+use ganges_client::scan::{ReadOptions, ReadReport, ReadStream};
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::disk::Fault;
 use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::NodeId;
-use ganges_core::route::ReadPolicyKind;
+use ganges_core::route::{PolicySettings, ReadPolicyKind};
 use ganges_core::sched::SchedulerKind;
-use ganges_core::units::{ByteSize, mb_per_sec};
+use ganges_core::shape::{Partition, Shape};
+use ganges_core::units::{ByteSize, Dur, mb_per_sec};
 use ganges_proto::control::{ControlReply, ControlRequest, ServerStats};
 use ganges_proto::manifest::Manifest;
 use serde::Serialize;
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Sampling period of consumer timelines (BENCHMARKS.md: every 100 ms).
+pub const SAMPLE_MS: u64 = 100;
+/// The window a consumer's rate is measured over for adaptation times (BENCHMARKS.md).
+const RATE_WINDOW_MS: u64 = 500;
+/// Adapted: the slowest consumer's rate is within this fraction of its new ideal share.
+const ADAPTED_WITHIN: f64 = 0.10;
+
+/// Data of even and odd consumers, `even:odd` (gd-enhancements §4.3: 1:1, 1:1.5, 1:2).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Ratio {
+    pub even: f64,
+    pub odd: f64,
+}
+
+impl Ratio {
+    pub const EQUAL: Ratio = Ratio { even: 1.0, odd: 1.0 };
+}
+
+impl FromStr for Ratio {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Ratio, String> {
+        let bad = || format!("`{s}` is not a ratio like 1:1.5 (even consumers' data : odd consumers')");
+        let (a, b) = s.split_once(':').ok_or_else(bad)?;
+        let (even, odd): (f64, f64) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+        if !(even > 0.0 && odd > 0.0 && even.is_finite() && odd.is_finite()) {
+            return Err(bad());
+        }
+        Ok(Ratio { even, odd })
+    }
+}
+
+impl fmt::Display for Ratio {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.even, self.odd)
+    }
+}
+
+/// When faults are on during a run: from `start` to `end` (or to the end of the run).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct FaultWindow {
+    pub start_secs: f64,
+    pub end_secs: Option<f64>,
+}
+
+impl FromStr for FaultWindow {
+    type Err = String;
+    fn from_str(s: &str) -> Result<FaultWindow, String> {
+        let bad = |why: &str| format!("`{s}` is not a fault window like 2s-6s or 2s- ({why})");
+        let (a, b) = s.split_once('-').ok_or_else(|| bad("no `-`"))?;
+        let start = a.parse::<Dur>().map_err(|e| bad(&e.to_string()))?.0.as_secs_f64();
+        let end = if b.trim().is_empty() {
+            None
+        } else {
+            Some(b.parse::<Dur>().map_err(|e| bad(&e.to_string()))?.0.as_secs_f64())
+        };
+        if end.is_some_and(|e| e <= start) {
+            return Err(bad("it ends before it starts"));
+        }
+        Ok(FaultWindow { start_secs: start, end_secs: end })
+    }
+}
+
+/// Which layout the bench's dataset uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LayoutChoice {
+    Chained,
+    Mirrored,
+}
+
+impl FromStr for LayoutChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "chained" => Ok(LayoutChoice::Chained),
+            "mirrored" => Ok(LayoutChoice::Mirrored),
+            _ => Err(format!("unknown layout `{s}` (use chained or mirrored)")),
+        }
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct ScanBenchSpec {
     pub nodes: u32,
     pub replicas: u32,
+    pub layout: LayoutChoice,
     pub fragment_bytes: u64,
-    pub block_bytes: u32,
+    pub block_sizes: Vec<u32>,
     pub disk: Option<DiskSpec>,
     pub fault: Fault,
     pub faults: Vec<u32>,
     pub fault_layout: FaultLayout,
+    pub schedule: Vec<FaultWindow>,
     pub seed: u64,
     pub policies: Vec<ReadPolicyKind>,
     pub window: u32,
+    pub settings: PolicySettings,
+    pub ratios: Vec<Ratio>,
     pub repeat: u32,
     pub root: Option<PathBuf>,
     pub binary: PathBuf,
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
+    pub plot_time: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Params {
     pub nodes: u32,
     pub replicas: u32,
+    pub layout: LayoutChoice,
     pub fragment_bytes: u64,
+    /// The first block size (kept for tools reading older documents).
     pub block_bytes: u32,
+    pub block_sizes: Vec<u32>,
     pub disk_rate_bytes_per_sec: Option<f64>,
     pub seek_ms: f64,
     pub queue_depth: u32,
     pub fault: Fault,
     pub fault_factor: Option<f64>,
     pub fault_layout: FaultLayout,
+    pub fault_schedule: Vec<FaultWindow>,
     pub seed: u64,
     pub window: u32,
+    pub settings: PolicySettings,
+    pub ratios: Vec<Ratio>,
     pub repeat: u32,
     pub policies: Vec<ReadPolicyKind>,
     pub git_commit: String,
 }
 
+/// How long a consumer took to settle after a fault started or stopped.
+#[derive(Clone, Debug, Serialize)]
+pub struct Adaptation {
+    pub at_secs: f64,
+    /// "start" or "stop".
+    pub change: &'static str,
+    /// `None`: the slowest consumer never came within 10% of its new ideal share before the
+    /// next change or the end of the run.
+    pub seconds: Option<f64>,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     pub policy: ReadPolicyKind,
+    pub block_bytes: u32,
+    pub ratio: Ratio,
     pub faults: u32,
     pub fault_nodes: Vec<u32>,
     /// Median over repeats.
@@ -96,12 +211,22 @@ pub struct Row {
     pub duplicates: u64,
     pub steals: u64,
     pub retries: u64,
+    /// Requests servers handed to one another (GD-6).
+    pub handed_off: u64,
     /// Peak resident memory of the largest server at the end of the run.
     pub server_peak_rss_bytes: u64,
-    /// When each consumer finished, from the common start (consumer i reads fragment i).
+    /// When each consumer finished, from the common start.
     pub consumer_seconds: Vec<f64>,
     /// Fraction of T each modelled disk spent seeking or transferring, per node.
     pub disk_busy_frac: Vec<f64>,
+    /// Bytes each consumer had received at every `SAMPLE_MS` since the start (the median
+    /// run's), for rate-over-time plots.
+    pub delivered: Vec<Vec<u64>>,
+    /// With a fault schedule: the adaptation time after each change (the median run's).
+    pub adaptation: Vec<Adaptation>,
+    /// Each consumer's rate in the layout-aware ideal, with the faults on and off (bytes/s).
+    pub ideal_consumer_rates_faulty: Vec<f64>,
+    pub ideal_consumer_rates_free: Vec<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -132,9 +257,19 @@ struct Sample {
     duplicates: u64,
     steals: u64,
     retries: u64,
+    handed_off: u64,
     peak_rss: u64,
     consumer_seconds: Vec<f64>,
     disk_busy_frac: Vec<f64>,
+    delivered: Vec<Vec<u64>>,
+}
+
+/// What one run reads and under which faults.
+struct Run<'a> {
+    manifest: &'a Arc<Manifest>,
+    policy: ReadPolicyKind,
+    partitions: &'a [Partition],
+    faulty: &'a [NodeId],
 }
 
 impl ScanBenchSpec {
@@ -145,10 +280,21 @@ impl ScanBenchSpec {
         if self.disk.is_none() && self.faults.iter().any(|&f| f > 0) {
             return fail("faults need the disk model: give --disk-rate, or use --faults 0 with --disk-rate off");
         }
-        if self.policies.is_empty() || self.faults.is_empty() {
-            return fail("give at least one policy and one fault count");
+        if self.policies.is_empty() || self.faults.is_empty() || self.block_sizes.is_empty() || self.ratios.is_empty() {
+            return fail("give at least one policy, fault count, block size and ratio");
+        }
+        if self.layout == LayoutChoice::Mirrored && (self.nodes % 2 != 0 || self.replicas != 2) {
+            return fail("--layout mirrored needs an even number of nodes and 2 replicas");
+        }
+        let mut last_end = 0.0f64;
+        for w in &self.schedule {
+            if w.start_secs < last_end {
+                return fail("fault windows must be in order and must not overlap");
+            }
+            last_end = w.end_secs.unwrap_or(f64::INFINITY);
         }
         self.fault.validate()?;
+        self.settings.validate().map_err(|e| CliError(e.to_string()))?;
         Ok(())
     }
 
@@ -156,8 +302,10 @@ impl ScanBenchSpec {
         Params {
             nodes: self.nodes,
             replicas: self.replicas,
+            layout: self.layout,
             fragment_bytes: self.fragment_bytes,
-            block_bytes: self.block_bytes,
+            block_bytes: self.block_sizes[0],
+            block_sizes: self.block_sizes.clone(),
             disk_rate_bytes_per_sec: self.disk.map(|d| d.rate_bytes_per_sec),
             seek_ms: self.disk.map_or(0.0, |d| d.seek.as_secs_f64() * 1e3),
             queue_depth: self.disk.map_or(1, |d| d.queue_depth),
@@ -167,16 +315,53 @@ impl ScanBenchSpec {
                 Fault::Competing { .. } => None,
             },
             fault_layout: self.fault_layout,
+            fault_schedule: self.schedule.clone(),
             seed: self.seed,
             window: self.window,
+            settings: self.settings,
+            ratios: self.ratios.clone(),
             repeat: self.repeat,
             policies: self.policies.clone(),
             git_commit: git_commit(),
         }
     }
+
+    /// The fault changes of a run: (time, faults on after it).
+    fn changes(&self) -> Vec<(f64, bool)> {
+        let mut out = vec![];
+        for w in &self.schedule {
+            out.push((w.start_secs, true));
+            if let Some(e) = w.end_secs {
+                out.push((e, false));
+            }
+        }
+        out
+    }
 }
 
-/// Run the scan benchmark: start a cluster, create the dataset, run every (policy, faults).
+/// Partitions of `shape` for a ratio: consumer i gets a share proportional to `even` or
+/// `odd`, in consecutive ranges cut at block boundaries (GD-7 logical partitioning; block
+/// boundaries so no two consumers read the same block).
+pub fn ratio_partitions(shape: &Shape, consumers: u32, ratio: Ratio) -> Vec<Partition> {
+    if ratio == Ratio::EQUAL && consumers == shape.fragment_count() {
+        return shape.fragment_partitions();
+    }
+    let block = shape.block_bytes() as u64;
+    let total = shape.total_bytes();
+    let weights: Vec<f64> = (0..consumers).map(|i| if i % 2 == 0 { ratio.even } else { ratio.odd }).collect();
+    let sum: f64 = weights.iter().sum();
+    let mut bounds = vec![0u64];
+    let mut acc = 0.0;
+    for w in &weights[..weights.len() - 1] {
+        acc += w;
+        let cut = ((total as f64 * acc / sum / block as f64).round() as u64 * block).min(total);
+        bounds.push(cut.max(*bounds.last().expect("non-empty")));
+    }
+    bounds.push(total);
+    bounds.windows(2).map(|w| Partition { offset: w[0], len: w[1] - w[0] }).collect()
+}
+
+/// Run the scan benchmark: start a cluster, make the datasets, run every row.
 pub fn run_scan(spec: &ScanBenchSpec) -> CliResult<Report> {
     spec.validate()?;
     let temp;
@@ -206,66 +391,99 @@ pub fn run_scan(spec: &ScanBenchSpec) -> CliResult<Report> {
     report
 }
 
-async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliResult<Report> {
-    let client = Client::connect(cluster.cluster().clone()).await?;
+async fn create_dataset(client: &Arc<Client>, spec: &ScanBenchSpec, block: u32) -> CliResult<Arc<Manifest>> {
     let total = spec.fragment_bytes * spec.nodes as u64;
     let bar = crate::util::bytes_bar(total * spec.replicas as u64, "create");
-    let manifest = dataset::create(
-        &client,
-        CreateSpec {
-            name: "bench-scan".parse()?,
-            fragment_bytes: vec![spec.fragment_bytes; spec.nodes as usize],
-            block_bytes: spec.block_bytes,
-            replicas: spec.replicas,
-            generator: Generator::Random { seed: spec.seed },
-        },
-        Some(crate::util::progress_fn(&bar)),
-    )
-    .await?;
+    let name = format!("bench-scan-{block}");
+    let spec_c = CreateSpec {
+        name: name.parse()?,
+        fragment_bytes: vec![spec.fragment_bytes; spec.nodes as usize],
+        block_bytes: block,
+        replicas: spec.replicas,
+        generator: Generator::Random { seed: spec.seed },
+    };
+    let m = match spec.layout {
+        LayoutChoice::Chained => dataset::create(client, spec_c, Some(crate::util::progress_fn(&bar))).await?,
+        LayoutChoice::Mirrored => {
+            dataset::create_with_layout(
+                client,
+                spec_c,
+                ganges_core::layout::Layout::mirrored(spec.nodes)?,
+                Some(crate::util::progress_fn(&bar)),
+            )
+            .await?
+        }
+    };
     bar.finish_and_clear();
-    let manifest = Arc::new(manifest);
+    Ok(Arc::new(m))
+}
 
+async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliResult<Report> {
+    let client = Client::connect(cluster.cluster().clone()).await?;
     let loopback = if spec.disk.is_none() {
-        let bytes = total.min(2 << 30);
-        let block = spec.block_bytes as usize;
+        let bytes = (spec.fragment_bytes * spec.nodes as u64).min(2 << 30);
+        let block = spec.block_sizes[0] as usize;
         Some(tokio::task::spawn_blocking(move || loopback_mb_per_sec(bytes, block)).await.expect("measure")?)
     } else {
         None
     };
-
-    // One untimed scan first: the first scan after a create pays for fresh buffers, thread
-    // pools and page faults in every process (measured: 15% idle disks), which is not what
-    // any policy should be charged for.
-    set_faults(&client, spec, &[]).await?;
-    run_once(&client, &manifest, spec.policies[0], spec.window).await?;
-
     let layout_of = |f: u32| -> Vec<NodeId> { place(spec.fault_layout, spec.nodes, f, spec.seed) };
-    let runs = spec.repeat as u64 * spec.faults.len() as u64 * spec.policies.len() as u64;
-    let bar = steps_bar(runs, "scan");
-    let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![vec![]; spec.policies.len()]; spec.faults.len()];
-    for _ in 0..spec.repeat {
-        for (fi, &f) in spec.faults.iter().enumerate() {
-            let faulty = layout_of(f);
-            set_faults(&client, spec, &faulty).await?;
-            for (pi, &policy) in spec.policies.iter().enumerate() {
-                bar.set_message(format!("{policy}, {f} faults"));
-                let s = run_once(&client, &manifest, policy, spec.window).await?;
-                samples[fi][pi].push(s);
-                bar.inc(1);
+    let runs =
+        spec.block_sizes.len() * spec.repeat as usize * spec.faults.len() * spec.ratios.len() * spec.policies.len();
+    let bar = steps_bar(runs as u64, "scan");
+    let mut rows = vec![];
+    for &block in &spec.block_sizes {
+        let manifest = create_dataset(&client, spec, block).await?;
+        // One untimed scan first: the first scan after a create pays for fresh buffers, thread
+        // pools and page faults in every process (measured: 15% idle disks), which is not what
+        // any policy should be charged for.
+        set_faults(&client, spec, &[]).await?;
+        let all = manifest.shape.fragment_partitions();
+        run_once(&client, spec, &Run { manifest: &manifest, policy: spec.policies[0], partitions: &all, faulty: &[] })
+            .await?;
+
+        // samples[fault][ratio][policy] over repeats
+        let (nf, nr, np) = (spec.faults.len(), spec.ratios.len(), spec.policies.len());
+        let mut samples: Vec<Vec<Vec<Vec<Sample>>>> = vec![vec![vec![vec![]; np]; nr]; nf];
+        let partitions: Vec<Vec<Partition>> =
+            spec.ratios.iter().map(|&r| ratio_partitions(&manifest.shape, spec.nodes, r)).collect();
+        for _ in 0..spec.repeat {
+            for (fi, &f) in spec.faults.iter().enumerate() {
+                let faulty = layout_of(f);
+                if spec.schedule.is_empty() {
+                    set_faults(&client, spec, &faulty).await?;
+                }
+                for (ri, parts) in partitions.iter().enumerate() {
+                    for (pi, &policy) in spec.policies.iter().enumerate() {
+                        bar.set_message(format!("{policy}, {f} faults"));
+                        let run = Run { manifest: &manifest, policy, partitions: parts, faulty: &faulty };
+                        samples[fi][ri][pi].push(run_once(&client, spec, &run).await?);
+                        bar.inc(1);
+                    }
+                }
             }
         }
+        set_faults(&client, spec, &[]).await?;
+        for (fi, &f) in spec.faults.iter().enumerate() {
+            let faulty = layout_of(f);
+            for (ri, &ratio) in spec.ratios.iter().enumerate() {
+                let (river, layout, shares) = ideals(spec, &manifest, &partitions[ri], &faulty)?;
+                for (pi, &policy) in spec.policies.iter().enumerate() {
+                    let mut r = row(policy, f, &faulty, &samples[fi][ri][pi], river, layout);
+                    r.block_bytes = block;
+                    r.ratio = ratio;
+                    r.ideal_consumer_rates_faulty = shares.0.clone();
+                    r.ideal_consumer_rates_free = shares.1.clone();
+                    if f > 0 && !spec.schedule.is_empty() {
+                        r.adaptation = adaptation(&spec.changes(), &r.delivered, &shares, &r.consumer_seconds);
+                    }
+                    rows.push(r);
+                }
+            }
+        }
+        client.control_all(&client.live_nodes(), &ControlRequest::Remove { name: manifest.name.clone() }).await;
     }
     bar.finish_and_clear();
-    set_faults(&client, spec, &[]).await?;
-
-    let mut rows = vec![];
-    for (fi, &f) in spec.faults.iter().enumerate() {
-        let faulty = layout_of(f);
-        let (river, layout) = ideals(spec, &manifest, &faulty)?;
-        for (pi, &policy) in spec.policies.iter().enumerate() {
-            rows.push(row(policy, f, &faulty, &samples[fi][pi], river, layout));
-        }
-    }
     Ok(Report {
         bench: "scan",
         params: spec.params(),
@@ -277,22 +495,95 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
     })
 }
 
-/// The server rates with `faulty` nodes faulted, and both ideals for the whole scan.
-fn ideals(spec: &ScanBenchSpec, manifest: &Manifest, faulty: &[NodeId]) -> CliResult<(f64, f64)> {
+/// Each consumer's ideal rate (bytes/s) with and without the faults, in that order.
+type Shares = (Vec<f64>, Vec<f64>);
+
+/// Both ideals for a run, and every consumer's ideal rate with and without the faults. With
+/// a schedule the ideal integrates its phases: each phase moves data at that phase's ideal
+/// throughput.
+fn ideals(
+    spec: &ScanBenchSpec,
+    manifest: &Manifest,
+    partitions: &[Partition],
+    faulty: &[NodeId],
+) -> CliResult<(f64, f64, Shares)> {
     let Some(disk) = spec.disk else {
         // No model: there is no rate to compare with; the loopback figure stands in.
-        return Ok((f64::NAN, f64::NAN));
+        return Ok((f64::NAN, f64::NAN, (vec![], vec![])));
     };
-    let rates: Vec<f64> = (0..spec.nodes)
-        .map(|n| {
-            let frac = if faulty.contains(&NodeId(n)) { spec.fault.rate_fraction() } else { 1.0 };
-            disk.rate_bytes_per_sec * frac
+    let rates = |faults: &[NodeId]| -> Vec<f64> {
+        (0..spec.nodes)
+            .map(|n| {
+                disk.rate_bytes_per_sec * if faults.contains(&NodeId(n)) { spec.fault.rate_fraction() } else { 1.0 }
+            })
+            .collect()
+    };
+    let total = manifest.total_bytes();
+    let demands = scan_demands(&manifest.shape, partitions)?;
+    let (r_free, r_fault) = (rates(&[]), rates(faulty));
+    let river = (river_ideal_seconds(total, &r_free), river_ideal_seconds(total, &r_fault));
+    let layout = (
+        layout_ideal(&demands, &manifest.layout, &r_free)?.seconds,
+        layout_ideal(&demands, &manifest.layout, &r_fault)?.seconds,
+    );
+    let share = |t: f64| partitions.iter().map(|p| p.len as f64 / t).collect::<Vec<f64>>();
+    let shares = (share(layout.1), share(layout.0));
+    if spec.schedule.is_empty() {
+        return Ok((river.1, layout.1, shares));
+    }
+    let integrate = |(t_free, t_fault): (f64, f64)| {
+        let (x_free, x_fault) = (total as f64 / t_free, total as f64 / t_fault);
+        let mut left = total as f64;
+        let mut t = 0.0;
+        let mut on = false;
+        for &(at, faults_on) in &spec.changes() {
+            let x = if on { x_fault } else { x_free };
+            if left <= x * (at - t) {
+                return t + left / x;
+            }
+            left -= x * (at - t);
+            t = at;
+            on = faults_on;
+        }
+        t + left / if on { x_fault } else { x_free }
+    };
+    Ok((integrate(river), integrate(layout), shares))
+}
+
+/// Adaptation time after each change (BENCHMARKS.md): from the change to the first moment
+/// after which the slowest consumer's rate over `RATE_WINDOW_MS` stays within 10% of its
+/// ideal share for the new phase, until the next change or the first consumer finishes.
+fn adaptation(changes: &[(f64, bool)], delivered: &[Vec<u64>], shares: &Shares, finished: &[f64]) -> Vec<Adaptation> {
+    let ticks = delivered.first().map_or(0, Vec::len);
+    let w = (RATE_WINDOW_MS / SAMPLE_MS) as usize;
+    let first_finish = finished.iter().cloned().fold(f64::INFINITY, f64::min);
+    let tick_secs = SAMPLE_MS as f64 / 1e3;
+    let slowest_ratio = |k: usize, faults_on: bool| -> f64 {
+        let ideal = if faults_on { &shares.0 } else { &shares.1 };
+        (0..delivered.len())
+            .map(|i| {
+                let bytes = delivered[i][k].saturating_sub(delivered[i][k - w]) as f64;
+                bytes / (w as f64 * tick_secs) / ideal[i]
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    changes
+        .iter()
+        .enumerate()
+        .map(|(ci, &(at, faults_on))| {
+            let horizon = changes.get(ci + 1).map_or(first_finish, |c| c.0).min(first_finish);
+            // Windows wholly after the change, ending before the horizon.
+            let first = ((at / tick_secs).ceil() as usize + w).min(ticks);
+            let last = ((horizon / tick_secs).floor() as usize).min(ticks.saturating_sub(1));
+            let ok = |k: usize| (slowest_ratio(k, faults_on) - 1.0).abs() <= ADAPTED_WITHIN;
+            let settled = (first..=last).find(|&k| (k..=last).all(ok));
+            Adaptation {
+                at_secs: at,
+                change: if faults_on { "start" } else { "stop" },
+                seconds: settled.filter(|_| first <= last).map(|k| k as f64 * tick_secs - at),
+            }
         })
-        .collect();
-    let river = river_ideal_seconds(manifest.total_bytes(), &rates);
-    let demands = scan_demands(&manifest.shape, &manifest.shape.fragment_partitions())?;
-    let layout = layout_ideal(&demands, &manifest.layout, &rates)?.seconds;
-    Ok((river, layout))
+        .collect()
 }
 
 async fn set_faults(client: &Client, spec: &ScanBenchSpec, faulty: &[NodeId]) -> CliResult<()> {
@@ -319,14 +610,14 @@ async fn all_stats(client: &Client) -> CliResult<Vec<ServerStats>> {
     Ok(out)
 }
 
-/// One scan: every consumer reads its fragment; returns T and the counters.
-async fn run_once(
-    client: &Arc<Client>,
-    manifest: &Arc<Manifest>,
-    policy: ReadPolicyKind,
-    window: u32,
-) -> CliResult<Sample> {
-    let streams = open_scan(client, manifest, None, ReadOptions::new(policy).with_window(window))?;
+/// One scan: every consumer reads its partition; returns T and the counters.
+async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<Sample> {
+    let opts = ReadOptions::new(run.policy).with_window(spec.window).with_settings(spec.settings);
+    let streams: Vec<ReadStream> = run
+        .partitions
+        .iter()
+        .map(|p| ReadStream::open(client.clone(), run.manifest.clone(), *p, opts))
+        .collect::<Result<_, _>>()?;
     let before = all_stats(client).await?;
     let cpu_before = process_cpu_secs();
     let barrier = Arc::new(tokio::sync::Barrier::new(streams.len() + 1));
@@ -335,15 +626,45 @@ async fn run_once(
         let barrier = barrier.clone();
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            while s.next().await?.is_some() {}
-            Ok::<(ReadReport, Instant), ganges_client::ClientError>((s.close(), Instant::now()))
+            // When each block arrived and the bytes delivered by then: the timeline.
+            let mut marks: Vec<(Instant, u64)> = Vec::with_capacity(128);
+            let mut bytes = 0u64;
+            while let Some(b) = s.next().await? {
+                bytes += b.data.len() as u64;
+                marks.push((Instant::now(), bytes));
+            }
+            Ok::<(ReadReport, Instant, Vec<(Instant, u64)>), ganges_client::ClientError>((
+                s.close(),
+                Instant::now(),
+                marks,
+            ))
         }));
     }
     barrier.wait().await;
     let t0 = Instant::now();
+    // Faults that start and stop during the run (FI-3).
+    let scheduler = (!spec.schedule.is_empty() && !run.faulty.is_empty()).then(|| {
+        let (client, faulty, changes) = (client.clone(), run.faulty.to_vec(), spec.changes());
+        let fault = spec.fault;
+        tokio::spawn(async move {
+            for (at, on) in changes {
+                tokio::time::sleep_until((t0 + Duration::from_secs_f64(at)).into()).await;
+                for &n in &faulty {
+                    let _ = client.control(n, ControlRequest::SetFault { fault: on.then_some(fault) }).await;
+                }
+            }
+        })
+    });
     let mut reports = vec![];
+    let mut timelines = vec![];
     for t in tasks {
-        reports.push(t.await.map_err(|e| CliError(format!("consumer task failed: {e}")))??);
+        let (report, end, marks) = t.await.map_err(|e| CliError(format!("consumer task failed: {e}")))??;
+        reports.push((report, end));
+        timelines.push(marks);
+    }
+    if let Some(s) = scheduler {
+        s.abort();
+        set_faults(client, spec, &[]).await?;
     }
     let t_end = reports.iter().map(|(_, end)| *end).max().expect("at least one consumer");
     let seconds = t_end.duration_since(t0).as_secs_f64();
@@ -354,11 +675,10 @@ async fn run_once(
     for (r, _) in &reports {
         digest.merge(r.digest);
     }
-    if digest != manifest.digest {
+    if digest != run.manifest.digest {
         return fail(format!(
-            "{policy}: the consumers' digest {digest} differs from the dataset's {}: bytes were lost or \
-             delivered twice",
-            manifest.digest
+            "{}: the consumers' digest {digest} differs from the dataset's {}: bytes were lost or delivered twice",
+            run.policy, run.manifest.digest
         ));
     }
     let bytes: u64 = reports.iter().map(|(r, _)| r.bytes).sum();
@@ -366,6 +686,7 @@ async fn run_once(
         .iter()
         .map(|(r, end)| mb_per_sec(r.bytes, end.duration_since(t0).as_secs_f64()))
         .fold(f64::INFINITY, f64::min);
+    let delta = |f: fn(&ServerStats) -> u64| -> u64 { after.iter().zip(&before).map(|(a, b)| f(a) - f(b)).sum() };
     Ok(Sample {
         seconds,
         bytes,
@@ -373,10 +694,11 @@ async fn run_once(
         backup_bytes: reports.iter().map(|(r, _)| r.stats.backup_bytes()).sum(),
         server_cpu: after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum(),
         client_cpu,
-        seeks: after.iter().zip(&before).map(|(a, b)| a.disk_stats.seeks - b.disk_stats.seeks).sum(),
+        seeks: delta(|s| s.disk_stats.seeks),
         duplicates: reports.iter().map(|(r, _)| r.stats.duplicates).sum(),
         steals: reports.iter().map(|(r, _)| r.stats.steals).sum(),
         retries: reports.iter().map(|(r, _)| r.stats.retries).sum(),
+        handed_off: delta(|s| s.handed_off),
         peak_rss: after.iter().map(|s| s.peak_rss_bytes).max().unwrap_or(0),
         consumer_seconds: reports.iter().map(|(_, end)| end.duration_since(t0).as_secs_f64()).collect(),
         disk_busy_frac: after
@@ -384,7 +706,30 @@ async fn run_once(
             .zip(&before)
             .map(|(a, b)| (a.disk_stats.busy_secs - b.disk_stats.busy_secs) / seconds)
             .collect(),
+        delivered: sample_timelines(&timelines, t0, t_end),
     })
+}
+
+/// Each consumer's delivered bytes at every `SAMPLE_MS` from `t0` to just past `t_end`.
+fn sample_timelines(timelines: &[Vec<(Instant, u64)>], t0: Instant, t_end: Instant) -> Vec<Vec<u64>> {
+    let ticks = (t_end.duration_since(t0).as_millis() as u64).div_ceil(SAMPLE_MS) + 1;
+    timelines
+        .iter()
+        .map(|marks| {
+            let mut out = Vec::with_capacity(ticks as usize);
+            let mut i = 0;
+            let mut bytes = 0;
+            for k in 0..ticks {
+                let at = t0 + Duration::from_millis(k * SAMPLE_MS);
+                while i < marks.len() && marks[i].0 <= at {
+                    bytes = marks[i].1;
+                    i += 1;
+                }
+                out.push(bytes);
+            }
+            out
+        })
+        .collect()
 }
 
 fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample], river: f64, layout: f64) -> Row {
@@ -395,6 +740,8 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
     let spread = times.iter().cloned().fold(f64::MIN, f64::max) - times.iter().cloned().fold(f64::MAX, f64::min);
     Row {
         policy,
+        block_bytes: 0,
+        ratio: Ratio::EQUAL,
         faults,
         fault_nodes: faulty.iter().map(|n| n.0).collect(),
         seconds: m.seconds,
@@ -415,9 +762,14 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
         duplicates: m.duplicates,
         steals: m.steals,
         retries: m.retries,
+        handed_off: m.handed_off,
         server_peak_rss_bytes: m.peak_rss,
         consumer_seconds: m.consumer_seconds.clone(),
         disk_busy_frac: m.disk_busy_frac.clone(),
+        delivered: m.delivered.clone(),
+        adaptation: vec![],
+        ideal_consumer_rates_faulty: vec![],
+        ideal_consumer_rates_free: vec![],
     }
 }
 
@@ -454,25 +806,31 @@ pub fn loopback_mb_per_sec(total: u64, chunk: usize) -> CliResult<f64> {
     Ok(mb_per_sec(got, secs))
 }
 
-/// Print the table (and with a disk model off, the loopback comparison).
+/// The table (and with a disk model off, the loopback comparison; with a fault schedule,
+/// the adaptation times).
 pub fn render(report: &Report) -> String {
-    let mut t = Table::new(&[
-        "policy",
-        "faults",
-        "seconds",
-        "MB/s",
-        "slowest MB/s",
-        "% river",
-        "% layout",
-        "backup %",
-        "cpu s/GB",
-    ]);
+    let p = &report.params;
+    let many_blocks = p.block_sizes.len() > 1;
+    let many_ratios = p.ratios.len() > 1;
+    let mut header = vec!["policy"];
+    if many_blocks {
+        header.push("block");
+    }
+    if many_ratios {
+        header.push("ratio");
+    }
+    header.extend(["faults", "seconds", "MB/s", "slowest MB/s", "% river", "% layout", "backup %", "cpu s/GB"]);
+    let mut t = Table::new(&header);
     for r in &report.rows {
-        let pct = |x: f64| {
-            if x.is_nan() { "-".to_string() } else { format!("{:.1}", x * 100.0) }
-        };
-        t.row(vec![
-            r.policy.to_string(),
+        let pct = |x: f64| if x.is_nan() { "-".to_string() } else { format!("{:.1}", x * 100.0) };
+        let mut cells = vec![r.policy.to_string()];
+        if many_blocks {
+            cells.push(ByteSize(r.block_bytes as u64).to_string());
+        }
+        if many_ratios {
+            cells.push(r.ratio.to_string());
+        }
+        cells.extend([
             r.faults.to_string(),
             format!("{:.3}", r.seconds),
             format!("{:.1}", r.aggregate_mb_per_sec),
@@ -482,22 +840,27 @@ pub fn render(report: &Report) -> String {
             format!("{:.1}", r.backup_bytes_frac * 100.0),
             format!("{:.2}", r.cpu_seconds_per_gb),
         ]);
+        t.row(cells);
     }
-    let p = &report.params;
     let disk = match p.disk_rate_bytes_per_sec {
         Some(r) => format!("disks {}/s with a {}ms seek", ByteSize(r as u64), p.seek_ms),
         None => "no disk model (page cache)".into(),
     };
+    let blocks: Vec<String> = p.block_sizes.iter().map(|b| ByteSize(*b as u64).to_string()).collect();
+    let layout = match p.layout {
+        LayoutChoice::Chained => format!("{} copies", p.replicas),
+        LayoutChoice::Mirrored => "mirrored groups".to_string(),
+    };
     let mut out = format!(
-        "scan: {} nodes, {} copies, {} fragments of {}, {} blocks, {disk}, fault {} ({} layout), window {}, \
+        "scan: {} nodes, {layout}, {} fragments of {}, {} blocks, {disk}, fault {} ({} layout{}), window {}, \
          {} run(s) each (median), commit {}\n",
         p.nodes,
-        p.replicas,
         p.nodes,
         ByteSize(p.fragment_bytes),
-        ByteSize(p.block_bytes as u64),
+        blocks.join(","),
         p.fault,
         p.fault_layout,
+        if p.fault_schedule.is_empty() { String::new() } else { ", scheduled".into() },
         p.window,
         p.repeat,
         p.git_commit
@@ -514,6 +877,23 @@ pub fn render(report: &Report) -> String {
         let seed = if p.fault_layout == FaultLayout::Random { format!(", seed {}", p.seed) } else { String::new() };
         out.push_str(&format!("faulty nodes ({} layout{seed}): {}\n", p.fault_layout, faulty.join("; ")));
     }
+    let adapt: Vec<&Row> = report.rows.iter().filter(|r| !r.adaptation.is_empty()).collect();
+    if !adapt.is_empty() {
+        let mut t = Table::new(&["policy", "faults", "change", "at s", "adaptation s"]);
+        for r in adapt {
+            for a in &r.adaptation {
+                t.row(vec![
+                    r.policy.to_string(),
+                    r.faults.to_string(),
+                    a.change.to_string(),
+                    format!("{:.1}", a.at_secs),
+                    a.seconds.map_or("never".into(), |s| format!("{s:.1}")),
+                ]);
+            }
+        }
+        out.push_str("adaptation: time until the slowest consumer stays within 10% of its new ideal rate\n");
+        out.push_str(&t.render());
+    }
     if let Some(lb) = report.machine.loopback_mb_per_sec {
         let best = report.rows.iter().map(|r| r.aggregate_mb_per_sec).fold(0.0, f64::max);
         out.push_str(&format!(
@@ -524,40 +904,101 @@ pub fn render(report: &Report) -> String {
     out
 }
 
-/// Write the JSON document and the plot, as asked.
-pub fn write_outputs(report: &Report, json: Option<&PathBuf>, plot_path: Option<&PathBuf>) -> CliResult<()> {
+/// Write the JSON document and the plots, as asked.
+pub fn write_outputs(
+    report: &Report,
+    json: Option<&PathBuf>,
+    plot_path: Option<&PathBuf>,
+    plot_time: Option<&PathBuf>,
+) -> CliResult<()> {
     if let Some(path) = json {
         std::fs::write(path, serde_json::to_vec_pretty(report)?)
             .map_err(|e| CliError(format!("writing {}: {e}", path.display())))?;
     }
+    let p = &report.params;
     if let Some(path) = plot_path {
-        let mut series: Vec<Series> = report
-            .params
-            .policies
-            .iter()
-            .map(|p| Series {
-                name: p.to_string(),
-                points: report
-                    .rows
-                    .iter()
-                    .filter(|r| r.policy == *p && !r.frac_layout_ideal.is_nan())
-                    .map(|r| (r.faults as f64, r.frac_layout_ideal))
-                    .collect(),
-                dashed: false,
-            })
-            .collect();
+        // One line per policy (and per ratio and block size when there are several).
+        let mut series: Vec<Series> = vec![];
+        for &block in &p.block_sizes {
+            for &ratio in &p.ratios {
+                for &policy in &p.policies {
+                    let mut name = policy.to_string();
+                    if p.block_sizes.len() > 1 {
+                        name.push_str(&format!(" {}", ByteSize(block as u64)));
+                    }
+                    if p.ratios.len() > 1 {
+                        name.push_str(&format!(" {ratio}"));
+                    }
+                    let points = report
+                        .rows
+                        .iter()
+                        .filter(|r| {
+                            r.policy == policy
+                                && r.block_bytes == block
+                                && r.ratio == ratio
+                                && !r.frac_layout_ideal.is_nan()
+                        })
+                        .map(|r| (r.faults as f64, r.frac_layout_ideal))
+                        .collect();
+                    series.push(Series { name, points, dashed: false });
+                }
+            }
+        }
         let xs: Vec<f64> = report.rows.iter().map(|r| r.faults as f64).collect();
         let (lo, hi) = (xs.iter().cloned().fold(f64::MAX, f64::min), xs.iter().cloned().fold(f64::MIN, f64::max));
         series.push(Series { name: "ideal (layout-aware)".into(), points: vec![(lo, 1.0), (hi, 1.0)], dashed: true });
-        let p = &report.params;
         let title = format!(
-            "scan: {} nodes, {} copies, {} faults (x{}), % of layout-aware ideal",
-            p.nodes,
-            p.replicas,
-            p.fault_layout,
-            p.fault.rate_fraction()
+            "scan: {} nodes, {} copies, {} faults ({}), % of layout-aware ideal",
+            p.nodes, p.replicas, p.fault_layout, p.fault
         );
         plot::line_chart(path, &title, "faulty disks", "fraction of ideal", &series, 1.1)?;
     }
+    if let Some(path) = plot_time {
+        time_plot(report, path)?;
+    }
     Ok(())
+}
+
+/// For each policy at the largest fault count: the slowest running consumer's rate over time
+/// (500 ms windows), as a fraction of its ideal rate for the faults in force; 1 is ideal.
+fn time_plot(report: &Report, path: &PathBuf) -> CliResult<()> {
+    let p = &report.params;
+    let faults = report.rows.iter().map(|r| r.faults).max().unwrap_or(0);
+    let w = (RATE_WINDOW_MS / SAMPLE_MS) as usize;
+    let tick = SAMPLE_MS as f64 / 1e3;
+    let changes: Vec<(f64, bool)> = p
+        .fault_schedule
+        .iter()
+        .flat_map(|fw| std::iter::once((fw.start_secs, true)).chain(fw.end_secs.map(|e| (e, false))))
+        .collect();
+    let mut series = vec![];
+    for r in report.rows.iter().filter(|r| r.faults == faults && !r.ideal_consumer_rates_free.is_empty()) {
+        let ticks = r.delivered.first().map_or(0, Vec::len);
+        let mut points = vec![];
+        for k in w..ticks {
+            let t = k as f64 * tick;
+            // The faults in force over the whole window; windows straddling a change skip.
+            let on_at = |x: f64| changes.iter().rev().find(|c| c.0 <= x).is_some_and(|c| c.1);
+            let on = on_at(t);
+            if on != on_at(t - w as f64 * tick) {
+                continue;
+            }
+            let ideal =
+                if on || changes.is_empty() { &r.ideal_consumer_rates_faulty } else { &r.ideal_consumer_rates_free };
+            let slowest = (0..r.delivered.len())
+                .filter(|&i| r.consumer_seconds[i] > t)
+                .map(|i| r.delivered[i][k].saturating_sub(r.delivered[i][k - w]) as f64 / (w as f64 * tick) / ideal[i])
+                .fold(f64::INFINITY, f64::min);
+            if slowest.is_finite() {
+                points.push((t, slowest));
+            }
+        }
+        series.push(Series { name: r.policy.to_string(), points, dashed: false });
+    }
+    for &(at, on) in &changes {
+        let name = format!("fault {} at {at}s", if on { "starts" } else { "stops" });
+        series.push(Series { name, points: vec![(at, 0.0), (at, 1.4)], dashed: true });
+    }
+    let title = format!("slowest consumer's rate / its ideal rate, {faults} faults ({})", p.fault);
+    plot::line_chart(path, &title, "seconds", "of ideal rate", &series, 1.4)
 }

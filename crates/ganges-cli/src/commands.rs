@@ -12,7 +12,6 @@ use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{Spectrum, layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::NodeId;
 use ganges_core::layout::Layout;
-use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::Shape;
 use ganges_core::units::{ByteSize, mb_per_sec};
 use ganges_proto::control::{ControlReply, ControlRequest};
@@ -254,10 +253,11 @@ pub async fn dataset_rm(cluster: &Path, name: DatasetName) -> CliResult<()> {
     Ok(())
 }
 
-pub async fn scan(cluster: &Path, name: DatasetName, policy: ReadPolicyKind, window: u32) -> CliResult<()> {
+pub async fn scan(cluster: &Path, name: DatasetName, opts: ReadOptions) -> CliResult<()> {
+    let policy = opts.policy;
     let client = connect(cluster).await?;
     let manifest = Arc::new(client.manifest(&name).await?);
-    let streams = open_scan(&client, &manifest, None, ReadOptions::new(policy).with_window(window))?;
+    let streams = open_scan(&client, &manifest, None, opts)?;
     let bar = bytes_bar(manifest.total_bytes(), "scan");
     let t0 = Instant::now();
     let mut tasks = vec![];

@@ -1,16 +1,17 @@
 //! `ganges`: the command line. Parsing lives here; the work lives in the library modules.
 
 use clap::{Args, Parser, Subcommand};
-use ganges_cli::bench::{self, ScanBenchSpec};
+use ganges_cli::bench::{self, FaultWindow, LayoutChoice, Ratio, ScanBenchSpec};
 use ganges_cli::commands::{self, CreateArgs, ModelLayoutArgs, SizeSpec};
 use ganges_cli::local::{self, DiskSpec, LocalSpec};
 use ganges_cli::util::{CliError, CliResult, fail};
 use ganges_client::cluster::{ClusterFile, default_cluster_path, default_local_root};
+use ganges_client::scan::ReadOptions;
 use ganges_core::datagen::Generator;
 use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::fault::FaultLayout;
 use ganges_core::ids::NodeId;
-use ganges_core::route::{ReadPolicyKind, WINDOW_DEFAULT};
+use ganges_core::route::{PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, WINDOW_DEFAULT};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::units::{ByteSize, Dur, Rate};
 use ganges_proto::manifest::DatasetName;
@@ -66,12 +67,14 @@ enum Cmd {
     Scan {
         /// Dataset name
         name: String,
-        /// Read policy: static (GD-8), gd (GD-1), gd-rel (GD-2)
+        /// Read policy: static, gd, gd-rel, gd-batch, gd-pc, gd-pc-shrink, gd-rr, gd-rr-handoff, mirror
         #[arg(long, default_value = "gd")]
         policy: ReadPolicyKind,
         /// Requests in flight per consumer
         #[arg(long, default_value_t = WINDOW_DEFAULT)]
         window: u32,
+        #[command(flatten)]
+        settings: PolicyArgs,
         #[command(flatten)]
         cluster: ClusterArg,
     },
@@ -431,10 +434,14 @@ struct BenchScanArgs {
     nodes: u32,
     #[arg(long, default_value_t = 2)]
     replicas: u32,
+    /// Layout of the dataset: chained (declustering) or mirrored (groups, GD-9)
+    #[arg(long, default_value = "chained")]
+    layout: LayoutChoice,
     #[arg(long, default_value = "64MiB")]
     fragment_size: ByteSize,
-    #[arg(long, default_value = "1MiB")]
-    block_size: ByteSize,
+    /// Block sizes to compare (one dataset each), e.g. 64KiB,256KiB,1MiB,4MiB
+    #[arg(long, value_delimiter = ',', default_value = "1MiB", alias = "block-size")]
+    block_sizes: Vec<ByteSize>,
     #[command(flatten)]
     disk: LocalDiskArgs,
     #[command(flatten)]
@@ -445,12 +452,21 @@ struct BenchScanArgs {
     /// Where faults go: best (spread), worst (adjacent) or random (seeded)
     #[arg(long, default_value = "best")]
     fault_layout: FaultLayout,
+    /// Faults on only during these windows of each run, e.g. 2s-6s (or 2s- to the end);
+    /// reports adaptation times
+    #[arg(long, value_delimiter = ',')]
+    fault_schedule: Vec<FaultWindow>,
+    /// Data of even and odd consumers (logical partitions), e.g. 1:1,1:1.5,1:2
+    #[arg(long, value_delimiter = ',', default_value = "1:1")]
+    ratio: Vec<Ratio>,
     /// Read policies to compare
     #[arg(long, value_delimiter = ',', default_value = "static,gd")]
     policies: Vec<ReadPolicyKind>,
     /// Requests in flight per consumer
     #[arg(long, default_value_t = WINDOW_DEFAULT)]
     window: u32,
+    #[command(flatten)]
+    settings: PolicyArgs,
     /// Runs of each (policy, faults), alternating; the median is reported
     #[arg(long, default_value_t = 1)]
     repeat: u32,
@@ -465,9 +481,63 @@ struct BenchScanArgs {
     /// Draw % of ideal against faults (.svg or .png)
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+    /// Draw the slowest consumer's rate over time (with --fault-schedule)
+    #[arg(long, value_name = "FILE")]
+    plot_time: Option<PathBuf>,
     /// Keep the cluster's files here instead of a temporary folder
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+}
+
+/// The read policies' settings, each named as in errors about it.
+#[derive(Args, Debug, Clone)]
+struct PolicyArgs {
+    /// gd-pc: read a backup copy once its server's primary consumer is this far ahead
+    /// (fraction of the partition)
+    #[arg(long, default_value_t = PrimarySettings::default().high_watermark)]
+    pc_high_watermark: f64,
+    /// gd-pc: stop reading the backup once the gap is below this
+    #[arg(long, default_value_t = PrimarySettings::default().low_watermark)]
+    pc_low_watermark: f64,
+    /// gd-pc: how often to ask a backup server for its primary consumer's progress
+    #[arg(long, default_value = "50ms")]
+    pc_probe_interval: Dur,
+    /// gd-rr: requests kept at a server in use
+    #[arg(long, default_value_t = RateSettings::default().min_outstanding)]
+    rr_min_outstanding: u32,
+    /// gd-rr: replies before servers are compared
+    #[arg(long, default_value_t = RateSettings::default().warmup_replies)]
+    rr_warmup_replies: u32,
+    /// gd-rr: a server this many times slower than the fastest gets one request at a time
+    #[arg(long, default_value_t = RateSettings::default().slow_ratio)]
+    rr_slow_ratio: f64,
+    /// gd-rr: how often to ask a backup server for its disk speed
+    #[arg(long, default_value = "100ms")]
+    rr_probe_interval: Dur,
+    /// gd-rr: give the primary its share back once it is as fast as the others again
+    #[arg(long, default_value_t = RateSettings::default().return_to_primary, action = clap::ArgAction::Set)]
+    rr_return_to_primary: bool,
+}
+
+impl PolicyArgs {
+    fn settings(&self) -> CliResult<PolicySettings> {
+        let s = PolicySettings {
+            primary: PrimarySettings {
+                high_watermark: self.pc_high_watermark,
+                low_watermark: self.pc_low_watermark,
+                probe_interval: self.pc_probe_interval.0,
+            },
+            rate: RateSettings {
+                min_outstanding: self.rr_min_outstanding,
+                warmup_replies: self.rr_warmup_replies,
+                slow_ratio: self.rr_slow_ratio,
+                probe_interval: self.rr_probe_interval.0,
+                return_to_primary: self.rr_return_to_primary,
+            },
+        };
+        s.validate().map_err(|e| CliError(format!("--{}: {e}", e.name)))?;
+        Ok(s)
+    }
 }
 
 #[derive(Args, Debug)]
@@ -524,8 +594,9 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Serve(a) => serve(a),
         Cmd::Local { cmd } => local_cmd(cmd),
         Cmd::Dataset { cmd } => runtime()?.block_on(dataset_cmd(cmd)),
-        Cmd::Scan { name: n, policy, window, cluster } => {
-            runtime()?.block_on(commands::scan(&cluster.path(), name(&n)?, policy, window))
+        Cmd::Scan { name: n, policy, window, settings, cluster } => {
+            let opts = ReadOptions::new(policy).with_window(window).with_settings(settings.settings()?);
+            runtime()?.block_on(commands::scan(&cluster.path(), name(&n)?, opts))
         }
         Cmd::Fault { cmd } => runtime()?.block_on(async {
             match cmd {
@@ -745,31 +816,36 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
     let mut spec = ScanBenchSpec {
         nodes: a.nodes,
         replicas: a.replicas,
+        layout: a.layout,
         fragment_bytes: a.fragment_size.0,
-        block_bytes: block_bytes(a.block_size)?,
+        block_sizes: a.block_sizes.iter().map(|b| block_bytes(*b)).collect::<CliResult<_>>()?,
         disk: a.disk.spec()?,
         fault: a.fault.fault(),
         faults: a.faults,
         fault_layout: a.fault_layout,
+        schedule: a.fault_schedule,
         seed: a.seed,
         policies: a.policies,
         window: a.window,
+        settings: a.settings.settings()?,
+        ratios: a.ratio,
         repeat: a.repeat.max(1),
         root: a.root,
         binary: binary()?,
         json: a.json,
         plot: a.plot,
+        plot_time: a.plot_time,
     };
     if a.quick {
         spec.nodes = 4;
         spec.fragment_bytes = 4 << 20;
-        spec.block_bytes = 128 << 10;
+        spec.block_sizes = vec![128 << 10];
         spec.faults = vec![0, 1, 2];
     }
     let report = bench::run_scan(&spec)?;
     print!("{}", bench::render(&report));
-    bench::write_outputs(&report, spec.json.as_ref(), spec.plot.as_ref())?;
-    for (what, p) in [("json", &spec.json), ("plot", &spec.plot)] {
+    bench::write_outputs(&report, spec.json.as_ref(), spec.plot.as_ref(), spec.plot_time.as_ref())?;
+    for (what, p) in [("json", &spec.json), ("plot", &spec.plot), ("plot of rates over time", &spec.plot_time)] {
         if let Some(p) = p {
             println!("{what}: {}", p.display());
         }
@@ -787,19 +863,24 @@ fn demo(a: DemoArgs) -> CliResult<()> {
         nodes: a.nodes,
         replicas: 2,
         fragment_bytes: a.fragment_size.0,
-        block_bytes: 1 << 20,
+        layout: LayoutChoice::Chained,
+        block_sizes: vec![1 << 20],
         disk: Some(disk),
         fault: Fault::Factor { factor: 0.5 },
         faults,
         fault_layout: FaultLayout::Best,
+        schedule: vec![],
         seed: 1,
         policies: vec![ReadPolicyKind::Static, ReadPolicyKind::Gd],
         window: WINDOW_DEFAULT,
+        settings: PolicySettings::default(),
+        ratios: vec![Ratio::EQUAL],
         repeat: 1,
         root: None,
         binary: binary()?,
         json: Some(json.clone()),
         plot: Some(plot.clone()),
+        plot_time: None,
     };
     println!(
         "ganges demo: {} storage servers on this machine, each with a modelled disk of 32 MiB/s and a 4 ms seek;",
@@ -813,7 +894,7 @@ fn demo(a: DemoArgs) -> CliResult<()> {
     println!("then with graduated declustering, while 0, 1, 2, 4 and 8 disks run at half speed.\n");
     let report = bench::run_scan(&spec)?;
     print!("{}", bench::render(&report));
-    bench::write_outputs(&report, Some(&json), Some(&plot))?;
+    bench::write_outputs(&report, Some(&json), Some(&plot), None)?;
     println!();
     println!("% layout is the share of the best time the hardware could have managed with those slow");
     println!("disks and this layout (the layout-aware ideal); static falls to about half from one slow");

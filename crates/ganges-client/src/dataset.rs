@@ -54,15 +54,7 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-fn draft(
-    client: &Client,
-    name: DatasetName,
-    shape: Shape,
-    replicas: u32,
-    records: RecordFormat,
-    content: Content,
-) -> Result<Manifest> {
-    let layout = Layout::chained(client.nodes(), replicas)?;
+fn draft(layout: Layout, name: DatasetName, shape: Shape, records: RecordFormat, content: Content) -> Result<Manifest> {
     Ok(Manifest {
         format: MANIFEST_FORMAT,
         name,
@@ -215,6 +207,25 @@ async fn digest_from_checksums(
 
 /// Create a dataset whose bytes the servers generate (each holder generates its copies).
 pub async fn create(client: &Arc<Client>, spec: CreateSpec, progress: Option<ProgressFn>) -> Result<Manifest> {
+    let layout = Layout::chained(client.nodes(), spec.replicas)?;
+    create_with_layout(client, spec, layout, progress).await
+}
+
+/// `create` with a layout of the caller's choosing (LAY-2 mirrored groups, for one); the
+/// layout must span the cluster's nodes.
+pub async fn create_with_layout(
+    client: &Arc<Client>,
+    spec: CreateSpec,
+    layout: Layout,
+    progress: Option<ProgressFn>,
+) -> Result<Manifest> {
+    if layout.nodes() != client.nodes() {
+        return Err(ClientError::Invalid(format!(
+            "the layout spans {} nodes, the cluster has {}",
+            layout.nodes(),
+            client.nodes()
+        )));
+    }
     let shape = Shape::new(spec.fragment_bytes, spec.block_bytes)?;
     let align = spec.generator.align();
     if let Some(f) = shape.fragment_sizes().iter().position(|b| b % align != 0) {
@@ -230,8 +241,7 @@ pub async fn create(client: &Arc<Client>, spec: CreateSpec, progress: Option<Pro
             key_bytes: ganges_core::datagen::KEY_BYTES as u32,
         },
     };
-    let manifest =
-        draft(client, spec.name, shape, spec.replicas, records, Content::Generated { generator: spec.generator })?;
+    let manifest = draft(layout, spec.name, shape, records, Content::Generated { generator: spec.generator })?;
     let staging = Staging::begin(client, &manifest).await?;
     let work = async {
         let per_node = staging.nodes.iter().map(|&node| {
@@ -295,7 +305,8 @@ pub async fn put(
     let fragments = fragments.max(1).min(total.min(u32::MAX as u64) as u32);
     let shape = Shape::split(total, fragments, block_bytes, 1)?;
     let source = path.display().to_string();
-    let manifest = draft(client, name, shape, replicas, RecordFormat::Bytes, Content::Imported { source })?;
+    let layout = Layout::chained(client.nodes(), replicas)?;
+    let manifest = draft(layout, name, shape, RecordFormat::Bytes, Content::Imported { source })?;
     let staging = Staging::begin(client, &manifest).await?;
     let digest = send_file(client, &manifest, staging.txid, file, progress).await;
     staging.conclude(manifest, digest).await

@@ -259,6 +259,9 @@ impl ReadStream {
                     let state =
                         ServerState { queue_len: st.queue_len, service_us: 0, primary_progress: st.primary_progress };
                     self.engine.on_state(now, node, state);
+                    if let Some(rate) = st.disk_bytes_per_sec {
+                        self.engine.on_disk_rate(node, rate);
+                    }
                 }
                 continue;
             }
@@ -278,6 +281,7 @@ impl ReadStream {
                 Ok(Message::ReadOk(ReadOk { crc, data, queue_len, service_us, primary_progress, .. })) => {
                     let state = ServerState { queue_len, service_us, primary_progress };
                     self.engine.on_state(now, o.node, state);
+                    self.engine.on_service(o.node, data.len() as u64, service_us);
                     let p = *self.engine.piece(o.piece);
                     if data.len() != p.len as usize || crc32c::crc32c(&data) != crc {
                         tracing::warn!(node = %o.node, offset = p.dataset_offset, "block damaged in transit; reading it again");

@@ -84,9 +84,10 @@ impl Asker {
         }
     }
 
-    /// The earliest time a backed-off peer may be asked again.
-    pub fn next_retry(&self) -> Option<Time> {
-        self.backoff.iter().map(|(_, t)| *t).min()
+    /// The earliest time after `now` a backed-off peer may be asked again (`None` if no
+    /// peer is waiting: expired back-offs are no reason to wake up).
+    pub fn next_retry(&self, now: Time) -> Option<Time> {
+        self.backoff.iter().map(|(_, t)| *t).filter(|t| *t > now).min()
     }
 }
 
@@ -152,8 +153,9 @@ mod tests {
         assert_eq!(a.on_idle(Time::ZERO, &peers), Some(NodeId(3)));
         a.on_answer(Time::ZERO, NodeId(3), 0);
         assert_eq!(a.on_idle(Time::ZERO, &peers), None, "both backed off");
-        assert_eq!(a.next_retry(), Some(Time::ZERO + ASK_BACKOFF));
+        assert_eq!(a.next_retry(Time::ZERO), Some(Time::ZERO + ASK_BACKOFF));
         let later = Time::ZERO + ASK_BACKOFF;
+        assert_eq!(a.next_retry(later), None, "an expired back-off wakes nobody");
         assert!(a.on_idle(later, &peers).is_some());
     }
 

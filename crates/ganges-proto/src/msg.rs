@@ -20,7 +20,7 @@
 //! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, primary u32, data |
 //! | 0x83 | ReadOk from a handed-off request | origin node u32, origin request u64, then as ReadOk |
 //! | 0x84 | WriteOk   | empty |
-//! | 0x85 | State     | queue_len u32, primary u32 |
+//! | 0x85 | State     | queue_len u32, primary u32, disk rate u32 (KiB/s, 0 unknown) |
 //! | 0x87 | Error for a handed-off request | origin node u32, origin request u64, then as Error |
 //! | 0x88 | Moved     | to node u32: the header's request id was handed to that server |
 //! | 0x90 | ControlOk | JSON `ControlReply` |
@@ -135,6 +135,8 @@ pub struct ReadOk {
 pub struct State {
     pub queue_len: u32,
     pub primary_progress: Option<f64>,
+    /// The server's measured disk bandwidth, bytes per second (KiB/s on the wire).
+    pub disk_bytes_per_sec: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -378,6 +380,8 @@ impl Message {
             Message::State(s) => {
                 fields.put_u32_le(s.queue_len);
                 put_primary(&mut fields, s.primary_progress);
+                let kib = s.disk_bytes_per_sec.map_or(0, |r| (r / 1024.0).round().clamp(1.0, u32::MAX as f64) as u32);
+                fields.put_u32_le(kib);
             }
             Message::Moved { to } => fields.put_u32_le(to.0),
             Message::Write(w) => {
@@ -460,11 +464,13 @@ impl Message {
                 Message::ReadOk(ReadOk { crc, queue_len, service_us, primary_progress, origin, data: b })
             }
             kind::STATE => {
-                need("state", &b, 8)?;
+                need("state", &b, 12)?;
                 let queue_len = b.get_u32_le();
                 let primary_progress = get_primary("state", &mut b)?;
+                let kib = b.get_u32_le();
                 empty("state", &b)?;
-                Message::State(State { queue_len, primary_progress })
+                let disk_bytes_per_sec = (kib > 0).then_some(kib as f64 * 1024.0);
+                Message::State(State { queue_len, primary_progress, disk_bytes_per_sec })
             }
             kind::MOVED => {
                 need("moved", &b, 4)?;
@@ -644,8 +650,12 @@ mod tests {
                     data
                 })
             ),
-            (any::<u32>(), primary())
-                .prop_map(|(queue_len, primary_progress)| Message::State(State { queue_len, primary_progress })),
+            (any::<u32>(), primary(), prop::option::of(1u32..u32::MAX)).prop_map(
+                |(queue_len, primary_progress, kib)| {
+                    let disk_bytes_per_sec = kib.map(|k| k as f64 * 1024.0);
+                    Message::State(State { queue_len, primary_progress, disk_bytes_per_sec })
+                }
+            ),
             any::<u32>().prop_map(|n| Message::Moved { to: NodeId(n) }),
             (any::<u64>(), name(), any::<u32>(), any::<u32>(), any::<u32>(), data).prop_map(
                 |(txid, dataset, f, block, crc, data)| Message::Write(WriteReq {
@@ -733,7 +743,8 @@ mod tests {
 
     #[test]
     fn primary_progress_above_one_is_malformed() {
-        let mut v = Message::State(State { queue_len: 1, primary_progress: Some(0.5) }).encode(1).to_vec();
+        let state = State { queue_len: 1, primary_progress: Some(0.5), disk_bytes_per_sec: None };
+        let mut v = Message::State(state).encode(1).to_vec();
         let h = FrameHeader::parse(v[..HEADER_BYTES].try_into().unwrap()).unwrap();
         v[HEADER_BYTES + 4..HEADER_BYTES + 8].copy_from_slice(&2_000_000_000u32.to_le_bytes());
         assert!(Message::decode(&h, Bytes::copy_from_slice(&v[HEADER_BYTES..])).is_err());

@@ -198,7 +198,8 @@ async fn read_loop(
                     Ok(ds) => {
                         let mut d = shared.disk.lock().expect("disk lock");
                         let primary_progress = d.primaries.progress(ds.manifest.id, shared.now());
-                        Message::State(State { queue_len: d.sched.len() as u32, primary_progress })
+                        let disk_bytes_per_sec = d.rate.rate().or(shared.config.disk.map(|m| m.rate_bytes_per_sec));
+                        Message::State(State { queue_len: d.sched.len() as u32, primary_progress, disk_bytes_per_sec })
                     }
                     Err(e) => store_error(e),
                 };

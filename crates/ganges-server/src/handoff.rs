@@ -90,46 +90,45 @@ fn neighbours(shared: &Shared) -> Vec<Peer> {
     shared.peers.lock().expect("peers lock").iter().filter(|p| near.contains(&p.node)).cloned().collect()
 }
 
-/// The asker task: runs until the server shuts down (aborted).
+/// The asker task: runs until the server shuts down (aborted). It sleeps until the disk
+/// driver reports an empty queue, then asks peers for work for as long as the queue stays
+/// empty and some peer is worth asking, sleeping out back-offs; it never spins.
 pub async fn run_asker(shared: Arc<Shared>) {
     let mut asker = Asker::default();
     let mut conns: HashMap<NodeId, PeerConn> = HashMap::new();
-    let mut kick = false;
     loop {
-        if !kick {
-            match asker.next_retry() {
-                Some(t) => {
-                    tokio::select! {
-                        _ = shared.idle.notified() => {}
-                        _ = tokio::time::sleep_until(shared.instant(t)) => {}
+        shared.idle.notified().await;
+        loop {
+            let now = shared.now();
+            if !shared.disk.lock().expect("disk lock").wants_work(now) {
+                break;
+            }
+            let peers = neighbours(&shared);
+            let nodes: Vec<NodeId> = peers.iter().map(|p| p.node).collect();
+            let Some(node) = asker.on_idle(now, &nodes) else {
+                match asker.next_retry(now) {
+                    Some(t) => {
+                        tokio::time::sleep_until(shared.instant(t)).await;
+                        continue;
                     }
+                    None => break,
                 }
-                None => shared.idle.notified().await,
+            };
+            let addr = peers.iter().find(|p| p.node == node).expect("asked a listed peer").addr;
+            let given = match ask(&shared, &mut conns, node, addr).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!(peer = %node, %e, "handoff ask failed");
+                    conns.remove(&node);
+                    0
+                }
+            };
+            asker.on_answer(shared.now(), node, given);
+            if given > 0 {
+                shared.disk_wake.notify_one();
+                break;
             }
-        }
-        kick = false;
-        let now = shared.now();
-        if !shared.disk.lock().expect("disk lock").wants_work(now) {
-            continue;
-        }
-        let peers = neighbours(&shared);
-        let nodes: Vec<NodeId> = peers.iter().map(|p| p.node).collect();
-        let Some(node) = asker.on_idle(now, &nodes) else { continue };
-        let addr = peers.iter().find(|p| p.node == node).expect("asked a listed peer").addr;
-        let given = match ask(&shared, &mut conns, node, addr).await {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::debug!(peer = %node, %e, "handoff ask failed");
-                conns.remove(&node);
-                0
-            }
-        };
-        asker.on_answer(shared.now(), node, given);
-        if given > 0 {
-            shared.disk_wake.notify_one();
-        } else {
-            // Nothing there: try the next peer at once (the asker backs this one off).
-            kick = true;
+            // Nothing there: the loop tries the next peer at once (this one is backed off).
         }
     }
 }

@@ -472,6 +472,19 @@ impl ReadEngine {
         self.policy.on_state(now, node, &state);
     }
 
+    /// A reply of `bytes` spent `service_us` on the server's disk: its disk speed.
+    pub fn on_service(&mut self, node: NodeId, bytes: u64, service_us: u32) {
+        if service_us > 0 {
+            self.on_disk_rate(node, bytes as f64 / (service_us as f64 * 1e-6));
+        }
+    }
+
+    /// A server's disk speed, as it measured it (in a probe's answer) or as a reply showed.
+    pub fn on_disk_rate(&mut self, node: NodeId, bytes_per_sec: f64) {
+        let v = self.nodes.entry(node).or_default();
+        v.disk_bytes_per_sec = Some(v.disk_bytes_per_sec.map_or(bytes_per_sec, |o| o + EWMA_NEW * (bytes_per_sec - o)));
+    }
+
     /// Data for `piece` came back from `node` (its checksum already verified).
     pub fn on_data(&mut self, now: Time, piece: usize, node: NodeId) -> Delivery {
         self.heard.insert(node, now);

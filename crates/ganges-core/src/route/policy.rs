@@ -24,6 +24,8 @@ pub enum ReadPolicyKind {
     GdRel,
     /// GD-2 with GD-5's server-side runs: fewer seeks for the same balance.
     GdBatch,
+    /// Ours: GD-2 with servers that learn each consumer's share, and runs.
+    GdShare,
     /// GD-3: primary copies with high and low watermarks.
     GdPc,
     /// GD-3 with the high watermark shrinking as the scan nears its end (ours).
@@ -37,11 +39,12 @@ pub enum ReadPolicyKind {
 }
 
 impl ReadPolicyKind {
-    pub const ALL: [ReadPolicyKind; 9] = [
+    pub const ALL: [ReadPolicyKind; 10] = [
         ReadPolicyKind::Static,
         ReadPolicyKind::Gd,
         ReadPolicyKind::GdRel,
         ReadPolicyKind::GdBatch,
+        ReadPolicyKind::GdShare,
         ReadPolicyKind::GdPc,
         ReadPolicyKind::GdPcShrink,
         ReadPolicyKind::GdRr,
@@ -55,6 +58,7 @@ impl ReadPolicyKind {
             ReadPolicyKind::Gd => Box::new(Graduated::new(self, ProgressMetric::Bytes, false)),
             ReadPolicyKind::GdRel => Box::new(Graduated::new(self, ProgressMetric::Fraction, false)),
             ReadPolicyKind::GdBatch => Box::new(Graduated::new(self, ProgressMetric::Fraction, true)),
+            ReadPolicyKind::GdShare => Box::new(Graduated::new(self, ProgressMetric::Fraction, true)),
             ReadPolicyKind::GdPc => Box::new(PrimaryCopies::new(settings.primary, false)),
             ReadPolicyKind::GdPcShrink => Box::new(PrimaryCopies::new(settings.primary, true)),
             ReadPolicyKind::GdRr => Box::new(ResponseRate::new(settings.rate, false)),
@@ -69,6 +73,7 @@ impl ReadPolicyKind {
             ReadPolicyKind::Gd => "GD-1 basic graduated declustering (progress in bytes)",
             ReadPolicyKind::GdRel => "GD-2 graduated declustering, progress relative to the partition",
             ReadPolicyKind::GdBatch => "GD-2 with GD-5 runs at the servers",
+            ReadPolicyKind::GdShare => "GD-2 with servers learning each consumer's share (ours), and runs",
             ReadPolicyKind::GdPc => "GD-3 primary copies, high/low watermarks",
             ReadPolicyKind::GdPcShrink => "GD-3 with the high watermark shrinking near the end",
             ReadPolicyKind::GdRr => "GD-4 response rate, GD-5 primary servers and runs",
@@ -95,6 +100,7 @@ impl fmt::Display for ReadPolicyKind {
             ReadPolicyKind::Gd => "gd",
             ReadPolicyKind::GdRel => "gd-rel",
             ReadPolicyKind::GdBatch => "gd-batch",
+            ReadPolicyKind::GdShare => "gd-share",
             ReadPolicyKind::GdPc => "gd-pc",
             ReadPolicyKind::GdPcShrink => "gd-pc-shrink",
             ReadPolicyKind::GdRr => "gd-rr",
@@ -137,9 +143,9 @@ pub struct RateSettings {
     pub warmup_replies: u32,
     /// A server this many times slower than the fastest gets one request at a time (lesson 5).
     pub slow_ratio: f64,
-    /// With no sign of trouble, one request in this many goes to a backup server, to keep
-    /// measuring it (GD-5: most data from the primary).
-    pub sample_every: u32,
+    /// How often to ask a backup server for its state (its disk speed) while sending it
+    /// nothing (GD-5: no data from backups without trouble).
+    pub probe_interval: Duration,
     /// The primary server takes back its share once it is as fast as the others again
     /// (ours; virtual-streams §5 leaves it open).
     pub return_to_primary: bool,
@@ -147,13 +153,13 @@ pub struct RateSettings {
 
 impl Default for RateSettings {
     fn default() -> Self {
-        // sample_every 64: at most 1.6% of requests go to backups with no fault, which is
-        // the paper's "most (99%) of its data from its primary server" with room for noise.
+        // A probe every 100 ms: a fault on a backup shows within a tenth of a second, at one
+        // small frame per backup per tenth of a second.
         RateSettings {
             min_outstanding: 2,
             warmup_replies: 5,
             slow_ratio: 4.0,
-            sample_every: 64,
+            probe_interval: Duration::from_millis(100),
             return_to_primary: true,
         }
     }
@@ -207,8 +213,8 @@ impl PolicySettings {
         if !(r.slow_ratio > 1.0 && r.slow_ratio.is_finite()) {
             return err("rr-slow-ratio", &r.slow_ratio, "must be above 1");
         }
-        if r.sample_every == 0 {
-            return err("rr-sample-every", &r.sample_every, "must be at least 1");
+        if r.probe_interval.is_zero() {
+            return err("rr-probe-interval", &format!("{:?}", r.probe_interval), "must be positive");
         }
         Ok(())
     }
@@ -237,6 +243,8 @@ pub struct NodeView {
     pub rate_bytes_per_sec: Option<f64>,
     pub last_state: Option<ServerState>,
     pub last_reply: Option<Time>,
+    /// The server's disk speed, from its reported service times, smoothed (bytes/s).
+    pub disk_bytes_per_sec: Option<f64>,
 }
 
 /// What a policy may look at when it picks a server.
@@ -376,7 +384,9 @@ impl RoutePolicy for Graduated {
         self.metric
     }
     fn service(&self) -> Service {
-        Service { discipline: Discipline::FurthestBehind, runs: self.runs, handoff: false }
+        let discipline =
+            if self.kind == ReadPolicyKind::GdShare { Discipline::LearnedShares } else { Discipline::FurthestBehind };
+        Service { discipline, runs: self.runs, handoff: false }
     }
     fn steals_at_end(&self) -> bool {
         true

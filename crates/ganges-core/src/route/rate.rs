@@ -1,78 +1,102 @@
 //! GD-4, response-rate graduated declustering, with GD-5's primary servers (virtual-streams
 //! §3.1.2 and §3.3).
 //!
-//! No progress is used. The consumer judges each server by how fast it answers this
-//! consumer (the smoothed time from request to reply) and keeps more requests at the servers
-//! that answer faster; the servers serve the consumer with the longest queue, so a consumer
-//! whose other servers are slow, and which therefore queues more here, is served more.
-//! Each lesson of the paper is a setting (`RateSettings`):
-//! 1. a minimum of requests at every server in use keeps its pipeline full;
-//! 2. no decision before `warmup_replies` replies (setup noise);
-//! 3. the servers' starvation guard (`sched::GUARD_EVERY`);
-//! 4. a server `slow_ratio` times slower than the fastest gets one request at a time.
+//! No progress is used. Servers serve the consumer with the longest queue (so a consumer that
+//! needs a server more, and queues more there, is served more), with a starvation guard, and
+//! run one consumer's requests back to back. The consumer side:
 //!
-//! And GD-5: the primary server is preferred (its score counts `PRIMARY_WEIGHT` times), a
-//! backup gets one request in `sample_every` to keep it measured, and servers run one
-//! consumer's requests back to back.
+//! - **Primary server (GD-5).** While nothing is wrong, every request goes to the primary
+//!   server: most data (the paper's 99%; here all) comes from the primary and no disk
+//!   alternates between files. Backups are measured by asking them for their state (which
+//!   carries their measured disk speed) at once and every `probe_interval`.
+//! - **Trouble** is read off the replies, which carry each request's time on the server's
+//!   disk: the primary's *disk* is slow (its speed more than `TROUBLE` below the fastest
+//!   holder's), or the primary is *contended* (it delivers to us more than `TROUBLE` below what
+//!   its disk can do, because it now serves a neighbour that came to it for help). A
+//!   decision waits for `warmup_replies` replies (lesson 3: no decision on setup noise).
+//! - **In trouble (GD-4)** the window is split over the holders in proportion to how fast
+//!   each answered this consumer (replies per second while it had requests there; equal to
+//!   start with), so more requests go where answers come faster, and a server that needs
+//!   us, by longest queue, serves us more. Every server in use keeps at least
+//!   `min_outstanding` requests (lesson 1: full pipelines); a server `slow_ratio` times slower
+//!   than the fastest gets one at a time (lesson 5).
+//! - **Return to the primary (ours; virtual-streams §5 leaves it open).** With
+//!   `return_to_primary`, once the primary's disk is as fast as the others again (within
+//!   `SETTLED`), the consumer goes back to primary-only.
 //!
-//! **Return to the primary (ours, virtual-streams §5).** With `return_to_primary`, as soon as
-//! the primary answers as fast as the fastest backup again, backups drop back to samples
-//! instead of keeping the share they earned during the fault.
+//! Lesson 4, the starvation guard, lives in `sched::LongestQueue`. Lesson 2, "artificial
+//! perturbations" to sense small differences, is the `TROUBLE` threshold's other face: we
+//! react to differences above it and ignore the rest.
 
-use super::policy::{Pick, RateSettings, ReadPolicyKind, RoutePolicy, RouteView};
+use super::policy::{NodeView, Pick, RateSettings, ReadPolicyKind, RoutePolicy, RouteView};
 use crate::ids::NodeId;
 use crate::sched::{Discipline, ProgressMetric, Service};
+use crate::time::Time;
+use std::collections::BTreeMap;
 
-/// How much more a primary server's answers count. With equal servers the primary then
-/// holds four fifths of the window by score alone and all of it once sampling is accounted
-/// for; a backup must answer four times faster per request to earn an equal share.
-pub const PRIMARY_WEIGHT: f64 = 4.0;
+/// How far below expectation the primary must fall to count as trouble. Disk speeds measured
+/// over single requests vary by a few percent with the model's timer; 20% is a real fault.
+pub const TROUBLE: f64 = 0.20;
+/// How close to the others the primary's disk must come back before leaving trouble.
+pub const SETTLED: f64 = 0.10;
 
 #[derive(Debug)]
 pub struct ResponseRate {
     s: RateSettings,
     handoff: bool,
-    picks: u64,
-    next_sample: usize,
+    trouble: bool,
+    /// Backups seen, and when each was last asked for its state.
+    backups: BTreeMap<NodeId, Option<Time>>,
 }
 
 impl ResponseRate {
     pub fn new(s: RateSettings, handoff: bool) -> ResponseRate {
-        ResponseRate { s, handoff, picks: 0, next_sample: 0 }
+        ResponseRate { s, handoff, trouble: false, backups: BTreeMap::new() }
+    }
+
+    pub fn in_trouble(&self) -> bool {
+        self.trouble
+    }
+
+    /// Update the trouble state from what the primary and the others reported.
+    fn assess(&mut self, view: &RouteView<'_>, holders: &[NodeId]) {
+        let replies: u64 = holders.iter().map(|h| view.node(*h).replies).sum();
+        if replies < self.s.warmup_replies as u64 {
+            return;
+        }
+        let p = view.node(holders[0]);
+        let fastest = holders.iter().filter_map(|h| view.node(*h).disk_bytes_per_sec).fold(0.0, f64::max);
+        let (Some(disk), true) = (p.disk_bytes_per_sec, fastest > 0.0) else { return };
+        let slow_disk = disk < fastest * (1.0 - TROUBLE);
+        // Contention shows only while we still send the primary a full share of requests.
+        let contended = !self.trouble && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - TROUBLE));
+        if slow_disk || contended {
+            self.trouble = true;
+        } else if self.trouble && self.s.return_to_primary && disk >= fastest * (1.0 - SETTLED) {
+            self.trouble = false;
+        }
     }
 
     /// How many requests this consumer should keep at each holder now.
     pub fn targets(&self, view: &RouteView<'_>, holders: &[NodeId]) -> Vec<(NodeId, f64)> {
-        let primary = holders[0];
         let w = view.window as f64;
-        let replies: u64 = holders.iter().map(|h| view.node(*h).replies).sum();
-        let latency = |n: NodeId| view.node(n).latency_secs;
-        if replies < self.s.warmup_replies as u64 || latency(primary).is_none() {
-            // Warm-up: everything to the primary.
-            return holders.iter().map(|&h| (h, if h == primary { w } else { 0.0 })).collect();
+        if !self.trouble {
+            return holders.iter().enumerate().map(|(i, &h)| (h, if i == 0 { w } else { 0.0 })).collect();
         }
-        // Per-request speed: a reply every `latency` seconds per request in flight.
-        let score = |n: NodeId| {
-            let s = latency(n).map_or(0.0, |l| 1.0 / l.max(1e-6));
-            if n == primary { s * PRIMARY_WEIGHT } else { s }
-        };
-        let fastest_latency = holders.iter().filter_map(|h| latency(*h)).fold(f64::INFINITY, f64::min);
-        let primary_recovered = latency(primary).is_some_and(|l| l <= fastest_latency * 1.05);
-        let total: f64 = holders.iter().map(|h| score(*h)).sum();
+        // Replies per second per request kept there; unknown servers count as the average.
+        let speed = |v: NodeView| v.latency_secs.map(|l| 1.0 / l.max(1e-6));
+        let known: Vec<f64> = holders.iter().filter_map(|h| speed(view.node(*h))).collect();
+        let avg = if known.is_empty() { 1.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
+        let speeds: Vec<f64> = holders.iter().map(|h| speed(view.node(*h)).unwrap_or(avg)).collect();
+        let total: f64 = speeds.iter().sum();
+        let fastest = speeds.iter().cloned().fold(0.0, f64::max);
         holders
             .iter()
-            .map(|&h| {
-                let mut t = if total > 0.0 { w * score(h) / total } else { 0.0 };
-                if h != primary && self.s.return_to_primary && primary_recovered {
-                    t = 0.0;
-                }
-                // A server given a real share keeps its pipeline full...
-                if t >= 1.0 {
-                    t = t.max(self.s.min_outstanding as f64);
-                }
-                // ...unless it is very slow: then one request at a time.
-                if latency(h).is_some_and(|l| l > fastest_latency * self.s.slow_ratio) {
-                    t = t.min(1.0);
+            .zip(&speeds)
+            .map(|(&h, &sp)| {
+                let mut t = (w * sp / total).max(self.s.min_outstanding as f64);
+                if sp * self.s.slow_ratio < fastest {
+                    t = 1.0;
                 }
                 (h, t)
             })
@@ -101,19 +125,26 @@ impl RoutePolicy for ResponseRate {
         false
     }
 
+    fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
+        // A backup we send nothing to is measured by asking it: at once, then every
+        // `probe_interval` (no data read from a backup without trouble).
+        let now = view.now;
+        let interval = self.s.probe_interval;
+        let due = self
+            .backups
+            .iter()
+            .find(|(b, last)| view.node(**b).outstanding == 0 && last.is_none_or(|t| now.since(t) >= interval));
+        let b = *due?.0;
+        self.backups.insert(b, Some(now));
+        Some(b)
+    }
+
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
-        self.picks += 1;
-        let backups = &holders[1..];
-        // Keep every backup measured: one request in `sample_every`, to one with nothing there.
-        if !backups.is_empty() && self.picks.is_multiple_of(self.s.sample_every as u64) {
-            let b = backups[self.next_sample % backups.len()];
-            self.next_sample += 1;
-            if view.node(b).outstanding == 0 {
-                return Pick::To(b);
-            }
+        for &b in &holders[1..] {
+            self.backups.entry(b).or_insert(None);
         }
-        let targets = self.targets(view, holders);
-        let best = targets.iter().map(|&(h, t)| (h, t - view.node(h).outstanding as f64)).fold(
+        self.assess(view, holders);
+        let best = self.targets(view, holders).into_iter().map(|(h, t)| (h, t - view.node(h).outstanding as f64)).fold(
             None,
             |best: Option<(NodeId, f64)>, (h, d)| match best {
                 Some((_, bd)) if bd >= d => best,
@@ -130,24 +161,22 @@ impl RoutePolicy for ResponseRate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::policy::NodeView;
-    use crate::time::Time;
-    use std::collections::BTreeMap;
 
     const H: [NodeId; 2] = [NodeId(0), NodeId(1)];
 
-    fn nodes(lat: [Option<f64>; 2], out: [u32; 2], replies: u64) -> BTreeMap<NodeId, NodeView> {
+    /// Two holders: disk speeds, delivered rates, latencies, requests outstanding.
+    fn nodes(disk: [f64; 2], rate: [f64; 2], lat: [f64; 2], out: [u32; 2]) -> BTreeMap<NodeId, NodeView> {
         (0..2)
             .map(|i| {
-                (
-                    NodeId(i),
-                    NodeView {
-                        outstanding: out[i as usize],
-                        replies,
-                        latency_secs: lat[i as usize],
-                        ..NodeView::default()
-                    },
-                )
+                let v = NodeView {
+                    outstanding: out[i],
+                    replies: 50,
+                    latency_secs: Some(lat[i]),
+                    rate_bytes_per_sec: Some(rate[i]),
+                    disk_bytes_per_sec: Some(disk[i]),
+                    ..NodeView::default()
+                };
+                (NodeId(i as u32), v)
             })
             .collect()
     }
@@ -157,48 +186,63 @@ mod tests {
     }
 
     #[test]
-    fn warm_up_sends_everything_to_the_primary() {
-        let n = nodes([None, None], [0, 0], 0);
+    fn warm_up_and_equal_servers_keep_everything_on_the_primary() {
         let mut p = ResponseRate::new(RateSettings::default(), false);
-        for _ in 0..8 {
-            assert_eq!(p.pick(&view(&n), &H), Pick::To(NodeId(0)));
+        let empty = BTreeMap::new();
+        assert_eq!(p.pick(&view(&empty), &H), Pick::To(NodeId(0)));
+        assert_eq!(p.poll_probe(&view(&empty)), Some(NodeId(1)), "the backup is asked at once");
+        assert_eq!(p.poll_probe(&view(&empty)), None);
+        let n = nodes([32.0, 32.0], [31.0, 4.0], [0.1, 0.3], [4, 0]);
+        for _ in 0..10 {
+            p.pick(&view(&n), &H);
         }
-        let full = nodes([None, None], [8, 0], 0);
+        assert!(!p.in_trouble());
+        assert_eq!(p.targets(&view(&n), &H)[1].1, 0.0);
+        let full = nodes([32.0, 32.0], [31.0, 4.0], [0.1, 0.3], [8, 1]);
         assert_eq!(p.pick(&view(&full), &H), Pick::Hold);
     }
 
     #[test]
-    fn with_equal_servers_the_primary_keeps_the_window() {
-        let n = nodes([Some(0.1), Some(0.1)], [4, 0], 10);
-        let p = ResponseRate::new(RateSettings::default(), false);
-        let t = p.targets(&view(&n), &H);
-        assert_eq!(t[1].1, 0.0, "the primary answers as fast: backups drop to samples");
-    }
-
-    #[test]
-    fn a_slow_primary_moves_requests_to_the_faster_backup() {
-        // The backup answers five times faster per request.
-        let n = nodes([Some(0.5), Some(0.1)], [2, 0], 20);
-        let mut p = ResponseRate::new(RateSettings { return_to_primary: false, ..RateSettings::default() }, false);
-        let t = p.targets(&view(&n), &H);
-        assert!(t[1].1 > t[0].1 * 0.5, "{t:?}");
+    fn a_slow_primary_disk_is_trouble_and_the_window_splits() {
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        let n = nodes([16.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]);
         assert_eq!(p.pick(&view(&n), &H), Pick::To(NodeId(1)));
-    }
-
-    #[test]
-    fn a_very_slow_server_gets_one_request_at_a_time() {
-        let n = nodes([Some(0.1), Some(0.9)], [0, 0], 20);
-        let p = ResponseRate::new(RateSettings { return_to_primary: false, ..RateSettings::default() }, false);
+        assert!(p.in_trouble());
         let t = p.targets(&view(&n), &H);
-        assert!(t[1].1 <= 1.0);
+        assert_eq!((t[0].1, t[1].1), (4.0, 4.0), "equal answer speeds: equal shares");
     }
 
     #[test]
-    fn backups_are_sampled_now_and_then() {
-        let n = nodes([Some(0.1), Some(0.1)], [1, 0], 20);
-        let mut p = ResponseRate::new(RateSettings { sample_every: 4, ..RateSettings::default() }, false);
-        let picks: Vec<Pick> = (0..8).map(|_| p.pick(&view(&n), &H)).collect();
-        assert_eq!(picks.iter().filter(|x| **x == Pick::To(NodeId(1))).count(), 2);
+    fn a_contended_primary_is_trouble_too() {
+        // The disk is fine, but the primary delivers us half of it (it serves a neighbour).
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        let n = nodes([32.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]);
+        p.pick(&view(&n), &H);
+        assert!(p.in_trouble());
+    }
+
+    #[test]
+    fn faster_answers_earn_more_of_the_window_and_a_very_slow_server_one_request() {
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        p.trouble = true;
+        let n = nodes([16.0, 32.0], [8.0, 24.0], [0.3, 0.1], [0, 0]);
+        let t = p.targets(&view(&n), &H);
+        assert!((t[1].1 - 6.0).abs() < 1e-9 && (t[0].1 - 2.0).abs() < 1e-9, "{t:?}");
+        let n = nodes([4.0, 32.0], [2.0, 30.0], [0.9, 0.1], [0, 0]);
+        assert_eq!(p.targets(&view(&n), &H)[0].1, 1.0);
+    }
+
+    #[test]
+    fn the_primary_gets_its_share_back_when_its_disk_recovers() {
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        p.pick(&view(&nodes([16.0, 32.0], [16.0, 8.0], [0.2, 0.2], [4, 0])), &H);
+        assert!(p.in_trouble());
+        p.pick(&view(&nodes([31.0, 32.0], [16.0, 16.0], [0.2, 0.2], [2, 2])), &H);
+        assert!(!p.in_trouble(), "back to primary-only");
+        let mut keep = ResponseRate::new(RateSettings { return_to_primary: false, ..RateSettings::default() }, false);
+        keep.pick(&view(&nodes([16.0, 32.0], [16.0, 8.0], [0.2, 0.2], [4, 0])), &H);
+        keep.pick(&view(&nodes([31.0, 32.0], [16.0, 16.0], [0.2, 0.2], [2, 2])), &H);
+        assert!(keep.in_trouble(), "without return-to-primary the split stays");
     }
 
     #[test]

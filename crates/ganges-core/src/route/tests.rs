@@ -267,12 +267,13 @@ fn primary_copies_reads_no_backup_without_a_fault_and_probes_it() {
 
 #[test]
 fn a_hold_never_stalls_a_read() {
-    // gd-rr in warm-up sends everything to the primary; with the primary's share in flight
-    // it holds, but never with nothing in flight.
+    // gd-rr with no trouble sends everything to the primary; with the primary's share in
+    // flight it holds, but never with nothing in flight.
     let mut e = engine(ReadPolicyKind::GdRr, 4, 2, 0, 100);
     let sends = drain(&mut e);
     assert_eq!(sends.len() as u32, WINDOW_DEFAULT);
-    assert!(sends.iter().all(|d| d.node == NodeId(0)));
+    assert!(sends.iter().all(|d| d.node == NodeId(0)), "no trouble: everything to the primary");
+    assert_eq!(e.poll_probe(Time::ZERO), Some(NodeId(1)), "the backup is measured by a probe");
     for d in sends {
         e.on_data(Time::ZERO, d.piece, d.node);
     }
