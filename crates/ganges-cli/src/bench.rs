@@ -283,7 +283,7 @@ impl ScanBenchSpec {
         if self.policies.is_empty() || self.faults.is_empty() || self.block_sizes.is_empty() || self.ratios.is_empty() {
             return fail("give at least one policy, fault count, block size and ratio");
         }
-        if self.layout == LayoutChoice::Mirrored && (self.nodes % 2 != 0 || self.replicas != 2) {
+        if self.layout == LayoutChoice::Mirrored && (!self.nodes.is_multiple_of(2) || self.replicas != 2) {
             return fail("--layout mirrored needs an even number of nodes and 2 replicas");
         }
         let mut last_end = 0.0f64;
@@ -961,7 +961,7 @@ pub fn write_outputs(
 
 /// For each policy at the largest fault count: the slowest running consumer's rate over time
 /// (500 ms windows), as a fraction of its ideal rate for the faults in force; 1 is ideal.
-fn time_plot(report: &Report, path: &PathBuf) -> CliResult<()> {
+fn time_plot(report: &Report, path: &std::path::Path) -> CliResult<()> {
     let p = &report.params;
     let faults = report.rows.iter().map(|r| r.faults).max().unwrap_or(0);
     let w = (RATE_WINDOW_MS / SAMPLE_MS) as usize;
