@@ -235,3 +235,83 @@ async fn a_server_that_hangs_mid_scan_is_given_up_after_the_stall_timeout() {
     check_content(&m, &blocks, g);
     assert!(reports[1].stats.bytes_by_copy[1] > 0, "consumer 1 finished from its backup copy");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ordered_reader_hands_out_records_of_any_size_in_order_within_its_buffer() {
+    use ganges_client::stream::OrderedReader;
+    let c = start(3, common::disk(64.0));
+    let client = c.client().await;
+    let g = Generator::Random { seed: 21 };
+    let m = Arc::new(create(&client, "ord", vec![200_000, 150_000, 250_000], 16 << 10, 2, g).await);
+    let part = Partition { offset: 12_345, len: 500_000 };
+    for policy in [ReadPolicyKind::Gd, ReadPolicyKind::GdPc, ReadPolicyKind::GdRr] {
+        let mut r = OrderedReader::open(client.clone(), m.clone(), part, ReadOptions::new(policy), 3).unwrap();
+        let mut got = Vec::new();
+        let mut size = 1usize;
+        loop {
+            // Records of changing sizes, across block boundaries.
+            let rec = r.read_exact(size).await.unwrap();
+            assert!(r.buffered_blocks() <= 3, "the reorder buffer stays within its bound");
+            if rec.is_empty() {
+                break;
+            }
+            got.extend_from_slice(&rec);
+            size = size * 7 % 40_000 + 13;
+        }
+        let mut want = vec![0u8; part.len as usize];
+        g.fill(part.offset, &mut want);
+        assert!(got == want, "{policy}: the bytes in order");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_reads_complete_in_any_order_and_the_simple_read_waits_for_its_own() {
+    use ganges_client::stream::AsyncReader;
+    let c = start(3, common::disk(64.0));
+    let client = c.client().await;
+    let g = Generator::Records { seed: 5 };
+    let m = Arc::new(create(&client, "rand", vec![100 * 3000; 3], 16 << 10, 2, g).await);
+    let mut r = AsyncReader::open(client.clone(), m.clone(), ReadOptions::default()).unwrap();
+    // Random 100-byte records and a few larger spans, submitted at once.
+    let mut submitted = BTreeMap::new();
+    for i in 0..200u64 {
+        let offset = (i * 7919 % 9000) * 100;
+        let len = if i % 20 == 0 { 40_000 } else { 100 };
+        let len = len.min(m.total_bytes() - offset);
+        submitted.insert(r.submit(offset, len).unwrap(), (offset, len));
+    }
+    let mut reaped = 0;
+    while let Some((t, bytes)) = r.reap().await.unwrap() {
+        let (offset, len) = submitted.remove(&t).expect("each ticket once");
+        let mut want = vec![0u8; len as usize];
+        g.fill(offset, &mut want);
+        assert!(bytes[..] == want[..], "read at {offset}");
+        reaped += 1;
+    }
+    assert_eq!(reaped, 200);
+    assert!(submitted.is_empty());
+    // The simple read.
+    let bytes = r.read(123_456, 789).await.unwrap();
+    let mut want = vec![0u8; 789];
+    g.fill(123_456, &mut want);
+    assert_eq!(&bytes[..], &want[..]);
+    assert!(r.submit(m.total_bytes() - 10, 11).is_err(), "past the end is refused");
+}
+
+#[test]
+fn the_blocking_reader_reads_without_a_runtime() {
+    use ganges_client::stream::blocking::Reader;
+    let c = start(2, None);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let g = Generator::Random { seed: 8 };
+    rt.block_on(async {
+        let client = c.client().await;
+        create(&client, "blk", vec![100_000; 2], 16 << 10, 2, g).await;
+    });
+    drop(rt);
+    let mut r = Reader::open(c.local.cluster().clone(), &"blk".parse().unwrap(), ReadOptions::default()).unwrap();
+    let got = r.read(99_990, 20).unwrap();
+    let mut want = vec![0u8; 20];
+    g.fill(99_990, &mut want);
+    assert_eq!(&got[..], &want[..]);
+}

@@ -5,7 +5,9 @@
 //! - [`conn`]: one multiplexed connection per server, many requests in flight.
 //! - [`client`]: `Client`, the connections to a whole cluster.
 //! - [`scan`]: `ReadStream`, one consumer's unordered read of its partition, driven by the
-//!   read policies of ganges-core (static, GD, relative GD).
+//!   read policies of ganges-core.
+//! - [`stream`]: the ordered reader (bounded reorder buffer, reads of any size), the async
+//!   reader (submit many reads, reap completions) and a blocking `read(offset, len)`.
 //! - [`dataset`]: create, put, get, list, info, verify, remove.
 //! - [`error`]: the error type, `ClientError`.
 //!
@@ -28,6 +30,7 @@ pub mod conn;
 pub mod dataset;
 pub mod error;
 pub mod scan;
+pub mod stream;
 
 pub use client::Client;
 pub use error::{ClientError, Result};

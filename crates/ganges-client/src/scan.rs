@@ -80,6 +80,8 @@ pub struct Block {
     pub data: Bytes,
     /// The server that delivered it.
     pub node: NodeId,
+    /// Which piece of the read this is (in the order pieces were added).
+    pub piece: usize,
 }
 
 /// What one consumer's read did.
@@ -132,10 +134,16 @@ impl ReadStream {
         partition: Partition,
         opts: ReadOptions,
     ) -> Result<ReadStream> {
-        let pieces = manifest.shape.pieces(partition)?;
+        let mut s = ReadStream::open_ended(client, manifest, opts)?;
+        s.add_range(partition)?;
+        Ok(s)
+    }
+
+    /// A stream with nothing to read yet: `add_range` gives it work (the async interface).
+    pub fn open_ended(client: Arc<Client>, manifest: Arc<Manifest>, opts: ReadOptions) -> Result<ReadStream> {
         opts.settings.validate().map_err(|e| ClientError::Invalid(e.to_string()))?;
         let config = ReadConfig { window: opts.window, stall_timeout: opts.stall_timeout, lookahead: opts.lookahead };
-        let engine = ReadEngine::new(opts.policy.build(&opts.settings), &manifest.layout, pieces, config)?;
+        let engine = ReadEngine::open_ended(opts.policy.build(&opts.settings), &manifest.layout, config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut s = ReadStream {
             client,
@@ -161,6 +169,16 @@ impl ReadStream {
             }
         }
         Ok(s)
+    }
+
+    /// Add a byte range of the dataset to read; returns the indices of its pieces.
+    pub fn add_range(&mut self, range: Partition) -> Result<std::ops::Range<usize>> {
+        let pieces = self.manifest.shape.pieces(range)?;
+        let first = self.engine.pieces().len();
+        for p in pieces {
+            self.engine.add_piece(p);
+        }
+        Ok(first..self.engine.pieces().len())
     }
 
     fn now(&self) -> Time {
@@ -290,7 +308,12 @@ impl ReadStream {
                     }
                     if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
                         self.digest.add(p.dataset_offset, p.len, crc);
-                        return Ok(Some(Block { dataset_offset: p.dataset_offset, data, node: o.node }));
+                        return Ok(Some(Block {
+                            dataset_offset: p.dataset_offset,
+                            data,
+                            node: o.node,
+                            piece: o.piece,
+                        }));
                     }
                 }
                 Ok(Message::Error(e, _)) => {

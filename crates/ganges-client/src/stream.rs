@@ -1,0 +1,299 @@
+//! In-order and random-access reading (virtual-streams §3.6), both on top of `ReadStream`.
+//!
+//! - [`OrderedReader`]: the bytes of a partition in order, in reads of any size (so records
+//!   of any length). Blocks that arrive early wait in a reorder buffer; the read engine never
+//!   requests more than `buffer_blocks` past the first block not yet handed out, so the
+//!   buffer, and memory, stay within that bound whatever the servers do.
+//! - [`AsyncReader`]: submit any number of (offset, length) reads, reap them as they
+//!   complete, in any order: for random access, and for callers who fill their own pipeline.
+//!   `read(offset, len)` is the simple call on top: submit, then wait for that one.
+//! - [`blocking`]: the same simple call for programs without an async runtime.
+
+use crate::client::Client;
+use crate::error::{ClientError, Result};
+use crate::scan::{ReadOptions, ReadStream};
+use bytes::{Bytes, BytesMut};
+use ganges_core::shape::Partition;
+use ganges_proto::manifest::Manifest;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Blocks an ordered reader may hold out of order unless told otherwise: two windows' worth,
+/// so a slow server holding the next block does not stop the others from working ahead.
+pub const REORDER_BLOCKS_DEFAULT: u32 = 8;
+
+/// The bytes of a partition, in order.
+#[derive(Debug)]
+pub struct OrderedReader {
+    stream: ReadStream,
+    /// Blocks that arrived ahead of their turn, by dataset offset.
+    early: BTreeMap<u64, Bytes>,
+    /// The rest of the block being handed out.
+    current: Bytes,
+    /// The dataset offset of the next byte to hand out.
+    next: u64,
+    end: u64,
+}
+
+impl OrderedReader {
+    /// Read `partition` in order, holding at most `buffer_blocks` blocks out of order.
+    pub fn open(
+        client: Arc<Client>,
+        manifest: Arc<Manifest>,
+        partition: Partition,
+        mut opts: ReadOptions,
+        buffer_blocks: u32,
+    ) -> Result<OrderedReader> {
+        if buffer_blocks == 0 {
+            return Err(ClientError::Invalid("an ordered reader needs a buffer of at least one block".into()));
+        }
+        opts.lookahead = Some(buffer_blocks);
+        opts.window = opts.window.min(buffer_blocks);
+        let stream = ReadStream::open(client, manifest, partition, opts)?;
+        Ok(OrderedReader {
+            stream,
+            early: BTreeMap::new(),
+            current: Bytes::new(),
+            next: partition.offset,
+            end: partition.offset + partition.len,
+        })
+    }
+
+    /// Blocks held out of order right now (at most the buffer bound).
+    pub fn buffered_blocks(&self) -> usize {
+        self.early.len()
+    }
+
+    /// Make `current` non-empty, unless the partition is done.
+    async fn fill(&mut self) -> Result<()> {
+        while self.current.is_empty() && self.next < self.end {
+            if let Some(b) = self.early.remove(&self.next) {
+                self.current = b;
+                continue;
+            }
+            match self.stream.next().await? {
+                Some(b) if b.dataset_offset == self.next => self.current = b.data,
+                Some(b) => {
+                    self.early.insert(b.dataset_offset, b.data);
+                }
+                None => {
+                    return Err(ClientError::Invalid(format!(
+                        "read ended at byte {} before the partition did",
+                        self.next
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next bytes in order, at most `max` (never more than a block; a slice of the block
+    /// that arrived, no copy). Empty at the end of the partition.
+    pub async fn read(&mut self, max: usize) -> Result<Bytes> {
+        self.fill().await?;
+        let n = max.min(self.current.len());
+        let out = self.current.split_to(n);
+        self.next += n as u64;
+        Ok(out)
+    }
+
+    /// The next `n` bytes in order (fewer only at the end of the partition): a record of any
+    /// size. Copies only when the record spans blocks.
+    pub async fn read_exact(&mut self, n: usize) -> Result<Bytes> {
+        let first = self.read(n).await?;
+        if first.len() == n || first.is_empty() {
+            return Ok(first);
+        }
+        let mut out = BytesMut::with_capacity(n);
+        out.extend_from_slice(&first);
+        while out.len() < n {
+            let more = self.read(n - out.len()).await?;
+            if more.is_empty() {
+                break;
+            }
+            out.extend_from_slice(&more);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Fill `buf` from the stream; returns how many bytes were copied (0 at the end).
+    pub async fn read_into(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let mut at = 0;
+        while at < buf.len() {
+            let b = self.read(buf.len() - at).await?;
+            if b.is_empty() {
+                break;
+            }
+            buf[at..at + b.len()].copy_from_slice(&b);
+            at += b.len();
+        }
+        Ok(at)
+    }
+
+    pub fn close(self) -> crate::scan::ReadReport {
+        self.stream.close()
+    }
+}
+
+/// Identifies a submitted read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket(pub u64);
+
+#[derive(Debug)]
+struct Assembly {
+    offset: u64,
+    /// Pieces still missing.
+    missing: usize,
+    parts: BTreeMap<u64, Bytes>,
+}
+
+/// The most bytes submitted and not yet reaped: bounds what completed reads can pin in
+/// memory while the caller is not reaping.
+pub const SUBMITTED_BYTES_MAX: u64 = 1 << 30;
+
+/// Random-access reads: submit many, reap as they complete.
+#[derive(Debug)]
+pub struct AsyncReader {
+    stream: ReadStream,
+    next_ticket: u64,
+    open: BTreeMap<Ticket, Assembly>,
+    piece_ticket: HashMap<usize, Ticket>,
+    done: Vec<(Ticket, Bytes)>,
+    submitted_bytes: u64,
+}
+
+impl AsyncReader {
+    pub fn open(client: Arc<Client>, manifest: Arc<Manifest>, opts: ReadOptions) -> Result<AsyncReader> {
+        Ok(AsyncReader {
+            stream: ReadStream::open_ended(client, manifest, opts)?,
+            next_ticket: 1,
+            open: BTreeMap::new(),
+            piece_ticket: HashMap::new(),
+            done: vec![],
+            submitted_bytes: 0,
+        })
+    }
+
+    /// Start reading `len` bytes at dataset offset `offset`.
+    pub fn submit(&mut self, offset: u64, len: u64) -> Result<Ticket> {
+        if len == 0 {
+            return Err(ClientError::Invalid("a read of 0 bytes".into()));
+        }
+        if self.submitted_bytes + len > SUBMITTED_BYTES_MAX {
+            return Err(ClientError::Invalid(format!(
+                "more than {} bytes submitted and not reaped; reap some first",
+                SUBMITTED_BYTES_MAX
+            )));
+        }
+        let pieces = self.stream.add_range(Partition { offset, len })?;
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        for p in pieces.clone() {
+            self.piece_ticket.insert(p, ticket);
+        }
+        self.open.insert(ticket, Assembly { offset, missing: pieces.len(), parts: BTreeMap::new() });
+        self.submitted_bytes += len;
+        Ok(ticket)
+    }
+
+    /// Reads submitted and not yet reaped.
+    pub fn pending(&self) -> usize {
+        self.open.len() + self.done.len()
+    }
+
+    /// The next completed read, in completion order; `None` when nothing is pending.
+    pub async fn reap(&mut self) -> Result<Option<(Ticket, Bytes)>> {
+        loop {
+            if let Some(d) = self.done.pop() {
+                self.submitted_bytes -= d.1.len() as u64;
+                return Ok(Some(d));
+            }
+            if self.open.is_empty() {
+                return Ok(None);
+            }
+            let Some(block) = self.stream.next().await? else {
+                return Err(ClientError::Invalid("the read engine finished with reads still open".into()));
+            };
+            let ticket = self.piece_ticket.remove(&block.piece).expect("every piece belongs to a read");
+            let a = self.open.get_mut(&ticket).expect("open reads have assemblies");
+            a.parts.insert(block.dataset_offset, block.data);
+            a.missing -= 1;
+            if a.missing == 0 {
+                let a = self.open.remove(&ticket).expect("present");
+                let bytes = if a.parts.len() == 1 {
+                    a.parts.into_values().next().expect("one part")
+                } else {
+                    let mut out = BytesMut::new();
+                    let mut at = a.offset;
+                    for (off, part) in a.parts {
+                        debug_assert_eq!(off, at, "pieces tile the read");
+                        at += part.len() as u64;
+                        out.extend_from_slice(&part);
+                    }
+                    out.freeze()
+                };
+                self.done.push((ticket, bytes));
+            }
+        }
+    }
+
+    /// Read `len` bytes at `offset` and wait for them. Reads completed meanwhile for other
+    /// tickets stay to be reaped.
+    pub async fn read(&mut self, offset: u64, len: u64) -> Result<Bytes> {
+        let want = self.submit(offset, len)?;
+        let mut others = vec![];
+        let result = loop {
+            match self.reap().await? {
+                Some((t, b)) if t == want => break b,
+                Some(other) => others.push(other),
+                None => unreachable!("the submitted read is pending"),
+            }
+        };
+        for (t, b) in others {
+            self.submitted_bytes += b.len() as u64;
+            self.done.push((t, b));
+        }
+        Ok(result)
+    }
+}
+
+/// Blocking reads for programs without an async runtime: a private runtime runs the client.
+pub mod blocking {
+    use super::*;
+    use crate::cluster::ClusterFile;
+    use ganges_proto::manifest::DatasetName;
+
+    #[derive(Debug)]
+    pub struct Reader {
+        rt: tokio::runtime::Runtime,
+        inner: AsyncReader,
+        manifest: Arc<Manifest>,
+    }
+
+    impl Reader {
+        /// Open `dataset` of the cluster in `cluster`.
+        pub fn open(cluster: ClusterFile, dataset: &DatasetName, opts: ReadOptions) -> Result<Reader> {
+            // One worker thread: connections keep being served between calls.
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .map_err(ClientError::io("starting the client runtime"))?;
+            let (inner, manifest) = rt.block_on(async {
+                let client = Client::connect(cluster).await?;
+                let manifest = Arc::new(client.manifest(dataset).await?);
+                Ok::<_, ClientError>((AsyncReader::open(client, manifest.clone(), opts)?, manifest))
+            })?;
+            Ok(Reader { rt, inner, manifest })
+        }
+
+        pub fn manifest(&self) -> &Manifest {
+            &self.manifest
+        }
+
+        /// `len` bytes at dataset offset `offset`.
+        pub fn read(&mut self, offset: u64, len: u64) -> Result<Bytes> {
+            self.rt.block_on(self.inner.read(offset, len))
+        }
+    }
+}
