@@ -315,3 +315,92 @@ fn the_blocking_reader_reads_without_a_runtime() {
     g.fill(99_990, &mut want);
     assert_eq!(&got[..], &want[..]);
 }
+
+/// Stats of every live server.
+async fn stats_of(client: &ganges_client::Client) -> Vec<ganges_proto::control::ServerStats> {
+    let nodes = client.live_nodes();
+    let mut out = vec![];
+    for (_, r) in client.control_all(&nodes, &ganges_proto::control::ControlRequest::Stats).await {
+        if let Ok(ganges_proto::control::ControlReply::Stats { stats }) = r {
+            out.push(stats);
+        }
+    }
+    out
+}
+
+async fn slow_down(client: &ganges_client::Client, node: NodeId, factor: f64) {
+    let fault = Some(ganges_core::disk::Fault::Factor { factor });
+    client.control(node, ganges_proto::control::ControlRequest::SetFault { fault }).await.unwrap();
+}
+
+/// One consumer reads fragment 0, whose primary disk is slow; the backup server has nothing
+/// else to do, so it asks the busy one for work (GD-6). Returns what it read.
+async fn lone_reader(client: &Arc<ganges_client::Client>, m: &Arc<Manifest>) -> (BTreeMap<u64, Block>, ReadReport) {
+    let opts = ReadOptions::new(ReadPolicyKind::GdRrHandoff).with_window(8);
+    let mut s = ReadStream::open(client.clone(), m.clone(), m.shape.fragment_partitions()[0], opts).unwrap();
+    let mut blocks = BTreeMap::new();
+    while let Some(b) = s.next().await.unwrap() {
+        assert!(blocks.insert(b.dataset_offset, b).is_none(), "a block delivered twice");
+    }
+    (blocks, s.close())
+}
+
+fn check_fragment_0(m: &Manifest, blocks: &BTreeMap<u64, Block>, g: Generator) {
+    let mut at = 0;
+    for (off, b) in blocks {
+        assert_eq!(*off, at);
+        let mut want = vec![0u8; b.data.len()];
+        g.fill(*off, &mut want);
+        assert!(b.data[..] == want[..], "content at {off}");
+        at += b.data.len() as u64;
+    }
+    assert_eq!(at, m.shape.fragment_bytes(ganges_core::FragmentId(0)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_server_takes_over_queued_requests_and_nothing_is_served_twice() {
+    let c = start(4, common::disk(16.0));
+    let client = c.client().await;
+    let g = Generator::Random { seed: 31 };
+    let m = Arc::new(create(&client, "ho", vec![2 << 20; 4], 64 << 10, 2, g).await);
+    slow_down(&client, NodeId(0), 0.2).await;
+    let (blocks, report) = lone_reader(&client, &m).await;
+    check_fragment_0(&m, &blocks, g);
+    let stats = stats_of(&client).await;
+    let handed: u64 = stats.iter().map(|s| s.handed_off).sum();
+    let taken: u64 = stats.iter().map(|s| s.taken_over).sum();
+    assert!(handed > 0, "the slow server handed requests to the idle one");
+    assert_eq!(handed, taken, "every request handed off was taken over");
+    assert_eq!(report.stats.moved, handed, "the client heard of every move");
+    assert_eq!(report.stats.duplicates, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_after_taking_over_requests_loses_nothing() {
+    let mut c = start(4, common::disk(8.0));
+    let client = c.client().await;
+    let g = Generator::Random { seed: 32 };
+    let m = Arc::new(create(&client, "hok", vec![2 << 20; 4], 64 << 10, 2, g).await);
+    slow_down(&client, NodeId(0), 0.2).await;
+    let scan = {
+        let (client, m) = (client.clone(), m.clone());
+        tokio::spawn(async move { lone_reader(&client, &m).await })
+    };
+    // Kill the helper the moment it holds taken-over requests.
+    let killed = loop {
+        let s = stats_of(&client).await;
+        if let Some(helper) = s.iter().find(|s| s.taken_over > 0 && s.queued > 0) {
+            break Some(helper.node);
+        }
+        if scan.is_finished() {
+            break None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    };
+    let helper = killed.expect("a handoff happened while the scan ran");
+    c.local.kill(helper);
+    let (blocks, report) = scan.await.unwrap();
+    check_fragment_0(&m, &blocks, g);
+    assert!(report.stats.moved > 0);
+    assert!(report.stats.retries > 0, "the requests the dead helper held were read again elsewhere");
+}
