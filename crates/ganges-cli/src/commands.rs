@@ -1,5 +1,6 @@
 //! What each subcommand does, apart from parsing (in main.rs).
 
+use crate::bench::LayoutChoice;
 use crate::util::{CliError, CliResult, Table, bytes_bar, fail, progress_fn};
 use ganges_client::client::Client;
 use ganges_client::cluster::ClusterFile;
@@ -37,6 +38,7 @@ pub struct CreateArgs {
     pub size: SizeSpec,
     pub fragments: Option<u32>,
     pub replicas: u32,
+    pub layout: LayoutChoice,
     pub block_bytes: u32,
     pub generator: Generator,
 }
@@ -63,7 +65,14 @@ pub async fn dataset_create(cluster: &Path, a: CreateArgs) -> CliResult<()> {
         replicas: a.replicas,
         generator: a.generator,
     };
-    let m = dataset::create(&client, spec, Some(progress_fn(&bar))).await?;
+    let layout = match a.layout {
+        LayoutChoice::Chained => Layout::chained(client.nodes(), a.replicas)?,
+        LayoutChoice::Mirrored if a.replicas != 2 => {
+            return fail("--layout mirrored keeps two copies, one in each group; leave --replicas at 2");
+        }
+        LayoutChoice::Mirrored => Layout::mirrored(client.nodes())?,
+    };
+    let m = dataset::create_with_layout(&client, spec, layout, Some(progress_fn(&bar))).await?;
     bar.finish_and_clear();
     println!(
         "created `{}`: {} in {} fragments, {} copies, {} blocks, digest {} ({:.1}s)",
@@ -177,7 +186,7 @@ pub async fn dataset_info(cluster: &Path, name: DatasetName, json: bool) -> CliR
     println!("dataset    {}", m.name);
     println!("size       {} ({} bytes)", ByteSize(m.total_bytes()), m.total_bytes());
     println!("state      {:?}", m.state);
-    println!("layout     chained declustering, {} copies on {} nodes", m.layout.replicas(), m.layout.nodes());
+    println!("layout     {}", m.layout.describe());
     println!(
         "blocks     {} of {} ({} blocks)",
         m.shape.total_blocks(),

@@ -67,7 +67,8 @@ enum Cmd {
     Scan {
         /// Dataset name
         name: String,
-        /// Read policy: static, gd, gd-rel, gd-batch, gd-pc, gd-pc-shrink, gd-rr, gd-rr-handoff, mirror
+        /// Read policy: static, gd, gd-rel, gd-batch, gd-share, gd-pc, gd-pc-shrink, gd-rr,
+        /// gd-rr-handoff, mirror
         #[arg(long, default_value = "gd")]
         policy: ReadPolicyKind,
         /// Requests in flight per consumer
@@ -234,7 +235,7 @@ impl LocalDiskArgs {
 enum DatasetCmd {
     /// Create a dataset whose data the servers generate (random bytes or 100-byte records)
     #[command(
-        after_help = "Examples:\n  ganges dataset create events --size 1GiB --replicas 2\n  ganges dataset create sortme --fragment-size 64MiB --format records\n  ganges dataset create skewed --fragment-sizes 10MiB,30MiB,10MiB,30MiB"
+        after_help = "Examples:\n  ganges dataset create events --size 1GiB --replicas 2\n  ganges dataset create sortme --fragment-size 64MiB --format records\n  ganges dataset create skewed --fragment-sizes 10MiB,30MiB,10MiB,30MiB\n  ganges dataset create halves --size 1GiB --layout mirrored"
     )]
     Create(DatasetCreateArgs),
     /// Import a local file as a dataset
@@ -313,6 +314,10 @@ struct DatasetCreateArgs {
     /// Copies of each fragment (chained declustering; 1 to 4)
     #[arg(long, default_value_t = 2)]
     replicas: u32,
+    /// Where copies go: chained (declustering, LAY-1) or mirrored (two groups of half the
+    /// servers each, LAY-2; 2 copies)
+    #[arg(long, default_value = "chained")]
+    layout: LayoutChoice,
     /// Block size: the unit of transfer and checksum (4KiB to 16MiB)
     #[arg(long, default_value = "1MiB")]
     block_size: ByteSize,
@@ -795,6 +800,7 @@ async fn dataset_cmd(cmd: DatasetCmd) -> CliResult<()> {
                 size,
                 fragments: a.fragments,
                 replicas: a.replicas,
+                layout: a.layout,
                 block_bytes: block_bytes(a.block_size)?,
                 generator,
             };

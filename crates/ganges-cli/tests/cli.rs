@@ -3,6 +3,7 @@
 
 mod common;
 
+use ganges_core::route::ReadPolicyKind;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -61,10 +62,17 @@ fn a_users_session_from_local_up_to_local_down() {
     assert_eq!(out.matches("present").count(), 6, "{out}");
     let out = ok(&["dataset", "verify", "ev", "--cluster", c]);
     assert!(out.contains("is intact"), "{out}");
-    for policy in ["static", "gd", "gd-rel"] {
-        let out = ok(&["scan", "ev", "--policy", policy, "--cluster", c]);
-        assert!(out.contains("every byte delivered exactly once"), "{out}");
+    for policy in ReadPolicyKind::ALL {
+        let out = ok(&["scan", "ev", "--policy", &policy.to_string(), "--cluster", c]);
+        assert!(out.contains("every byte delivered exactly once"), "{policy}: {out}");
     }
+    // A setting out of range names the setting and its bound.
+    let err = fails(&["scan", "ev", "--policy", "gd-pc", "--pc-low-watermark", "0.05", "--cluster", c], 1);
+    assert!(err.contains("pc-low-watermark") && err.contains("below pc-high-watermark (0.04)"), "{err}");
+    let err = fails(&["scan", "ev", "--policy", "gd-rr", "--rr-slow-ratio", "0.5", "--cluster", c], 1);
+    assert!(err.contains("rr-slow-ratio") && err.contains("must be above 1"), "{err}");
+    let err = fails(&["dataset", "create", "halves", "--size", "1MiB", "--layout", "mirrored", "--cluster", c], 1);
+    assert!(err.contains("even number of nodes"), "{err}");
 
     ok(&["fault", "set", "--node", "1,2", "--factor", "0.5", "--cluster", c]);
     let out = ok(&["fault", "show", "--cluster", c]);
@@ -129,6 +137,18 @@ fn a_users_session_from_local_up_to_local_down() {
     ok(&["local", "up", "--nodes", "2", "--root", r, "--disk-rate", "off"]);
     let err = fails(&["dataset", "info", "imp", "--cluster", c], 1);
     assert!(err.contains("written for a cluster of 3 nodes"), "{err}");
+
+    // Mirrored groups (LAY-2) on two nodes: one group each, read from both at once.
+    let out = ok(&["dataset", "create", "halves", "--size", "2MiB", "--layout", "mirrored", "--cluster", c]);
+    assert!(out.contains("2 copies"), "{out}");
+    let out = ok(&["dataset", "info", "halves", "--cluster", c]);
+    assert!(out.contains("two groups of 1 node"), "{out}");
+    let err = fails(&["dataset", "create", "x", "--layout", "mirrored", "--replicas", "3", "--cluster", c], 1);
+    assert!(err.contains("keeps two copies"), "{err}");
+    for policy in ["mirror", "gd"] {
+        let out = ok(&["scan", "halves", "--policy", policy, "--cluster", c]);
+        assert!(out.contains("every byte delivered exactly once"), "{policy}: {out}");
+    }
     ok(&["local", "down", "--cluster", c]);
     assert!(processes_with(r).is_empty());
 }
@@ -189,6 +209,59 @@ fn bench_scan_quick_writes_json_and_plots() {
     }
     let png_bytes = std::fs::read(&png).unwrap();
     assert_eq!(&png_bytes[1..4], b"PNG");
+}
+
+#[test]
+fn bench_scan_over_time_with_ratios_and_block_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("time.json");
+    let png = dir.path().join("time.png");
+    let out = ok(&[
+        "bench",
+        "scan",
+        "--nodes",
+        "4",
+        "--fragment-size",
+        "8MiB",
+        "--block-sizes",
+        "256KiB,1MiB",
+        "--ratio",
+        "1:1,1:2",
+        "--faults",
+        "1",
+        "--policies",
+        "gd",
+        "--fault-schedule",
+        "100ms-300ms",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot-time",
+        png.to_str().unwrap(),
+    ]);
+    assert!(out.contains("adapt"), "{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    let mut seen = Vec::new();
+    for r in rows {
+        seen.push((r["block_bytes"].as_u64().unwrap(), r["ratio"]["odd"].as_f64().unwrap()));
+        assert_eq!(r["bytes"], 32u64 << 20, "every ratio reads the whole dataset: {r}");
+        let changes: Vec<(f64, &str)> = r["adaptation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| (a["at_secs"].as_f64().unwrap(), a["change"].as_str().unwrap()))
+            .collect();
+        assert_eq!(changes, [(0.1, "start"), (0.3, "stop")], "{r}");
+        let delivered = r["delivered"].as_array().unwrap();
+        assert_eq!(delivered.len(), 4, "one series per consumer");
+        for series in delivered {
+            let s: Vec<u64> = series.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+            assert!(s.len() >= 3 && s.windows(2).all(|w| w[0] <= w[1]), "sampled every 100 ms, growing: {s:?}");
+        }
+    }
+    seen.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    assert_eq!(seen, [(256 << 10, 1.0), (256 << 10, 2.0), (1 << 20, 1.0), (1 << 20, 2.0)]);
+    assert_eq!(&std::fs::read(&png).unwrap()[1..4], b"PNG");
 }
 
 #[test]

@@ -92,7 +92,10 @@ impl Layout {
     pub fn describe(&self) -> String {
         match *self {
             Layout::Chained { nodes, replicas } => format!("chained declustering, {replicas} copies on {nodes} nodes"),
-            Layout::Mirrored { nodes } => format!("mirrored groups of {} nodes (2 copies)", nodes / 2),
+            Layout::Mirrored { nodes } => {
+                let half = nodes / 2;
+                format!("mirrored groups, 2 copies: two groups of {half} node{}", if half == 1 { "" } else { "s" })
+            }
         }
     }
 
