@@ -26,6 +26,7 @@ use ganges_core::disk::Fault;
 use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::NodeId;
+use ganges_core::measure::{RATE_WINDOW_SAMPLES, SAMPLE_SECS, adaptation_times, scheduled_ideal};
 use ganges_core::route::{PolicySettings, ReadPolicyKind};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::{Partition, Shape};
@@ -40,11 +41,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Sampling period of consumer timelines (BENCHMARKS.md: every 100 ms).
-pub const SAMPLE_MS: u64 = 100;
+pub const SAMPLE_MS: u64 = (SAMPLE_SECS * 1000.0) as u64;
 /// The window a consumer's rate is measured over for adaptation times (BENCHMARKS.md).
-const RATE_WINDOW_MS: u64 = 500;
-/// Adapted: the slowest consumer's rate is within this fraction of its new ideal share.
-const ADAPTED_WITHIN: f64 = 0.10;
+const RATE_WINDOW_MS: u64 = RATE_WINDOW_SAMPLES as u64 * SAMPLE_MS;
 
 /// Data of even and odd consumers, `even:odd` (gd-enhancements §4.3: 1:1, 1:1.5, 1:2).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -138,6 +137,8 @@ pub struct ScanBenchSpec {
     pub settings: PolicySettings,
     pub ratios: Vec<Ratio>,
     pub repeat: u32,
+    /// Also run every configuration in the simulator and print both (SIM-2).
+    pub sim: bool,
     pub root: Option<PathBuf>,
     pub binary: PathBuf,
     pub json: Option<PathBuf>,
@@ -227,6 +228,11 @@ pub struct Row {
     /// Each consumer's rate in the layout-aware ideal, with the faults on and off (bytes/s).
     pub ideal_consumer_rates_faulty: Vec<f64>,
     pub ideal_consumer_rates_free: Vec<f64>,
+    /// With `--sim`: the same run in the simulator, its time and fraction of the ideal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim_frac_layout_ideal: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -477,6 +483,12 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
                     if f > 0 && !spec.schedule.is_empty() {
                         r.adaptation = adaptation(&spec.changes(), &r.delivered, &shares, &r.consumer_seconds);
                     }
+                    if spec.sim {
+                        let run = Run { manifest: &manifest, policy, partitions: &partitions[ri], faulty: &faulty };
+                        let sim = simulate(spec, &run)?;
+                        r.sim_seconds = Some(sim);
+                        r.sim_frac_layout_ideal = Some(layout / sim);
+                    }
                     rows.push(r);
                 }
             }
@@ -493,6 +505,44 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
         },
         rows,
     })
+}
+
+/// The same run in the simulator (SIM-2's cross-check): the same layout, partitions,
+/// policy, settings, window, disk model and faults, in virtual time. Returns its seconds.
+fn simulate(spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<f64> {
+    let Some(disk) = spec.disk else {
+        return fail("--sim needs the disk model (a --disk-rate)");
+    };
+    let sim = ganges_sim::scan::ScanSpec {
+        layout: run.manifest.layout.clone(),
+        shape: run.manifest.shape.clone(),
+        partitions: run.partitions.to_vec(),
+        disk: ganges_core::disk::DiskParams {
+            rate_bytes_per_sec: disk.rate_bytes_per_sec,
+            seek: disk.seek,
+            queue_depth: disk.queue_depth,
+        },
+        faults: run.faulty.iter().map(|&n| (n, spec.fault)).collect(),
+        schedule: spec
+            .schedule
+            .iter()
+            .map(|w| ganges_sim::scan::FaultWindow {
+                start: Duration::from_secs_f64(w.start_secs),
+                end: w.end_secs.map(Duration::from_secs_f64),
+            })
+            .collect(),
+        consumer_rate: None,
+        net: ganges_sim::net::NetParams::LOCAL,
+        policy: run.policy,
+        settings: spec.settings,
+        window: spec.window,
+        start_jitter: Duration::from_micros(200),
+        sample_every: None,
+        time_limit: Duration::from_secs(86_400),
+        seed: spec.seed,
+    };
+    let out = ganges_sim::scan::run_scan(&sim).map_err(|e| CliError(format!("simulating {}: {e}", run.policy)))?;
+    Ok(out.seconds)
 }
 
 /// Each consumer's ideal rate (bytes/s) with and without the faults, in that order.
@@ -531,57 +581,21 @@ fn ideals(
     if spec.schedule.is_empty() {
         return Ok((river.1, layout.1, shares));
     }
-    let integrate = |(t_free, t_fault): (f64, f64)| {
-        let (x_free, x_fault) = (total as f64 / t_free, total as f64 / t_fault);
-        let mut left = total as f64;
-        let mut t = 0.0;
-        let mut on = false;
-        for &(at, faults_on) in &spec.changes() {
-            let x = if on { x_fault } else { x_free };
-            if left <= x * (at - t) {
-                return t + left / x;
-            }
-            left -= x * (at - t);
-            t = at;
-            on = faults_on;
-        }
-        t + left / if on { x_fault } else { x_free }
-    };
+    let changes = spec.changes();
+    let integrate = |(t_free, t_fault): (f64, f64)| scheduled_ideal(total as f64, t_free, t_fault, &changes);
     Ok((integrate(river), integrate(layout), shares))
 }
 
-/// Adaptation time after each change (BENCHMARKS.md): from the change to the first moment
-/// after which the slowest consumer's rate over `RATE_WINDOW_MS` stays within 10% of its
-/// ideal share for the new phase, until the next change or the first consumer finishes.
+/// Adaptation time after each change (BENCHMARKS.md), measured as the simulator does.
 fn adaptation(changes: &[(f64, bool)], delivered: &[Vec<u64>], shares: &Shares, finished: &[f64]) -> Vec<Adaptation> {
-    let ticks = delivered.first().map_or(0, Vec::len);
-    let w = (RATE_WINDOW_MS / SAMPLE_MS) as usize;
-    let first_finish = finished.iter().cloned().fold(f64::INFINITY, f64::min);
-    let tick_secs = SAMPLE_MS as f64 / 1e3;
-    let slowest_ratio = |k: usize, faults_on: bool| -> f64 {
-        let ideal = if faults_on { &shares.0 } else { &shares.1 };
-        (0..delivered.len())
-            .map(|i| {
-                let bytes = delivered[i][k].saturating_sub(delivered[i][k - w]) as f64;
-                bytes / (w as f64 * tick_secs) / ideal[i]
-            })
-            .fold(f64::INFINITY, f64::min)
-    };
+    let times = adaptation_times(changes, delivered, SAMPLE_MS as f64 / 1e3, &shares.0, &shares.1, finished);
     changes
         .iter()
-        .enumerate()
-        .map(|(ci, &(at, faults_on))| {
-            let horizon = changes.get(ci + 1).map_or(first_finish, |c| c.0).min(first_finish);
-            // Windows wholly after the change, ending before the horizon.
-            let first = ((at / tick_secs).ceil() as usize + w).min(ticks);
-            let last = ((horizon / tick_secs).floor() as usize).min(ticks.saturating_sub(1));
-            let ok = |k: usize| (slowest_ratio(k, faults_on) - 1.0).abs() <= ADAPTED_WITHIN;
-            let settled = (first..=last).find(|&k| (k..=last).all(ok));
-            Adaptation {
-                at_secs: at,
-                change: if faults_on { "start" } else { "stop" },
-                seconds: settled.filter(|_| first <= last).map(|k| k as f64 * tick_secs - at),
-            }
+        .zip(times)
+        .map(|(&(at, faults_on), seconds)| Adaptation {
+            at_secs: at,
+            change: if faults_on { "start" } else { "stop" },
+            seconds,
         })
         .collect()
 }
@@ -770,6 +784,8 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
         adaptation: vec![],
         ideal_consumer_rates_faulty: vec![],
         ideal_consumer_rates_free: vec![],
+        sim_seconds: None,
+        sim_frac_layout_ideal: None,
     }
 }
 
@@ -820,6 +836,10 @@ pub fn render(report: &Report) -> String {
         header.push("ratio");
     }
     header.extend(["faults", "seconds", "MB/s", "slowest MB/s", "% river", "% layout", "backup %", "cpu s/GB"]);
+    let sim = report.rows.iter().any(|r| r.sim_frac_layout_ideal.is_some());
+    if sim {
+        header.extend(["sim % layout", "sim - real"]);
+    }
     let mut t = Table::new(&header);
     for r in &report.rows {
         let pct = |x: f64| if x.is_nan() { "-".to_string() } else { format!("{:.1}", x * 100.0) };
@@ -840,6 +860,10 @@ pub fn render(report: &Report) -> String {
             format!("{:.1}", r.backup_bytes_frac * 100.0),
             format!("{:.2}", r.cpu_seconds_per_gb),
         ]);
+        if sim {
+            let s = r.sim_frac_layout_ideal.unwrap_or(f64::NAN);
+            cells.extend([pct(s), format!("{:+.1}", (s - r.frac_layout_ideal) * 100.0)]);
+        }
         t.row(cells);
     }
     let disk = match p.disk_rate_bytes_per_sec {

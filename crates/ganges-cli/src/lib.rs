@@ -6,6 +6,7 @@
 //!   supervisor).
 //! - [`bench`]: `ganges bench scan` and the demo: policies against the two ideals.
 //! - [`commands`]: what the dataset, scan, fault, model and local subcommands do.
+//! - [`sim`]: `ganges sim`, the paper scenarios in virtual time.
 //! - [`plot`]: SVG and PNG line charts.
 //! - [`util`]: the CLI's error type, progress bars, tables.
 //! - [`sys`]: the process-management system calls.
@@ -14,5 +15,6 @@ pub mod bench;
 pub mod commands;
 pub mod local;
 pub mod plot;
+pub mod sim;
 pub mod sys;
 pub mod util;

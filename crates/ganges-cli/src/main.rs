@@ -15,6 +15,7 @@ use ganges_core::route::{PolicySettings, PrimarySettings, RateSettings, ReadPoli
 use ganges_core::sched::SchedulerKind;
 use ganges_core::units::{ByteSize, Dur, Rate};
 use ganges_proto::manifest::DatasetName;
+use ganges_sim::scenario::SimOptions;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -94,6 +95,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: BenchCmd,
     },
+    /// Simulate a paper scenario in virtual time, with the servers' and clients' own policies
+    #[command(
+        after_help = "Examples:\n  ganges sim --list\n  ganges sim river-fig10 --json fig10.json --plot fig10.svg\n  ganges sim river-fig9 --faults 0,4,8 --consumer-rate 10MB/s\n  ganges sim river-fig10 --producers 4096 --consumers 4096"
+    )]
+    Sim(SimArgs),
     /// A local cluster, a replicated dataset, and the static policy against graduated
     /// declustering under 0, 1, 2, 4 and 8 slow disks
     #[command(after_help = "Example:\n  ganges demo --out ganges-demo")]
@@ -475,6 +481,9 @@ struct BenchScanArgs {
     /// Runs of each (policy, faults), alternating; the median is reported
     #[arg(long, default_value_t = 1)]
     repeat: u32,
+    /// Also run each configuration in the simulator, same policy and rates, and print both
+    #[arg(long)]
+    sim: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// A small, fast configuration for smoke tests (4 nodes, 4MiB fragments, faults 0,1,2)
@@ -543,6 +552,47 @@ impl PolicyArgs {
         s.validate().map_err(|e| CliError(format!("--{}: {e}", e.name)))?;
         Ok(s)
     }
+}
+
+#[derive(Args, Debug)]
+struct SimArgs {
+    /// Scenario name (see --list)
+    scenario: Option<String>,
+    /// List the scenarios
+    #[arg(long)]
+    list: bool,
+    /// Producers (disks for GD scenarios)
+    #[arg(long)]
+    producers: Option<u32>,
+    /// Consumers
+    #[arg(long)]
+    consumers: Option<u32>,
+    /// Rate of each producer (MB/s are 10^6 bytes, as in River)
+    #[arg(long)]
+    producer_rate: Option<Rate>,
+    /// Rate of each consumer
+    #[arg(long)]
+    consumer_rate: Option<Rate>,
+    /// Rate a faulty component is left with
+    #[arg(long)]
+    fault_rate: Option<Rate>,
+    /// Fault counts [default: the figure's]
+    #[arg(long, value_delimiter = ',')]
+    faults: Option<Vec<u32>>,
+    /// Blocks each producer (DQ) or consumer (GD) moves
+    #[arg(long)]
+    blocks: Option<u64>,
+    /// Block size [default: 8KB, River's]
+    #[arg(long)]
+    block_size: Option<ByteSize>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write every figure as JSON
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw the figure (.svg or .png)
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -634,6 +684,7 @@ fn run(cli: Cli) -> CliResult<()> {
         },
         Cmd::Bench { cmd: BenchCmd::Scan(a) } => bench_scan(*a),
         Cmd::Demo(a) => demo(a),
+        Cmd::Sim(a) => sim(a),
     }
 }
 
@@ -836,6 +887,7 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
         settings: a.settings.settings()?,
         ratios: a.ratio,
         repeat: a.repeat.max(1),
+        sim: a.sim,
         root: a.root,
         binary: binary()?,
         json: a.json,
@@ -857,6 +909,28 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
         }
     }
     Ok(())
+}
+
+fn sim(a: SimArgs) -> CliResult<()> {
+    if a.list {
+        ganges_cli::sim::list();
+        return Ok(());
+    }
+    let Some(name) = a.scenario else {
+        return fail("name a scenario (`ganges sim --list` shows them)");
+    };
+    let opts = SimOptions {
+        producers: a.producers,
+        consumers: a.consumers,
+        producer_rate: a.producer_rate.map(|r| r.0),
+        consumer_rate: a.consumer_rate.map(|r| r.0),
+        fault_rate: a.fault_rate.map(|r| r.0),
+        faults: a.faults,
+        blocks: a.blocks,
+        block_bytes: a.block_size.map(|b| b.0),
+        seed: a.seed,
+    };
+    ganges_cli::sim::run(&name, &opts, a.json.as_ref(), a.plot.as_ref())
 }
 
 fn demo(a: DemoArgs) -> CliResult<()> {
@@ -882,6 +956,7 @@ fn demo(a: DemoArgs) -> CliResult<()> {
         settings: PolicySettings::default(),
         ratios: vec![Ratio::EQUAL],
         repeat: 1,
+        sim: false,
         root: None,
         binary: binary()?,
         json: Some(json.clone()),

@@ -173,11 +173,13 @@ fn bench_scan_quick_writes_json_and_plots() {
         "--quick",
         "--policies",
         "static,gd,gd-rel",
+        "--sim",
         "--json",
         json.to_str().unwrap(),
         "--plot",
         png.to_str().unwrap(),
     ]);
+    assert!(out.contains("sim % layout"), "{out}");
     assert!(out.contains("% layout"), "{out}");
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(doc["bench"], "scan");
@@ -205,6 +207,8 @@ fn bench_scan_quick_writes_json_and_plots() {
         }
         let f = r["frac_layout_ideal"].as_f64().unwrap();
         assert!(f > 0.0 && f <= 1.0, "a run cannot beat the ideal: {r}");
+        let s = r["sim_frac_layout_ideal"].as_f64().unwrap();
+        assert!(s > 0.0 && s <= 1.0, "nor can a simulated one: {r}");
         assert_eq!(r["bytes"], 16u64 << 20);
     }
     let png_bytes = std::fs::read(&png).unwrap();
@@ -265,6 +269,47 @@ fn bench_scan_over_time_with_ratios_and_block_sizes() {
 }
 
 #[test]
+fn sim_lists_runs_a_scenario_and_writes_json_and_a_plot() {
+    let out = ok(&["sim", "--list"]);
+    for name in ["river-fig9", "river-fig10", "river-fig11", "river-fig12", "river-fig14", "vs-convergence"] {
+        assert!(out.contains(name), "{out}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("fig10.json");
+    let svg = dir.path().join("fig10.svg");
+    let out = ok(&[
+        "sim",
+        "river-fig10",
+        "--producers",
+        "8",
+        "--consumers",
+        "8",
+        "--faults",
+        "0,1,2",
+        "--blocks",
+        "64",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.contains("M events/s") && out.contains("the paper:"), "{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["scenario"], "river-fig10");
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 9, "gd best, gd worst and static at 3 fault counts");
+    for r in rows {
+        let f = r["frac_layout_ideal"].as_f64().unwrap();
+        assert!(f > 0.0 && f <= 1.0, "{r}");
+    }
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    let err = fails(&["sim", "river-fig99"], 1);
+    assert!(err.contains("no scenario `river-fig99`") && err.contains("--list"), "{err}");
+    let err = fails(&["sim", "river-fig9", "--faults", "17"], 1);
+    assert!(err.contains("17 faults on 16"), "{err}");
+}
+
+#[test]
 fn the_demo_runs_and_says_where_its_results_are() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("demo");
@@ -292,6 +337,7 @@ fn help_has_examples_everywhere() {
         vec!["model", "river"],
         vec!["model", "layout"],
         vec!["bench", "scan"],
+        vec!["sim"],
         vec!["demo"],
     ] {
         let mut a = args.clone();

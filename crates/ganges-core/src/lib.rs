@@ -4,8 +4,8 @@
 //! server runs next, how long a disk takes, what the best possible time was) lives here as
 //! plain data and state machines. Nothing in this crate reads a clock, draws ambient
 //! randomness, touches a file or knows of tokio: time (`now`) and seeds are arguments. The
-//! servers and clients drive these objects over real sockets and files; the simulator will
-//! drive the very same objects in virtual time.
+//! servers and clients drive these objects over real sockets and files; the simulator
+//! (`ganges-sim`) drives the very same objects in virtual time.
 //!
 //! Modules, in the order data flows through them:
 //! - [`units`]: sizes, rates and durations in human units (`64MiB`, `32MiB/s`, `4ms`).
@@ -20,18 +20,24 @@
 //! - [`sched`]: server-side schedulers (FIFO; furthest behind, longest queue, runs).
 //! - [`route`]: client-side read routing: the engine and every read policy (GD-1 to GD-9).
 //! - [`handoff`]: GD-6 server request handoff: how many requests, which ones, when to ask.
+//! - [`serve`]: a server's read queue around its scheduler and disk model.
+//! - [`dq`]: the distributed queue (DQ-1): where a producer's next block goes, by credits.
 //! - [`ideal`]: the two ideals, MOD-1 (River's model) and MOD-2 (layout-aware max-flow).
+//! - [`measure`]: figures from a run's samples (adaptation times, ideals over phases).
 
 pub mod datagen;
 pub mod digest;
 pub mod disk;
+pub mod dq;
 pub mod fault;
 pub mod handoff;
 pub mod ideal;
 pub mod ids;
 pub mod layout;
+pub mod measure;
 pub mod route;
 pub mod sched;
+pub mod serve;
 pub mod shape;
 pub mod time;
 pub mod units;

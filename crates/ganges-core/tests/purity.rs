@@ -1,5 +1,6 @@
 //! DESIGN.md's rule: policies are pure. ganges-core reads no clock, draws no ambient
-//! randomness, does no I/O and knows nothing of tokio. This test keeps it that way.
+//! randomness, does no I/O and knows nothing of tokio. This test keeps it that way, and holds
+//! the simulator (ganges-sim), which drives these policies in virtual time, to the same rule.
 
 use std::path::Path;
 
@@ -42,6 +43,13 @@ fn core_sources_use_no_clock_randomness_or_io() {
     let mut hits = vec![];
     scan(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut hits);
     assert!(hits.is_empty(), "impure calls in ganges-core:\n{}", hits.join("\n"));
+}
+
+#[test]
+fn the_simulator_uses_no_wall_clock_threads_or_ambient_randomness() {
+    let mut hits = vec![];
+    scan(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../ganges-sim/src"), &mut hits);
+    assert!(hits.is_empty(), "impure calls in ganges-sim:\n{}", hits.join("\n"));
 }
 
 #[test]

@@ -189,17 +189,14 @@ async fn read_loop(
             Message::Progress(p) => {
                 let stream = StreamKey { conn, stream: p.stream };
                 let now = shared.now();
-                let mut d = shared.disk.lock().expect("disk lock");
-                d.sched.update_progress(stream, p.progress);
-                d.note_primary_progress(stream, p.progress, now);
+                shared.disk.lock().expect("disk lock").note_progress(stream, p.progress, now);
             }
             Message::Probe(p) => {
                 let reply = match shared.store.dataset(&p.dataset) {
                     Ok(ds) => {
-                        let mut d = shared.disk.lock().expect("disk lock");
-                        let primary_progress = d.primaries.progress(ds.manifest.id, shared.now());
-                        let disk_bytes_per_sec = d.rate.rate().or(shared.config.disk.map(|m| m.rate_bytes_per_sec));
-                        Message::State(State { queue_len: d.sched.len() as u32, primary_progress, disk_bytes_per_sec })
+                        let r = shared.disk.lock().expect("disk lock").report(ds.manifest.id, shared.now());
+                        let (queue_len, primary_progress) = (r.queue_len, r.primary_progress);
+                        Message::State(State { queue_len, primary_progress, disk_bytes_per_sec: r.disk_bytes_per_sec })
                     }
                     Err(e) => store_error(e),
                 };

@@ -9,8 +9,10 @@
 //! backup, so disks never alternate between copies and pay no seeks.
 //!
 //! Generalised beyond the paper's two copies: every backup holder is judged on its own gap.
-//! A backup server whose primary copies nobody reads (its consumer finished, or there is none)
-//! counts as progress 1.
+//! A backup server whose primary copies nobody reads counts as progress 1 once that is
+//! certain: its primary consumer was seen and has finished, or nobody has read there for two
+//! probe intervals (there is no such consumer). Right at the start a server may simply not
+//! have heard from its consumer yet, and that must not send anyone to a backup.
 //!
 //! **Shrinking high watermark (ours, gd-enhancements §5).** With `shrink`, the high watermark
 //! closes linearly towards the low one as the consumer's own progress goes from 0 to 1. Early
@@ -31,13 +33,25 @@ pub struct PrimaryCopies {
     using: BTreeSet<NodeId>,
     /// The latest primary progress each server reported (`None`: nobody reads its primaries).
     reported: BTreeMap<NodeId, Option<f64>>,
+    /// Servers that have reported a primary reader at least once.
+    had_reader: BTreeSet<NodeId>,
+    /// Since when each server has reported nobody reading its primaries.
+    none_since: BTreeMap<NodeId, Time>,
     /// Every backup seen, with when it was last probed.
     backups: BTreeMap<NodeId, Option<Time>>,
 }
 
 impl PrimaryCopies {
     pub fn new(s: PrimarySettings, shrink: bool) -> PrimaryCopies {
-        PrimaryCopies { s, shrink, using: BTreeSet::new(), reported: BTreeMap::new(), backups: BTreeMap::new() }
+        PrimaryCopies {
+            s,
+            shrink,
+            using: BTreeSet::new(),
+            reported: BTreeMap::new(),
+            had_reader: BTreeSet::new(),
+            none_since: BTreeMap::new(),
+            backups: BTreeMap::new(),
+        }
     }
 
     /// The watermarks in effect, never finer than progress itself can be measured: a gap of
@@ -58,11 +72,20 @@ impl PrimaryCopies {
         let (high, low) = self.watermarks(view);
         for &b in backups {
             self.backups.entry(b).or_insert(None);
-            // Nobody reading the server's primary copies (finished, or never started) counts
-            // as progress 1: its disk is ours only if we are really behind, so equal disks
+            // Nobody reading the server's primary copies (finished, or none) counts as
+            // progress 1: its disk is ours only if we are really behind, so equal disks
             // finishing a few blocks apart never send a request to a backup.
-            if let Some(theirs) = self.reported.get(&b) {
-                let gap = theirs.unwrap_or(1.0) - view.own_fraction;
+            let theirs = match self.reported.get(&b) {
+                Some(Some(p)) => Some(*p),
+                Some(None) => {
+                    let settled =
+                        self.none_since.get(&b).is_some_and(|t| view.now.since(*t) >= 2 * self.s.probe_interval);
+                    (self.had_reader.contains(&b) || settled).then_some(1.0)
+                }
+                None => None,
+            };
+            if let Some(theirs) = theirs {
+                let gap = theirs - view.own_fraction;
                 if gap > high {
                     self.using.insert(b);
                 } else if gap < low {
@@ -113,8 +136,17 @@ impl RoutePolicy for PrimaryCopies {
         Pick::To(best)
     }
 
-    fn on_state(&mut self, _now: Time, node: NodeId, state: &ServerState) {
+    fn on_state(&mut self, now: Time, node: NodeId, state: &ServerState) {
         self.reported.insert(node, state.primary_progress);
+        match state.primary_progress {
+            Some(_) => {
+                self.had_reader.insert(node);
+                self.none_since.remove(&node);
+            }
+            None => {
+                self.none_since.entry(node).or_insert(now);
+            }
+        }
     }
 
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
@@ -177,15 +209,31 @@ mod tests {
     fn a_backup_nobody_reads_as_primary_counts_as_finished() {
         let nodes = BTreeMap::new();
         let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.4)));
         p.on_state(Time::ZERO, NodeId(1), &state(None));
         // Half the partition left: far behind a finished neighbour, use its disk.
         p.pick(&view(&nodes, 0.5), &H);
         assert!(p.is_using(NodeId(1)));
         // 2% left at the end of an even scan: under the high watermark, stay on the primary.
         let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.9)));
         p.on_state(Time::ZERO, NodeId(1), &state(None));
         p.pick(&view(&nodes, 0.98), &H);
         assert!(!p.is_using(NodeId(1)));
+    }
+
+    #[test]
+    fn a_backup_that_has_not_heard_from_its_consumer_yet_is_left_alone_until_it_is_clear() {
+        let nodes = BTreeMap::new();
+        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        // The very first probe can reach the backup before its own consumer's first request.
+        p.on_state(Time::ZERO, NodeId(1), &state(None));
+        p.pick(&view(&nodes, 0.0), &H);
+        assert!(!p.is_using(NodeId(1)), "not a finished consumer, just an early probe");
+        // Still nobody after two probe intervals: there is no such consumer; its disk is free.
+        let later = RouteView { now: Time::ZERO + Duration::from_millis(100), ..view(&nodes, 0.1) };
+        p.pick(&later, &H);
+        assert!(p.is_using(NodeId(1)));
     }
 
     #[test]

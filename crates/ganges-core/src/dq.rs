@@ -1,0 +1,217 @@
+//! DQ-1, the distributed queue's producer side (river §2.3, §3.1, §6.1).
+//!
+//! A producer puts blocks; each goes to exactly one consumer. Two ideas make it adapt with
+//! no performance assumption: *randomness* when choosing among consumers, and *feedback*
+//! through flow control. A producer may have at most `total_credits` blocks unanswered, and
+//! at most `per_consumer` at any one consumer; it sends the next block to a consumer chosen
+//! at random among those with a credit left, and a consumer's reply returns the credit. A
+//! slow consumer answers slowly, keeps its credits, and so receives less: when consumers are
+//! the bottleneck each reply "pulls" the next block to the consumer that sent it, and when
+//! producers are, the choice degenerates to a random push (river §3.2).
+//!
+//! River §6.1 (Figure 11) shows why a producer needs at least one credit per consumer: with
+//! fewer, it cannot keep a block outstanding at every slow consumer, forgets which ones are
+//! slow, and keeps sending to them. The default gives one per consumer; fewer is allowed,
+//! for exactly that experiment.
+//!
+//! The consumer side, DQ-2 (river §6.3), serves the producer furthest behind first: that is
+//! the furthest-behind scheduler of [`crate::sched`] with each producer as a stream and its
+//! blocks put so far as its progress. Point-to-point order holds because each producer's
+//! blocks to a consumer travel one connection and wait in one per-stream FIFO.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// A producer's flow-control credits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DqSettings {
+    /// Blocks a producer may have unanswered in all.
+    pub total_credits: u32,
+    /// Blocks a producer may have unanswered at one consumer.
+    pub per_consumer: u32,
+}
+
+impl DqSettings {
+    /// One credit per consumer, at most one at each (river §6.1's minimum). A consumer still
+    /// has a pipeline, one block from every producer; and at the end of a transfer a slow
+    /// consumer holds at most one block per producer, which sets how long the others wait
+    /// for it (river §6.2's end effect).
+    pub fn for_consumers(consumers: u32) -> DqSettings {
+        DqSettings { total_credits: consumers.max(1), per_consumer: 1 }
+    }
+
+    /// `total` credits spread over `consumers`: as many per consumer as it takes for all of
+    /// them to be usable (river's Figure 11 varies only the total).
+    pub fn with_total(consumers: u32, total: u32) -> DqSettings {
+        DqSettings { total_credits: total, per_consumer: total.div_ceil(consumers.max(1)).max(1) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DqError {
+    #[error("a distributed queue needs at least one consumer")]
+    NoConsumers,
+    #[error("dq credits must be at least 1 in total and at each consumer (got {total} and {per_consumer})")]
+    Credits { total: u32, per_consumer: u32 },
+}
+
+/// One producer's routing state.
+#[derive(Debug, Clone)]
+pub struct DqRouter {
+    s: DqSettings,
+    outstanding: Vec<u32>,
+    live: Vec<bool>,
+    total: u32,
+    rng: ChaCha8Rng,
+    /// Blocks sent to each consumer.
+    sent: Vec<u64>,
+}
+
+impl DqRouter {
+    pub fn new(consumers: u32, s: DqSettings, seed: u64) -> Result<DqRouter, DqError> {
+        if consumers == 0 {
+            return Err(DqError::NoConsumers);
+        }
+        if s.total_credits == 0 || s.per_consumer == 0 {
+            return Err(DqError::Credits { total: s.total_credits, per_consumer: s.per_consumer });
+        }
+        let n = consumers as usize;
+        Ok(DqRouter {
+            s,
+            outstanding: vec![0; n],
+            live: vec![true; n],
+            total: 0,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            sent: vec![0; n],
+        })
+    }
+
+    /// The consumer the next block goes to, or `None` if the producer must wait for a reply
+    /// (no credit left in all, or at any live consumer). The choice is uniform among the
+    /// live consumers with a credit left: river's "pick a random consumer; if it has too
+    /// many outstanding, pick another".
+    pub fn pick(&mut self) -> Option<usize> {
+        if self.total >= self.s.total_credits {
+            return None;
+        }
+        let open = |i: usize, o: &[u32], l: &[bool]| l[i] && o[i] < self.s.per_consumer;
+        let n = (0..self.outstanding.len()).filter(|&i| open(i, &self.outstanding, &self.live)).count();
+        if n == 0 {
+            return None;
+        }
+        let k = self.rng.random_range(0..n);
+        let c = (0..self.outstanding.len()).filter(|&i| open(i, &self.outstanding, &self.live)).nth(k)?;
+        self.outstanding[c] += 1;
+        self.total += 1;
+        self.sent[c] += 1;
+        Some(c)
+    }
+
+    /// Consumer `c` answered one block: its credit comes back.
+    pub fn on_reply(&mut self, c: usize) {
+        assert!(self.outstanding[c] > 0, "a reply from consumer {c} with nothing outstanding there");
+        self.outstanding[c] -= 1;
+        self.total -= 1;
+    }
+
+    /// Consumer `c` is gone: no more blocks go there. Its unanswered blocks' credits come
+    /// back; the driver must resend those blocks (it knows which they were).
+    pub fn on_consumer_down(&mut self, c: usize) {
+        self.live[c] = false;
+        self.total -= self.outstanding[c];
+        self.outstanding[c] = 0;
+    }
+
+    pub fn outstanding(&self, c: usize) -> u32 {
+        self.outstanding[c]
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.total
+    }
+
+    /// Blocks sent to each consumer so far.
+    pub fn sent(&self) -> &[u64] {
+        &self.sent
+    }
+
+    pub fn settings(&self) -> DqSettings {
+        self.s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credits_bound_what_is_in_flight_in_all_and_per_consumer() {
+        let mut r = DqRouter::new(4, DqSettings { total_credits: 6, per_consumer: 2 }, 1).unwrap();
+        let picks: Vec<usize> = (0..6).map(|_| r.pick().unwrap()).collect();
+        assert_eq!(r.pick(), None, "the total is spent");
+        for c in 0..4 {
+            assert!(r.outstanding(c) <= 2);
+        }
+        assert_eq!(r.in_flight(), 6);
+        r.on_reply(picks[0]);
+        assert_eq!(r.in_flight(), 5);
+        assert!(r.pick().is_some(), "a reply frees a credit");
+        assert_eq!(r.pick(), None, "exactly one");
+    }
+
+    #[test]
+    fn a_consumer_that_never_answers_gets_no_more_than_its_credits() {
+        let mut r = DqRouter::new(4, DqSettings::for_consumers(4), 7).unwrap();
+        // Consumers 1..3 answer at once; consumer 0 never does.
+        for _ in 0..1000 {
+            let c = r.pick().expect("three consumers always have room");
+            if c != 0 {
+                r.on_reply(c);
+            }
+        }
+        assert_eq!(r.sent()[0], 1, "only its one credit's worth");
+        assert!(r.sent()[1..].iter().all(|&s| s > 300), "the rest is spread evenly: {:?}", r.sent());
+    }
+
+    #[test]
+    fn the_choice_is_random_but_seeded() {
+        let run = |seed| {
+            let mut r = DqRouter::new(8, DqSettings::for_consumers(8), seed).unwrap();
+            (0..100)
+                .map(|_| {
+                    let c = r.pick().unwrap();
+                    r.on_reply(c);
+                    c
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(3), run(3));
+        assert_ne!(run(3), run(4));
+        let counts = run(3).iter().fold([0u32; 8], |mut a, &c| {
+            a[c] += 1;
+            a
+        });
+        assert!(counts.iter().all(|&n| n > 3), "every consumer gets some: {counts:?}");
+    }
+
+    #[test]
+    fn a_dead_consumer_returns_its_credits_and_gets_nothing_more() {
+        let mut r = DqRouter::new(2, DqSettings { total_credits: 4, per_consumer: 2 }, 1).unwrap();
+        while r.pick().is_some() {}
+        assert_eq!(r.in_flight(), 4);
+        r.on_consumer_down(0);
+        assert_eq!(r.in_flight(), 2);
+        assert_eq!(r.pick(), None, "consumer 1 is full and 0 is gone");
+        r.on_reply(1);
+        assert_eq!(r.pick(), Some(1));
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert_eq!(DqRouter::new(0, DqSettings::for_consumers(1), 1).unwrap_err(), DqError::NoConsumers);
+        assert!(DqRouter::new(2, DqSettings { total_credits: 0, per_consumer: 1 }, 1).is_err());
+        assert_eq!(DqSettings::with_total(16, 4), DqSettings { total_credits: 4, per_consumer: 1 });
+        assert_eq!(DqSettings::with_total(16, 32), DqSettings { total_credits: 32, per_consumer: 2 });
+    }
+}

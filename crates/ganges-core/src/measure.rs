@@ -1,0 +1,121 @@
+//! Figures computed from a run's samples (BENCHMARKS.md, "Over time"), shared by the bench
+//! on a real cluster and the simulator, so both measure the same way.
+
+/// Consumers' delivered bytes are sampled this often.
+pub const SAMPLE_SECS: f64 = 0.1;
+/// A consumer's rate is measured over this many samples (500 ms).
+pub const RATE_WINDOW_SAMPLES: usize = 5;
+/// Adapted: the slowest consumer's rate is within this fraction of its new ideal rate.
+pub const ADAPTED_WITHIN: f64 = 0.10;
+
+/// A change of the faults in force: at `.0` seconds, faults on (`true`) or off.
+pub type Change = (f64, bool);
+
+/// The ideal time of a run whose faults come and go: each phase moves data at that phase's
+/// ideal throughput (`total / t_free` without the faults, `total / t_fault` with them).
+pub fn scheduled_ideal(total: f64, t_free: f64, t_fault: f64, changes: &[Change]) -> f64 {
+    let (x_free, x_fault) = (total / t_free, total / t_fault);
+    let mut left = total;
+    let mut t = 0.0;
+    let mut on = false;
+    for &(at, faults_on) in changes {
+        let x = if on { x_fault } else { x_free };
+        if left <= x * (at - t) {
+            return t + left / x;
+        }
+        left -= x * (at - t);
+        t = at;
+        on = faults_on;
+    }
+    t + left / if on { x_fault } else { x_free }
+}
+
+/// The adaptation time after each change: from the change to the first sample after which
+/// the slowest consumer's rate over `RATE_WINDOW_SAMPLES` stays within `ADAPTED_WITHIN` of
+/// its ideal rate for the new phase (`ideal_faulty` or `ideal_free`, bytes/s per consumer),
+/// until the next change or the first consumer finishes. `None`: it never did.
+///
+/// `delivered[i][k]` is consumer i's bytes at `k * sample_secs`; `finished[i]` its finish
+/// time in seconds.
+pub fn adaptation_times(
+    changes: &[Change],
+    delivered: &[Vec<u64>],
+    sample_secs: f64,
+    ideal_faulty: &[f64],
+    ideal_free: &[f64],
+    finished: &[f64],
+) -> Vec<Option<f64>> {
+    let ticks = delivered.iter().map(Vec::len).min().unwrap_or(0);
+    let w = RATE_WINDOW_SAMPLES;
+    let first_finish = finished.iter().copied().fold(f64::INFINITY, f64::min);
+    let slowest_ratio = |k: usize, faults_on: bool| -> f64 {
+        let ideal = if faults_on { ideal_faulty } else { ideal_free };
+        (0..delivered.len())
+            .map(|i| {
+                let bytes = delivered[i][k].saturating_sub(delivered[i][k - w]) as f64;
+                bytes / (w as f64 * sample_secs) / ideal[i]
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    changes
+        .iter()
+        .enumerate()
+        .map(|(ci, &(at, faults_on))| {
+            let horizon = changes.get(ci + 1).map_or(first_finish, |c| c.0).min(first_finish);
+            // Windows wholly after the change, ending before the horizon.
+            let first = ((at / sample_secs).ceil() as usize + w).min(ticks);
+            let last = ((horizon / sample_secs).floor() as usize).min(ticks.saturating_sub(1));
+            if first > last {
+                return None;
+            }
+            let ok = |k: usize| (slowest_ratio(k, faults_on) - 1.0).abs() <= ADAPTED_WITHIN;
+            (first..=last).find(|&k| (k..=last).all(ok)).map(|k| k as f64 * sample_secs - at)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ideal_integrates_phases() {
+        // 100 bytes; 10 B/s free, 5 B/s faulty; faulty from 2 s to 6 s: 20 by 2 s, 20 more
+        // by 6 s, the last 60 in 6 s.
+        assert!((scheduled_ideal(100.0, 10.0, 20.0, &[(2.0, true), (6.0, false)]) - 12.0).abs() < 1e-9);
+        assert!((scheduled_ideal(100.0, 10.0, 20.0, &[]) - 10.0).abs() < 1e-9);
+        assert!((scheduled_ideal(100.0, 10.0, 20.0, &[(0.0, true)]) - 20.0).abs() < 1e-9);
+    }
+
+    /// A consumer at `before` B/s until `switch` s, then `after`, sampled every 0.1 s.
+    fn series(before: f64, after: f64, switch: f64, secs: f64) -> Vec<u64> {
+        (0..=(secs * 10.0) as usize)
+            .map(|k| {
+                let t = k as f64 / 10.0;
+                (before * t.min(switch) + after * (t - switch).max(0.0)).round() as u64
+            })
+            .collect()
+    }
+
+    #[test]
+    fn adaptation_is_the_time_until_the_slowest_stays_near_its_share() {
+        // Two consumers, ideal 100 B/s each free and 50 with the fault from 1 s. One drops to
+        // 50 at once; the other drops to 20 and only recovers to 50 at 2 s.
+        let a = series(100.0, 50.0, 1.0, 5.0);
+        let mut b = series(100.0, 20.0, 1.0, 5.0);
+        let at2 = b[20];
+        for (k, v) in b.iter_mut().enumerate().skip(21) {
+            *v = at2 + (50.0 * (k - 20) as f64 / 10.0) as u64;
+        }
+        let times = adaptation_times(&[(1.0, true)], &[a, b], 0.1, &[50.0, 50.0], &[100.0, 100.0], &[9.0, 9.0]);
+        let t = times[0].expect("it adapted");
+        assert!((t - 1.5).abs() < 1e-9, "a full window after 2 s: {t}");
+    }
+
+    #[test]
+    fn never_adapting_is_none() {
+        let a = series(100.0, 10.0, 1.0, 5.0);
+        let times = adaptation_times(&[(1.0, true)], &[a], 0.1, &[50.0], &[100.0], &[9.0]);
+        assert_eq!(times, [None]);
+    }
+}

@@ -1,0 +1,332 @@
+//! A storage server's read queue: the scheduler, the disk model and the bookkeeping around
+//! them, shared by the real server (`ganges-server`) and the simulator (`ganges-sim`) so
+//! that both make every decision the same way.
+//!
+//! Each queued read carries a context `C` of the driver's choosing (the real server's holds
+//! the connection to answer on; the simulator's names the consumer). The queue keeps:
+//! - the [`Scheduler`] that picks the next read, and the [`DiskModel`] that says when the
+//!   modelled disk finishes it;
+//! - the progress of the consumers reading this server's primary copies (GD-3), and the
+//!   server's measured bandwidth (GD-4 reports it, GD-6 trades it);
+//! - which reads may be cancelled by (connection, request id), and which may be handed to
+//!   another server (GD-6).
+
+use crate::disk::{DiskModel, FileKey, Service as DiskService};
+use crate::handoff::{RateMeter, select};
+use crate::sched::{Job, JobId, PrimaryTracker, Progress, Scheduler, StreamKey};
+use crate::time::Time;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How long after the last handoff-enabled request an empty queue still makes the server
+/// ask its peers for work: long enough to cover the gaps of a running scan, short enough
+/// that idle servers stop asking soon after scans end.
+pub const HANDOFF_ACTIVE_FOR: Duration = Duration::from_secs(2);
+
+/// What the queue needs to know of a read's context.
+pub trait ReadContext {
+    /// The connection the read came on (its consumer's, for a read handed over by a peer).
+    fn conn(&self) -> u64;
+    /// The request id a cancel names, or `None` for a read handed over by a peer (its id
+    /// belongs to the peer's connection, so it cannot be cancelled here).
+    fn request_id(&self) -> Option<u64>;
+}
+
+/// A read taken off the queue, with when the modelled disk runs it (if modelled).
+#[derive(Debug)]
+pub struct Popped<C> {
+    pub job: Job,
+    pub ctx: C,
+    pub modelled: Option<DiskService>,
+}
+
+/// What a server reports about itself in replies and probe answers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Report {
+    pub queue_len: u32,
+    /// The least progress among the consumers reading its primary copies of the dataset.
+    pub primary_progress: Option<f64>,
+    /// Its measured disk bandwidth, else the configured one.
+    pub disk_bytes_per_sec: Option<f64>,
+}
+
+#[derive(Debug)]
+pub struct ServerQueue<C> {
+    pub sched: Box<dyn Scheduler>,
+    pub model: Option<DiskModel>,
+    /// Progress of the consumers reading this server's primary copies (GD-3).
+    pub primaries: PrimaryTracker,
+    /// This server's measured bandwidth.
+    pub rate: RateMeter,
+    /// The file last read, when there is no model to remember it.
+    head: Option<FileKey>,
+    jobs: BTreeMap<JobId, (Job, C)>,
+    /// Cancellable reads by (connection, request id).
+    by_request: BTreeMap<(u64, u64), JobId>,
+    next_job: JobId,
+    /// When a read that allows handoff was last queued here.
+    handoff_seen: Option<Time>,
+    /// Streams reading one of this server's primary copies, and of which dataset.
+    primary_streams: BTreeMap<StreamKey, u64>,
+}
+
+impl<C: ReadContext> ServerQueue<C> {
+    pub fn new(sched: Box<dyn Scheduler>, model: Option<DiskModel>) -> ServerQueue<C> {
+        ServerQueue {
+            sched,
+            model,
+            primaries: PrimaryTracker::default(),
+            rate: RateMeter::default(),
+            head: None,
+            jobs: BTreeMap::new(),
+            by_request: BTreeMap::new(),
+            next_job: 1,
+            handoff_seen: None,
+            primary_streams: BTreeMap::new(),
+        }
+    }
+
+    /// A stream read one of this server's primary copies of `dataset` (GD-3 reports how far
+    /// such streams are to consumers reading its backup copies).
+    pub fn note_primary_stream(&mut self, stream: StreamKey, dataset: u64, progress: Progress, now: Time) {
+        self.primary_streams.insert(stream, dataset);
+        self.primaries.note(dataset, stream, progress, now);
+    }
+
+    /// A progress notice between requests: the scheduler hears it, and so does the primary
+    /// tracker if the stream reads a primary copy.
+    pub fn note_progress(&mut self, stream: StreamKey, progress: Progress, now: Time) {
+        self.sched.update_progress(stream, progress);
+        if let Some(&dataset) = self.primary_streams.get(&stream) {
+            self.primaries.note(dataset, stream, progress, now);
+        }
+    }
+
+    /// Whether this connection already has a read with this request id queued.
+    pub fn has_request(&self, conn: u64, request_id: u64) -> bool {
+        self.by_request.contains_key(&(conn, request_id))
+    }
+
+    /// Queue a read (its `id` is assigned here). Returns the job id.
+    pub fn enqueue(&mut self, mut job: Job, ctx: C) -> JobId {
+        let id = self.next_job;
+        self.next_job += 1;
+        job.id = id;
+        if job.service.handoff {
+            self.handoff_seen = Some(job.arrival);
+        }
+        if let Some(r) = ctx.request_id() {
+            self.by_request.insert((ctx.conn(), r), id);
+        }
+        self.jobs.insert(id, (job, ctx));
+        self.sched.push(job);
+        id
+    }
+
+    /// Remove a queued read (cancel). Returns its context if it had not started.
+    pub fn cancel(&mut self, conn: u64, request_id: u64) -> Option<C> {
+        let id = self.by_request.remove(&(conn, request_id))?;
+        self.take(id)
+    }
+
+    fn take(&mut self, id: JobId) -> Option<C> {
+        let (_, ctx) = self.jobs.remove(&id)?;
+        if let Some(r) = ctx.request_id() {
+            self.by_request.remove(&(ctx.conn(), r));
+        }
+        let removed = self.sched.remove(id);
+        assert!(removed, "a job with a context is queued");
+        Some(ctx)
+    }
+
+    /// Drop every queued read of a closed connection (the disk must not work for nobody),
+    /// and forget its streams. Returns how many were dropped.
+    pub fn drop_connection(&mut self, conn: u64) -> usize {
+        let ids: Vec<JobId> = self.jobs.iter().filter(|(_, (_, c))| c.conn() == conn).map(|(id, _)| *id).collect();
+        for &id in &ids {
+            self.take(id);
+        }
+        self.primaries.forget_conn(conn);
+        self.primary_streams.retain(|k, _| k.conn != conn);
+        ids.len()
+    }
+
+    /// Whether an empty queue should make this server ask its peers for work now.
+    pub fn wants_work(&self, now: Time) -> bool {
+        self.sched.is_empty() && self.handoff_seen.is_some_and(|t| now.since(t) < HANDOFF_ACTIVE_FOR)
+    }
+
+    /// Remove up to `n` queued reads that allow handoff and that `eligible` accepts, the
+    /// newest first (GD-6), and return them with their contexts.
+    pub fn hand_off(&mut self, n: usize, eligible: impl Fn(&Job, &C) -> bool) -> Vec<(Job, C)> {
+        let candidates: Vec<(JobId, Time)> = self
+            .jobs
+            .iter()
+            .filter(|(_, (j, c))| j.service.handoff && eligible(j, c))
+            .map(|(id, (j, _))| (*id, j.arrival))
+            .collect();
+        select(candidates, n)
+            .into_iter()
+            .filter_map(|id| {
+                let job = self.jobs.get(&id).map(|(j, _)| *j)?;
+                self.take(id).map(|ctx| (job, ctx))
+            })
+            .collect()
+    }
+
+    /// Reads queued that could be handed to a server passing `eligible`.
+    pub fn count_eligible(&self, eligible: impl Fn(&Job, &C) -> bool) -> usize {
+        self.jobs.values().filter(|(j, c)| j.service.handoff && eligible(j, c)).count()
+    }
+
+    /// The read the disk runs next, with the modelled disk's timeline for it: computed here,
+    /// at the pop, so the modelled disk serves reads in exactly the scheduler's order.
+    pub fn pop(&mut self, now: Time) -> Option<Popped<C>> {
+        let head = self.model.as_ref().map_or(self.head, |m| m.head());
+        let job = self.sched.pop(now, head)?;
+        let (_, ctx) = self.jobs.remove(&job.id).expect("queued jobs have contexts");
+        if let Some(r) = ctx.request_id() {
+            self.by_request.remove(&(ctx.conn(), r));
+        }
+        // From the arrival, not `now`: the model keeps an absolute timeline, so a driver that
+        // pops late does not slow the modelled disk down.
+        let modelled = self.model.as_mut().map(|m| m.serve(job.arrival, job.file, job.bytes));
+        self.head = Some(job.file);
+        Some(Popped { job, ctx, modelled })
+    }
+
+    /// A read finished after `busy` on the disk.
+    pub fn finished(&mut self, bytes: u64, busy: Duration) {
+        self.rate.note(bytes, busy);
+    }
+
+    /// What to report about this server to a consumer of `dataset`.
+    pub fn report(&mut self, dataset: u64, now: Time) -> Report {
+        Report {
+            queue_len: self.sched.len() as u32,
+            primary_progress: self.primaries.progress(dataset, now),
+            disk_bytes_per_sec: self.rate.rate().or(self.model.as_ref().map(|m| m.params().rate_bytes_per_sec)),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.sched.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sched.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::DiskParams;
+    use crate::sched::{ProgressMetric, SchedulerKind, Service};
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    struct Ctx {
+        conn: u64,
+        request: Option<u64>,
+    }
+
+    impl ReadContext for Ctx {
+        fn conn(&self) -> u64 {
+            self.conn
+        }
+        fn request_id(&self) -> Option<u64> {
+            self.request
+        }
+    }
+
+    fn job(stream: u64, arrival_ms: u64, handoff: bool) -> Job {
+        Job {
+            id: 0,
+            stream: StreamKey { conn: stream, stream: 0 },
+            file: stream,
+            bytes: 1000,
+            progress: Progress { done_bytes: 0, total_bytes: 10_000, metric: ProgressMetric::Fraction },
+            service: Service { handoff, ..Service::FURTHEST_BEHIND },
+            arrival: Time::ZERO + Duration::from_millis(arrival_ms),
+        }
+    }
+
+    fn queue() -> ServerQueue<Ctx> {
+        let model = DiskModel::new(DiskParams {
+            rate_bytes_per_sec: 1_000_000.0,
+            seek: Duration::from_millis(4),
+            queue_depth: 1,
+        });
+        ServerQueue::new(SchedulerKind::Auto.build(), Some(model))
+    }
+
+    #[test]
+    fn cancel_finds_a_read_by_connection_and_request_id_until_it_runs() {
+        let mut q = queue();
+        q.enqueue(job(1, 0, false), Ctx { conn: 1, request: Some(7) });
+        q.enqueue(job(2, 1, false), Ctx { conn: 2, request: Some(7) });
+        assert!(q.has_request(1, 7) && q.has_request(2, 7));
+        assert_eq!(q.cancel(2, 7), Some(Ctx { conn: 2, request: Some(7) }));
+        assert_eq!(q.cancel(2, 7), None, "only once");
+        let p = q.pop(Time::ZERO).unwrap();
+        assert_eq!(p.ctx.conn, 1);
+        assert_eq!(q.cancel(1, 7), None, "a read that started cannot be cancelled");
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn the_model_times_reads_in_pop_order_with_a_seek_between_files() {
+        let mut q = queue();
+        q.enqueue(job(1, 0, false), Ctx { conn: 1, request: Some(1) });
+        q.enqueue(job(2, 0, false), Ctx { conn: 2, request: Some(1) });
+        let a = q.pop(Time::ZERO).unwrap().modelled.unwrap();
+        let b = q.pop(Time::ZERO).unwrap().modelled.unwrap();
+        assert_eq!(a.done.since(a.start), Duration::from_millis(1));
+        assert_eq!(b.start, a.done);
+        assert!(b.seeked, "a different file after the first");
+    }
+
+    #[test]
+    fn handoff_takes_the_newest_eligible_reads_and_nothing_else() {
+        let mut q = queue();
+        for (i, handoff) in [(0, true), (1, true), (2, false), (3, true)] {
+            q.enqueue(job(1, i, handoff), Ctx { conn: 1, request: Some(i) });
+        }
+        assert_eq!(q.count_eligible(|_, _| true), 3);
+        let given = q.hand_off(2, |_, _| true);
+        let ids: Vec<u64> = given.iter().map(|(_, c)| c.request.unwrap()).collect();
+        assert_eq!(ids, [3, 1]);
+        assert!(!q.has_request(1, 3), "a read handed away cannot be cancelled here");
+        assert_eq!(q.len(), 2);
+    }
+
+    #[test]
+    fn a_closed_connection_leaves_nothing_behind() {
+        let mut q = queue();
+        q.enqueue(job(1, 0, false), Ctx { conn: 1, request: Some(1) });
+        q.enqueue(job(1, 1, false), Ctx { conn: 1, request: None });
+        q.enqueue(job(2, 2, false), Ctx { conn: 2, request: Some(1) });
+        assert_eq!(q.drop_connection(1), 2);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.pop(Time::ZERO).unwrap().ctx.conn, 2);
+    }
+
+    #[test]
+    fn an_empty_queue_wants_work_only_while_handoff_reads_were_seen_lately() {
+        let mut q = queue();
+        assert!(!q.wants_work(Time::ZERO));
+        q.enqueue(job(1, 0, true), Ctx { conn: 1, request: Some(1) });
+        assert!(!q.wants_work(Time::ZERO), "not while it has work");
+        q.pop(Time::ZERO);
+        assert!(q.wants_work(Time::ZERO + Duration::from_secs(1)));
+        assert!(!q.wants_work(Time::ZERO + HANDOFF_ACTIVE_FOR));
+    }
+
+    #[test]
+    fn reports_the_measured_rate_once_there_is_one() {
+        let mut q = queue();
+        assert_eq!(q.report(1, Time::ZERO).disk_bytes_per_sec, Some(1_000_000.0), "configured");
+        q.finished(500, Duration::from_millis(1));
+        assert_eq!(q.report(1, Time::ZERO).disk_bytes_per_sec, Some(500_000.0), "measured");
+    }
+}

@@ -1,0 +1,729 @@
+//! Reads of a replicated dataset in virtual time: the GD family (GD-1 to GD-9) and the static
+//! baseline, with the very objects the real system runs.
+//!
+//! Each consumer is a [`ReadEngine`] with its read policy, exactly as in `ganges-client`;
+//! each server is a [`ServerQueue`] (scheduler, disk model, primary tracker, rate meter) and a
+//! handoff [`Asker`], exactly as in `ganges-server`. What this module adds is only what the
+//! real system gets from tokio and TCP: when each message arrives ([`Network`]), when the
+//! modelled disk finishes (the model's own timeline), and when a consumer's application has
+//! taken a block (a sink at the consumer's rate). Consumers ask for more blocks only while
+//! fewer than a window of blocks wait for their application, as a program calling `next()`
+//! at its own pace does.
+
+use crate::event::Events;
+use crate::net::{HEADER_BYTES, NetParams, Network};
+use ganges_core::disk::{DiskModel, DiskParams, Fault, Service as DiskService};
+use ganges_core::handoff::{Asker, share};
+use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::layout::Layout;
+use ganges_core::route::{Delivery, Failure, PolicySettings, ReadConfig, ReadEngine, ReadPolicyKind, ServerState};
+use ganges_core::sched::{Job, Progress, SchedulerKind, Service, StreamKey};
+use ganges_core::serve::{ReadContext, ServerQueue};
+use ganges_core::shape::{Partition, Shape};
+use ganges_core::time::Time;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The only dataset of a simulated scan.
+const DATASET: u64 = 0;
+
+/// A fault that holds only between `start` and `end` (to the end of the run if `None`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FaultWindow {
+    pub start: Duration,
+    pub end: Option<Duration>,
+}
+
+/// Everything a simulated scan needs.
+#[derive(Clone, Debug)]
+pub struct ScanSpec {
+    pub layout: Layout,
+    pub shape: Shape,
+    /// One consumer per partition.
+    pub partitions: Vec<Partition>,
+    /// Every server's disk (faults come on top).
+    pub disk: DiskParams,
+    /// Faulty servers and their faults.
+    pub faults: Vec<(NodeId, Fault)>,
+    /// When the faults hold; empty: the whole run.
+    pub schedule: Vec<FaultWindow>,
+    /// The rate each consumer's application takes data at; `None`: at once.
+    pub consumer_rate: Option<f64>,
+    pub net: NetParams,
+    pub policy: ReadPolicyKind,
+    pub settings: PolicySettings,
+    pub window: u32,
+    /// Consumers start at a random instant in `[0, start_jitter)`: real consumers never start
+    /// in the same nanosecond, and perfect symmetry hides behaviour a real run shows.
+    pub start_jitter: Duration,
+    /// Sample every consumer's delivered bytes this often (for rates over time).
+    pub sample_every: Option<Duration>,
+    /// Give up if the scan has not finished by this virtual time.
+    pub time_limit: Duration,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    #[error("invalid scenario: {0}")]
+    Invalid(String),
+    #[error("the simulated scan did not finish within {0:?} of virtual time")]
+    TimeLimit(Duration),
+    #[error("the simulation ran out of events with consumers unfinished (a policy stalled): {0}")]
+    Stalled(String),
+}
+
+/// What a simulated scan measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScanOutcome {
+    /// Until the last consumer's application took its last byte.
+    pub seconds: f64,
+    pub consumer_seconds: Vec<f64>,
+    pub bytes: u64,
+    pub backup_bytes: u64,
+    pub seeks: u64,
+    pub disk_busy_secs: Vec<f64>,
+    pub handed_off: u64,
+    pub steals: u64,
+    pub duplicates: u64,
+    /// Requests sent by all consumers.
+    pub requests: u64,
+    pub events: u64,
+    /// Per consumer, bytes its application had taken at each sample (`sample_every`).
+    pub delivered: Vec<Vec<u64>>,
+}
+
+/// A read's context at a server.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Ctx {
+    consumer: usize,
+    piece: usize,
+    request: u64,
+    fragment: FragmentId,
+    /// The server a handed-over read came from.
+    origin: Option<usize>,
+}
+
+impl ReadContext for Ctx {
+    fn conn(&self) -> u64 {
+        self.consumer as u64
+    }
+    fn request_id(&self) -> Option<u64> {
+        self.origin.is_none().then_some(self.request)
+    }
+}
+
+#[derive(Debug)]
+enum ToServer {
+    Read { c: usize, piece: usize, request: u64, progress: Progress, service: Service },
+    Cancel { c: usize, request: u64 },
+    Progress { c: usize, progress: Progress },
+    Probe { c: usize },
+    HandoffAsk { from: usize, rate: f64 },
+    Handed { from: usize, jobs: Vec<(Job, Ctx)> },
+}
+
+#[derive(Debug)]
+enum ToConsumer {
+    ReadOk { request: u64, state: ServerState, bytes: u64 },
+    Cancelled { request: u64 },
+    State { node: NodeId, state: ServerState, rate: Option<f64> },
+    Moved { request: u64, to: NodeId },
+}
+
+#[derive(Debug)]
+enum Ev {
+    Start(usize),
+    Server(usize, ToServer),
+    DiskDone(usize),
+    Consumer(usize, ToConsumer),
+    SinkDone(usize),
+    Fault(usize, Option<Fault>),
+    Sample,
+    AskRetry(usize),
+}
+
+#[derive(Debug)]
+struct Server {
+    q: ServerQueue<Ctx>,
+    busy: Option<(Job, Ctx, DiskService)>,
+    asker: Asker,
+    asking: bool,
+    retry_at: Option<Time>,
+    peers: Vec<NodeId>,
+    handed_off: u64,
+}
+
+/// A read outstanding at a server, as the consumer's driver tracks it.
+#[derive(Clone, Copy, Debug)]
+struct Outstanding {
+    piece: usize,
+    /// The server expected to answer (changes when the read is handed over).
+    node: NodeId,
+    /// The server the request was sent to (only it can cancel it).
+    sent_to: NodeId,
+}
+
+#[derive(Debug)]
+struct Consumer {
+    engine: ReadEngine,
+    started: bool,
+    outstanding: BTreeMap<u64, Outstanding>,
+    request_of: BTreeMap<(usize, NodeId), u64>,
+    next_request: u64,
+    /// Blocks delivered that the application has not taken yet, and their bytes in order.
+    sink: std::collections::VecDeque<u64>,
+    sink_busy: bool,
+    taken: u64,
+    finished: Option<Time>,
+}
+
+struct Sim<'a> {
+    spec: &'a ScanSpec,
+    ev: Events<Ev>,
+    net: Network,
+    servers: Vec<Server>,
+    consumers: Vec<Consumer>,
+    unfinished: usize,
+    delivered: Vec<Vec<u64>>,
+}
+
+/// Run one simulated scan.
+pub fn run_scan(spec: &ScanSpec) -> Result<ScanOutcome, SimError> {
+    let mut sim = Sim::new(spec)?;
+    sim.run()?;
+    Ok(sim.outcome())
+}
+
+impl<'a> Sim<'a> {
+    fn new(spec: &'a ScanSpec) -> Result<Sim<'a>, SimError> {
+        let invalid = |e: &dyn std::fmt::Display| SimError::Invalid(e.to_string());
+        spec.layout.validate().map_err(|e| invalid(&e))?;
+        spec.settings.validate().map_err(|e| invalid(&e))?;
+        if spec.disk.queue_depth != 1 {
+            return Err(SimError::Invalid("the simulator models disks with a queue depth of 1".into()));
+        }
+        if spec.partitions.is_empty() {
+            return Err(SimError::Invalid("no consumers".into()));
+        }
+        let n = spec.layout.nodes() as usize;
+        let fragments = spec.shape.fragment_count();
+        let servers = (0..n)
+            .map(|s| {
+                let me = NodeId(s as u32);
+                let mut peers: Vec<NodeId> = spec
+                    .layout
+                    .copies_on(me, fragments)
+                    .into_iter()
+                    .flat_map(|(f, _)| spec.layout.holders(f))
+                    .filter(|p| *p != me)
+                    .collect();
+                peers.sort();
+                peers.dedup();
+                Server {
+                    q: ServerQueue::new(SchedulerKind::Auto.build(), Some(DiskModel::new(spec.disk))),
+                    busy: None,
+                    asker: Asker::default(),
+                    asking: false,
+                    retry_at: None,
+                    peers,
+                    handed_off: 0,
+                }
+            })
+            .collect();
+        let config = ReadConfig { window: spec.window, ..ReadConfig::default() };
+        let mut consumers = Vec::with_capacity(spec.partitions.len());
+        for p in &spec.partitions {
+            let pieces = spec.shape.pieces(*p).map_err(|e| invalid(&e))?;
+            let engine = ReadEngine::new(spec.policy.build(&spec.settings), &spec.layout, pieces, config)
+                .map_err(|e| invalid(&e))?;
+            consumers.push(Consumer {
+                engine,
+                started: false,
+                outstanding: BTreeMap::new(),
+                request_of: BTreeMap::new(),
+                next_request: 1,
+                sink: Default::default(),
+                sink_busy: false,
+                taken: 0,
+                finished: None,
+            });
+        }
+        let endpoints = n + consumers.len();
+        let mut sim = Sim {
+            spec,
+            ev: Events::default(),
+            net: Network::new(endpoints, spec.net),
+            servers,
+            unfinished: consumers.len(),
+            delivered: vec![vec![]; consumers.len()],
+            consumers,
+        };
+        sim.schedule_faults()?;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(spec.seed);
+        for c in 0..sim.consumers.len() {
+            let jitter = if spec.start_jitter.is_zero() {
+                Duration::ZERO
+            } else {
+                Duration::from_nanos(rng.random_range(0..spec.start_jitter.as_nanos() as u64))
+            };
+            sim.ev.after(jitter, Ev::Start(c));
+        }
+        if spec.sample_every.is_some() {
+            sim.ev.at(Time::ZERO, Ev::Sample);
+        }
+        Ok(sim)
+    }
+
+    fn schedule_faults(&mut self) -> Result<(), SimError> {
+        for (node, fault) in &self.spec.faults {
+            let s = node.0 as usize;
+            if s >= self.servers.len() {
+                return Err(SimError::Invalid(format!("a fault on {node}, beyond the cluster")));
+            }
+            fault.validate().map_err(|e| SimError::Invalid(e.to_string()))?;
+            if self.spec.schedule.is_empty() {
+                self.ev.at(Time::ZERO, Ev::Fault(s, Some(*fault)));
+            }
+            for w in &self.spec.schedule {
+                self.ev.at(Time::ZERO + w.start, Ev::Fault(s, Some(*fault)));
+                if let Some(end) = w.end {
+                    self.ev.at(Time::ZERO + end, Ev::Fault(s, None));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn server_endpoint(&self, s: usize) -> usize {
+        s
+    }
+
+    fn consumer_endpoint(&self, c: usize) -> usize {
+        self.servers.len() + c
+    }
+
+    fn send_server(&mut self, from: usize, s: usize, bytes: u64, msg: ToServer) {
+        let now = self.ev.now();
+        let at = self.net.send(now, from, self.server_endpoint(s), bytes);
+        self.ev.at(at, Ev::Server(s, msg));
+    }
+
+    fn send_consumer(&mut self, s: usize, c: usize, bytes: u64, msg: ToConsumer) {
+        let now = self.ev.now();
+        let at = self.net.send(now, self.server_endpoint(s), self.consumer_endpoint(c), bytes);
+        self.ev.at(at, Ev::Consumer(c, msg));
+    }
+
+    fn run(&mut self) -> Result<(), SimError> {
+        let limit = Time::ZERO + self.spec.time_limit;
+        while self.unfinished > 0 {
+            let Some((now, e)) = self.ev.pop() else {
+                let left: Vec<usize> =
+                    (0..self.consumers.len()).filter(|&c| self.consumers[c].finished.is_none()).collect();
+                return Err(SimError::Stalled(format!("consumers {left:?} unfinished")));
+            };
+            if now > limit {
+                return Err(SimError::TimeLimit(self.spec.time_limit));
+            }
+            match e {
+                Ev::Start(c) => {
+                    let cons = &mut self.consumers[c];
+                    cons.started = true;
+                    if cons.engine.is_done() {
+                        // An empty partition: nothing to read.
+                        cons.finished = Some(now);
+                        self.unfinished -= 1;
+                    }
+                    self.pump(c)?;
+                }
+                Ev::Server(s, m) => self.on_server(s, m),
+                Ev::DiskDone(s) => self.on_disk_done(s),
+                Ev::Consumer(c, m) => self.on_consumer(c, m)?,
+                Ev::SinkDone(c) => self.on_sink_done(c)?,
+                Ev::Fault(s, f) => {
+                    let model = self.servers[s].q.model.as_mut().expect("simulated servers model their disks");
+                    model.set_fault(f).map_err(|e| SimError::Invalid(e.to_string()))?;
+                }
+                Ev::Sample => {
+                    for (c, d) in self.delivered.iter_mut().enumerate() {
+                        d.push(self.consumers[c].taken);
+                    }
+                    let every = self.spec.sample_every.expect("sampling was asked for");
+                    self.ev.after(every, Ev::Sample);
+                }
+                Ev::AskRetry(s) => {
+                    self.servers[s].retry_at = None;
+                    self.kick(s);
+                }
+            }
+        }
+        if self.spec.sample_every.is_some() {
+            for (c, d) in self.delivered.iter_mut().enumerate() {
+                d.push(self.consumers[c].taken);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- consumers: the driver of `ganges-client`'s ReadStream, in virtual time ----
+
+    /// Send what the engine wants sent: reads (while the application keeps up), progress
+    /// notices, probes and cancels.
+    fn pump(&mut self, c: usize) -> Result<(), SimError> {
+        let now = self.ev.now();
+        let me = self.consumer_endpoint(c);
+        let window = self.spec.window as usize;
+        if !self.consumers[c].started {
+            return Ok(());
+        }
+        while self.consumers[c].sink.len() < window {
+            let cons = &mut self.consumers[c];
+            let d = match cons.engine.poll_send(now) {
+                Ok(Some(d)) => d,
+                Ok(None) => break,
+                Err(e) => return Err(SimError::Stalled(e.to_string())),
+            };
+            let request = cons.next_request;
+            cons.next_request += 1;
+            cons.outstanding.insert(request, Outstanding { piece: d.piece, node: d.node, sent_to: d.node });
+            cons.request_of.insert((d.piece, d.node), request);
+            let msg = ToServer::Read {
+                c,
+                piece: d.piece,
+                request,
+                progress: cons.engine.progress(),
+                service: cons.engine.service(),
+            };
+            self.send_server(me, d.node.0 as usize, HEADER_BYTES, msg);
+        }
+        while let Some(node) = self.consumers[c].engine.poll_notify() {
+            let progress = self.consumers[c].engine.progress();
+            self.send_server(me, node.0 as usize, HEADER_BYTES, ToServer::Progress { c, progress });
+        }
+        while let Some(node) = self.consumers[c].engine.poll_probe(now) {
+            self.send_server(me, node.0 as usize, HEADER_BYTES, ToServer::Probe { c });
+        }
+        while let Some(d) = self.consumers[c].engine.poll_cancel() {
+            let cons = &self.consumers[c];
+            if let Some(&request) = cons.request_of.get(&(d.piece, d.node))
+                && let Some(o) = cons.outstanding.get(&request)
+                // A handed-over read cannot be cancelled: it completes, and the duplicate is
+                // dropped (as in the real client).
+                && o.sent_to == o.node
+            {
+                self.send_server(me, d.node.0 as usize, HEADER_BYTES, ToServer::Cancel { c, request });
+            }
+        }
+        Ok(())
+    }
+
+    fn on_consumer(&mut self, c: usize, m: ToConsumer) -> Result<(), SimError> {
+        let now = self.ev.now();
+        let cons = &mut self.consumers[c];
+        match m {
+            ToConsumer::State { node, state, rate } => {
+                cons.engine.on_state(now, node, state);
+                if let Some(r) = rate {
+                    cons.engine.on_disk_rate(node, r);
+                }
+            }
+            ToConsumer::Moved { request, to } => {
+                if let Some(o) = cons.outstanding.get_mut(&request)
+                    && cons.engine.on_moved(now, o.piece, o.node, to)
+                {
+                    cons.request_of.remove(&(o.piece, o.node));
+                    o.node = to;
+                    cons.request_of.insert((o.piece, to), request);
+                }
+            }
+            ToConsumer::Cancelled { request } => {
+                if let Some(o) = cons.outstanding.remove(&request) {
+                    cons.request_of.remove(&(o.piece, o.node));
+                    cons.engine.on_failure(now, o.piece, o.node, Failure::Cancelled);
+                }
+            }
+            ToConsumer::ReadOk { request, state, bytes } => {
+                let Some(o) = cons.outstanding.remove(&request) else { return Ok(()) };
+                cons.request_of.remove(&(o.piece, o.node));
+                cons.engine.on_state(now, o.node, state);
+                cons.engine.on_service(o.node, bytes, state.service_us);
+                if cons.engine.on_data(now, o.piece, o.node) == Delivery::New {
+                    cons.sink.push_back(bytes);
+                    self.feed_sink(c);
+                }
+            }
+        }
+        self.pump(c)
+    }
+
+    /// Start the application on the next delivered block, if it is free.
+    fn feed_sink(&mut self, c: usize) {
+        let cons = &mut self.consumers[c];
+        if cons.sink_busy {
+            return;
+        }
+        let Some(&bytes) = cons.sink.front() else { return };
+        cons.sink_busy = true;
+        let took = match self.spec.consumer_rate {
+            Some(r) => Duration::from_secs_f64(bytes as f64 / r),
+            None => Duration::ZERO,
+        };
+        self.ev.after(took, Ev::SinkDone(c));
+    }
+
+    fn on_sink_done(&mut self, c: usize) -> Result<(), SimError> {
+        let now = self.ev.now();
+        let cons = &mut self.consumers[c];
+        let bytes = cons.sink.pop_front().expect("the application was taking a block");
+        cons.sink_busy = false;
+        cons.taken += bytes;
+        if cons.sink.is_empty() && cons.engine.is_done() && cons.finished.is_none() {
+            cons.finished = Some(now);
+            self.unfinished -= 1;
+        }
+        self.feed_sink(c);
+        self.pump(c)
+    }
+
+    // ---- servers: the disk driver and handoff of `ganges-server`, in virtual time ----
+
+    fn on_server(&mut self, s: usize, m: ToServer) {
+        let now = self.ev.now();
+        match m {
+            ToServer::Read { c, piece, request, progress, service } => {
+                let p = *self.consumers[c].engine.piece(piece);
+                let Some(copy) = self.spec.layout.copy_on(p.fragment, NodeId(s as u32)) else {
+                    unreachable!("consumers only ask holders");
+                };
+                let stream = StreamKey { conn: c as u64, stream: 0 };
+                let job = Job {
+                    id: 0,
+                    stream,
+                    file: p.fragment.0 as u64,
+                    bytes: p.len as u64,
+                    progress,
+                    service,
+                    arrival: now,
+                };
+                let q = &mut self.servers[s].q;
+                if copy == 0 {
+                    q.note_primary_stream(stream, DATASET, progress, now);
+                }
+                q.enqueue(job, Ctx { consumer: c, piece, request, fragment: p.fragment, origin: None });
+                self.kick(s);
+            }
+            ToServer::Cancel { c, request } => {
+                if self.servers[s].q.cancel(c as u64, request).is_some() {
+                    self.send_consumer(s, c, HEADER_BYTES, ToConsumer::Cancelled { request });
+                }
+            }
+            ToServer::Progress { c, progress } => {
+                self.servers[s].q.note_progress(StreamKey { conn: c as u64, stream: 0 }, progress, now);
+            }
+            ToServer::Probe { c } => {
+                let r = self.servers[s].q.report(DATASET, now);
+                let state = ServerState { queue_len: r.queue_len, service_us: 0, primary_progress: r.primary_progress };
+                let msg = ToConsumer::State { node: NodeId(s as u32), state, rate: r.disk_bytes_per_sec };
+                self.send_consumer(s, c, HEADER_BYTES, msg);
+            }
+            ToServer::HandoffAsk { from, rate } => self.give(s, from, rate),
+            ToServer::Handed { from, jobs } => {
+                let given = jobs.len();
+                for (mut job, mut ctx) in jobs {
+                    job.arrival = now;
+                    ctx.origin = Some(from);
+                    self.servers[s].q.enqueue(job, ctx);
+                }
+                let srv = &mut self.servers[s];
+                srv.asking = false;
+                srv.asker.on_answer(now, NodeId(from as u32), given);
+                self.kick(s);
+            }
+        }
+    }
+
+    /// Run the next read if the disk is free; ask a peer for work if there is none.
+    fn kick(&mut self, s: usize) {
+        let now = self.ev.now();
+        if self.servers[s].busy.is_some() {
+            return;
+        }
+        if let Some(p) = self.servers[s].q.pop(now) {
+            let svc = p.modelled.expect("simulated servers model their disks");
+            self.servers[s].busy = Some((p.job, p.ctx, svc));
+            self.ev.at(svc.done, Ev::DiskDone(s));
+            return;
+        }
+        let srv = &mut self.servers[s];
+        if srv.asking || !srv.q.wants_work(now) {
+            return;
+        }
+        if let Some(peer) = srv.asker.on_idle(now, &srv.peers) {
+            srv.asking = true;
+            let rate = self.rate_of(s, now);
+            let msg = ToServer::HandoffAsk { from: s, rate };
+            self.send_server(self.server_endpoint(s), peer.0 as usize, HEADER_BYTES, msg);
+        } else if let Some(t) = srv.asker.next_retry(now)
+            && srv.retry_at.is_none()
+        {
+            srv.retry_at = Some(t);
+            self.ev.at(t, Ev::AskRetry(s));
+        }
+    }
+
+    fn rate_of(&mut self, s: usize, now: Time) -> f64 {
+        self.servers[s].q.report(DATASET, now).disk_bytes_per_sec.unwrap_or(self.spec.disk.rate_bytes_per_sec)
+    }
+
+    /// The busy side of a handoff: the share `ganges-core` computes, the newest first.
+    fn give(&mut self, s: usize, from: usize, rate_idle: f64) {
+        let now = self.ev.now();
+        let spec = self.spec;
+        let layout = &spec.layout;
+        let asker = NodeId(from as u32);
+        let eligible = |_: &Job, c: &Ctx| c.origin.is_none() && layout.copy_on(c.fragment, asker).is_some();
+        let mine = self.rate_of(s, now);
+        let q = &mut self.servers[s].q;
+        let n = share(q.count_eligible(eligible), rate_idle, mine);
+        let taken = q.hand_off(n, eligible);
+        self.servers[s].handed_off += taken.len() as u64;
+        for (_, ctx) in &taken {
+            self.send_consumer(s, ctx.consumer, HEADER_BYTES, ToConsumer::Moved { request: ctx.request, to: asker });
+        }
+        let bytes = HEADER_BYTES * (1 + taken.len() as u64);
+        self.send_server(self.server_endpoint(s), from, bytes, ToServer::Handed { from: s, jobs: taken });
+    }
+
+    fn on_disk_done(&mut self, s: usize) {
+        let now = self.ev.now();
+        let (job, ctx, svc) = self.servers[s].busy.take().expect("a disk finishes what it runs");
+        let busy = svc.done.since(svc.start);
+        let q = &mut self.servers[s].q;
+        q.finished(job.bytes, busy);
+        let r = q.report(DATASET, now);
+        let state = ServerState {
+            queue_len: r.queue_len,
+            service_us: busy.as_micros().min(u32::MAX as u128) as u32,
+            primary_progress: r.primary_progress,
+        };
+        let msg = ToConsumer::ReadOk { request: ctx.request, state, bytes: job.bytes };
+        self.send_consumer(s, ctx.consumer, job.bytes + HEADER_BYTES, msg);
+        self.kick(s);
+    }
+
+    fn outcome(&self) -> ScanOutcome {
+        let consumer_seconds: Vec<f64> =
+            self.consumers.iter().map(|c| c.finished.map_or(f64::INFINITY, |t| t.as_secs_f64())).collect();
+        let stats = |f: fn(&ganges_core::route::ReadStats) -> u64| -> u64 {
+            self.consumers.iter().map(|c| f(c.engine.stats())).sum()
+        };
+        let disks: Vec<_> = self.servers.iter().map(|s| s.q.model.as_ref().expect("modelled disks").stats()).collect();
+        ScanOutcome {
+            seconds: consumer_seconds.iter().copied().fold(0.0, f64::max),
+            consumer_seconds,
+            bytes: self.consumers.iter().map(|c| c.taken).sum(),
+            backup_bytes: stats(|s| s.backup_bytes()),
+            seeks: disks.iter().map(|d| d.seeks).sum(),
+            disk_busy_secs: disks.iter().map(|d| d.busy_secs).collect(),
+            handed_off: self.servers.iter().map(|s| s.handed_off).sum(),
+            steals: stats(|s| s.steals),
+            duplicates: stats(|s| s.duplicates),
+            requests: stats(|s| s.requests),
+            events: self.ev.processed(),
+            delivered: self.delivered.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ganges_core::route::ReadPolicyKind as P;
+
+    const MB: f64 = 1e6;
+
+    fn spec(policy: ReadPolicyKind, faults: &[u32]) -> ScanSpec {
+        let nodes = 8;
+        let shape = Shape::uniform(nodes, 8 << 20, 256 << 10).unwrap();
+        ScanSpec {
+            layout: Layout::chained(nodes, 2).unwrap(),
+            partitions: shape.fragment_partitions(),
+            shape,
+            disk: DiskParams { rate_bytes_per_sec: 10.0 * MB, seek: Duration::from_millis(2), queue_depth: 1 },
+            faults: faults.iter().map(|&n| (NodeId(n), Fault::Factor { factor: 0.5 })).collect(),
+            schedule: vec![],
+            consumer_rate: None,
+            net: NetParams::LOCAL,
+            policy,
+            settings: PolicySettings::default(),
+            window: 4,
+            start_jitter: Duration::from_micros(200),
+            sample_every: None,
+            time_limit: Duration::from_secs(600),
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn every_policy_delivers_every_byte_and_the_same_seed_gives_the_same_run() {
+        for policy in ReadPolicyKind::ALL {
+            let s = spec(policy, &[0]);
+            let a = run_scan(&s).unwrap();
+            assert_eq!(a.bytes, s.shape.total_bytes(), "{policy}");
+            assert_eq!(a, run_scan(&s).unwrap(), "{policy}: deterministic to the event");
+        }
+    }
+
+    #[test]
+    fn static_waits_for_the_slow_disk_and_gd_does_not() {
+        let slow = run_scan(&spec(P::Static, &[0])).unwrap();
+        let fast = run_scan(&spec(P::Static, &[])).unwrap();
+        assert!(slow.seconds > 1.9 * fast.seconds, "static: {} vs {}", slow.seconds, fast.seconds);
+        let gd = run_scan(&spec(P::Gd, &[0])).unwrap();
+        assert!(gd.seconds < 1.25 * fast.seconds, "gd: {} vs {}", gd.seconds, fast.seconds);
+        assert!(gd.backup_bytes > 0);
+    }
+
+    #[test]
+    fn primary_policies_read_no_backup_without_a_fault() {
+        for policy in [P::GdPc, P::GdRr] {
+            let o = run_scan(&spec(policy, &[])).unwrap();
+            assert!(o.backup_bytes * 100 <= o.bytes, "{policy}: {} of {}", o.backup_bytes, o.bytes);
+        }
+    }
+
+    #[test]
+    fn handoff_moves_reads_between_servers() {
+        let mut s = spec(P::GdRrHandoff, &[0, 1]);
+        s.window = 16;
+        s.faults = vec![(NodeId(0), Fault::Factor { factor: 0.25 }), (NodeId(1), Fault::Factor { factor: 0.25 })];
+        let o = run_scan(&s).unwrap();
+        assert!(o.handed_off > 0, "{o:?}");
+        assert_eq!(o.bytes, 64 << 20);
+    }
+
+    #[test]
+    fn a_fault_window_is_sampled_over_time() {
+        let mut s = spec(P::Gd, &[0]);
+        s.schedule = vec![FaultWindow { start: Duration::from_millis(500), end: Some(Duration::from_secs(1)) }];
+        s.sample_every = Some(Duration::from_millis(100));
+        let o = run_scan(&s).unwrap();
+        for d in &o.delivered {
+            assert!(d.windows(2).all(|w| w[0] <= w[1]));
+            assert_eq!(*d.last().unwrap(), 8 << 20);
+        }
+        assert!(o.delivered[0].len() >= o.seconds as usize * 10);
+    }
+
+    #[test]
+    fn bad_specs_are_errors() {
+        let mut s = spec(P::Gd, &[]);
+        s.window = 0;
+        assert!(matches!(run_scan(&s), Err(SimError::Invalid(_))));
+        let mut s = spec(P::Gd, &[9]);
+        s.faults = vec![(NodeId(9), Fault::Factor { factor: 0.5 })];
+        assert!(matches!(run_scan(&s), Err(SimError::Invalid(_))));
+    }
+}

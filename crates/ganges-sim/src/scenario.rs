@@ -1,0 +1,738 @@
+//! The named scenarios: the figures of the River paper and the convergence experiment of
+//! Virtual Streams, each with the paper's stated rates, and every run set against the models.
+//!
+//! Every row reports, as River plots them, performance relative to the ideal *without*
+//! faults (`delivered` = T_ideal(0) / T): the y axis of River's performance-availability
+//! spectrum. Next to it, the same ratio for MOD-1 (River's aggregate model) and MOD-2 (the
+//! layout-aware ideal), which are the best any policy could deliver with those faults, and
+//! the run's fraction of MOD-2 (`frac_layout_ideal` = T_MOD-2 / T), the figure the bench
+//! reports for real clusters.
+
+use crate::dq::{DqMode, DqSpec, run_dq};
+use crate::net::NetParams;
+use crate::scan::{ScanSpec, SimError, run_scan};
+use ganges_core::disk::{DiskParams, Fault};
+use ganges_core::dq::DqSettings;
+use ganges_core::fault::{FaultLayout, place};
+use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
+use ganges_core::ids::NodeId;
+use ganges_core::layout::Layout;
+use ganges_core::measure::{ADAPTED_WITHIN, RATE_WINDOW_SAMPLES, SAMPLE_SECS};
+use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT};
+use ganges_core::sched::SchedulerKind;
+use ganges_core::shape::Shape;
+use serde::Serialize;
+use std::time::Duration;
+
+/// River's rates are in MB/s of 10^6 bytes.
+pub const MB: f64 = 1e6;
+/// River's simulated block (Figure 12: "a block is 8 KB").
+pub const RIVER_BLOCK: u64 = 8 << 10;
+
+/// The scenarios, with what each reproduces.
+pub const SCENARIOS: [(&str, &str); 6] = [
+    ("river-fig9", "DQ: 16 producers at 40 MB/s, 16 consumers at 5 MB/s, a fault drops a consumer to 1 MB/s"),
+    ("river-fig10", "GD: 16 disks at 5 MB/s, consumers at 40 MB/s, a fault drops a disk to 1 MB/s, best and worst"),
+    ("river-fig11", "DQ flow control: credits per producer f = 1..32, all at 5 MB/s, faults to 1 MB/s"),
+    ("river-fig12", "GD under one fault against the number of 8 KB blocks moved"),
+    ("river-fig14", "DQ slack: producers at 5 MB/s, consumers at 7, 10 and 20 MB/s, faults divide by 5"),
+    ("vs-convergence", "one of 4 disks loses 70% at t = 0: progress-based (gd) vs response-rate (gd-rr) over time"),
+];
+
+/// What the command line may change; `None` keeps the scenario's own value.
+#[derive(Clone, Debug, Default)]
+pub struct SimOptions {
+    pub producers: Option<u32>,
+    pub consumers: Option<u32>,
+    pub producer_rate: Option<f64>,
+    pub consumer_rate: Option<f64>,
+    /// The rate a fault leaves (bytes/s).
+    pub fault_rate: Option<f64>,
+    pub faults: Option<Vec<u32>>,
+    /// Blocks each producer (DQ) or consumer (GD) moves.
+    pub blocks: Option<u64>,
+    pub block_bytes: Option<u64>,
+    pub seed: u64,
+}
+
+/// One run of a scenario.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    /// The line this run belongs to ("dq", "static", "gd best", "f=4", ...).
+    pub series: String,
+    /// The x coordinate: the fault count, or the blocks moved (Figure 12).
+    pub x: f64,
+    pub faults: u32,
+    pub fault_nodes: Vec<u32>,
+    pub seconds: f64,
+    /// T_ideal without faults / T: River's y axis.
+    pub delivered: f64,
+    /// What MOD-1 says is possible with these faults (T_ideal(0) / T_MOD-1).
+    pub mod1: f64,
+    /// What MOD-2 says is possible (T_ideal(0) / T_MOD-2).
+    pub mod2: f64,
+    /// T_MOD-2 / T: this run against the best possible with its faults.
+    pub frac_layout_ideal: f64,
+    pub backup_bytes_frac: f64,
+    pub events: u64,
+}
+
+/// Bandwidth over time of one policy (vs-convergence).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Timeline {
+    pub series: String,
+    pub sample_secs: f64,
+    /// Per consumer, bytes taken at each sample.
+    pub delivered: Vec<Vec<u64>>,
+    /// Each consumer's ideal rate with the fault (bytes/s).
+    pub ideal_rates: Vec<f64>,
+    /// From the fault until the slowest consumer stays within 10% of its ideal rate.
+    pub convergence_secs: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub title: String,
+    /// What the paper shows, to compare with.
+    pub paper: String,
+    pub x_label: String,
+    pub params: Vec<(String, String)>,
+    pub rows: Vec<Row>,
+    pub timelines: Vec<Timeline>,
+    pub events: u64,
+}
+
+/// One independent run of a scenario: its row, and for a timeline scenario its timeline.
+/// Runs share nothing, so a driver may run them in any order or at once; each is
+/// deterministic on its own.
+pub type Job = Box<dyn FnOnce() -> Result<(Row, Option<Timeline>), SimError> + Send>;
+
+/// A scenario ready to run: its report's header and the runs that fill it, in row order.
+pub struct Plan {
+    pub report: Report,
+    pub jobs: Vec<Job>,
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan").field("report", &self.report).field("jobs", &self.jobs.len()).finish()
+    }
+}
+
+impl Plan {
+    fn new(report: Report) -> Plan {
+        Plan { report, jobs: vec![] }
+    }
+
+    fn row(&mut self, job: impl FnOnce() -> Result<Row, SimError> + Send + 'static) {
+        self.jobs.push(Box::new(move || job().map(|r| (r, None))));
+    }
+
+    /// The report, from the jobs' results in job order.
+    pub fn finish(
+        mut report: Report,
+        results: Vec<Result<(Row, Option<Timeline>), SimError>>,
+    ) -> Result<Report, SimError> {
+        for r in results {
+            let (row, timeline) = r?;
+            report.events += row.events;
+            report.rows.push(row);
+            report.timelines.extend(timeline);
+        }
+        Ok(report)
+    }
+
+    /// Run every job here, one after the other.
+    pub fn run(self) -> Result<Report, SimError> {
+        let results = self.jobs.into_iter().map(|j| j()).collect();
+        Plan::finish(self.report, results)
+    }
+}
+
+impl Report {
+    fn new(scenario: &str, title: &str, paper: &str, x_label: &str) -> Report {
+        Report {
+            scenario: scenario.into(),
+            title: title.into(),
+            paper: paper.into(),
+            x_label: x_label.into(),
+            params: vec![],
+            rows: vec![],
+            timelines: vec![],
+            events: 0,
+        }
+    }
+
+    fn param(&mut self, k: &str, v: impl ToString) {
+        self.params.push((k.into(), v.to_string()));
+    }
+}
+
+/// Run the scenario `name`, one run after the other.
+pub fn run(name: &str, o: &SimOptions) -> Result<Report, SimError> {
+    plan(name, o)?.run()
+}
+
+/// The runs of scenario `name`, for a driver to run as it likes.
+pub fn plan(name: &str, o: &SimOptions) -> Result<Plan, SimError> {
+    match name {
+        "river-fig9" => fig9(o),
+        "river-fig10" => fig10(o),
+        "river-fig11" => fig11(o),
+        "river-fig12" => fig12(o),
+        "river-fig14" => fig14(o),
+        "vs-convergence" => convergence(o),
+        _ => {
+            let names: Vec<&str> = SCENARIOS.iter().map(|s| s.0).collect();
+            Err(SimError::Invalid(format!("no scenario `{name}` (try {}; `ganges sim --list`)", names.join(", "))))
+        }
+    }
+}
+
+/// The fault counts of a figure over `n` components: every count up to 16, else powers of
+/// two (and `n`), so thousands of nodes stay quick.
+fn default_faults(n: u32) -> Vec<u32> {
+    if n <= 16 {
+        return (0..=n).collect();
+    }
+    let mut v = vec![0];
+    let mut k = 1;
+    while k < n {
+        v.push(k);
+        k *= 2;
+    }
+    v.push(n);
+    v
+}
+
+fn faults_for(o: &SimOptions, n: u32) -> Result<Vec<u32>, SimError> {
+    let f = o.faults.clone().unwrap_or_else(|| default_faults(n));
+    if let Some(bad) = f.iter().find(|&&k| k > n) {
+        return Err(SimError::Invalid(format!("{bad} faults on {n} components")));
+    }
+    Ok(f)
+}
+
+fn positive(v: f64, what: &str) -> Result<f64, SimError> {
+    if v > 0.0 && v.is_finite() { Ok(v) } else { Err(SimError::Invalid(format!("{what} must be positive, got {v}"))) }
+}
+
+// ---- the distributed queue: Figures 9, 11 and 14 ----
+
+#[derive(Clone, Debug)]
+struct DqCase {
+    producers: u32,
+    consumers: u32,
+    producer_rate: f64,
+    consumer_rate: f64,
+    fault_rate: f64,
+    blocks: u64,
+    block_bytes: u64,
+}
+
+impl DqCase {
+    fn from(o: &SimOptions, producer_rate: f64, consumer_rate: f64, fault_rate: f64) -> Result<DqCase, SimError> {
+        let c = DqCase {
+            producers: o.producers.unwrap_or(16),
+            consumers: o.consumers.unwrap_or(16),
+            producer_rate: positive(o.producer_rate.unwrap_or(producer_rate), "the producer rate")?,
+            consumer_rate: positive(o.consumer_rate.unwrap_or(consumer_rate), "the consumer rate")?,
+            fault_rate: positive(o.fault_rate.unwrap_or(fault_rate), "the fault rate")?,
+            blocks: o.blocks.unwrap_or(4096).max(1),
+            block_bytes: o.block_bytes.unwrap_or(RIVER_BLOCK).max(1),
+        };
+        if c.producers == 0 || c.consumers == 0 {
+            return Err(SimError::Invalid("a transfer needs producers and consumers".into()));
+        }
+        Ok(c)
+    }
+
+    fn params(&self, r: &mut Report) {
+        r.param("producers", self.producers);
+        r.param("consumers", self.consumers);
+        r.param("producer rate", format!("{} MB/s", self.producer_rate / MB));
+        r.param("consumer rate", format!("{} MB/s", self.consumer_rate / MB));
+        r.param("faulty consumer rate", format!("{} MB/s", self.fault_rate / MB));
+        r.param("blocks per producer", self.blocks);
+        r.param("block", format!("{} B", self.block_bytes));
+    }
+
+    /// The DQ ideal: every block may go to any consumer, so the time is the larger of what
+    /// the consumers can take and what each producer can make (MOD-1 = MOD-2 here).
+    fn ideal(&self, faults: u32) -> f64 {
+        let total = (self.producers as u64 * self.blocks * self.block_bytes) as f64;
+        let take = self.consumer_rate * (self.consumers - faults) as f64 + self.fault_rate * faults as f64;
+        let make = (self.blocks * self.block_bytes) as f64 / self.producer_rate;
+        (total / take).max(make)
+    }
+
+    fn run(&self, mode: DqMode, credits: DqSettings, faults: u32, seed: u64, series: &str) -> Result<Row, SimError> {
+        let rates: Vec<f64> =
+            (0..self.consumers).map(|c| if c < faults { self.fault_rate } else { self.consumer_rate }).collect();
+        let spec = DqSpec {
+            producers: self.producers,
+            consumers: self.consumers,
+            producer_rate: self.producer_rate,
+            consumer_rates: rates,
+            blocks_per_producer: self.blocks,
+            block_bytes: self.block_bytes,
+            credits,
+            mode,
+            consumer_scheduler: SchedulerKind::Auto,
+            net: NetParams::LOCAL,
+            time_limit: Duration::from_secs(10 * 86_400),
+            seed,
+        };
+        let out = run_dq(&spec)?;
+        let (free, faulty) = (self.ideal(0), self.ideal(faults));
+        Ok(Row {
+            series: series.into(),
+            x: faults as f64,
+            faults,
+            fault_nodes: (0..faults).collect(),
+            seconds: out.seconds,
+            delivered: free / out.seconds,
+            mod1: free / faulty,
+            mod2: free / faulty,
+            frac_layout_ideal: faulty / out.seconds,
+            backup_bytes_frac: 0.0,
+            events: out.events,
+        })
+    }
+}
+
+fn fig9(o: &SimOptions) -> Result<Plan, SimError> {
+    let case = DqCase::from(o, 40.0 * MB, 5.0 * MB, 1.0 * MB)?;
+    let mut r = Report::new(
+        "river-fig9",
+        "Distributed queue under consumer faults (River, Figure 9)",
+        "DQ tracks the ideal within 5% at every fault count; the static transfer falls to the slowest consumer",
+        "faulty consumers",
+    );
+    case.params(&mut r);
+    let credits = DqSettings::for_consumers(case.consumers);
+    r.param("credits per producer", format!("{} ({} per consumer)", credits.total_credits, credits.per_consumer));
+    let mut plan = Plan::new(r);
+    for f in faults_for(o, case.consumers)? {
+        for (mode, series) in [(DqMode::Dq, "dq"), (DqMode::Static, "static")] {
+            let (case, seed) = (case.clone(), o.seed);
+            plan.row(move || case.run(mode, credits, f, seed, series));
+        }
+    }
+    Ok(plan)
+}
+
+fn fig11(o: &SimOptions) -> Result<Plan, SimError> {
+    let case = DqCase::from(o, 5.0 * MB, 5.0 * MB, 1.0 * MB)?;
+    let mut r = Report::new(
+        "river-fig11",
+        "The need for flow control: DQ with f credits per producer (River, Figure 11)",
+        "with four credits or fewer the DQ falls below ideal even unperturbed; with fewer credits than faulty \
+         consumers it cannot avoid them; with one credit per consumer it tolerates the whole range",
+        "faulty consumers",
+    );
+    case.params(&mut r);
+    let mut plan = Plan::new(r);
+    for total in [1, 2, 4, 8, 16, 32] {
+        let credits = DqSettings::with_total(case.consumers, total);
+        for f in faults_for(o, case.consumers)? {
+            let (case, seed) = (case.clone(), o.seed);
+            plan.row(move || case.run(DqMode::Dq, credits, f, seed, &format!("f={total}")));
+        }
+    }
+    Ok(plan)
+}
+
+fn fig14(o: &SimOptions) -> Result<Plan, SimError> {
+    let mut r = Report::new(
+        "river-fig14",
+        "The need for slack: DQ with consumers faster than producers (River, Figure 14)",
+        "the DQ performs nearly ideally in all three; the faster the consumers, the more faults it takes to lose \
+         anything",
+        "faulty consumers",
+    );
+    let rates: Vec<f64> = match o.consumer_rate {
+        Some(c) => vec![c],
+        None => vec![7.0 * MB, 10.0 * MB, 20.0 * MB],
+    };
+    let mut runs = vec![];
+    for (i, &c) in rates.iter().enumerate() {
+        let fault = o.fault_rate.unwrap_or(c / 5.0);
+        let case = DqCase::from(
+            &SimOptions { consumer_rate: Some(c), fault_rate: Some(fault), ..o.clone() },
+            5.0 * MB,
+            c,
+            fault,
+        )?;
+        if i == 0 {
+            case.params(&mut r);
+        }
+        let credits = DqSettings::for_consumers(case.consumers);
+        for f in faults_for(o, case.consumers)? {
+            runs.push((case.clone(), credits, f, format!("consumers {} MB/s", c / MB)));
+        }
+    }
+    let mut plan = Plan::new(r);
+    for (case, credits, f, series) in runs {
+        let seed = o.seed;
+        plan.row(move || case.run(DqMode::Dq, credits, f, seed, &series));
+    }
+    Ok(plan)
+}
+
+// ---- graduated declustering: Figures 10 and 12, and convergence ----
+
+#[derive(Clone, Debug)]
+struct GdCase {
+    nodes: u32,
+    disk_rate: f64,
+    fault_rate: f64,
+    consumer_rate: f64,
+    blocks: u64,
+    block_bytes: u64,
+    seek: Duration,
+}
+
+impl GdCase {
+    fn from(o: &SimOptions, blocks: u64) -> Result<GdCase, SimError> {
+        let nodes = o.producers.or(o.consumers).unwrap_or(16);
+        if o.consumers.is_some_and(|c| c != nodes) {
+            return Err(SimError::Invalid(
+                "GD reads one fragment per consumer: give as many consumers as producers".into(),
+            ));
+        }
+        if nodes < 2 {
+            return Err(SimError::Invalid("GD needs at least 2 producers (2 copies)".into()));
+        }
+        Ok(GdCase {
+            nodes,
+            disk_rate: positive(o.producer_rate.unwrap_or(5.0 * MB), "the producer rate")?,
+            fault_rate: positive(o.fault_rate.unwrap_or(1.0 * MB), "the fault rate")?,
+            consumer_rate: positive(o.consumer_rate.unwrap_or(40.0 * MB), "the consumer rate")?,
+            blocks: o.blocks.unwrap_or(blocks).max(1),
+            block_bytes: o.block_bytes.unwrap_or(RIVER_BLOCK).max(1),
+            seek: Duration::ZERO,
+        })
+    }
+
+    fn params(&self, r: &mut Report) {
+        r.param("producers (disks)", self.nodes);
+        r.param("consumers", self.nodes);
+        r.param("layout", "chained declustering, 2 copies");
+        r.param("disk rate", format!("{} MB/s", self.disk_rate / MB));
+        r.param("faulty disk rate", format!("{} MB/s", self.fault_rate / MB));
+        r.param("consumer rate", format!("{} MB/s", self.consumer_rate / MB));
+        r.param("blocks per consumer", self.blocks);
+        r.param("block", format!("{} B", self.block_bytes));
+    }
+
+    fn spec(&self, policy: ReadPolicyKind, faulty: &[NodeId], seed: u64) -> Result<ScanSpec, SimError> {
+        let shape = Shape::uniform(self.nodes, self.blocks * self.block_bytes, self.block_bytes as u32)
+            .map_err(|e| SimError::Invalid(e.to_string()))?;
+        let factor = self.fault_rate / self.disk_rate;
+        if factor > 1.0 {
+            return Err(SimError::Invalid("a fault cannot make a disk faster".into()));
+        }
+        Ok(ScanSpec {
+            layout: Layout::chained(self.nodes, 2).map_err(|e| SimError::Invalid(e.to_string()))?,
+            partitions: shape.fragment_partitions(),
+            shape,
+            disk: DiskParams { rate_bytes_per_sec: self.disk_rate, seek: self.seek, queue_depth: 1 },
+            faults: faulty.iter().map(|&n| (n, Fault::Factor { factor })).collect(),
+            schedule: vec![],
+            consumer_rate: Some(self.consumer_rate),
+            net: NetParams::LOCAL,
+            policy,
+            settings: PolicySettings::default(),
+            window: WINDOW_DEFAULT,
+            start_jitter: Duration::from_micros(100),
+            sample_every: None,
+            time_limit: Duration::from_secs(10 * 86_400),
+            seed,
+        })
+    }
+
+    /// Both ideals with these faulty disks: (MOD-1, MOD-2) seconds.
+    fn ideals(&self, spec: &ScanSpec, faulty: &[NodeId]) -> Result<(f64, f64), SimError> {
+        let rates: Vec<f64> = (0..self.nodes)
+            .map(|n| if faulty.contains(&NodeId(n)) { self.fault_rate } else { self.disk_rate })
+            .collect();
+        let total = spec.shape.total_bytes();
+        let demands = scan_demands(&spec.shape, &spec.partitions).map_err(|e| SimError::Invalid(e.to_string()))?;
+        let layout = layout_ideal(&demands, &spec.layout, &rates).map_err(|e| SimError::Invalid(e.to_string()))?;
+        Ok((river_ideal_seconds(total, &rates), layout.seconds))
+    }
+
+    fn run(
+        &self,
+        policy: ReadPolicyKind,
+        placement: FaultLayout,
+        faults: u32,
+        seed: u64,
+        series: &str,
+        x: f64,
+    ) -> Result<Row, SimError> {
+        let faulty = place(placement, self.nodes, faults, seed);
+        let spec = self.spec(policy, &faulty, seed)?;
+        let (_, free) = self.ideals(&spec, &[])?;
+        let (river, layout) = self.ideals(&spec, &faulty)?;
+        let out = run_scan(&spec)?;
+        Ok(Row {
+            series: series.into(),
+            x,
+            faults,
+            fault_nodes: faulty.iter().map(|n| n.0).collect(),
+            seconds: out.seconds,
+            delivered: free / out.seconds,
+            mod1: free / river,
+            mod2: free / layout,
+            frac_layout_ideal: layout / out.seconds,
+            backup_bytes_frac: out.backup_bytes as f64 / out.bytes.max(1) as f64,
+            events: out.events,
+        })
+    }
+}
+
+fn fig10(o: &SimOptions) -> Result<Plan, SimError> {
+    // 16384 blocks in all at River's size; at least 64 per consumer at scale.
+    let nodes = o.producers.or(o.consumers).unwrap_or(16);
+    let case = GdCase::from(o, (16_384 / nodes as u64).max(64))?;
+    let mut r = Report::new(
+        "river-fig10",
+        "Graduated declustering under producer faults, best and worst layouts (River, Figure 10)",
+        "GD tracks the ideal in the best layout; in the worst (adjacent faults) it tolerates R - 1 = 1 fault and \
+         then follows the layout's own limit; the static read falls to the slowest disk from one fault on",
+        "faulty disks",
+    );
+    case.params(&mut r);
+    let mut plan = Plan::new(r);
+    for f in faults_for(o, case.nodes)? {
+        for (policy, placement, series) in [
+            (ReadPolicyKind::Gd, FaultLayout::Best, "gd best"),
+            (ReadPolicyKind::Gd, FaultLayout::Worst, "gd worst"),
+            (ReadPolicyKind::Static, FaultLayout::Best, "static"),
+        ] {
+            let (case, seed) = (case.clone(), o.seed);
+            plan.row(move || case.run(policy, placement, f, seed, series, f as f64));
+        }
+    }
+    Ok(plan)
+}
+
+fn fig12(o: &SimOptions) -> Result<Plan, SimError> {
+    let mut r = Report::new(
+        "river-fig12",
+        "The need for excess parallelism: GD under one fault against blocks moved (River, Figure 12)",
+        "with few blocks GD cannot tolerate the fault (the slow disk's last blocks dominate); with enough it \
+         approaches the best possible, 95% of the unperturbed ideal",
+        "blocks moved (8 KB)",
+    );
+    let nodes = o.producers.or(o.consumers).unwrap_or(16) as u64;
+    let totals: Vec<u64> = match o.blocks {
+        Some(b) => vec![b * nodes],
+        None => vec![32, 128, 512, 2048, 8192, 32_768, 131_072],
+    };
+    let faults = o.faults.clone().unwrap_or_else(|| vec![1]);
+    let mut runs = vec![];
+    for (i, &total) in totals.iter().enumerate() {
+        let case = GdCase::from(&SimOptions { blocks: Some((total / nodes).max(1)), ..o.clone() }, 1)?;
+        if i == 0 {
+            case.params(&mut r);
+            r.params.retain(|(k, _)| k != "blocks per consumer");
+        }
+        for &f in &faults {
+            runs.push((case.clone(), f));
+        }
+    }
+    let mut plan = Plan::new(r);
+    for (case, f) in runs {
+        let (seed, moved) = (o.seed, (case.blocks * nodes) as f64);
+        plan.row(move || case.run(ReadPolicyKind::Gd, FaultLayout::Best, f, seed, &format!("gd, {f} fault(s)"), moved));
+    }
+    Ok(plan)
+}
+
+fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
+    let nodes = o.producers.or(o.consumers).unwrap_or(4);
+    let disk_rate = o.producer_rate.unwrap_or(32.0 * 1024.0 * 1024.0);
+    let block = o.block_bytes.unwrap_or(1 << 20);
+    // 40 s of reading at the unperturbed rate.
+    let blocks = o.blocks.unwrap_or((40.0 * disk_rate / block as f64) as u64);
+    let fault_rate = o.fault_rate.unwrap_or(0.3 * disk_rate);
+    let case = GdCase {
+        nodes,
+        disk_rate: positive(disk_rate, "the producer rate")?,
+        fault_rate: positive(fault_rate, "the fault rate")?,
+        consumer_rate: positive(o.consumer_rate.unwrap_or(8.0 * disk_rate), "the consumer rate")?,
+        blocks,
+        block_bytes: block,
+        seek: Duration::from_millis(4),
+    };
+    let mut r = Report::new(
+        "vs-convergence",
+        "Convergence after one disk loses 70% at t = 0 (Virtual Streams, section 3.2)",
+        "progress-based GD converges to equal shares smoothly and fast; response-rate GD takes longer (about 30 s on \
+         the paper's cluster), guessing the servers' bandwidth from replies",
+        "faults",
+    );
+    case.params(&mut r);
+    r.param("seek", "4 ms");
+    let mut plan = Plan::new(r);
+    for policy in [ReadPolicyKind::Gd, ReadPolicyKind::GdRr] {
+        let (case, seed) = (case.clone(), o.seed);
+        plan.jobs.push(Box::new(move || {
+            let faulty = [NodeId(0)];
+            let mut spec = case.spec(policy, &faulty, seed)?;
+            spec.sample_every = Some(Duration::from_secs_f64(SAMPLE_SECS));
+            let (river, layout) = case.ideals(&spec, &faulty)?;
+            let (_, free) = case.ideals(&spec, &[])?;
+            let out = run_scan(&spec)?;
+            let ideal_rates: Vec<f64> = spec.partitions.iter().map(|p| p.len as f64 / layout).collect();
+            let timeline = Timeline {
+                series: policy.to_string(),
+                sample_secs: SAMPLE_SECS,
+                convergence_secs: balanced_after(&out.delivered, SAMPLE_SECS, &out.consumer_seconds),
+                delivered: out.delivered,
+                ideal_rates,
+            };
+            let row = Row {
+                series: policy.to_string(),
+                x: 1.0,
+                faults: 1,
+                fault_nodes: vec![0],
+                seconds: out.seconds,
+                delivered: free / out.seconds,
+                mod1: free / river,
+                mod2: free / layout,
+                frac_layout_ideal: layout / out.seconds,
+                backup_bytes_frac: out.backup_bytes as f64 / out.bytes.max(1) as f64,
+                events: out.events,
+            };
+            Ok((row, Some(timeline)))
+        }));
+    }
+    Ok(plan)
+}
+
+/// Virtual Streams' stability (§3.2): from the fault (at 0) to the end of the first window of
+/// `RATE_WINDOW_SAMPLES` from which on, in every window until the first consumer finishes, the slowest
+/// consumer's rate is within `ADAPTED_WITHIN` of the mean consumer rate: every consumer gets
+/// an equal share, and keeps it. (How large that share is, against the ideal, is the row's
+/// `% of MOD-2`.)
+pub fn balanced_after(delivered: &[Vec<u64>], sample_secs: f64, finished: &[f64]) -> Option<f64> {
+    let w = RATE_WINDOW_SAMPLES;
+    let ticks = delivered.iter().map(Vec::len).min().unwrap_or(0);
+    let first_finish = finished.iter().copied().fold(f64::INFINITY, f64::min);
+    let last = ((first_finish / sample_secs).floor() as usize).min(ticks.saturating_sub(1));
+    let balanced = |k: usize| {
+        let rates: Vec<f64> = delivered.iter().map(|d| d[k].saturating_sub(d[k - w]) as f64).collect();
+        let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+        mean > 0.0 && rates.iter().all(|r| (r / mean - 1.0).abs() <= ADAPTED_WITHIN)
+    };
+    if last < w {
+        return None;
+    }
+    (w..=last).find(|&k| (k..=last).all(balanced)).map(|k| k as f64 * sample_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> SimOptions {
+        SimOptions {
+            producers: Some(8),
+            consumers: Some(8),
+            blocks: Some(64),
+            faults: Some(vec![0, 1, 4]),
+            seed: 1,
+            ..SimOptions::default()
+        }
+    }
+
+    fn rows<'a>(r: &'a Report, series: &str) -> Vec<&'a Row> {
+        r.rows.iter().filter(|x| x.series == series).collect()
+    }
+
+    #[test]
+    fn fig9_dq_tracks_the_ideal_and_static_falls() {
+        let r = run("river-fig9", &SimOptions { blocks: Some(2048), ..small() }).unwrap();
+        for row in rows(&r, "dq") {
+            assert!(row.frac_layout_ideal > 0.9, "{row:?}");
+        }
+        let st = rows(&r, "static");
+        assert!(st[1].delivered < 0.3, "one consumer at 1 MB/s of 5 holds everyone: {:?}", st[1]);
+    }
+
+    #[test]
+    fn fig10_gd_best_beats_static_and_worst_is_bounded_by_the_layout() {
+        let r = run("river-fig10", &small()).unwrap();
+        let (best, worst, st) = (rows(&r, "gd best"), rows(&r, "gd worst"), rows(&r, "static"));
+        assert!(best[1].delivered > 2.0 * st[1].delivered, "{:?} vs {:?}", best[1], st[1]);
+        for row in best.iter().chain(&worst) {
+            assert!(row.frac_layout_ideal > 0.8 && row.frac_layout_ideal <= 1.0 + 1e-9, "{row:?}");
+            assert!(row.mod2 <= row.mod1 + 1e-9, "MOD-2 never promises more than MOD-1");
+        }
+        assert!(worst[2].mod2 < best[2].mod2, "adjacent faults cost more than spread ones");
+    }
+
+    #[test]
+    fn fig11_few_credits_fall_short() {
+        let r = run("river-fig11", &SimOptions { faults: Some(vec![4]), ..small() }).unwrap();
+        let f1 = rows(&r, "f=1")[0].frac_layout_ideal;
+        let f16 = rows(&r, "f=16")[0].frac_layout_ideal;
+        assert!(f1 < f16, "f=1 {f1} vs f=16 {f16}");
+    }
+
+    #[test]
+    fn fig12_more_blocks_tolerate_the_fault_better() {
+        let few = run("river-fig12", &SimOptions { blocks: Some(2), ..small() }).unwrap();
+        let many = run("river-fig12", &SimOptions { blocks: Some(256), ..small() }).unwrap();
+        assert!(few.rows[0].frac_layout_ideal < many.rows[0].frac_layout_ideal);
+    }
+
+    #[test]
+    fn fig14_slack_absorbs_faults() {
+        let o = SimOptions { faults: Some(vec![1]), blocks: Some(2048), ..small() };
+        let r = run("river-fig14", &o).unwrap();
+        let fast = rows(&r, "consumers 20 MB/s")[0];
+        assert!(fast.delivered > 0.9, "producers at 5 MB/s bound it, not one slow consumer: {fast:?}");
+    }
+
+    #[test]
+    fn convergence_records_both_policies_over_time() {
+        let o = SimOptions { blocks: Some(64), seed: 1, ..SimOptions::default() };
+        let r = run("vs-convergence", &o).unwrap();
+        assert_eq!(r.timelines.len(), 2);
+        for t in &r.timelines {
+            assert_eq!(t.delivered.len(), 4);
+        }
+    }
+
+    #[test]
+    fn balance_is_reached_when_every_consumer_keeps_the_mean_rate() {
+        // Two consumers: equal from 1 s on; before that one gets four times the other's rate.
+        // The first 500 ms window wholly after 1 s ends at 1.5 s.
+        let series = |fast: bool| -> Vec<u64> {
+            let mut v = vec![0u64];
+            for k in 1..=40 {
+                let step = if k <= 10 && fast { 40 } else { 10 };
+                v.push(v[k - 1] + step);
+            }
+            v
+        };
+        let t = balanced_after(&[series(true), series(false)], 0.1, &[4.0, 4.0]).unwrap();
+        assert!((t - 1.5).abs() < 1e-9, "{t}");
+        assert_eq!(balanced_after(&[series(true), series(false)], 0.1, &[0.3, 4.0]), None, "too short to tell");
+    }
+
+    #[test]
+    fn unknown_scenarios_and_bad_options_are_errors() {
+        assert!(matches!(run("river-fig99", &small()), Err(SimError::Invalid(m)) if m.contains("river-fig9")));
+        let o = SimOptions { faults: Some(vec![9]), ..small() };
+        assert!(run("river-fig9", &o).is_err());
+        let o = SimOptions { producer_rate: Some(-1.0), ..small() };
+        assert!(run("river-fig10", &o).is_err());
+    }
+}
