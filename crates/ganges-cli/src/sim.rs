@@ -3,7 +3,6 @@
 
 use crate::plot::{self, Series};
 use crate::util::{CliError, CliResult, Table};
-use ganges_core::measure::RATE_WINDOW_SAMPLES;
 use ganges_sim::scenario::{self, Job, Plan, Report, SCENARIOS, SimOptions};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -113,11 +112,14 @@ pub fn render(r: &Report) -> String {
          % of MOD-2: this run against the best possible with its faults\n",
     );
     for tl in &r.timelines {
-        let conv = match tl.convergence_secs {
-            Some(s) => format!("{s:.1} s"),
-            None => "never".to_string(),
+        let when = match tl.convergence_secs {
+            Some(s) => format!("balanced from {s:.1} s on"),
+            None => "never balanced".to_string(),
         };
-        out.push_str(&format!("{}: the slowest consumer within 10% of its ideal rate after {conv}\n", tl.series));
+        out.push_str(&format!(
+            "{}: {when} (every consumer within 10% of the mean rate, over 2 s windows)\n",
+            tl.series
+        ));
     }
     out.push_str(&format!("the paper: {}\n", r.paper));
     out
@@ -137,7 +139,7 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
     }
     if !r.timelines.is_empty() {
         let mut series = vec![];
-        let w = RATE_WINDOW_SAMPLES;
+        let w = scenario::BALANCE_WINDOW_SAMPLES;
         for tl in &r.timelines {
             for (c, d) in tl.delivered.iter().enumerate() {
                 let points = (w..d.len())
@@ -153,7 +155,7 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
                 });
             }
         }
-        let title = format!("{}: each consumer's rate over 500 ms, share of its ideal", r.scenario);
+        let title = format!("{}: each consumer's rate over 2 s, share of its ideal", r.scenario);
         return plot::line_chart(path, &title, "seconds", "share of ideal rate", &series, 1.6);
     }
     let mut series = vec![];
@@ -164,12 +166,10 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
             points: rows.iter().map(|row| (x(row.x), row.delivered)).collect(),
             dashed: false,
         });
-        if rows.iter().any(|row| (row.mod2 - row.mod1).abs() > 1e-9) {
-            series.push(Series {
-                name: format!("MOD-2 for {name}"),
-                points: rows.iter().map(|row| (x(row.x), row.mod2)).collect(),
-                dashed: true,
-            });
+        let mod2: Vec<(f64, f64)> = rows.iter().map(|row| (x(row.x), row.mod2)).collect();
+        let drawn = series.iter().any(|s| s.dashed && s.points == mod2);
+        if !drawn && rows.iter().any(|row| (row.mod2 - row.mod1).abs() > 1e-9) {
+            series.push(Series { name: format!("MOD-2 for {name}"), points: mod2, dashed: true });
         }
     }
     let first: Vec<_> = r.rows.iter().filter(|row| row.series == names[0]).collect();
