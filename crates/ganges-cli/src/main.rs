@@ -11,7 +11,7 @@ use ganges_core::datagen::Generator;
 use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::fault::FaultLayout;
 use ganges_core::ids::NodeId;
-use ganges_core::route::{PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, WINDOW_DEFAULT};
+use ganges_core::route::{PlanSettings, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, WINDOW_DEFAULT};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::units::{ByteSize, Dur, Rate};
 use ganges_proto::manifest::DatasetName;
@@ -531,6 +531,9 @@ struct PolicyArgs {
     /// gd-rr: give the primary its share back once it is as fast as the others again
     #[arg(long, default_value_t = RateSettings::default().return_to_primary, action = clap::ArgAction::Set)]
     rr_return_to_primary: bool,
+    /// gd-plan: how often each server is asked for its disk speed
+    #[arg(long, default_value = "100ms")]
+    plan_probe_interval: Dur,
 }
 
 impl PolicyArgs {
@@ -548,6 +551,7 @@ impl PolicyArgs {
                 probe_interval: self.rr_probe_interval.0,
                 return_to_primary: self.rr_return_to_primary,
             },
+            plan: PlanSettings { probe_interval: self.plan_probe_interval.0 },
         };
         s.validate().map_err(|e| CliError(format!("--{}: {e}", e.name)))?;
         Ok(s)

@@ -8,6 +8,7 @@ use common::{create, start};
 use ganges_client::scan::{Block, ReadOptions, ReadReport, ReadStream, open_scan};
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
+use ganges_core::disk::Fault;
 use ganges_core::ids::NodeId;
 use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::Partition;
@@ -90,7 +91,13 @@ async fn every_policy_delivers_every_byte_once_with_the_right_content() {
             ReadPolicyKind::Static => assert_eq!(backup, 0, "static reads primary copies only"),
             // Equal disks: primary copies and primary servers keep most reads local (the
             // benchmark holds them to 1%; here 16 blocks per consumer leave room for noise).
-            ReadPolicyKind::GdPc | ReadPolicyKind::GdPcShrink | ReadPolicyKind::GdRr | ReadPolicyKind::GdRrHandoff => {
+            // gd-plan plans primaries only with equal disks (after one block from each backup,
+            // to measure it).
+            ReadPolicyKind::GdPc
+            | ReadPolicyKind::GdPcShrink
+            | ReadPolicyKind::GdRr
+            | ReadPolicyKind::GdRrHandoff
+            | ReadPolicyKind::GdPlan => {
                 assert!(share < 0.2, "{policy} read {share:.3} from backups with no fault")
             }
             // Mirror alternates blocks over the copies whatever happens.
@@ -101,6 +108,33 @@ async fn every_policy_delivers_every_byte_once_with_the_right_content() {
             _ => {}
         }
     }
+}
+
+/// gd-plan learns every server's speed and plans the slow disk's deficit round the ring: the
+/// slow disk's own reader takes a large part of its fragment from the backup, and the
+/// reader furthest round the ring (whose backup is the slow disk) takes none from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gd_plan_moves_a_slow_disk_s_reads_round_the_ring() {
+    let c = start(4, common::disk(16.0));
+    let client = c.client().await;
+    let g = Generator::Random { seed: 43 };
+    let m = Arc::new(create(&client, "plan", vec![4 << 20; 4], 128 << 10, 2, g).await);
+    client
+        .control(
+            NodeId(0),
+            ganges_proto::control::ControlRequest::SetFault { fault: Some(Fault::Factor { factor: 0.25 }) },
+        )
+        .await
+        .unwrap();
+    let (blocks, reports) = scan_all(&client, &m, ReadPolicyKind::GdPlan).await;
+    assert_eq!(digest_of(&reports), m.digest);
+    check_content(&m, &blocks, g);
+    let backup = |i: usize| reports[i].stats.backup_bytes() as f64 / (4 << 20) as f64;
+    // The plan: disk 0 at a quarter speed, 3.25 disks for 4 fragments; fragment 0's reader
+    // takes 1 - 0.25 * 4 / 3.25 = 69% from disk 1; fragment 3's reader reads its backup (disk
+    // 0) only to measure it.
+    assert!(backup(0) > 0.5, "reader 0 took {:.2} from its backup", backup(0));
+    assert!(backup(3) < 0.1, "reader 3 took {:.2} from the slow disk", backup(3));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -196,7 +196,6 @@ impl ReadStream {
     /// Send what the engine wants sent: new requests up to the window, progress notices,
     /// probes and cancels.
     fn pump(&mut self) -> Result<()> {
-        let service = self.engine.service();
         loop {
             let now = self.now();
             let Some(d) = self.engine.poll_send(now)? else { break };
@@ -204,7 +203,7 @@ impl ReadStream {
             let msg = Message::Read(ReadReq {
                 stream: self.stream_id,
                 progress: self.engine.progress(),
-                service,
+                service: self.engine.service(d.piece, d.node),
                 dataset: self.manifest.name.clone(),
                 fragment: p.fragment,
                 block: p.block,
@@ -278,7 +277,7 @@ impl ReadStream {
                         ServerState { queue_len: st.queue_len, service_us: 0, primary_progress: st.primary_progress };
                     self.engine.on_state(now, node, state);
                     if let Some(rate) = st.disk_bytes_per_sec {
-                        self.engine.on_disk_rate(node, rate);
+                        self.engine.on_disk_rate(node, rate, st.disk_measured);
                     }
                 }
                 continue;

@@ -156,6 +156,60 @@ pub fn layout_ideal(demands: &[Demand], layout: &Layout, rates: &[f64]) -> Resul
     })
 }
 
+/// A schedule that meets MOD-2: for each demand, the bytes each holder serves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub seconds: f64,
+    /// Per demand (in the order given), `(server, bytes)` for each of its holders.
+    pub flows: Vec<Vec<(NodeId, f64)>>,
+}
+
+/// A flow that meets [`layout_ideal`]'s time, reading primary copies as much as it can.
+///
+/// The flow network of MOD-2 at `T*` (slightly above, so rounding cannot leave a byte
+/// unrouted) is filled in two rounds: first with primary-copy edges only, then with every
+/// copy. Augmenting paths of the second round may shift some primary flow to backups to make
+/// room, so the result is not the least-backup flow in general, but on chains and mirrors it
+/// leaves a demand on its primary whenever the faults do not need otherwise, which is what
+/// keeps a plan's reads from seeking between two files with no fault (gd-plan).
+pub fn plan(demands: &[Demand], layout: &Layout, rates: &[f64]) -> Result<Plan, IdealError> {
+    let ideal = layout_ideal(demands, layout, rates)?;
+    let t = ideal.seconds * (1.0 + 1e-9);
+    let holders: Vec<Vec<usize>> =
+        demands.iter().map(|d| layout.holders(d.fragment).iter().map(|n| n.index()).collect()).collect();
+    let servers: BTreeSet<usize> = holders.iter().flatten().copied().collect();
+    let server_node: BTreeMap<usize, usize> =
+        servers.iter().enumerate().map(|(i, &s)| (s, 2 + demands.len() + i)).collect();
+    let (source, sink) = (0, 1);
+    let mut g = Dinic::new(2 + demands.len() + servers.len());
+    for &s in &servers {
+        g.add_edge(server_node[&s], sink, rates[s] * t);
+    }
+    // edge[i][h]: the index of demand i's edge to its h-th holder.
+    let mut edge: Vec<Vec<usize>> = vec![vec![]; demands.len()];
+    for (i, d) in demands.iter().enumerate() {
+        g.add_edge(source, 2 + i, d.bytes as f64);
+        if let Some(&p) = holders[i].first() {
+            edge[i].push(g.edges.len());
+            g.add_edge(2 + i, server_node[&p], f64::INFINITY);
+        }
+    }
+    g.run(source, sink);
+    for (i, h) in holders.iter().enumerate() {
+        for s in h.iter().skip(1) {
+            edge[i].push(g.edges.len());
+            g.add_edge(2 + i, server_node[s], f64::INFINITY);
+        }
+    }
+    g.run(source, sink);
+    let flows = holders
+        .iter()
+        .zip(&edge)
+        .map(|(h, es)| h.iter().zip(es).map(|(&s, &e)| (NodeId(s as u32), g.edges[e ^ 1].cap)).collect())
+        .collect();
+    Ok(Plan { seconds: ideal.seconds, flows })
+}
+
 /// Max-flow of the MOD-2 network at time `t`, and the demands on the source side of the
 /// min cut (those whose bytes cannot all be routed).
 fn max_flow(demands: &[Demand], holders: &[Vec<usize>], rates: &[f64], t: f64) -> (f64, Vec<usize>) {
@@ -292,6 +346,56 @@ mod tests {
         let shape = Shape::uniform(n, bytes, 4096).unwrap();
         let demands = scan_demands(&shape, &shape.fragment_partitions()).unwrap();
         layout_ideal(&demands, &Layout::chained(n, r).unwrap(), rates).unwrap()
+    }
+
+    fn uniform_plan(n: u32, rates: &[f64]) -> Plan {
+        let shape = Shape::uniform(n, 1 << 20, 4096).unwrap();
+        let demands = scan_demands(&shape, &shape.fragment_partitions()).unwrap();
+        plan(&demands, &Layout::chained(n, 2).unwrap(), rates).unwrap()
+    }
+
+    #[test]
+    fn a_plan_routes_every_byte_within_every_server_s_rate() {
+        let mut rates = vec![1e6; 16];
+        rates[3] = 0.5e6;
+        rates[9] = 0.25e6;
+        let p = uniform_plan(16, &rates);
+        let mut load = [0.0; 16];
+        for f in &p.flows {
+            let got: f64 = f.iter().map(|(_, b)| b).sum();
+            assert!(close(got, (1 << 20) as f64), "{got}");
+            for (n, b) in f {
+                assert!(*b >= 0.0);
+                load[n.index()] += b;
+            }
+        }
+        for (s, l) in load.iter().enumerate() {
+            assert!(*l <= rates[s] * p.seconds * (1.0 + 1e-6), "server {s}: {l} in {}", p.seconds);
+        }
+    }
+
+    #[test]
+    fn with_no_fault_a_plan_reads_only_primaries() {
+        let p = uniform_plan(8, &[1e6; 8]);
+        for f in &p.flows {
+            assert!(f[1].1 < 1e-3, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn one_slow_disk_s_deficit_goes_round_the_ring() {
+        // One disk at half speed among 16: every disk ends together, each carrying
+        // 1/15.5 of the work; the slow disk's consumer reads 0.484 of its fragment from its
+        // backup, each hop 1/31 less, and one consumer reads nothing from its backup.
+        let mut rates = vec![1.0; 16];
+        rates[0] = 0.5;
+        let p = uniform_plan(16, &rates);
+        let mb = (1 << 20) as f64;
+        let backup: Vec<f64> = p.flows.iter().map(|f| f[1].1 / mb).collect();
+        assert!((backup[0] - 15.0 / 31.0).abs() < 1e-6, "{backup:?}");
+        for k in 1..16 {
+            assert!((backup[k] - (15.0 - k as f64) / 31.0).abs() < 1e-6, "{backup:?}");
+        }
     }
 
     #[test]

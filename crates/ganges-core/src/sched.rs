@@ -106,44 +106,63 @@ pub enum Discipline {
     LongestQueue,
     /// Ours: furthest behind with shares learnt by integral action (see [`LearnedShares`]).
     LearnedShares,
+    /// Ours: shares planned by the consumers from every server's rate (`Service::share`),
+    /// corrected by the current lag (see [`LearnedShares`]).
+    Planned,
 }
 
 impl Discipline {
-    pub const ALL: [Discipline; 3] = [Discipline::FurthestBehind, Discipline::LongestQueue, Discipline::LearnedShares];
+    pub const ALL: [Discipline; 4] =
+        [Discipline::FurthestBehind, Discipline::LongestQueue, Discipline::LearnedShares, Discipline::Planned];
 
     fn build(self) -> Box<dyn Scheduler> {
         match self {
             Discipline::FurthestBehind => Box::<FurthestBehind>::default(),
             Discipline::LongestQueue => Box::<LongestQueue>::default(),
             Discipline::LearnedShares => Box::<LearnedShares>::default(),
+            Discipline::Planned => Box::new(LearnedShares::planned()),
         }
     }
 }
 
-/// A request's scheduling wishes: a discipline, whether runs (GD-5) are welcome, and
-/// whether the server may hand it to another server holding a copy (GD-6).
+/// A request's scheduling wishes: a discipline, whether runs (GD-5) are welcome, whether
+/// the server may hand it to another server holding a copy (GD-6), and the share of the
+/// server's disk the consumer's plan gives it (the planned discipline only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Service {
     pub discipline: Discipline,
     pub runs: bool,
     pub handoff: bool,
+    /// In units of 1/`SHARE_ONE` of the server's disk time; 0 when the consumer has no plan.
+    #[serde(default)]
+    pub share: u16,
 }
+
+/// `Service::share` of a consumer planned to have the whole disk.
+pub const SHARE_ONE: u16 = u16::MAX;
 
 impl Service {
     pub const FURTHEST_BEHIND: Service =
-        Service { discipline: Discipline::FurthestBehind, runs: false, handoff: false };
+        Service { discipline: Discipline::FurthestBehind, runs: false, handoff: false, share: 0 };
 
-    /// One byte on the wire: bits 0-1 the discipline, bit 2 runs, bit 3 handoff.
+    /// The share as a fraction of the disk.
+    pub fn share_fraction(self) -> f64 {
+        self.share as f64 / SHARE_ONE as f64
+    }
+
+    /// One byte on the wire: bits 0-1 the discipline, bit 2 runs, bit 3 handoff (the share
+    /// travels beside it).
     pub fn to_byte(self) -> u8 {
         (match self.discipline {
             Discipline::FurthestBehind => 0,
             Discipline::LongestQueue => 1,
             Discipline::LearnedShares => 2,
+            Discipline::Planned => 3,
         }) | (u8::from(self.runs) << 2)
             | (u8::from(self.handoff) << 3)
     }
 
-    pub fn from_byte(b: u8) -> Option<Service> {
+    pub fn from_byte(b: u8, share: u16) -> Option<Service> {
         if b & !0b1111 != 0 {
             return None;
         }
@@ -151,9 +170,9 @@ impl Service {
             0 => Discipline::FurthestBehind,
             1 => Discipline::LongestQueue,
             2 => Discipline::LearnedShares,
-            _ => return None,
+            _ => Discipline::Planned,
         };
-        Some(Service { discipline, runs: b & 4 != 0, handoff: b & 8 != 0 })
+        Some(Service { discipline, runs: b & 4 != 0, handoff: b & 8 != 0, share })
     }
 }
 
@@ -528,11 +547,18 @@ impl Scheduler for Auto {
 /// by credits on those weights plus a proportional term for the current lag, and lets a
 /// stream run on the file under the head while its credit is above `-RUN_DEBT` (GD-5 runs
 /// without drifting apart: the debt is paid back).
+///
+/// **Planned** (gd-plan, ours): the same credits and runs, but each stream's weight is the
+/// share its consumer's plan gives it at this server (`Service::share`, from every server's
+/// measured rate and the layout: see `ideal::plan`), so the shares are right from the first
+/// request instead of learnt; the lag term still corrects what the plan got wrong.
 #[derive(Debug, Default)]
 pub struct LearnedShares {
     s: Streams,
     /// Weight and credit of each stream seen recently, and when it was last queued.
     state: BTreeMap<StreamKey, ShareState>,
+    /// Weights come from the requests' planned shares, not from learning.
+    planned: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -553,6 +579,11 @@ impl LearnedShares {
     /// Weights of streams idle this long are forgotten (their scans ended).
     const FORGET_AFTER: Duration = Duration::from_secs(1);
     const WEIGHT_MIN: f64 = 0.02;
+    /// Planned streams' credit stays within this many picks either way.
+    const CREDIT_BOUND: f64 = 2.0;
+    /// A planned stream this many blocks ahead of the mean of its server's streams does not
+    /// run.
+    const RUN_LEAD: f64 = 1.0;
 
     pub fn assert_invariants(&self) {
         self.s.assert_invariants();
@@ -561,16 +592,24 @@ impl LearnedShares {
     pub fn weight(&self, stream: StreamKey) -> Option<f64> {
         self.state.get(&stream).map(|s| s.weight)
     }
+
+    /// The planned discipline: weights from the requests.
+    pub fn planned() -> LearnedShares {
+        LearnedShares { planned: true, ..LearnedShares::default() }
+    }
 }
 
 impl Scheduler for LearnedShares {
     fn name(&self) -> &'static str {
-        "learned-shares"
+        if self.planned { "planned" } else { "learned-shares" }
     }
 
     fn push(&mut self, job: Job) {
         let st = self.state.entry(job.stream).or_insert(ShareState { weight: 1.0, credit: 0.0, seen: job.arrival });
         st.seen = st.seen.max(job.arrival);
+        if self.planned {
+            st.weight = job.service.share_fraction().max(Self::WEIGHT_MIN);
+        }
         self.s.push(job);
     }
 
@@ -593,7 +632,7 @@ impl Scheduler for LearnedShares {
             (mean - q.progress_key) / step
         };
         let lags: Vec<f64> = keys.iter().map(lag).collect();
-        for (k, l) in keys.iter().zip(&lags) {
+        for (k, l) in keys.iter().zip(&lags).filter(|_| !self.planned) {
             let st = self.state.get_mut(k).expect("pushed streams have state");
             st.weight = (st.weight * (1.0 + Self::GAIN * l)).max(Self::WEIGHT_MIN);
         }
@@ -603,7 +642,14 @@ impl Scheduler for LearnedShares {
             st.credit += st.weight / total;
         }
         let priority = |i: usize| self.state[&keys[i]].credit + Self::PROPORTIONAL * lags[i];
-        let run = self.s.run_candidate(head).copied().filter(|k| self.state[k].credit > -Self::RUN_DEBT);
+        // Planned streams run only while they are not ahead of the others: with bounded
+        // credit, a run is what could otherwise keep a lagging stream waiting.
+        let lag_of = |k: &StreamKey| keys.iter().position(|x| x == k).map_or(0.0, |i| lags[i]);
+        let run = self
+            .s
+            .run_candidate(head)
+            .copied()
+            .filter(|k| self.state[k].credit > -Self::RUN_DEBT && (!self.planned || lag_of(k) > -Self::RUN_LEAD));
         let key = match run {
             Some(k) => k,
             None => {
@@ -617,6 +663,14 @@ impl Scheduler for LearnedShares {
             }
         };
         self.state.get_mut(&key).expect("chosen stream has state").credit -= 1.0;
+        if self.planned {
+            // Bounded credit: a stream that lags gets the disk beyond its share until it has
+            // caught up, instead of paying the extra back as debt and keeping its lag.
+            for k in &keys {
+                let st = self.state.get_mut(k).expect("pushed streams have state");
+                st.credit = st.credit.clamp(-Self::CREDIT_BOUND, Self::CREDIT_BOUND);
+            }
+        }
         Some(self.s.take_front(key))
     }
 
@@ -681,8 +735,8 @@ mod tests {
     use super::*;
 
     const FB: Service = Service::FURTHEST_BEHIND;
-    const FB_RUNS: Service = Service { discipline: Discipline::FurthestBehind, runs: true, handoff: false };
-    const LQ: Service = Service { discipline: Discipline::LongestQueue, runs: false, handoff: false };
+    const FB_RUNS: Service = Service { runs: true, ..Service::FURTHEST_BEHIND };
+    const LQ: Service = Service { discipline: Discipline::LongestQueue, ..Service::FURTHEST_BEHIND };
 
     fn job(
         id: JobId,
@@ -861,20 +915,85 @@ mod tests {
             FB,
             FB_RUNS,
             LQ,
-            Service { discipline: Discipline::LongestQueue, runs: true, handoff: true },
-            Service { discipline: Discipline::LearnedShares, runs: true, handoff: false },
+            Service { discipline: Discipline::LongestQueue, runs: true, handoff: true, share: 0 },
+            Service { discipline: Discipline::LearnedShares, runs: true, handoff: false, share: 7 },
+            Service { discipline: Discipline::Planned, runs: true, handoff: false, share: SHARE_ONE },
         ] {
-            assert_eq!(Service::from_byte(s.to_byte()), Some(s));
+            assert_eq!(Service::from_byte(s.to_byte(), s.share), Some(s));
         }
-        assert_eq!(Service::from_byte(3), None);
-        assert_eq!(Service::from_byte(16), None);
+        assert_eq!(Service::from_byte(16, 0), None);
+    }
+
+    /// Planned streams get the disk in proportion to the shares their requests carry, and a
+    /// stream that falls behind gets more until it has caught up.
+    #[test]
+    fn planned_shares_are_kept_and_a_lagging_stream_catches_up() {
+        let planned =
+            |share: u16| Service { discipline: Discipline::Planned, runs: true, share, ..Service::FURTHEST_BEHIND };
+        let run = |progress_of: &dyn Fn(usize, [u64; 2]) -> [u64; 2], picks: u64| {
+            let mut s = LearnedShares::planned();
+            let keys = [StreamKey { conn: 1, stream: 1 }, StreamKey { conn: 2, stream: 1 }];
+            let shares = [SHARE_ONE / 4, SHARE_ONE / 4 * 3];
+            let (mut done, mut served, mut id) = ([0u64; 2], [0u32; 2], 0);
+            for pick in 0..picks {
+                for i in 0..2 {
+                    while s.s.streams.get(&keys[i]).map_or(0, |q| q.jobs.len()) < 2 {
+                        id += 1;
+                        let progress =
+                            Progress { done_bytes: done[i], total_bytes: 1 << 30, metric: ProgressMetric::Fraction };
+                        let job = Job {
+                            id,
+                            stream: keys[i],
+                            file: i as u64,
+                            bytes: 1 << 20,
+                            progress,
+                            service: planned(shares[i]),
+                            arrival: Time(pick),
+                        };
+                        s.push(job);
+                    }
+                }
+                let j = s.pop(Time(pick), Some(0)).unwrap();
+                let i = usize::from(j.stream == keys[1]);
+                served[i] += 1;
+                done = progress_of(i, done);
+                for (k, d) in keys.iter().zip(done) {
+                    s.update_progress(
+                        *k,
+                        Progress { done_bytes: d, total_bytes: 1 << 30, metric: ProgressMetric::Fraction },
+                    );
+                }
+                s.assert_invariants();
+            }
+            (served, done)
+        };
+        // Stream 1 gets half a block a pick elsewhere: at a quarter and three quarters of this
+        // disk both advance three quarters of a block a pick, so they stay level and the
+        // planned shares hold.
+        let level = |i: usize, mut d: [u64; 2]| {
+            d[i] += 1 << 20;
+            d[0] += 1 << 19;
+            d
+        };
+        let (served, _) = run(&level, 400);
+        let share = served[0] as f64 / 400.0;
+        assert!((share - 0.25).abs() < 0.03, "stream 1 got {share}");
+        // Stream 1 gets nothing elsewhere (the plan was wrong): it falls behind and is served
+        // beyond its planned quarter, staying within a few blocks.
+        let wrong = |i: usize, mut d: [u64; 2]| {
+            d[i] += 1 << 20;
+            d
+        };
+        let (served, done) = run(&wrong, 400);
+        assert!(served[0] > 180, "{served:?}");
+        assert!(done[1] - done[0] <= 6 << 20, "{done:?}");
     }
 
     /// A stream that keeps lagging gains weight, and once level keeps the larger share: the
     /// shares are learnt, not held up by a standing lag.
     #[test]
     fn learned_shares_keep_a_lagging_stream_s_share_once_it_is_level() {
-        const LS: Service = Service { discipline: Discipline::LearnedShares, runs: false, handoff: false };
+        const LS: Service = Service { discipline: Discipline::LearnedShares, ..Service::FURTHEST_BEHIND };
         let mut s = LearnedShares::default();
         let (a, b) = (StreamKey { conn: 1, stream: 1 }, StreamKey { conn: 1, stream: 2 });
         let mut progress = [0u64, 0u64];

@@ -48,6 +48,9 @@ pub struct Report {
     pub primary_progress: Option<f64>,
     /// Its measured disk bandwidth, else the configured one.
     pub disk_bytes_per_sec: Option<f64>,
+    /// Whether `disk_bytes_per_sec` was measured. A configured rate is a promise a fault or a
+    /// competing load may break; gd-plan does not plan on it.
+    pub disk_measured: bool,
 }
 
 #[derive(Debug)]
@@ -206,6 +209,7 @@ impl<C: ReadContext> ServerQueue<C> {
             queue_len: self.sched.len() as u32,
             primary_progress: self.primaries.progress(dataset, now),
             disk_bytes_per_sec: self.rate.rate().or(self.model.as_ref().map(|m| m.params().rate_bytes_per_sec)),
+            disk_measured: self.rate.rate().is_some(),
         }
     }
 
@@ -325,8 +329,10 @@ mod tests {
     #[test]
     fn reports_the_measured_rate_once_there_is_one() {
         let mut q = queue();
-        assert_eq!(q.report(1, Time::ZERO).disk_bytes_per_sec, Some(1_000_000.0), "configured");
+        let r = q.report(1, Time::ZERO);
+        assert_eq!((r.disk_bytes_per_sec, r.disk_measured), (Some(1_000_000.0), false), "configured");
         q.finished(500, Duration::from_millis(1));
-        assert_eq!(q.report(1, Time::ZERO).disk_bytes_per_sec, Some(500_000.0), "measured");
+        let r = q.report(1, Time::ZERO);
+        assert_eq!((r.disk_bytes_per_sec, r.disk_measured), (Some(500_000.0), true), "measured");
     }
 }

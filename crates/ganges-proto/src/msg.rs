@@ -10,7 +10,7 @@
 //! | kind | message   | body |
 //! |------|-----------|------|
 //! | 0x01 | Hello     | JSON `{client, client_id}` |
-//! | 0x02 | Read      | stream u64, progress, service u8, fragment u32, block u32, start u32, len u32, name_len u8, name |
+//! | 0x02 | Read      | stream u64, progress, service u8, share u16, fragment u32, block u32, start u32, len u32, name_len u8, name |
 //! | 0x03 | Cancel    | empty: the header's request id names the read to cancel |
 //! | 0x04 | Write     | txid u64, fragment u32, block u32, crc u32, name_len u8, name, data |
 //! | 0x05 | Progress  | stream u64, progress (no reply) |
@@ -20,7 +20,7 @@
 //! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, primary u32, data |
 //! | 0x83 | ReadOk from a handed-off request | origin node u32, origin request u64, then as ReadOk |
 //! | 0x84 | WriteOk   | empty |
-//! | 0x85 | State     | queue_len u32, primary u32, disk rate u32 (KiB/s, 0 unknown) |
+//! | 0x85 | State     | queue_len u32, primary u32, disk rate u32 (KiB/s, 0 unknown), measured u8 (0 or 1) |
 //! | 0x87 | Error for a handed-off request | origin node u32, origin request u64, then as Error |
 //! | 0x88 | Moved     | to node u32: the header's request id was handed to that server |
 //! | 0x90 | ControlOk | JSON `ControlReply` |
@@ -135,8 +135,11 @@ pub struct ReadOk {
 pub struct State {
     pub queue_len: u32,
     pub primary_progress: Option<f64>,
-    /// The server's measured disk bandwidth, bytes per second (KiB/s on the wire).
+    /// The server's disk bandwidth, bytes per second (KiB/s on the wire): measured, or the
+    /// configured one before it has served anything.
     pub disk_bytes_per_sec: Option<f64>,
+    /// Whether `disk_bytes_per_sec` was measured.
+    pub disk_measured: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -356,6 +359,7 @@ impl Message {
             Message::Read(r) => {
                 put_progress(&mut fields, r.stream, &r.progress);
                 fields.put_u8(r.service.to_byte());
+                fields.put_u16_le(r.service.share);
                 fields.put_u32_le(r.fragment.0);
                 fields.put_u32_le(r.block);
                 fields.put_u32_le(r.start_in_block);
@@ -382,6 +386,7 @@ impl Message {
                 put_primary(&mut fields, s.primary_progress);
                 let kib = s.disk_bytes_per_sec.map_or(0, |r| (r / 1024.0).round().clamp(1.0, u32::MAX as f64) as u32);
                 fields.put_u32_le(kib);
+                fields.put_u8(u8::from(s.disk_measured));
             }
             Message::Moved { to } => fields.put_u32_le(to.0),
             Message::Write(w) => {
@@ -425,7 +430,7 @@ impl Message {
                 Message::WriteOk
             }
             kind::READ => {
-                need("read", &b, 43)?;
+                need("read", &b, 45)?;
                 let (stream, progress) = get_progress("read", &mut b)?;
                 let service = get_service("read", &mut b)?;
                 let fragment = FragmentId(b.get_u32_le());
@@ -464,13 +469,18 @@ impl Message {
                 Message::ReadOk(ReadOk { crc, queue_len, service_us, primary_progress, origin, data: b })
             }
             kind::STATE => {
-                need("state", &b, 12)?;
+                need("state", &b, 13)?;
                 let queue_len = b.get_u32_le();
                 let primary_progress = get_primary("state", &mut b)?;
                 let kib = b.get_u32_le();
+                let disk_measured = match b.get_u8() {
+                    0 => false,
+                    1 => true,
+                    v => return Err(ProtoError::malformed("state", format!("measured byte {v}"))),
+                };
                 empty("state", &b)?;
                 let disk_bytes_per_sec = (kib > 0).then_some(kib as f64 * 1024.0);
-                Message::State(State { queue_len, primary_progress, disk_bytes_per_sec })
+                Message::State(State { queue_len, primary_progress, disk_bytes_per_sec, disk_measured })
             }
             kind::MOVED => {
                 need("moved", &b, 4)?;
@@ -526,7 +536,8 @@ fn get_progress(what: &'static str, b: &mut Bytes) -> Result<(u64, Progress), Pr
 
 fn get_service(what: &'static str, b: &mut Bytes) -> Result<Service, ProtoError> {
     let v = b.get_u8();
-    Service::from_byte(v).ok_or_else(|| ProtoError::malformed(what, format!("service byte {v:#04x}")))
+    let share = b.get_u16_le();
+    Service::from_byte(v, share).ok_or_else(|| ProtoError::malformed(what, format!("service byte {v:#04x}")))
 }
 
 fn get_primary(what: &'static str, b: &mut Bytes) -> Result<Option<f64>, ProtoError> {
@@ -598,11 +609,8 @@ mod tests {
     }
 
     fn service() -> impl Strategy<Value = Service> {
-        (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(lq, runs, handoff)| Service {
-            discipline: if lq { Discipline::LongestQueue } else { Discipline::FurthestBehind },
-            runs,
-            handoff,
-        })
+        (prop::sample::select(Discipline::ALL.to_vec()), any::<bool>(), any::<bool>(), any::<u16>())
+            .prop_map(|(discipline, runs, handoff, share)| Service { discipline, runs, handoff, share })
     }
 
     /// Fractions that survive parts-per-billion exactly.
@@ -650,10 +658,10 @@ mod tests {
                     data
                 })
             ),
-            (any::<u32>(), primary(), prop::option::of(1u32..u32::MAX)).prop_map(
-                |(queue_len, primary_progress, kib)| {
+            (any::<u32>(), primary(), prop::option::of(1u32..u32::MAX), any::<bool>()).prop_map(
+                |(queue_len, primary_progress, kib, disk_measured)| {
                     let disk_bytes_per_sec = kib.map(|k| k as f64 * 1024.0);
-                    Message::State(State { queue_len, primary_progress, disk_bytes_per_sec })
+                    Message::State(State { queue_len, primary_progress, disk_bytes_per_sec, disk_measured })
                 }
             ),
             any::<u32>().prop_map(|n| Message::Moved { to: NodeId(n) }),
@@ -743,7 +751,7 @@ mod tests {
 
     #[test]
     fn primary_progress_above_one_is_malformed() {
-        let state = State { queue_len: 1, primary_progress: Some(0.5), disk_bytes_per_sec: None };
+        let state = State { queue_len: 1, primary_progress: Some(0.5), disk_bytes_per_sec: None, disk_measured: false };
         let mut v = Message::State(state).encode(1).to_vec();
         let h = FrameHeader::parse(v[..HEADER_BYTES].try_into().unwrap()).unwrap();
         v[HEADER_BYTES + 4..HEADER_BYTES + 8].copy_from_slice(&2_000_000_000u32.to_le_bytes());

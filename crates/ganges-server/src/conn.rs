@@ -196,7 +196,12 @@ async fn read_loop(
                     Ok(ds) => {
                         let r = shared.disk.lock().expect("disk lock").report(ds.manifest.id, shared.now());
                         let (queue_len, primary_progress) = (r.queue_len, r.primary_progress);
-                        Message::State(State { queue_len, primary_progress, disk_bytes_per_sec: r.disk_bytes_per_sec })
+                        Message::State(State {
+                            queue_len,
+                            primary_progress,
+                            disk_bytes_per_sec: r.disk_bytes_per_sec,
+                            disk_measured: r.disk_measured,
+                        })
                     }
                     Err(e) => store_error(e),
                 };

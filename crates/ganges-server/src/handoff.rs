@@ -187,7 +187,7 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
             outbox.send_untracked(origin.request_id, Message::Error(e, Some(origin)));
             continue;
         }
-        let service = Service::from_byte(hj.service).unwrap_or(Service::FURTHEST_BEHIND);
+        let service = Service::from_byte(hj.service, 0).unwrap_or(Service::FURTHEST_BEHIND);
         let metric = if hj.fraction { ProgressMetric::Fraction } else { ProgressMetric::Bytes };
         let job = Job {
             id: 0,

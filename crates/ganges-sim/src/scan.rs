@@ -126,10 +126,24 @@ enum ToServer {
 
 #[derive(Debug)]
 enum ToConsumer {
-    ReadOk { request: u64, state: ServerState, bytes: u64 },
-    Cancelled { request: u64 },
-    State { node: NodeId, state: ServerState, rate: Option<f64> },
-    Moved { request: u64, to: NodeId },
+    ReadOk {
+        request: u64,
+        state: ServerState,
+        bytes: u64,
+    },
+    Cancelled {
+        request: u64,
+    },
+    /// A probe's answer; the disk rate, and whether it was measured.
+    State {
+        node: NodeId,
+        state: ServerState,
+        rate: Option<(f64, bool)>,
+    },
+    Moved {
+        request: u64,
+        to: NodeId,
+    },
 }
 
 #[derive(Debug)]
@@ -394,7 +408,7 @@ impl<'a> Sim<'a> {
                 piece: d.piece,
                 request,
                 progress: cons.engine.progress(),
-                service: cons.engine.service(),
+                service: cons.engine.service(d.piece, d.node),
             };
             self.send_server(me, d.node.0 as usize, HEADER_BYTES, msg);
         }
@@ -425,8 +439,8 @@ impl<'a> Sim<'a> {
         match m {
             ToConsumer::State { node, state, rate } => {
                 cons.engine.on_state(now, node, state);
-                if let Some(r) = rate {
-                    cons.engine.on_disk_rate(node, r);
+                if let Some((r, measured)) = rate {
+                    cons.engine.on_disk_rate(node, r, measured);
                 }
             }
             ToConsumer::Moved { request, to } => {
@@ -525,7 +539,8 @@ impl<'a> Sim<'a> {
             ToServer::Probe { c } => {
                 let r = self.servers[s].q.report(DATASET, now);
                 let state = ServerState { queue_len: r.queue_len, service_us: 0, primary_progress: r.primary_progress };
-                let msg = ToConsumer::State { node: NodeId(s as u32), state, rate: r.disk_bytes_per_sec };
+                let rate = r.disk_bytes_per_sec.map(|b| (b, r.disk_measured));
+                let msg = ToConsumer::State { node: NodeId(s as u32), state, rate };
                 self.send_consumer(s, c, HEADER_BYTES, msg);
             }
             ToServer::HandoffAsk { from, rate } => self.give(s, from, rate),

@@ -16,6 +16,7 @@
 //! | `gd-pc-shrink` | GD-3 + ours | watermark shrinking near the end | same |
 //! | `gd-rr` | GD-4 + GD-5 | more requests where answers come faster, primary preferred | longest queue, runs |
 //! | `gd-rr-handoff` | + GD-6 | same | same, and idle servers take queued requests |
+//! | `gd-plan` | ours | holders the plan uses, replies pull requests | planned shares, runs |
 //! | `mirror` | GD-9 | blocks alternate over the copies | furthest behind |
 //!
 //! **End-of-scan steal.** When every piece has been requested, a server that replies and has
@@ -45,13 +46,14 @@
 //! `on_node_down`, `on_state`, `on_moved`, then drain `poll_send`, `poll_cancel`,
 //! `poll_notify` and `poll_probe` until all return `None`.
 
+pub mod plan;
 pub mod policy;
 pub mod primary;
 pub mod rate;
 
 pub use policy::{
-    NodeView, Pick, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, RoutePolicy, RouteView, ServerState,
-    SettingError,
+    NodeView, Pick, PlanSettings, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, RoutePolicy,
+    RouteView, ServerState, SettingError,
 };
 
 use crate::ids::{FragmentId, NodeId};
@@ -90,6 +92,7 @@ macro_rules! view {
             own_fraction: $e.done_bytes as f64 / $e.total_bytes.max(1) as f64,
             block_fraction: $e.block_bytes as f64 / $e.total_bytes.max(1) as f64,
             window: $e.config.window,
+            fragment: None,
         }
     };
 }
@@ -244,6 +247,8 @@ impl ReadEngine {
         if config.lookahead == Some(0) {
             return Err(RouteError::Lookahead);
         }
+        let mut policy = policy;
+        policy.on_layout(layout);
         Ok(ReadEngine {
             policy,
             layout: layout.clone(),
@@ -285,9 +290,9 @@ impl ReadEngine {
         self.policy.kind()
     }
 
-    /// What the servers should do with this consumer's requests.
-    pub fn service(&self) -> Service {
-        self.policy.service()
+    /// What the servers should do with this consumer's request for `piece` at `node`.
+    pub fn service(&self, piece: usize, node: NodeId) -> Service {
+        Service { share: self.policy.share(self.pieces[piece].fragment, node), ..self.policy.service() }
     }
 
     pub fn piece(&self, i: usize) -> &Piece {
@@ -419,7 +424,8 @@ impl ReadEngine {
             let fragment = self.pieces[piece].fragment;
             return Err(RouteError::NoLiveCopy { fragment, holders: self.holders[&fragment].clone() });
         }
-        let pick = self.policy.pick(&view!(self, now), &live);
+        let view = RouteView { fragment: Some(self.pieces[piece].fragment), ..view!(self, now) };
+        let pick = self.policy.pick(&view, &live);
         let node = match pick {
             Pick::To(n) => {
                 assert!(live.contains(&n), "policy {} picked a non-holder", self.policy.kind());
@@ -475,12 +481,23 @@ impl ReadEngine {
     /// A reply of `bytes` spent `service_us` on the server's disk: its disk speed.
     pub fn on_service(&mut self, node: NodeId, bytes: u64, service_us: u32) {
         if service_us > 0 {
-            self.on_disk_rate(node, bytes as f64 / (service_us as f64 * 1e-6));
+            let r = bytes as f64 / (service_us as f64 * 1e-6);
+            let v = self.nodes.entry(node).or_default();
+            v.replied_disk_bytes_per_sec = Some(v.replied_disk_bytes_per_sec.map_or(r, |o| o + EWMA_NEW * (r - o)));
+            self.smooth_disk_rate(node, r);
         }
     }
 
-    /// A server's disk speed, as it measured it (in a probe's answer) or as a reply showed.
-    pub fn on_disk_rate(&mut self, node: NodeId, bytes_per_sec: f64) {
+    /// A server's disk speed as it reported it (in a probe's answer): `measured`, or the
+    /// configured one before it served anything.
+    pub fn on_disk_rate(&mut self, node: NodeId, bytes_per_sec: f64, measured: bool) {
+        if measured {
+            self.nodes.entry(node).or_default().reported_disk_bytes_per_sec = Some(bytes_per_sec);
+        }
+        self.smooth_disk_rate(node, bytes_per_sec);
+    }
+
+    fn smooth_disk_rate(&mut self, node: NodeId, bytes_per_sec: f64) {
         let v = self.nodes.entry(node).or_default();
         v.disk_bytes_per_sec = Some(v.disk_bytes_per_sec.map_or(bytes_per_sec, |o| o + EWMA_NEW * (bytes_per_sec - o)));
     }

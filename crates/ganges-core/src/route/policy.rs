@@ -1,9 +1,11 @@
 //! The policy half of read routing: the trait every policy implements, what a policy may
 //! see, the policies' names and settings, and the simple policies (static, GD, mirror).
 
+use super::plan::Planned;
 use super::primary::PrimaryCopies;
 use super::rate::ResponseRate;
-use crate::ids::NodeId;
+use crate::ids::{FragmentId, NodeId};
+use crate::layout::Layout;
 use crate::sched::{Discipline, ProgressMetric, Service};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
@@ -34,12 +36,14 @@ pub enum ReadPolicyKind {
     GdRr,
     /// GD-4/GD-5 with GD-6 server request handoff.
     GdRrHandoff,
+    /// Ours: GD with servers told each consumer's share, planned from every server's rate.
+    GdPlan,
     /// GD-9 (CEFT-PVFS): blocks interleaved over the copies, both at once, no adaptation.
     Mirror,
 }
 
 impl ReadPolicyKind {
-    pub const ALL: [ReadPolicyKind; 10] = [
+    pub const ALL: [ReadPolicyKind; 11] = [
         ReadPolicyKind::Static,
         ReadPolicyKind::Gd,
         ReadPolicyKind::GdRel,
@@ -49,6 +53,7 @@ impl ReadPolicyKind {
         ReadPolicyKind::GdPcShrink,
         ReadPolicyKind::GdRr,
         ReadPolicyKind::GdRrHandoff,
+        ReadPolicyKind::GdPlan,
         ReadPolicyKind::Mirror,
     ];
 
@@ -63,6 +68,7 @@ impl ReadPolicyKind {
             ReadPolicyKind::GdPcShrink => Box::new(PrimaryCopies::new(settings.primary, true)),
             ReadPolicyKind::GdRr => Box::new(ResponseRate::new(settings.rate, false)),
             ReadPolicyKind::GdRrHandoff => Box::new(ResponseRate::new(settings.rate, true)),
+            ReadPolicyKind::GdPlan => Box::new(Planned::new(settings.plan)),
             ReadPolicyKind::Mirror => Box::new(Mirror::default()),
         }
     }
@@ -78,6 +84,7 @@ impl ReadPolicyKind {
             ReadPolicyKind::GdPcShrink => "GD-3 with the high watermark shrinking near the end",
             ReadPolicyKind::GdRr => "GD-4 response rate, GD-5 primary servers and runs",
             ReadPolicyKind::GdRrHandoff => "GD-4/5 with GD-6 server request handoff",
+            ReadPolicyKind::GdPlan => "GD with shares planned from every server's rate (ours), and runs",
             ReadPolicyKind::Mirror => "GD-9 interleaved reads of both copies (CEFT-PVFS), no adaptation",
         }
     }
@@ -105,6 +112,7 @@ impl fmt::Display for ReadPolicyKind {
             ReadPolicyKind::GdPcShrink => "gd-pc-shrink",
             ReadPolicyKind::GdRr => "gd-rr",
             ReadPolicyKind::GdRrHandoff => "gd-rr-handoff",
+            ReadPolicyKind::GdPlan => "gd-plan",
             ReadPolicyKind::Mirror => "mirror",
         })
     }
@@ -165,11 +173,28 @@ impl Default for RateSettings {
     }
 }
 
+/// gd-plan's settings (ours; see `route::plan`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanSettings {
+    /// Each server of the layout is asked for its disk speed this often.
+    pub probe_interval: Duration,
+}
+
+impl Default for PlanSettings {
+    fn default() -> Self {
+        // Sixteen servers: a small frame every 6 ms per consumer; a fault shows in the plan
+        // within about a tenth of a second plus the servers' own smoothing.
+        PlanSettings { probe_interval: Duration::from_millis(100) }
+    }
+}
+
 /// Every tunable of the read policies, each a named setting with a tested default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PolicySettings {
     pub primary: PrimarySettings,
     pub rate: RateSettings,
+    #[serde(default)]
+    pub plan: PlanSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -216,6 +241,9 @@ impl PolicySettings {
         if r.probe_interval.is_zero() {
             return err("rr-probe-interval", &format!("{:?}", r.probe_interval), "must be positive");
         }
+        if self.plan.probe_interval.is_zero() {
+            return err("plan-probe-interval", &format!("{:?}", self.plan.probe_interval), "must be positive");
+        }
         Ok(())
     }
 }
@@ -245,6 +273,11 @@ pub struct NodeView {
     pub last_reply: Option<Time>,
     /// The server's disk speed, from its reported service times, smoothed (bytes/s).
     pub disk_bytes_per_sec: Option<f64>,
+    /// The server's disk speed as the server itself last reported it having measured it (its
+    /// own average over every consumer's reads), bytes/s.
+    pub reported_disk_bytes_per_sec: Option<f64>,
+    /// The server's disk speed from its replies to us only, smoothed (bytes/s).
+    pub replied_disk_bytes_per_sec: Option<f64>,
 }
 
 /// What a policy may look at when it picks a server.
@@ -257,6 +290,8 @@ pub struct RouteView<'a> {
     /// One block as a fraction of the partition (how coarse progress is).
     pub block_fraction: f64,
     pub window: u32,
+    /// The fragment of the piece being placed (in `pick`).
+    pub fragment: Option<FragmentId>,
 }
 
 impl RouteView<'_> {
@@ -285,6 +320,13 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn metric(&self) -> ProgressMetric;
     /// What the servers should do with this consumer's requests.
     fn service(&self) -> Service;
+    /// The share of `node`'s disk planned for this consumer's reads of `fragment`
+    /// (`Service::share`; 0: no plan).
+    fn share(&self, _fragment: FragmentId, _node: NodeId) -> u16 {
+        0
+    }
+    /// The dataset's layout, told once before any pick.
+    fn on_layout(&mut self, _layout: &Layout) {}
     /// Whether this policy may move queued requests between copies at the end of a scan.
     fn steals_at_end(&self) -> bool;
     /// Whether servers should hear of this consumer's progress between requests.
@@ -386,7 +428,7 @@ impl RoutePolicy for Graduated {
     fn service(&self) -> Service {
         let discipline =
             if self.kind == ReadPolicyKind::GdShare { Discipline::LearnedShares } else { Discipline::FurthestBehind };
-        Service { discipline, runs: self.runs, handoff: false }
+        Service { discipline, runs: self.runs, handoff: false, share: 0 }
     }
     fn steals_at_end(&self) -> bool {
         true

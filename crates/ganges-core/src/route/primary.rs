@@ -21,7 +21,7 @@
 
 use super::policy::{Pick, PrimarySettings, ReadPolicyKind, RoutePolicy, RouteView, ServerState};
 use crate::ids::NodeId;
-use crate::sched::{Discipline, ProgressMetric, Service};
+use crate::sched::{ProgressMetric, Service};
 use crate::time::Time;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -110,7 +110,7 @@ impl RoutePolicy for PrimaryCopies {
     }
 
     fn service(&self) -> Service {
-        Service { discipline: Discipline::FurthestBehind, runs: false, handoff: false }
+        Service::FURTHEST_BEHIND
     }
 
     fn steals_at_end(&self) -> bool {
@@ -170,7 +170,7 @@ mod tests {
     use std::time::Duration;
 
     fn view<'a>(nodes: &'a BTreeMap<NodeId, NodeView>, own: f64) -> RouteView<'a> {
-        RouteView { now: Time::ZERO, nodes, own_fraction: own, block_fraction: 0.001, window: 4 }
+        RouteView { now: Time::ZERO, nodes, own_fraction: own, block_fraction: 0.001, window: 4, fragment: None }
     }
 
     fn state(p: Option<f64>) -> ServerState {

@@ -114,7 +114,7 @@ impl RoutePolicy for ResponseRate {
     }
 
     fn service(&self) -> Service {
-        Service { discipline: Discipline::LongestQueue, runs: true, handoff: self.handoff }
+        Service { discipline: Discipline::LongestQueue, runs: true, handoff: self.handoff, share: 0 }
     }
 
     fn steals_at_end(&self) -> bool {
@@ -182,7 +182,7 @@ mod tests {
     }
 
     fn view(nodes: &BTreeMap<NodeId, NodeView>) -> RouteView<'_> {
-        RouteView { now: Time::ZERO, nodes, own_fraction: 0.0, block_fraction: 0.01, window: 8 }
+        RouteView { now: Time::ZERO, nodes, own_fraction: 0.0, block_fraction: 0.01, window: 8, fragment: None }
     }
 
     #[test]
@@ -248,7 +248,7 @@ mod tests {
     #[test]
     fn the_servers_are_asked_for_longest_queue_runs_and_handoff_as_configured() {
         let p = ResponseRate::new(RateSettings::default(), true);
-        assert_eq!(p.service(), Service { discipline: Discipline::LongestQueue, runs: true, handoff: true });
+        assert_eq!(p.service(), Service { discipline: Discipline::LongestQueue, runs: true, handoff: true, share: 0 });
         assert_eq!(p.kind(), ReadPolicyKind::GdRrHandoff);
     }
 }

@@ -1,0 +1,425 @@
+//! gd-plan (ours): graduated declustering whose servers are told each consumer's share.
+//!
+//! Progress-based GD (river §3.3) can only give a consumer more than half of a server while
+//! that consumer is behind, so a ring of servers that must give unequal shares holds a
+//! progress gradient of about a block per hop, and the consumers furthest from a slow disk
+//! finish early while the ones next to it still read: the tail that keeps GD a few percent
+//! below the layout-aware ideal on short scans (docs/benchmarks.md). The shares that meet the
+//! ideal are computable: they are a flow of MOD-2's network ([`crate::ideal::plan`]), given
+//! every server's rate. So:
+//!
+//! - **Rates.** Each consumer asks every server of the layout for its disk speed, one probe
+//!   every `probe_interval / nodes`, so each is asked every `probe_interval`; a server's
+//!   answer is its own average over every consumer's reads, so all consumers plan on the same
+//!   figures. Until a server has answered, the speed its replies showed stands in; a server
+//!   not heard of at all counts at the median of the others. Speeds within `EQUAL_WITHIN`
+//!   of the fastest count as equal (seeks make a busy disk look a little slow).
+//! - **Plan.** From those rates, the layout, and what is left of every fragment (a scan
+//!   reads each fragment whole; the primary servers report their readers' progress), the
+//!   consumer computes the flow that finishes everything at MOD-2's time while reading
+//!   primaries where it can, and from it, for each fragment and holder, the share of that
+//!   holder's disk the fragment's reader should get. A reader that fell behind is planned a
+//!   larger share, so the plan corrects itself; with every disk equally fast the plan is
+//!   primaries only. It plans again when a rate moves by more than `REPLAN_CHANGE` or what is
+//!   left of a fragment by more than a block.
+//! - **Requests** carry that share (`Service::share`); servers serve by credits on the shares
+//!   (`sched::LearnedShares::planned`), with GD-5 runs and a correction for the current lag.
+//! - **Routing.** Holders the plan gives (almost) nothing of a fragment are not used (with no
+//!   fault: the primary only, so no disk alternates between files); each of the rest always
+//!   has a request of ours queued, so its shares can act, and beyond that each reply pulls
+//!   the next request to the server that sent it, as in GD.
+//!
+//! Every consumer computes the same plan from nearly the same rates; shares are normalised
+//! by the servers over the streams they actually have, so a consumer alone at a server gets
+//! all of it whatever its plan says.
+
+use super::policy::{Pick, PlanSettings, Pulls, ReadPolicyKind, RoutePolicy, RouteView};
+use crate::ideal::{Demand, plan};
+use crate::ids::{ConsumerId, FragmentId, NodeId};
+use crate::layout::Layout;
+use crate::sched::{Discipline, ProgressMetric, SHARE_ONE, Service};
+use crate::time::Time;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A rate that moved by more than this fraction since the last plan makes a new plan. Plans
+/// are cheap (a max-flow over a node per fragment and per server) and move smoothly with the
+/// rates, so a small change is worth following: a plan made on a rate caught half-way through
+/// a server's smoothing would otherwise stay wrong.
+pub const REPLAN_CHANGE: f64 = 0.05;
+/// Disks measured within this fraction of the fastest count as equally fast. A disk that
+/// alternates between two files measures slower than one that does not (a seek per block
+/// costs 13% with 1 MiB blocks at 32 MiB/s and 4 ms seeks); planning on that difference
+/// would send reads to backups, and so make seeks, with no fault at all.
+pub const EQUAL_WITHIN: f64 = 0.15;
+/// Progress within this many blocks of the mean counts as on track (see `remaining`).
+pub const ON_TRACK_BLOCKS: f64 = 1.0;
+/// The fragments' sizes in a plan: plans are in fractions of a fragment, scaled to bytes.
+const PLAN_BYTES: f64 = (1u64 << 30) as f64;
+/// A holder planned to serve less than this fraction of a fragment is not sent requests.
+pub const USE_FRACTION: f64 = 0.02;
+
+#[derive(Debug)]
+pub struct Planned {
+    s: PlanSettings,
+    layout: Option<Layout>,
+    /// Probe round: the next node to ask, when, and how many of the first round are left
+    /// (the first round goes out at once).
+    probe_next: u32,
+    probe_at: Option<Time>,
+    first_round: u32,
+    /// The rates the current plan was made with, by node, and how many were known.
+    planned_with: Vec<f64>,
+    known_with: usize,
+    remaining_with: Vec<f64>,
+    /// For each fragment of the layout's period and each holder: the planned share of the
+    /// holder's disk, and the fraction of the fragment it serves.
+    shares: BTreeMap<(u32, NodeId), (f64, f64)>,
+    /// Holders sent a request only to learn their speed, until they answer.
+    learning: BTreeSet<NodeId>,
+    pulls: Pulls,
+}
+
+impl Planned {
+    pub fn new(s: PlanSettings) -> Planned {
+        Planned {
+            s,
+            layout: None,
+            probe_next: 0,
+            probe_at: None,
+            first_round: 0,
+            planned_with: vec![],
+            known_with: 0,
+            remaining_with: vec![],
+            shares: BTreeMap::new(),
+            learning: BTreeSet::new(),
+            pulls: Pulls::default(),
+        }
+    }
+
+    /// The layout's fragments repeat their placement with this period.
+    fn period(layout: &Layout) -> u32 {
+        match *layout {
+            Layout::Chained { nodes, .. } => nodes,
+            Layout::Mirrored { nodes } => nodes / 2,
+        }
+    }
+
+    /// Planned share of `node`'s disk for a reader of `fragment`, if there is a plan.
+    pub fn share(&self, fragment: FragmentId, node: NodeId) -> Option<f64> {
+        self.planned(fragment, node).map(|p| p.0)
+    }
+
+    /// Planned fraction of `fragment` that `node` serves, if there is a plan.
+    pub fn fraction(&self, fragment: FragmentId, node: NodeId) -> Option<f64> {
+        self.planned(fragment, node).map(|p| p.1)
+    }
+
+    fn planned(&self, fragment: FragmentId, node: NodeId) -> Option<(f64, f64)> {
+        let layout = self.layout.as_ref()?;
+        self.shares.get(&(fragment.0 % Self::period(layout), node)).copied()
+    }
+
+    /// Every server's rate as this consumer knows it, unknown ones at the median of the
+    /// known (most disks are well), and how many are known.
+    fn rates(view: &RouteView<'_>, nodes: u32) -> (Vec<f64>, usize) {
+        let known: Vec<Option<f64>> = (0..nodes)
+            .map(|n| {
+                let v = view.node(NodeId(n));
+                v.reported_disk_bytes_per_sec.or(v.replied_disk_bytes_per_sec).filter(|r| *r > 0.0)
+            })
+            .collect();
+        let mut sorted: Vec<f64> = known.iter().flatten().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(1.0);
+        let fastest = sorted.last().copied().unwrap_or(1.0);
+        let snap = |r: f64| if r >= fastest * (1.0 - EQUAL_WITHIN) { fastest } else { r };
+        (known.into_iter().map(|r| snap(r.unwrap_or(median))).collect(), sorted.len())
+    }
+
+    /// What is left of each fragment of the layout's period, as a fraction: this consumer's
+    /// own figure for its fragment, the progress each primary server last reported for the
+    /// others. Figures within `ON_TRACK_BLOCKS` blocks of the mean count as the mean, so
+    /// the jitter of healthy reads does not move reads to backups.
+    fn remaining(view: &RouteView<'_>, layout: &Layout) -> Vec<f64> {
+        let period = Self::period(layout);
+        let left: Vec<f64> = (0..period)
+            .map(|f| {
+                let progress = if view.fragment.is_some_and(|x| x.0 % period == f) {
+                    view.own_fraction
+                } else {
+                    let state = view.node(layout.node_of(FragmentId(f), 0)).last_state;
+                    state.and_then(|s| s.primary_progress).unwrap_or(view.own_fraction)
+                };
+                (1.0 - progress).max(0.0)
+            })
+            .collect();
+        let mean = left.iter().sum::<f64>() / left.len().max(1) as f64;
+        let band = ON_TRACK_BLOCKS * view.block_fraction;
+        left.into_iter().map(|r| if (r - mean).abs() <= band { mean } else { r }).collect()
+    }
+
+    /// Plan again if a server became known, a rate moved by more than `REPLAN_CHANGE`, or
+    /// what is left of a fragment moved by more than a block since the last plan.
+    fn replan(&mut self, view: &RouteView<'_>) {
+        let Some(layout) = &self.layout else { return };
+        let (rates, known) = Self::rates(view, layout.nodes());
+        let period = Self::period(layout);
+        // With every disk equally fast the plan is primaries only, whatever the progress:
+        // nothing is gained by moving reads, and every move costs seeks.
+        let fastest = rates.iter().copied().fold(0.0, f64::max);
+        let remaining = if rates.iter().all(|r| *r >= fastest) {
+            vec![1.0; period as usize]
+        } else {
+            Self::remaining(view, layout)
+        };
+        let moved = |new: &[f64], old: &[f64], by: &dyn Fn(f64, f64) -> bool| {
+            new.len() != old.len() || new.iter().zip(old).any(|(n, o)| by(*n, *o))
+        };
+        if known == self.known_with
+            && !moved(&rates, &self.planned_with, &|r, o| (r - o).abs() > REPLAN_CHANGE * o)
+            && !moved(&remaining, &self.remaining_with, &|r, o| (r - o).abs() > view.block_fraction)
+        {
+            return;
+        }
+        let demands: Vec<Demand> = (0..period)
+            .map(|f| Demand {
+                consumer: ConsumerId(f),
+                fragment: FragmentId(f),
+                // One byte at least: a finished fragment keeps a (null) plan.
+                bytes: (remaining[f as usize] * PLAN_BYTES) as u64 + 1,
+            })
+            .collect();
+        let Ok(p) = plan(&demands, layout, &rates) else { return };
+        // Each holder's planned bytes, to turn flows into shares of its disk.
+        let mut load: BTreeMap<NodeId, f64> = BTreeMap::new();
+        for flows in &p.flows {
+            for (n, b) in flows {
+                *load.entry(*n).or_default() += b;
+            }
+        }
+        self.shares.clear();
+        for (f, flows) in p.flows.iter().enumerate() {
+            let fragment: f64 = flows.iter().map(|(_, b)| b).sum();
+            for (n, b) in flows {
+                let share = if load[n] > 0.0 { b / load[n] } else { 0.0 };
+                self.shares.insert((f as u32, *n), (share, b / fragment));
+            }
+        }
+        self.planned_with = rates;
+        self.known_with = known;
+        self.remaining_with = remaining;
+    }
+}
+
+impl RoutePolicy for Planned {
+    fn kind(&self) -> ReadPolicyKind {
+        ReadPolicyKind::GdPlan
+    }
+    fn metric(&self) -> ProgressMetric {
+        ProgressMetric::Fraction
+    }
+    fn service(&self) -> Service {
+        Service { discipline: Discipline::Planned, runs: true, handoff: false, share: 0 }
+    }
+    fn share(&self, fragment: FragmentId, node: NodeId) -> u16 {
+        // Never 0 on the wire: 0 means "no plan", and a planned stream with a tiny share must
+        // still be served when it is alone. A request sent to learn a holder's speed asks
+        // for an equal share, so the answer comes back within a block or two.
+        if self.learning.contains(&node) {
+            return SHARE_ONE / 2;
+        }
+        self.share(fragment, node).map_or(SHARE_ONE / 2, |s| ((s * SHARE_ONE as f64).round() as u16).max(1))
+    }
+    fn steals_at_end(&self) -> bool {
+        true
+    }
+    fn notifies_progress(&self) -> bool {
+        true
+    }
+    fn on_layout(&mut self, layout: &Layout) {
+        self.layout = Some(layout.clone());
+    }
+    fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
+        self.replan(view);
+        // A holder that never answered us is sent one request, so its speed is known from
+        // its reply (a block's time) instead of from the first probe round that finds it
+        // measured (a probe interval).
+        let unknown = holders.iter().find(|n| view.node(**n).replies == 0 && view.outstanding_at(**n) == 0);
+        if let Some(n) = unknown {
+            self.learning.insert(*n);
+            return Pick::To(*n);
+        }
+        let used = |n: &NodeId| view.fragment.and_then(|f| self.fraction(f, *n)).is_none_or(|x| x >= USE_FRACTION);
+        let planned: Vec<NodeId> = holders.iter().copied().filter(used).collect();
+        let allowed = if planned.is_empty() { &holders[..1] } else { &planned[..] };
+        // Every holder the plan uses keeps a request of ours queued, so its shares can act;
+        // beyond that, replies pull requests to the servers that answer.
+        if let Some(idle) = allowed.iter().find(|n| view.outstanding_at(**n) == 0) {
+            return Pick::To(*idle);
+        }
+        Pick::To(self.pulls.next(allowed))
+    }
+    fn on_reply(&mut self, _view: &RouteView<'_>, node: NodeId) {
+        self.learning.remove(&node);
+        self.pulls.push(node);
+    }
+    fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
+        let nodes = self.layout.as_ref()?.nodes();
+        let step = self.s.probe_interval / nodes;
+        match self.probe_at {
+            None => {
+                self.probe_at = Some(view.now + step);
+                self.first_round = nodes;
+            }
+            Some(_) if self.first_round > 0 => {}
+            // Probes that fell due while the driver was not asking go out now, at most a
+            // round's worth.
+            Some(t) if view.now >= t => {
+                let floor = Time(view.now.0.saturating_sub(self.s.probe_interval.as_nanos() as u64));
+                self.probe_at = Some(t.max(floor) + step);
+            }
+            Some(_) => return None,
+        }
+        self.first_round = self.first_round.saturating_sub(1);
+        let n = NodeId(self.probe_next % nodes);
+        self.probe_next = (self.probe_next + 1) % nodes;
+        Some(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::{NodeView, ServerState};
+
+    fn view(nodes: &BTreeMap<NodeId, NodeView>, fragment: u32) -> RouteView<'_> {
+        RouteView {
+            now: Time::ZERO,
+            nodes,
+            own_fraction: 0.0,
+            block_fraction: 0.01,
+            window: 4,
+            fragment: Some(FragmentId(fragment)),
+        }
+    }
+
+    /// Servers at these speeds, each having answered us before, `out[i]` requests of ours
+    /// outstanding at the first ones.
+    fn servers(r: &[f64], out: &[u32]) -> BTreeMap<NodeId, NodeView> {
+        r.iter()
+            .enumerate()
+            .map(|(i, &d)| {
+                let v = NodeView {
+                    reported_disk_bytes_per_sec: Some(d),
+                    replies: 1,
+                    outstanding: out.get(i).copied().unwrap_or(0),
+                    ..NodeView::default()
+                };
+                (NodeId(i as u32), v)
+            })
+            .collect()
+    }
+
+    fn rates(r: &[f64]) -> BTreeMap<NodeId, NodeView> {
+        servers(r, &[])
+    }
+
+    fn policy(nodes: u32) -> Planned {
+        let mut p = Planned::new(PlanSettings::default());
+        p.on_layout(&Layout::chained(nodes, 2).unwrap());
+        p
+    }
+
+    #[test]
+    fn with_equal_disks_every_request_goes_to_the_primary() {
+        let mut p = policy(4);
+        let n = rates(&[1e6; 4]);
+        for _ in 0..8 {
+            assert_eq!(p.pick(&view(&n, 2), &[NodeId(2), NodeId(3)]), Pick::To(NodeId(2)));
+            p.on_reply(&view(&n, 2), NodeId(3));
+        }
+        assert_eq!(p.share(FragmentId(2), NodeId(2)), Some(1.0));
+        assert_eq!(RoutePolicy::share(&p, FragmentId(2), NodeId(2)), SHARE_ONE);
+    }
+
+    #[test]
+    fn a_slow_disk_s_reader_is_planned_a_share_of_its_backup() {
+        let mut p = policy(4);
+        let n = rates(&[0.5e6, 1e6, 1e6, 1e6]);
+        p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]);
+        // 3.5 MB/s for 4 fragments: every disk busy for 8/7 s. Disk 0 does 4/7 of fragment 0;
+        // fragment 0's reader gets 3/7 of a fragment from disk 1, which is 3/8 of disk 1.
+        let backup = p.share(FragmentId(0), NodeId(1)).unwrap();
+        assert!((backup - 3.0 / 8.0).abs() < 1e-6, "{backup}");
+        assert!((p.share(FragmentId(0), NodeId(0)).unwrap() - 1.0).abs() < 1e-6);
+        // Requests now go to both holders: one with nothing of ours queued gets the next.
+        let busy = servers(&[0.5e6, 1e6, 1e6, 1e6], &[2, 0]);
+        assert_eq!(p.pick(&view(&busy, 0), &[NodeId(0), NodeId(1)]), Pick::To(NodeId(1)));
+        // Beyond that, replies pull requests.
+        let both = servers(&[0.5e6, 1e6, 1e6, 1e6], &[2, 1]);
+        p.on_reply(&view(&both, 0), NodeId(0));
+        assert_eq!(p.pick(&view(&both, 0), &[NodeId(0), NodeId(1)]), Pick::To(NodeId(0)));
+    }
+
+    #[test]
+    fn a_holder_never_heard_from_is_sent_one_request_at_an_even_share() {
+        let mut p = policy(4);
+        let mut n = rates(&[1e6; 4]);
+        n.get_mut(&NodeId(3)).unwrap().replies = 0;
+        assert_eq!(p.pick(&view(&n, 2), &[NodeId(2), NodeId(3)]), Pick::To(NodeId(3)));
+        assert_eq!(RoutePolicy::share(&p, FragmentId(2), NodeId(3)), SHARE_ONE / 2);
+        p.on_reply(&view(&n, 2), NodeId(3));
+        assert_eq!(RoutePolicy::share(&p, FragmentId(2), NodeId(3)), 1, "the plan gives it nothing");
+    }
+
+    #[test]
+    fn a_reader_that_fell_behind_is_planned_more_of_its_backup() {
+        let mut p = policy(4);
+        let mut n = rates(&[0.5e6, 1e6, 1e6, 1e6]);
+        p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]);
+        let on_track = p.share(FragmentId(0), NodeId(1)).unwrap();
+        // Every other reader is 30% through, this one 10%.
+        for i in 0..4 {
+            let s = ServerState { queue_len: 0, service_us: 0, primary_progress: Some(0.3) };
+            n.get_mut(&NodeId(i)).unwrap().last_state = Some(s);
+        }
+        let behind = RouteView { own_fraction: 0.1, ..view(&n, 0) };
+        p.pick(&behind, &[NodeId(0), NodeId(1)]);
+        let more = p.share(FragmentId(0), NodeId(1)).unwrap();
+        assert!(more > on_track + 0.1, "{on_track} then {more}");
+    }
+
+    #[test]
+    fn it_plans_again_only_when_a_rate_moves() {
+        let mut p = policy(4);
+        p.pick(&view(&rates(&[1e6; 4]), 1), &[NodeId(1), NodeId(2)]);
+        let before = p.shares.clone();
+        p.pick(&view(&rates(&[1.02e6, 1e6, 1e6, 1e6]), 1), &[NodeId(1), NodeId(2)]);
+        assert_eq!(p.shares, before, "2% is noise");
+        p.pick(&view(&rates(&[0.5e6, 1e6, 1e6, 1e6]), 1), &[NodeId(1), NodeId(2)]);
+        assert_ne!(p.shares, before);
+    }
+
+    #[test]
+    fn every_server_is_probed_once_per_interval() {
+        let mut p = policy(4);
+        let n = rates(&[]);
+        let mut v = view(&n, 0);
+        let mut asked = vec![];
+        for ms in 0..200 {
+            v.now = Time::ZERO + std::time::Duration::from_millis(ms);
+            while let Some(node) = p.poll_probe(&v) {
+                asked.push(node.0);
+            }
+        }
+        // The first round at once, then 100 ms / 4 nodes: one every 25 ms, round the ring.
+        assert_eq!(asked, vec![0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2]);
+        // A driver that asks late gets what fell due, at most a round.
+        v.now = Time::ZERO + std::time::Duration::from_secs(5);
+        let mut late = 0;
+        while p.poll_probe(&v).is_some() {
+            late += 1;
+        }
+        assert!((1..=5).contains(&late), "{late}");
+    }
+}
