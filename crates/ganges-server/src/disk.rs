@@ -60,19 +60,28 @@ pub async fn run(shared: Arc<Shared>, queue_depth: u32) {
     loop {
         let slot = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
         let popped = loop {
-            let idle = {
+            let (idle, wake_at) = {
                 let mut d = shared.disk.lock().expect("disk lock");
                 if let Some(p) = d.pop(shared.now()) {
                     break p;
                 }
-                d.wants_work(shared.now())
+                (d.wants_work(shared.now()), d.sched.wake_at())
             };
             if idle {
                 shared.idle.notify_one();
             }
             // notify_one stores a permit when nobody waits, so a job queued between the
-            // check above and this await still wakes us.
-            shared.disk_wake.notified().await;
+            // check above and this await still wakes us. A scheduler waiting for a stream's
+            // next request (anticipation) is asked again at its deadline.
+            match wake_at {
+                Some(t) => {
+                    tokio::select! {
+                        _ = shared.disk_wake.notified() => {}
+                        _ = tokio::time::sleep_until(shared.instant(t)) => {}
+                    }
+                }
+                None => shared.disk_wake.notified().await,
+            }
         };
         let shared = shared.clone();
         tokio::spawn(async move {

@@ -156,6 +156,8 @@ enum Ev {
     Fault(usize, Option<Fault>),
     Sample,
     AskRetry(usize),
+    /// A disk that waited for a stream's next request decides again.
+    Wake(usize),
 }
 
 #[derive(Debug)]
@@ -367,6 +369,7 @@ impl<'a> Sim<'a> {
                     let every = self.spec.sample_every.expect("sampling was asked for");
                     self.ev.after(every, Ev::Sample);
                 }
+                Ev::Wake(s) => self.kick(s),
                 Ev::AskRetry(s) => {
                     self.servers[s].retry_at = None;
                     self.kick(s);
@@ -569,6 +572,10 @@ impl<'a> Sim<'a> {
             let svc = p.modelled.expect("simulated servers model their disks");
             self.servers[s].busy = Some((p.job, p.ctx, svc));
             self.ev.at(svc.done, Ev::DiskDone(s));
+            return;
+        }
+        if let Some(t) = self.servers[s].q.sched.wake_at() {
+            self.ev.at(t, Ev::Wake(s));
             return;
         }
         let srv = &mut self.servers[s];
