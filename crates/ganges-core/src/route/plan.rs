@@ -36,7 +36,7 @@
 //! **Limit: unequal partitions with equal disks.** With every disk equally fast the plan is
 //! primaries only whatever the progress, so logical partitions of unequal sizes
 //! (gd-enhancements' Figures 4 and 5) with no slow disk are read as `static` reads them
-//! (69% of the ideal at 1:2 in `docs/bench/plan-ratios.txt`); `gd` is the policy for them.
+//! (68% of the ideal at 1:2 in `docs/bench/plan-ratios.txt`); `gd` is the policy for them.
 //! Planning on progress there too costs the no-fault case its primaries-only reads: with a
 //! two-block band of progress counted as on track, the default bench fell from 99.2% to
 //! 94.6% with no fault and from 99.6% to 96.3% with every disk slow, for 91% at 1:1.5 and
