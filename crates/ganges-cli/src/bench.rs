@@ -964,13 +964,18 @@ pub fn write_outputs(
                         })
                         .map(|r| (r.faults as f64, r.frac_layout_ideal))
                         .collect();
-                    series.push(Series { name, points, dashed: false });
+                    series.push(Series { name, points, dashed: false, ..Default::default() });
                 }
             }
         }
         let xs: Vec<f64> = report.rows.iter().map(|r| r.faults as f64).collect();
         let (lo, hi) = (xs.iter().cloned().fold(f64::MAX, f64::min), xs.iter().cloned().fold(f64::MIN, f64::max));
-        series.push(Series { name: "ideal (layout-aware)".into(), points: vec![(lo, 1.0), (hi, 1.0)], dashed: true });
+        series.push(Series {
+            name: "ideal (layout-aware)".into(),
+            points: vec![(lo, 1.0), (hi, 1.0)],
+            dashed: true,
+            ..Default::default()
+        });
         let title = format!(
             "scan: {} nodes, {} copies, {} faults ({}), % of layout-aware ideal",
             p.nodes, p.replicas, p.fault_layout, p.fault
@@ -1017,11 +1022,11 @@ fn time_plot(report: &Report, path: &std::path::Path) -> CliResult<()> {
                 points.push((t, slowest));
             }
         }
-        series.push(Series { name: r.policy.to_string(), points, dashed: false });
+        series.push(Series { name: r.policy.to_string(), points, dashed: false, ..Default::default() });
     }
     for &(at, on) in &changes {
         let name = format!("fault {} at {at}s", if on { "starts" } else { "stops" });
-        series.push(Series { name, points: vec![(at, 0.0), (at, 1.4)], dashed: true });
+        series.push(Series { name, points: vec![(at, 0.0), (at, 1.4)], dashed: true, ..Default::default() });
     }
     let title = format!("slowest consumer's rate / its ideal rate, {faults} faults ({})", p.fault);
     plot::line_chart(path, &title, "seconds", "of ideal rate", &series, 1.4)

@@ -8,11 +8,15 @@ use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
     pub dashed: bool,
+    /// Draw in this palette colour instead of the series' own (several series as one).
+    pub color: Option<usize>,
+    /// Leave out of the legend (another series of the same colour names it).
+    pub unlabelled: bool,
 }
 
 const FONT_PATHS: &[&str] = &[
@@ -120,20 +124,25 @@ fn draw<DB: DrawingBackend>(
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, s) in series.iter().enumerate() {
-        let color = if s.dashed { BLACK } else { COLORS[i % COLORS.len()] };
+        let color = if s.dashed { BLACK } else { COLORS[s.color.unwrap_or(i) % COLORS.len()] };
         let style = color.stroke_width(2);
         if s.dashed {
-            chart
+            let drawn = chart
                 .draw_series(DashedLineSeries::new(s.points.iter().copied(), 8, 6, style))
-                .map_err(|e| e.to_string())?
-                .label(&s.name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+                .map_err(|e| e.to_string())?;
+            if !s.unlabelled {
+                drawn
+                    .label(&s.name)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            }
         } else {
-            chart
-                .draw_series(LineSeries::new(s.points.iter().copied(), style))
-                .map_err(|e| e.to_string())?
-                .label(&s.name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            let drawn =
+                chart.draw_series(LineSeries::new(s.points.iter().copied(), style)).map_err(|e| e.to_string())?;
+            if !s.unlabelled {
+                drawn
+                    .label(&s.name)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            }
             chart
                 .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(|e| e.to_string())?;

@@ -140,7 +140,8 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
     if !r.timelines.is_empty() {
         let mut series = vec![];
         let w = scenario::BALANCE_WINDOW_SAMPLES;
-        for tl in &r.timelines {
+        // One colour per policy; its first consumer names it in the legend.
+        for (t, tl) in r.timelines.iter().enumerate() {
             for (c, d) in tl.delivered.iter().enumerate() {
                 let points = (w..d.len())
                     .map(|k| {
@@ -149,9 +150,11 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
                     })
                     .collect();
                 series.push(Series {
-                    name: format!("{} consumer {c}", tl.series),
+                    name: format!("{} (each consumer)", tl.series),
                     points,
-                    dashed: tl.series != names[0],
+                    color: Some(t),
+                    unlabelled: c > 0,
+                    ..Default::default()
                 });
             }
         }
@@ -164,12 +167,12 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
         series.push(Series {
             name: name.to_string(),
             points: rows.iter().map(|row| (x(row.x), row.delivered)).collect(),
-            dashed: false,
+            ..Default::default()
         });
         let mod2: Vec<(f64, f64)> = rows.iter().map(|row| (x(row.x), row.mod2)).collect();
         let drawn = series.iter().any(|s| s.dashed && s.points == mod2);
         if !drawn && rows.iter().any(|row| (row.mod2 - row.mod1).abs() > 1e-9) {
-            series.push(Series { name: format!("MOD-2 for {name}"), points: mod2, dashed: true });
+            series.push(Series { name: format!("MOD-2 for {name}"), points: mod2, dashed: true, ..Default::default() });
         }
     }
     let first: Vec<_> = r.rows.iter().filter(|row| row.series == names[0]).collect();
@@ -177,6 +180,7 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
         name: "MOD-1 (River's model)".into(),
         points: first.iter().map(|row| (x(row.x), row.mod1)).collect(),
         dashed: true,
+        ..Default::default()
     });
     let title = format!("{}: performance against the unperturbed ideal", r.scenario);
     plot::line_chart(path, &title, &x_label, "share of unperturbed ideal", &series, 1.1)

@@ -36,7 +36,10 @@ pub const SCENARIOS: [(&str, &str); 6] = [
     ("river-fig11", "DQ flow control: credits per producer f = 1..32, all at 5 MB/s, faults to 1 MB/s"),
     ("river-fig12", "GD under one fault against the number of 8 KB blocks moved"),
     ("river-fig14", "DQ slack: producers at 5 MB/s, consumers at 7, 10 and 20 MB/s, faults divide by 5"),
-    ("vs-convergence", "one of 4 disks loses 70% at t = 0: progress-based (gd) vs response-rate (gd-rr) over time"),
+    (
+        "vs-convergence",
+        "one of 4 disks loses 70% at t = 0: progress-based (gd), response-rate (gd-rr) and planned (gd-plan) over time",
+    ),
 ];
 
 /// What the command line may change; `None` keeps the scenario's own value.
@@ -579,7 +582,8 @@ fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
     case.params(&mut r);
     r.param("seek", "4 ms");
     let mut plan = Plan::new(r);
-    for policy in [ReadPolicyKind::Gd, ReadPolicyKind::GdRr] {
+    // gd-plan (ours) beside the paper's two.
+    for policy in [ReadPolicyKind::Gd, ReadPolicyKind::GdRr, ReadPolicyKind::GdPlan] {
         let (case, seed) = (case.clone(), o.seed);
         plan.jobs.push(Box::new(move || {
             let faulty = [NodeId(0)];
@@ -712,10 +716,10 @@ mod tests {
     }
 
     #[test]
-    fn convergence_records_both_policies_over_time() {
+    fn convergence_records_every_policy_over_time() {
         let o = SimOptions { blocks: Some(64), seed: 1, ..SimOptions::default() };
         let r = run("vs-convergence", &o).unwrap();
-        assert_eq!(r.timelines.len(), 2);
+        assert_eq!(r.timelines.len(), 3);
         for t in &r.timelines {
             assert_eq!(t.delivered.len(), 4);
         }
