@@ -313,13 +313,19 @@ pub enum Pick {
     Hold,
 }
 
-/// The part of a read policy that differs between policies.
+/// The part of a read policy that differs between policies. The defaults are those of a
+/// policy that does not adapt (static, mirror): progress in bytes, plain furthest-behind
+/// service, no end-of-scan steal, no progress notices, no probes.
 pub trait RoutePolicy: Send + fmt::Debug {
     fn kind(&self) -> ReadPolicyKind;
     /// The progress metric sent with requests.
-    fn metric(&self) -> ProgressMetric;
+    fn metric(&self) -> ProgressMetric {
+        ProgressMetric::Bytes
+    }
     /// What the servers should do with this consumer's requests.
-    fn service(&self) -> Service;
+    fn service(&self) -> Service {
+        Service::FURTHEST_BEHIND
+    }
     /// The share of `node`'s disk planned for this consumer's reads of `fragment`
     /// (`Service::share`; 0: no plan).
     fn share(&self, _fragment: FragmentId, _node: NodeId) -> u16 {
@@ -328,9 +334,13 @@ pub trait RoutePolicy: Send + fmt::Debug {
     /// The dataset's layout, told once before any pick.
     fn on_layout(&mut self, _layout: &Layout) {}
     /// Whether this policy may move queued requests between copies at the end of a scan.
-    fn steals_at_end(&self) -> bool;
+    fn steals_at_end(&self) -> bool {
+        false
+    }
     /// Whether servers should hear of this consumer's progress between requests.
-    fn notifies_progress(&self) -> bool;
+    fn notifies_progress(&self) -> bool {
+        false
+    }
     /// Pick a server for the next request. `holders` are the live servers holding the
     /// piece, the primary copy first; never empty. A policy that holds must have requests in
     /// flight (the engine checks), so a hold never stalls a read.
@@ -352,18 +362,6 @@ pub struct Static;
 impl RoutePolicy for Static {
     fn kind(&self) -> ReadPolicyKind {
         ReadPolicyKind::Static
-    }
-    fn metric(&self) -> ProgressMetric {
-        ProgressMetric::Bytes
-    }
-    fn service(&self) -> Service {
-        Service::FURTHEST_BEHIND
-    }
-    fn steals_at_end(&self) -> bool {
-        false
-    }
-    fn notifies_progress(&self) -> bool {
-        false
     }
     fn pick(&mut self, _view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
         Pick::To(holders[0])
@@ -406,9 +404,33 @@ impl Pulls {
         self.round_robin += 1;
         n
     }
+}
 
-    pub fn clear(&mut self) {
-        self.queue.clear();
+/// The backups a consumer has met, each asked for its state at once and then every
+/// `interval` while the consumer sends it nothing (a backup it reads from reports in its
+/// replies): the probe schedule gd-pc and gd-rr share.
+#[derive(Debug, Default)]
+pub struct BackupProbes {
+    last: BTreeMap<NodeId, Option<Time>>,
+}
+
+impl BackupProbes {
+    /// Remember these backups (the holders after the primary).
+    pub fn meet(&mut self, backups: &[NodeId]) {
+        for &b in backups {
+            self.last.entry(b).or_insert(None);
+        }
+    }
+
+    /// A backup due for a probe now, if any; it counts as probed.
+    pub fn due(&mut self, view: &RouteView<'_>, interval: Duration) -> Option<NodeId> {
+        let now = view.now;
+        let (&b, _) = self
+            .last
+            .iter()
+            .find(|(b, last)| view.node(**b).outstanding == 0 && last.is_none_or(|t| now.since(t) >= interval))?;
+        self.last.insert(b, Some(now));
+        Some(b)
     }
 }
 
@@ -455,18 +477,6 @@ pub struct Mirror {
 impl RoutePolicy for Mirror {
     fn kind(&self) -> ReadPolicyKind {
         ReadPolicyKind::Mirror
-    }
-    fn metric(&self) -> ProgressMetric {
-        ProgressMetric::Bytes
-    }
-    fn service(&self) -> Service {
-        Service::FURTHEST_BEHIND
-    }
-    fn steals_at_end(&self) -> bool {
-        false
-    }
-    fn notifies_progress(&self) -> bool {
-        false
     }
     fn pick(&mut self, _view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
         let n = holders[self.next % holders.len()];

@@ -19,9 +19,9 @@
 //! on the wide band lets neighbours drift without multiplexing disks; near the end a narrow
 //! band keeps the last consumer from lagging by a whole band when the others finish.
 
-use super::policy::{Pick, PrimarySettings, ReadPolicyKind, RoutePolicy, RouteView, ServerState};
+use super::policy::{BackupProbes, Pick, PrimarySettings, ReadPolicyKind, RoutePolicy, RouteView, ServerState};
 use crate::ids::NodeId;
-use crate::sched::{ProgressMetric, Service};
+use crate::sched::ProgressMetric;
 use crate::time::Time;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -37,8 +37,7 @@ pub struct PrimaryCopies {
     had_reader: BTreeSet<NodeId>,
     /// Since when each server has reported nobody reading its primaries.
     none_since: BTreeMap<NodeId, Time>,
-    /// Every backup seen, with when it was last probed.
-    backups: BTreeMap<NodeId, Option<Time>>,
+    probes: BackupProbes,
 }
 
 impl PrimaryCopies {
@@ -50,7 +49,7 @@ impl PrimaryCopies {
             reported: BTreeMap::new(),
             had_reader: BTreeSet::new(),
             none_since: BTreeMap::new(),
-            backups: BTreeMap::new(),
+            probes: BackupProbes::default(),
         }
     }
 
@@ -70,8 +69,8 @@ impl PrimaryCopies {
     /// Update which backups are in use from the latest reports.
     fn update_using(&mut self, view: &RouteView<'_>, backups: &[NodeId]) {
         let (high, low) = self.watermarks(view);
+        self.probes.meet(backups);
         for &b in backups {
-            self.backups.entry(b).or_insert(None);
             // Nobody reading the server's primary copies (finished, or none) counts as
             // progress 1: its disk is ours only if we are really behind, so equal disks
             // finishing a few blocks apart never send a request to a backup.
@@ -107,10 +106,6 @@ impl RoutePolicy for PrimaryCopies {
 
     fn metric(&self) -> ProgressMetric {
         ProgressMetric::Fraction
-    }
-
-    fn service(&self) -> Service {
-        Service::FURTHEST_BEHIND
     }
 
     fn steals_at_end(&self) -> bool {
@@ -150,16 +145,7 @@ impl RoutePolicy for PrimaryCopies {
     }
 
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
-        let now = view.now;
-        let interval = self.s.probe_interval;
-        // A backup we read from reports in its replies; one we do not, we ask.
-        let due = self
-            .backups
-            .iter()
-            .find(|(b, last)| view.node(**b).outstanding == 0 && last.is_none_or(|t| now.since(t) >= interval));
-        let b = *due?.0;
-        self.backups.insert(b, Some(now));
-        Some(b)
+        self.probes.due(view, self.s.probe_interval)
     }
 }
 

@@ -28,11 +28,9 @@
 //! perturbations" to sense small differences, is the `TROUBLE` threshold's other face: we
 //! react to differences above it and ignore the rest.
 
-use super::policy::{NodeView, Pick, RateSettings, ReadPolicyKind, RoutePolicy, RouteView};
+use super::policy::{BackupProbes, NodeView, Pick, RateSettings, ReadPolicyKind, RoutePolicy, RouteView};
 use crate::ids::NodeId;
 use crate::sched::{Discipline, ProgressMetric, Service};
-use crate::time::Time;
-use std::collections::BTreeMap;
 
 /// How far below expectation the primary must fall to count as trouble. Disk speeds measured
 /// over single requests vary by a few percent with the model's timer; 20% is a real fault.
@@ -46,12 +44,12 @@ pub struct ResponseRate {
     handoff: bool,
     trouble: bool,
     /// Backups seen, and when each was last asked for its state.
-    backups: BTreeMap<NodeId, Option<Time>>,
+    probes: BackupProbes,
 }
 
 impl ResponseRate {
     pub fn new(s: RateSettings, handoff: bool) -> ResponseRate {
-        ResponseRate { s, handoff, trouble: false, backups: BTreeMap::new() }
+        ResponseRate { s, handoff, trouble: false, probes: BackupProbes::default() }
     }
 
     pub fn in_trouble(&self) -> bool {
@@ -126,23 +124,13 @@ impl RoutePolicy for ResponseRate {
     }
 
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
-        // A backup we send nothing to is measured by asking it: at once, then every
-        // `probe_interval` (no data read from a backup without trouble).
-        let now = view.now;
-        let interval = self.s.probe_interval;
-        let due = self
-            .backups
-            .iter()
-            .find(|(b, last)| view.node(**b).outstanding == 0 && last.is_none_or(|t| now.since(t) >= interval));
-        let b = *due?.0;
-        self.backups.insert(b, Some(now));
-        Some(b)
+        // A backup we send nothing to is measured by asking it (no data read from a backup
+        // without trouble).
+        self.probes.due(view, self.s.probe_interval)
     }
 
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
-        for &b in &holders[1..] {
-            self.backups.entry(b).or_insert(None);
-        }
+        self.probes.meet(&holders[1..]);
         self.assess(view, holders);
         let best = self.targets(view, holders).into_iter().map(|(h, t)| (h, t - view.node(h).outstanding as f64)).fold(
             None,
@@ -161,6 +149,8 @@ impl RoutePolicy for ResponseRate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::Time;
+    use std::collections::BTreeMap;
 
     const H: [NodeId; 2] = [NodeId(0), NodeId(1)];
 
