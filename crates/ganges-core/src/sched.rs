@@ -293,9 +293,9 @@ struct StreamQueue {
     progress_key: f64,
 }
 
-/// Per-stream queues: the state both disciplines share.
+/// Per-stream queues: the state every per-stream discipline shares.
 #[derive(Debug, Default)]
-struct Streams {
+pub struct Streams {
     streams: BTreeMap<StreamKey, StreamQueue>,
     where_is: BTreeMap<JobId, StreamKey>,
     /// The stream of the last pop and how many of its jobs ran in a row.
@@ -385,24 +385,40 @@ impl Streams {
     }
 }
 
-/// GD's producer-side scheduler: the consumer furthest behind first.
-#[derive(Debug, Default)]
-pub struct FurthestBehind {
-    s: Streams,
+/// What tells the per-stream disciplines apart: which stream's next job the disk runs.
+pub trait Rule: Send + fmt::Debug {
+    fn name(&self) -> &'static str;
+    /// A job is about to be queued.
+    fn on_push(&mut self, _job: &Job) {}
+    /// The stream to serve next; `None` when nothing is queued, or while the rule waits
+    /// (see `wake_at`).
+    fn choose(&mut self, s: &mut Streams, now: Time, head: Option<FileKey>) -> Option<StreamKey>;
+    fn wake_at(&self) -> Option<Time> {
+        None
+    }
 }
 
-impl FurthestBehind {
+/// A scheduler that queues each consumer's requests as a stream and lets a [`Rule`] pick
+/// the stream.
+#[derive(Debug, Default)]
+pub struct PerStream<R> {
+    s: Streams,
+    rule: R,
+}
+
+impl<R> PerStream<R> {
     pub fn assert_invariants(&self) {
         self.s.assert_invariants();
     }
 }
 
-impl Scheduler for FurthestBehind {
+impl<R: Rule> Scheduler for PerStream<R> {
     fn name(&self) -> &'static str {
-        "furthest-behind"
+        self.rule.name()
     }
 
     fn push(&mut self, job: Job) {
+        self.rule.on_push(&job);
         self.s.push(job);
     }
 
@@ -410,18 +426,8 @@ impl Scheduler for FurthestBehind {
         self.s.remove(id)
     }
 
-    fn pop(&mut self, _now: Time, head: Option<FileKey>) -> Option<Job> {
-        if let Some(&key) = self.s.run_candidate(head) {
-            let q = &self.s.streams[&key];
-            let others = self.s.streams.iter().filter(|(k, _)| **k != key).map(|(_, o)| o.progress_key);
-            let slack = q.jobs[0].progress.key_step(q.jobs[0].bytes) * RUN_SLACK_JOBS;
-            if others.fold(f64::INFINITY, f64::min) + slack >= q.progress_key {
-                return Some(self.s.take_front(key));
-            }
-        }
-        let key = self
-            .s
-            .best_by(head, |q, b| (q.progress_key != b.progress_key).then_some(q.progress_key < b.progress_key))?;
+    fn pop(&mut self, now: Time, head: Option<FileKey>) -> Option<Job> {
+        let key = self.rule.choose(&mut self.s, now, head)?;
         Some(self.s.take_front(key))
     }
 
@@ -436,56 +442,61 @@ impl Scheduler for FurthestBehind {
     fn len(&self) -> usize {
         self.s.where_is.len()
     }
-}
 
-/// GD-4's server side: the consumer with the longest queue first, with a starvation guard.
-#[derive(Debug, Default)]
-pub struct LongestQueue {
-    s: Streams,
-    picks: u32,
-}
-
-impl LongestQueue {
-    pub fn assert_invariants(&self) {
-        self.s.assert_invariants();
+    fn wake_at(&self) -> Option<Time> {
+        self.rule.wake_at()
     }
 }
 
-impl Scheduler for LongestQueue {
+/// GD's producer-side scheduler: the consumer furthest behind first.
+pub type FurthestBehind = PerStream<ByProgress>;
+
+#[derive(Debug, Default)]
+pub struct ByProgress;
+
+impl Rule for ByProgress {
+    fn name(&self) -> &'static str {
+        "furthest-behind"
+    }
+
+    fn choose(&mut self, s: &mut Streams, _now: Time, head: Option<FileKey>) -> Option<StreamKey> {
+        if let Some(&key) = s.run_candidate(head) {
+            let q = &s.streams[&key];
+            let others = s.streams.iter().filter(|(k, _)| **k != key).map(|(_, o)| o.progress_key);
+            let slack = q.jobs[0].progress.key_step(q.jobs[0].bytes) * RUN_SLACK_JOBS;
+            if others.fold(f64::INFINITY, f64::min) + slack >= q.progress_key {
+                return Some(key);
+            }
+        }
+        s.best_by(head, |q, b| (q.progress_key != b.progress_key).then_some(q.progress_key < b.progress_key))
+    }
+}
+
+/// GD-4's server side: the consumer with the longest queue first, with a starvation guard.
+pub type LongestQueue = PerStream<ByQueue>;
+
+#[derive(Debug, Default)]
+pub struct ByQueue {
+    picks: u32,
+}
+
+impl Rule for ByQueue {
     fn name(&self) -> &'static str {
         "longest-queue"
     }
 
-    fn push(&mut self, job: Job) {
-        self.s.push(job);
-    }
-
-    fn remove(&mut self, id: JobId) -> bool {
-        self.s.remove(id)
-    }
-
-    fn pop(&mut self, _now: Time, head: Option<FileKey>) -> Option<Job> {
+    fn choose(&mut self, s: &mut Streams, _now: Time, head: Option<FileKey>) -> Option<StreamKey> {
         self.picks = self.picks.wrapping_add(1);
-        if self.s.streams.len() > 1 && self.picks.is_multiple_of(GUARD_EVERY) {
+        if s.streams.len() > 1 && self.picks.is_multiple_of(GUARD_EVERY) {
             // Starvation guard: the stream whose oldest request has waited longest.
-            let key = self.s.best_by(head, |q, b| {
+            return s.best_by(head, |q, b| {
                 (q.jobs[0].arrival != b.jobs[0].arrival).then_some(q.jobs[0].arrival < b.jobs[0].arrival)
-            })?;
-            return Some(self.s.take_front(key));
+            });
         }
-        if let Some(&key) = self.s.run_candidate(head) {
-            return Some(self.s.take_front(key));
+        if let Some(&key) = s.run_candidate(head) {
+            return Some(key);
         }
-        let key = self.s.best_by(head, |q, b| (q.jobs.len() != b.jobs.len()).then_some(q.jobs.len() > b.jobs.len()))?;
-        Some(self.s.take_front(key))
-    }
-
-    fn queued(&self) -> Vec<Job> {
-        self.s.queued()
-    }
-
-    fn len(&self) -> usize {
-        self.s.where_is.len()
+        s.best_by(head, |q, b| (q.jobs.len() != b.jobs.len()).then_some(q.jobs.len() > b.jobs.len()))
     }
 }
 
@@ -557,7 +568,7 @@ impl Scheduler for Auto {
 /// server's streams gain weight, those ahead lose it (integral action, `GAIN` per block of
 /// lag per pick), so once progress is level the weights keep the shares. The server serves
 /// by credits on those weights plus a proportional term for the current lag, and lets a
-/// stream run on the file under the head while its credit is above `-RUN_DEBT` (GD-5 runs
+/// stream run on the file under the head while its credit is above `-run_debt` (GD-5 runs
 /// without drifting apart: the debt is paid back).
 ///
 /// **Planned** (gd-plan, ours): the same credits and runs, but each stream's weight is the
@@ -565,17 +576,65 @@ impl Scheduler for Auto {
 /// measured rate and the layout: see `ideal::plan`), so the shares are right from the first
 /// request instead of learnt; the lag term still corrects what the plan got wrong. Planned
 /// runs may go deeper into debt, and the disk *anticipates*: when the stream it is running
-/// has nothing queued, it waits up to `ANTICIPATE` for that stream's next request (a reply
-/// pulls one within a round trip) before seeking to another file.
-#[derive(Debug, Default)]
-pub struct LearnedShares {
-    s: Streams,
+/// has nothing queued, it waits up to `ShareSettings::anticipate` for that stream's next request (a reply
+/// pulls one within a round trip) before seeking to another file. [`ShareSettings`] holds
+/// everything that differs between the two.
+pub type LearnedShares = PerStream<Shares>;
+
+/// The share disciplines' rule: learned (gd-share) or planned (gd-plan) weights, credits,
+/// runs and, for planned streams, anticipation. The two differ only in these settings.
+#[derive(Debug)]
+pub struct Shares {
+    how: ShareSettings,
     /// Weight and credit of each stream seen recently, and when it was last queued.
     state: BTreeMap<StreamKey, ShareState>,
-    /// Weights come from the requests' planned shares, not from learning.
-    planned: bool,
     /// The stream whose next request the disk is waiting for, until when.
     waiting: Option<(StreamKey, Time)>,
+}
+
+/// What sets learned and planned shares apart.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareSettings {
+    /// Weights come from the requests' planned shares, not from learning.
+    pub planned: bool,
+    /// Credit stays within this many picks either way. Bounded, a stream that lags gets the
+    /// disk beyond its share until it has caught up, instead of paying the extra back as
+    /// debt and keeping its lag.
+    pub credit_bound: f64,
+    /// How far into debt (in picks) a stream may run on the head's file.
+    pub run_debt: f64,
+    /// A stream this many blocks ahead of the mean of its server's streams does not run.
+    pub run_lead: f64,
+    /// How long the disk waits for the next request of the stream it is running (see
+    /// `choose`); `None`: it does not wait.
+    pub anticipate: Option<Duration>,
+}
+
+impl ShareSettings {
+    pub const LEARNED: ShareSettings = ShareSettings {
+        planned: false,
+        credit_bound: f64::INFINITY,
+        run_debt: 1.0,
+        run_lead: f64::INFINITY,
+        anticipate: None,
+    };
+    /// With anticipation keeping runs going, longer runs are what saves the seeks (in the
+    /// simulator, on the default bench at one slow disk: debt 1 and bound 2, 94.2% of the
+    /// ideal; 3 and 4, 95.3%). The wait is half a seek of the default disk model and many
+    /// loopback round trips.
+    pub const PLANNED: ShareSettings = ShareSettings {
+        planned: true,
+        credit_bound: 4.0,
+        run_debt: 3.0,
+        run_lead: 1.0,
+        anticipate: Some(Duration::from_millis(2)),
+    };
+}
+
+impl Default for Shares {
+    fn default() -> Self {
+        Shares::new(ShareSettings::LEARNED)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -585,149 +644,120 @@ struct ShareState {
     seen: Time,
 }
 
-impl LearnedShares {
+impl Shares {
     /// Weight gained per pick per block of lag behind the mean. Learns a 0.5 change of share
     /// in about 20 picks with a 1-block lag: fast against a 64-block scan, slow against noise.
     const GAIN: f64 = 0.01;
     /// Credit each block of current lag is worth when choosing (the proportional term).
     const PROPORTIONAL: f64 = 1.0;
-    /// How far into debt (in picks) a stream may run on the head's file.
-    const RUN_DEBT: f64 = 1.0;
     /// Weights of streams idle this long are forgotten (their scans ended).
     const FORGET_AFTER: Duration = Duration::from_secs(1);
     const WEIGHT_MIN: f64 = 0.02;
-    /// Planned streams' credit stays within this many picks either way...
-    const CREDIT_BOUND: f64 = 4.0;
-    /// ...and they run into this much debt: with anticipation keeping runs going, longer
-    /// runs are what saves the seeks (in the simulator, on the default bench at one slow
-    /// disk: debt 1 and bound 2, 94.2% of the ideal; 3 and 4, 95.3%).
-    const PLANNED_RUN_DEBT: f64 = 3.0;
-    /// How long a disk waits for the next request of the stream it is running (see `pop`):
-    /// half a seek of the default disk model, many loopback round trips.
-    const ANTICIPATE: Duration = Duration::from_millis(2);
-    /// A planned stream this many blocks ahead of the mean of its server's streams does not
-    /// run.
-    const RUN_LEAD: f64 = 1.0;
 
-    pub fn assert_invariants(&self) {
-        self.s.assert_invariants();
+    pub fn new(how: ShareSettings) -> Shares {
+        Shares { how, state: BTreeMap::new(), waiting: None }
     }
 
-    pub fn weight(&self, stream: StreamKey) -> Option<f64> {
-        self.state.get(&stream).map(|s| s.weight)
-    }
-
-    /// The planned discipline: weights from the requests.
-    pub fn planned() -> LearnedShares {
-        LearnedShares { planned: true, ..LearnedShares::default() }
+    /// Anticipation: the stream whose run the disk was on has nothing queued, but its next
+    /// request is a network round trip away (each reply pulls one); waiting for it is
+    /// cheaper than a seek to another file and back. True while the disk should wait.
+    fn wait_for_run(&mut self, s: &mut Streams, now: Time) -> bool {
+        let Some(wait) = self.how.anticipate else { return false };
+        let Some((k, n)) = s.run else { return false };
+        let idle_run = !s.streams.is_empty()
+            && n < RUN_MAX
+            && !s.streams.contains_key(&k)
+            && self.state.get(&k).is_some_and(|st| st.credit > -self.how.run_debt);
+        if !idle_run {
+            return false;
+        }
+        match self.waiting {
+            None => {
+                self.waiting = Some((k, now + wait));
+                true
+            }
+            Some((w, t)) if w == k && now < t => true,
+            // It did not come: the run is over.
+            _ => {
+                s.run = None;
+                false
+            }
+        }
     }
 }
 
-impl Scheduler for LearnedShares {
-    fn name(&self) -> &'static str {
-        if self.planned { "planned" } else { "learned-shares" }
+impl PerStream<Shares> {
+    /// The planned discipline: weights from the requests.
+    pub fn planned() -> LearnedShares {
+        PerStream { s: Streams::default(), rule: Shares::new(ShareSettings::PLANNED) }
     }
 
-    fn push(&mut self, job: Job) {
+    pub fn weight(&self, stream: StreamKey) -> Option<f64> {
+        self.rule.state.get(&stream).map(|s| s.weight)
+    }
+}
+
+impl Rule for Shares {
+    fn name(&self) -> &'static str {
+        if self.how.planned { "planned" } else { "learned-shares" }
+    }
+
+    fn on_push(&mut self, job: &Job) {
         let st = self.state.entry(job.stream).or_insert(ShareState { weight: 1.0, credit: 0.0, seen: job.arrival });
         st.seen = st.seen.max(job.arrival);
-        if self.planned {
+        if self.how.planned {
             st.weight = job.service.share_fraction().max(Self::WEIGHT_MIN);
         }
-        self.s.push(job);
     }
 
-    fn remove(&mut self, id: JobId) -> bool {
-        self.s.remove(id)
-    }
-
-    fn pop(&mut self, now: Time, head: Option<FileKey>) -> Option<Job> {
-        self.state.retain(|k, st| self.s.streams.contains_key(k) || now.since(st.seen) < Self::FORGET_AFTER);
-        // Anticipation (planned streams): the stream whose run the disk was on has nothing
-        // queued, but its next request is a network round trip away (each reply pulls one);
-        // waiting up to `ANTICIPATE` for it is cheaper than a seek to another file and back.
-        if self.planned
-            && !self.s.streams.is_empty()
-            && let Some((k, n)) = self.s.run
-            && n < RUN_MAX
-            && !self.s.streams.contains_key(&k)
-            && self.state.get(&k).is_some_and(|st| st.credit > -Self::PLANNED_RUN_DEBT)
-        {
-            match self.waiting {
-                None => {
-                    self.waiting = Some((k, now + Self::ANTICIPATE));
-                    return None;
-                }
-                Some((w, t)) if w == k && now < t => return None,
-                // It did not come: the run is over.
-                _ => self.s.run = None,
-            }
+    fn choose(&mut self, s: &mut Streams, now: Time, head: Option<FileKey>) -> Option<StreamKey> {
+        self.state.retain(|k, st| s.streams.contains_key(k) || now.since(st.seen) < Self::FORGET_AFTER);
+        if self.wait_for_run(s, now) {
+            return None;
         }
         self.waiting = None;
-        let keys: Vec<StreamKey> = self.s.streams.keys().copied().collect();
+        let keys: Vec<StreamKey> = s.streams.keys().copied().collect();
         if keys.len() <= 1 {
-            let key = *keys.first()?;
-            return Some(self.s.take_front(key));
+            return keys.first().copied();
         }
         // Lag of each competing stream behind their mean progress, in its own requests.
-        let mean = keys.iter().map(|k| self.s.streams[k].progress_key).sum::<f64>() / keys.len() as f64;
-        let lag = |k: &StreamKey| {
-            let q = &self.s.streams[k];
-            let step = q.jobs[0].progress.key_step(q.jobs[0].bytes).max(f64::MIN_POSITIVE);
-            (mean - q.progress_key) / step
-        };
-        let lags: Vec<f64> = keys.iter().map(lag).collect();
-        for (k, l) in keys.iter().zip(&lags).filter(|_| !self.planned) {
-            let st = self.state.get_mut(k).expect("pushed streams have state");
-            st.weight = (st.weight * (1.0 + Self::GAIN * l)).max(Self::WEIGHT_MIN);
+        let mean = keys.iter().map(|k| s.streams[k].progress_key).sum::<f64>() / keys.len() as f64;
+        let lags: Vec<f64> = keys
+            .iter()
+            .map(|k| {
+                let q = &s.streams[k];
+                let step = q.jobs[0].progress.key_step(q.jobs[0].bytes).max(f64::MIN_POSITIVE);
+                (mean - q.progress_key) / step
+            })
+            .collect();
+        if !self.how.planned {
+            for (k, l) in keys.iter().zip(&lags) {
+                let st = self.state.get_mut(k).expect("pushed streams have state");
+                st.weight = (st.weight * (1.0 + Self::GAIN * l)).max(Self::WEIGHT_MIN);
+            }
         }
         let total: f64 = keys.iter().map(|k| self.state[k].weight).sum();
         for k in &keys {
             let st = self.state.get_mut(k).expect("pushed streams have state");
             st.credit += st.weight / total;
         }
-        let priority = |i: usize| self.state[&keys[i]].credit + Self::PROPORTIONAL * lags[i];
-        // Planned streams run only while they are not ahead of the others: with bounded
-        // credit, a run is what could otherwise keep a lagging stream waiting.
-        let lag_of = |k: &StreamKey| keys.iter().position(|x| x == k).map_or(0.0, |i| lags[i]);
-        let run = self.s.run_candidate(head).copied().filter(|k| {
-            self.state[k].credit > -(if self.planned { Self::PLANNED_RUN_DEBT } else { Self::RUN_DEBT })
-                && (!self.planned || lag_of(k) > -Self::RUN_LEAD)
+        // A run continues while its debt is small and it is not ahead of the others.
+        let run = s.run_candidate(head).copied().filter(|k| {
+            let lag = keys.iter().position(|x| x == k).map_or(0.0, |i| lags[i]);
+            self.state[k].credit > -self.how.run_debt && lag > -self.how.run_lead
         });
-        let key = match run {
-            Some(k) => k,
-            None => {
-                let mut best = 0;
-                for i in 1..keys.len() {
-                    if priority(i) > priority(best) {
-                        best = i;
-                    }
-                }
-                keys[best]
-            }
-        };
+        let key = run.unwrap_or_else(|| {
+            let priority = |i: usize| self.state[&keys[i]].credit + Self::PROPORTIONAL * lags[i];
+            let best = (1..keys.len()).fold(0, |best, i| if priority(i) > priority(best) { i } else { best });
+            keys[best]
+        });
         self.state.get_mut(&key).expect("chosen stream has state").credit -= 1.0;
-        if self.planned {
-            // Bounded credit: a stream that lags gets the disk beyond its share until it has
-            // caught up, instead of paying the extra back as debt and keeping its lag.
-            for k in &keys {
-                let st = self.state.get_mut(k).expect("pushed streams have state");
-                st.credit = st.credit.clamp(-Self::CREDIT_BOUND, Self::CREDIT_BOUND);
-            }
+        let bound = self.how.credit_bound;
+        for k in &keys {
+            let st = self.state.get_mut(k).expect("pushed streams have state");
+            st.credit = st.credit.clamp(-bound, bound);
         }
-        Some(self.s.take_front(key))
-    }
-
-    fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
-        self.s.update_progress(stream, progress);
-    }
-
-    fn queued(&self) -> Vec<Job> {
-        self.s.queued()
-    }
-
-    fn len(&self) -> usize {
-        self.s.where_is.len()
+        Some(key)
     }
 
     fn wake_at(&self) -> Option<Time> {
@@ -1057,7 +1087,7 @@ mod tests {
         let t = Time(1_000);
         assert_eq!(s.pop(t, Some(0)), None);
         let deadline = s.wake_at().expect("a deadline to decide again");
-        assert_eq!(deadline, t + LearnedShares::ANTICIPATE);
+        assert_eq!(deadline, t + ShareSettings::PLANNED.anticipate.unwrap());
         // Its request comes: the run goes on.
         s.push(job(3, a, 0));
         assert_eq!(s.pop(Time(2_000), Some(0)).unwrap().id, 3);
