@@ -10,7 +10,7 @@
 
 use crate::dq::{DqMode, DqSpec, run_dq};
 use crate::net::NetParams;
-use crate::scan::{ScanSpec, SimError, run_scan};
+use crate::scan::{ScanOutcome, ScanSpec, SimError, run_scan};
 use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::dq::DqSettings;
 use ganges_core::fault::{FaultLayout, place};
@@ -476,14 +476,31 @@ impl GdCase {
         series: &str,
         x: f64,
     ) -> Result<Row, SimError> {
+        let (row, ..) = self.simulate(policy, placement, faults, seed, None)?;
+        Ok(Row { series: series.into(), x, ..row })
+    }
+
+    /// One run and its row (series named after the policy, at x = faults); with
+    /// `sample_every`, the outcome holds every consumer's delivered bytes over time. Also
+    /// each consumer's ideal rate under the faults.
+    fn simulate(
+        &self,
+        policy: ReadPolicyKind,
+        placement: FaultLayout,
+        faults: u32,
+        seed: u64,
+        sample_every: Option<Duration>,
+    ) -> Result<(Row, ScanOutcome, Vec<f64>), SimError> {
         let faulty = place(placement, self.nodes, faults, seed);
-        let spec = self.spec(policy, &faulty, seed)?;
+        let mut spec = self.spec(policy, &faulty, seed)?;
+        spec.sample_every = sample_every;
         let (_, free) = self.ideals(&spec, &[])?;
         let (river, layout) = self.ideals(&spec, &faulty)?;
         let out = run_scan(&spec)?;
-        Ok(Row {
-            series: series.into(),
-            x,
+        let ideal_rates = spec.partitions.iter().map(|p| p.len as f64 / layout).collect();
+        let row = Row {
+            series: policy.to_string(),
+            x: faults as f64,
             faults,
             fault_nodes: faulty.iter().map(|n| n.0).collect(),
             seconds: out.seconds,
@@ -493,7 +510,8 @@ impl GdCase {
             frac_layout_ideal: layout / out.seconds,
             backup_bytes_frac: out.backup_bytes as f64 / out.bytes.max(1) as f64,
             events: out.events,
-        })
+        };
+        Ok((row, out, ideal_rates))
     }
 }
 
@@ -586,13 +604,9 @@ fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
     for policy in [ReadPolicyKind::Gd, ReadPolicyKind::GdRr, ReadPolicyKind::GdPlan] {
         let (case, seed) = (case.clone(), o.seed);
         plan.jobs.push(Box::new(move || {
-            let faulty = [NodeId(0)];
-            let mut spec = case.spec(policy, &faulty, seed)?;
-            spec.sample_every = Some(Duration::from_secs_f64(SAMPLE_SECS));
-            let (river, layout) = case.ideals(&spec, &faulty)?;
-            let (_, free) = case.ideals(&spec, &[])?;
-            let out = run_scan(&spec)?;
-            let ideal_rates: Vec<f64> = spec.partitions.iter().map(|p| p.len as f64 / layout).collect();
+            // One fault, on disk 0 (the best and worst layouts agree on it).
+            let every = Some(Duration::from_secs_f64(SAMPLE_SECS));
+            let (row, out, ideal_rates) = case.simulate(policy, FaultLayout::Best, 1, seed, every)?;
             let timeline = Timeline {
                 series: policy.to_string(),
                 sample_secs: SAMPLE_SECS,
@@ -604,19 +618,6 @@ fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
                 ),
                 delivered: out.delivered,
                 ideal_rates,
-            };
-            let row = Row {
-                series: policy.to_string(),
-                x: 1.0,
-                faults: 1,
-                fault_nodes: vec![0],
-                seconds: out.seconds,
-                delivered: free / out.seconds,
-                mod1: free / river,
-                mod2: free / layout,
-                frac_layout_ideal: layout / out.seconds,
-                backup_bytes_frac: out.backup_bytes as f64 / out.bytes.max(1) as f64,
-                events: out.events,
             };
             Ok((row, Some(timeline)))
         }));
