@@ -455,12 +455,7 @@ impl Message {
                 Message::Probe(Probe { stream, progress, dataset })
             }
             kind::READ_OK | kind::READ_OK_MOVED => {
-                let origin = if header.kind == kind::READ_OK_MOVED {
-                    need("read-ok", &b, 12)?;
-                    Some(get_origin(&mut b))
-                } else {
-                    None
-                };
+                let origin = get_origin_if(header.kind == kind::READ_OK_MOVED, "read-ok", &mut b)?;
                 need("read-ok", &b, 16)?;
                 let crc = b.get_u32_le();
                 let queue_len = b.get_u32_le();
@@ -498,12 +493,7 @@ impl Message {
                 Message::Write(WriteReq { txid, dataset, fragment, block, crc, data: b })
             }
             kind::ERROR | kind::ERROR_MOVED => {
-                let origin = if header.kind == kind::ERROR_MOVED {
-                    need("error", &b, 12)?;
-                    Some(get_origin(&mut b))
-                } else {
-                    None
-                };
+                let origin = get_origin_if(header.kind == kind::ERROR_MOVED, "error", &mut b)?;
                 need("error", &b, 2)?;
                 let code = ErrorCode::from_u16(b.get_u16_le());
                 if b.len() > ERROR_MESSAGE_MAX {
@@ -548,8 +538,13 @@ fn get_primary(what: &'static str, b: &mut Bytes) -> Result<Option<f64>, ProtoEr
     }
 }
 
-fn get_origin(b: &mut Bytes) -> Origin {
-    Origin { node: NodeId(b.get_u32_le()), request_id: b.get_u64_le() }
+/// The origin prefix of a reply to a handed-off request, when `moved` says there is one.
+fn get_origin_if(moved: bool, what: &'static str, b: &mut Bytes) -> Result<Option<Origin>, ProtoError> {
+    if !moved {
+        return Ok(None);
+    }
+    need(what, b, 12)?;
+    Ok(Some(Origin { node: NodeId(b.get_u32_le()), request_id: b.get_u64_le() }))
 }
 
 fn need(what: &'static str, b: &Bytes, n: usize) -> Result<(), ProtoError> {
