@@ -346,25 +346,14 @@ impl ScanBenchSpec {
 }
 
 /// Partitions of `shape` for a ratio: consumer i gets a share proportional to `even` or
-/// `odd`, in consecutive ranges cut at block boundaries (GD-7 logical partitioning; block
-/// boundaries so no two consumers read the same block).
+/// `odd` (`Shape::weighted_partitions`); equal shares with a consumer per fragment are the
+/// fragments themselves.
 pub fn ratio_partitions(shape: &Shape, consumers: u32, ratio: Ratio) -> Vec<Partition> {
     if ratio == Ratio::EQUAL && consumers == shape.fragment_count() {
         return shape.fragment_partitions();
     }
-    let block = shape.block_bytes() as u64;
-    let total = shape.total_bytes();
     let weights: Vec<f64> = (0..consumers).map(|i| if i % 2 == 0 { ratio.even } else { ratio.odd }).collect();
-    let sum: f64 = weights.iter().sum();
-    let mut bounds = vec![0u64];
-    let mut acc = 0.0;
-    for w in &weights[..weights.len() - 1] {
-        acc += w;
-        let cut = ((total as f64 * acc / sum / block as f64).round() as u64 * block).min(total);
-        bounds.push(cut.max(*bounds.last().expect("non-empty")));
-    }
-    bounds.push(total);
-    bounds.windows(2).map(|w| Partition { offset: w[0], len: w[1] - w[0] }).collect()
+    shape.weighted_partitions(&weights)
 }
 
 /// Run the scan benchmark: start a cluster, make the datasets, run every row.

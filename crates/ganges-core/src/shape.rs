@@ -196,6 +196,25 @@ impl Shape {
             .collect()
     }
 
+    /// Consecutive partitions of the whole dataset, one per weight, each proportional to its
+    /// weight and cut at multiples of the block size: block boundaries when fragments are
+    /// whole blocks, so no two consumers read the same block (GD-7 logical partitioning; the
+    /// bench's unequal even/odd ratios). Weights must be positive.
+    pub fn weighted_partitions(&self, weights: &[f64]) -> Vec<Partition> {
+        let block = self.block_bytes() as u64;
+        let total = self.total_bytes();
+        let sum: f64 = weights.iter().sum();
+        let mut bounds = vec![0u64];
+        let mut acc = 0.0;
+        for w in weights.iter().take(weights.len().saturating_sub(1)) {
+            acc += w;
+            let cut = ((total as f64 * acc / sum / block as f64).round() as u64 * block).min(total);
+            bounds.push(cut.max(*bounds.last().expect("non-empty")));
+        }
+        bounds.push(total);
+        bounds.windows(2).map(|w| Partition { offset: w[0], len: w[1] - w[0] }).collect()
+    }
+
     /// Check that a partition lies inside the dataset.
     pub fn check_partition(&self, p: Partition) -> Result<(), ShapeError> {
         let end = p.offset.checked_add(p.len);
@@ -292,6 +311,30 @@ mod tests {
     }
 
     proptest! {
+        /// Weighted partitions tile the dataset, one per weight, cut at multiples of the
+        /// block size, each within a block of its weight's share.
+        #[test]
+        fn weighted_partitions_tile_the_dataset(
+            fragments in 1u32..8,
+            blocks in 1u64..40,
+            weights in prop::collection::vec(0.5f64..3.0, 1..12),
+        ) {
+            let block = 4096u64;
+            let s = Shape::uniform(fragments, blocks * block, block as u32).unwrap();
+            let parts = s.weighted_partitions(&weights);
+            prop_assert_eq!(parts.len(), weights.len());
+            let sum: f64 = weights.iter().sum();
+            let mut at = 0;
+            for (p, w) in parts.iter().zip(&weights) {
+                prop_assert_eq!(p.offset, at);
+                prop_assert_eq!(p.offset % block, 0);
+                let share = s.total_bytes() as f64 * w / sum;
+                prop_assert!((p.len as f64 - share).abs() <= 2.0 * block as f64, "{} for {}", p.len, share);
+                at += p.len;
+            }
+            prop_assert_eq!(at, s.total_bytes());
+        }
+
         /// Pieces tile the partition exactly, in order, never crossing a block boundary.
         #[test]
         fn pieces_tile_any_partition(
