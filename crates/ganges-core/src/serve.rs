@@ -205,11 +205,12 @@ impl<C: ReadContext> ServerQueue<C> {
 
     /// What to report about this server to a consumer of `dataset`.
     pub fn report(&mut self, dataset: u64, now: Time) -> Report {
+        let measured = self.rate.rate();
         Report {
             queue_len: self.sched.len() as u32,
             primary_progress: self.primaries.progress(dataset, now),
-            disk_bytes_per_sec: self.rate.rate().or(self.model.as_ref().map(|m| m.params().rate_bytes_per_sec)),
-            disk_measured: self.rate.rate().is_some(),
+            disk_bytes_per_sec: measured.or(self.model.as_ref().map(|m| m.params().rate_bytes_per_sec)),
+            disk_measured: measured.is_some(),
         }
     }
 
