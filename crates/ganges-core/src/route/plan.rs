@@ -114,7 +114,7 @@ impl Planned {
     }
 
     /// Planned share of `node`'s disk for a reader of `fragment`, if there is a plan.
-    pub fn share(&self, fragment: FragmentId, node: NodeId) -> Option<f64> {
+    pub fn disk_share(&self, fragment: FragmentId, node: NodeId) -> Option<f64> {
         self.planned(fragment, node).map(|p| p.0)
     }
 
@@ -237,7 +237,7 @@ impl RoutePolicy for Planned {
         if self.learning.contains(&node) {
             return SHARE_ONE / 2;
         }
-        self.share(fragment, node).map_or(SHARE_ONE / 2, |s| ((s * SHARE_ONE as f64).round() as u16).max(1))
+        self.disk_share(fragment, node).map_or(SHARE_ONE / 2, |s| ((s * SHARE_ONE as f64).round() as u16).max(1))
     }
     fn steals_at_end(&self) -> bool {
         true
@@ -347,7 +347,7 @@ mod tests {
             assert_eq!(p.pick(&view(&n, 2), &[NodeId(2), NodeId(3)]), Pick::To(NodeId(2)));
             p.on_reply(&view(&n, 2), NodeId(3));
         }
-        assert_eq!(p.share(FragmentId(2), NodeId(2)), Some(1.0));
+        assert_eq!(p.disk_share(FragmentId(2), NodeId(2)), Some(1.0));
         assert_eq!(RoutePolicy::share(&p, FragmentId(2), NodeId(2)), SHARE_ONE);
     }
 
@@ -358,9 +358,9 @@ mod tests {
         p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]);
         // 3.5 MB/s for 4 fragments: every disk busy for 8/7 s. Disk 0 does 4/7 of fragment 0;
         // fragment 0's reader gets 3/7 of a fragment from disk 1, which is 3/8 of disk 1.
-        let backup = p.share(FragmentId(0), NodeId(1)).unwrap();
+        let backup = p.disk_share(FragmentId(0), NodeId(1)).unwrap();
         assert!((backup - 3.0 / 8.0).abs() < 1e-6, "{backup}");
-        assert!((p.share(FragmentId(0), NodeId(0)).unwrap() - 1.0).abs() < 1e-6);
+        assert!((p.disk_share(FragmentId(0), NodeId(0)).unwrap() - 1.0).abs() < 1e-6);
         // Requests now go to both holders: one with nothing of ours queued gets the next.
         let busy = servers(&[0.5e6, 1e6, 1e6, 1e6], &[2, 0]);
         assert_eq!(p.pick(&view(&busy, 0), &[NodeId(0), NodeId(1)]), Pick::To(NodeId(1)));
@@ -386,7 +386,7 @@ mod tests {
         let mut p = policy(4);
         let mut n = rates(&[0.5e6, 1e6, 1e6, 1e6]);
         p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]);
-        let on_track = p.share(FragmentId(0), NodeId(1)).unwrap();
+        let on_track = p.disk_share(FragmentId(0), NodeId(1)).unwrap();
         // Every other reader is 30% through, this one 10%.
         for i in 0..4 {
             let s = ServerState { queue_len: 0, service_us: 0, primary_progress: Some(0.3) };
@@ -394,7 +394,7 @@ mod tests {
         }
         let behind = RouteView { own_fraction: 0.1, ..view(&n, 0) };
         p.pick(&behind, &[NodeId(0), NodeId(1)]);
-        let more = p.share(FragmentId(0), NodeId(1)).unwrap();
+        let more = p.disk_share(FragmentId(0), NodeId(1)).unwrap();
         assert!(more > on_track + 0.1, "{on_track} then {more}");
     }
 
