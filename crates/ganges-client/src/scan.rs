@@ -245,9 +245,6 @@ impl ReadStream {
         while let Some(c) = self.engine.poll_cancel() {
             if let Some(tag) = self.tag_of.get(&(c.piece, c.node))
                 && let Some(o) = self.outstanding.get(tag)
-                // A handed-off request cannot be cancelled: it completes, and a duplicate is
-                // dropped.
-                && o.sent_to == o.node
                 && let Ok(conn) = self.client.conn(c.node)
             {
                 conn.cancel(o.request_id);

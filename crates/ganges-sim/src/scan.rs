@@ -177,8 +177,6 @@ struct Outstanding {
     piece: usize,
     /// The server expected to answer (changes when the read is handed over).
     node: NodeId,
-    /// The server the request was sent to (only it can cancel it).
-    sent_to: NodeId,
 }
 
 #[derive(Debug)]
@@ -404,7 +402,7 @@ impl<'a> Sim<'a> {
             };
             let request = cons.next_request;
             cons.next_request += 1;
-            cons.outstanding.insert(request, Outstanding { piece: d.piece, node: d.node, sent_to: d.node });
+            cons.outstanding.insert(request, Outstanding { piece: d.piece, node: d.node });
             cons.request_of.insert((d.piece, d.node), request);
             let msg = ToServer::Read {
                 c,
@@ -423,13 +421,7 @@ impl<'a> Sim<'a> {
             self.send_server(me, node.0 as usize, HEADER_BYTES, ToServer::Probe { c });
         }
         while let Some(d) = self.consumers[c].engine.poll_cancel() {
-            let cons = &self.consumers[c];
-            if let Some(&request) = cons.request_of.get(&(d.piece, d.node))
-                && let Some(o) = cons.outstanding.get(&request)
-                // A handed-over read cannot be cancelled: it completes, and the duplicate is
-                // dropped (as in the real client).
-                && o.sent_to == o.node
-            {
+            if let Some(&request) = self.consumers[c].request_of.get(&(d.piece, d.node)) {
                 self.send_server(me, d.node.0 as usize, HEADER_BYTES, ToServer::Cancel { c, request });
             }
         }

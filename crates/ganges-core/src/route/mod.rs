@@ -22,7 +22,8 @@
 //! **End-of-scan steal.** When every piece has been requested, a server that replies and has
 //! nothing more of this consumer's takes over one piece still queued at another server that
 //! also holds it; the engine sends it there and cancels it at the old server (river §6.2's
-//! end-of-run effect). A cancel that arrives too late yields a duplicate, which the engine
+//! end-of-run effect). A request a server handed to another (GD-6) is never stolen: its id
+//! belongs to the first server, so it could not be cancelled. A cancel that arrives too late yields a duplicate, which the engine
 //! drops and counts: every piece is delivered exactly once.
 //!
 //! **Progress notices.** GD policies tell the other servers holding this consumer's queued
@@ -199,6 +200,9 @@ pub struct ReadEngine {
     /// The first piece not yet delivered (for the lookahead bound).
     first_undelivered: usize,
     retry: VecDeque<usize>,
+    /// Pieces whose request a server handed to another (GD-6): the request id belongs to
+    /// the first server, so it cannot be cancelled, and the end-of-scan steal leaves it be.
+    moved: BTreeSet<usize>,
     steals: VecDeque<Dispatch>,
     cancels: VecDeque<Dispatch>,
     notify: BTreeSet<NodeId>,
@@ -258,6 +262,7 @@ impl ReadEngine {
             cursor: 0,
             first_undelivered: 0,
             retry: VecDeque::new(),
+            moved: BTreeSet::new(),
             steals: VecDeque::new(),
             cancels: VecDeque::new(),
             notify: BTreeSet::new(),
@@ -362,6 +367,7 @@ impl ReadEngine {
     /// Forget one outstanding request of `piece` at `node`; returns when it was sent, or
     /// `None` if there was none (a late reply to something already released).
     fn release(&mut self, piece: usize, node: NodeId) -> Option<Option<Time>> {
+        self.moved.remove(&piece);
         let mut sent = None;
         let mut was_there = false;
         if let PieceState::InFlight(nodes) = &mut self.state[piece] {
@@ -592,6 +598,7 @@ impl ReadEngine {
         }
         self.nodes.entry(to).or_default().outstanding += 1;
         self.stats.moved += 1;
+        self.moved.insert(piece);
         if self.down.contains(&to) {
             // Moved to a server already known dead: take it back at once.
             self.on_failure(now, piece, to, Failure::Unavailable);
@@ -654,7 +661,7 @@ impl ReadEngine {
         let mut best: Option<(u32, usize, NodeId)> = None;
         for i in (0..self.pieces.len()).rev() {
             let PieceState::InFlight(nodes) = &self.state[i] else { continue };
-            if nodes.len() != 1 || nodes[0].0 == node || self.bad.contains(&(i, node)) {
+            if nodes.len() != 1 || nodes[0].0 == node || self.bad.contains(&(i, node)) || self.moved.contains(&i) {
                 continue;
             }
             if !self.holders[&self.pieces[i].fragment].contains(&node) {

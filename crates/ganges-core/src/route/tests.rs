@@ -152,6 +152,23 @@ fn the_end_of_a_scan_steals_from_a_loaded_server_and_drops_the_duplicate() {
     e.assert_invariants();
 }
 
+/// A request a server handed to another cannot be cancelled (its id belongs to the first
+/// server), so the end-of-scan steal takes another piece rather than read it twice.
+#[test]
+fn the_end_of_a_scan_never_steals_a_handed_over_request() {
+    let mut e = engine(ReadPolicyKind::Gd, 4, 3, 0, 4);
+    let sends = drain(&mut e); // pieces 0..4 on nodes 0,1,2,0
+    assert_eq!(sends.iter().map(|d| d.node.0).collect::<Vec<_>>(), vec![0, 1, 2, 0]);
+    // Node 0 hands piece 3 to node 2, which now holds pieces 2 and 3.
+    assert!(e.on_moved(Time::ZERO, 3, NodeId(0), NodeId(2)));
+    // Node 1 answers and is idle: it steals piece 2, not the moved piece 3.
+    e.on_data(Time::ZERO, 1, NodeId(1));
+    assert_eq!(drain(&mut e), vec![Dispatch { piece: 2, node: NodeId(1) }]);
+    assert_eq!(e.poll_cancel(), Some(Dispatch { piece: 2, node: NodeId(2) }));
+    assert_eq!(e.poll_cancel(), None);
+    e.assert_invariants();
+}
+
 /// A server that holds our requests and says nothing is hung, not slow: after the stall
 /// timeout its requests go to the other copy, even for the static policy.
 #[test]
