@@ -4,7 +4,7 @@ use crate::bench::LayoutChoice;
 use crate::util::{CliError, CliResult, Table, bytes_bar, fail, progress_fn};
 use ganges_client::client::Client;
 use ganges_client::cluster::ClusterFile;
-use ganges_client::dataset::{self, CopyState, CreateSpec};
+use ganges_client::dataset::{self, CopyState, CreateSpec, WriteSource, WriteSpec};
 use ganges_client::scan::{ReadOptions, open_scan};
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
@@ -15,8 +15,9 @@ use ganges_core::ids::NodeId;
 use ganges_core::layout::Layout;
 use ganges_core::shape::Shape;
 use ganges_core::units::{ByteSize, mb_per_sec};
+use ganges_core::write::WritePolicyKind;
 use ganges_proto::control::{ControlReply, ControlRequest};
-use ganges_proto::manifest::{Content, DatasetName};
+use ganges_proto::manifest::{Content, DatasetName, DatasetState};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -202,7 +203,7 @@ pub async fn dataset_info(cluster: &Path, name: DatasetName, json: bool) -> CliR
         }
     );
     println!("checksum   {} per block; digest {}", m.checksum, m.digest);
-    let mut t = Table::new(&["fragment", "bytes", "copy", "node", "state"]);
+    let mut t = Table::new(&["fragment", "bytes", "copy", "node", "state", "blocks"]);
     for c in &info.copies {
         t.row(vec![
             c.fragment.0.to_string(),
@@ -215,9 +216,21 @@ pub async fn dataset_info(cluster: &Path, name: DatasetName, json: bool) -> CliR
                 CopyState::NodeDown => "node down",
             }
             .into(),
+            if c.blocks_present == c.blocks {
+                format!("{} (whole)", c.blocks)
+            } else {
+                format!("{} of {}", c.blocks_present, c.blocks)
+            },
         ]);
     }
     print!("{}", t.render());
+    if m.state == DatasetState::Incomplete {
+        println!(
+            "copies are incomplete: reads take each block from the copy holding it, with no choice of \
+             server; `ganges dataset complete {}` fills them",
+            m.name
+        );
+    }
     Ok(())
 }
 
@@ -246,6 +259,90 @@ pub async fn dataset_verify(cluster: &Path, name: DatasetName) -> CliResult<()> 
     } else {
         fail(format!("`{name}` has problems (above); reads avoid bad copies, but re-create or re-import it"))
     }
+}
+
+pub async fn dataset_complete(cluster: &Path, name: DatasetName) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let c = dataset::complete(&client, &name).await?;
+    if c.blocks == 0 {
+        println!("`{name}` is complete: every copy holds every block");
+    } else {
+        println!(
+            "completed `{name}`: {} blocks ({}) copied between servers in {:.1}s ({:.1} MB/s)",
+            c.blocks,
+            ByteSize(c.bytes),
+            c.seconds,
+            mb_per_sec(c.bytes, c.seconds)
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+pub struct WriteArgs {
+    pub name: DatasetName,
+    pub writers: Option<u32>,
+    pub policy: WritePolicyKind,
+    pub total_bytes: u64,
+    pub block_bytes: u32,
+    pub replicas: u32,
+    pub window: u32,
+    pub source: WriteSource,
+    pub complete: bool,
+}
+
+pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let writers = a.writers.unwrap_or(client.nodes());
+    if writers == 0 {
+        return fail("--writers must be at least 1");
+    }
+    let total = match &a.source {
+        WriteSource::File(p) => std::fs::metadata(p).map_err(|e| CliError(format!("{}: {e}", p.display())))?.len(),
+        WriteSource::Generated(_) => a.total_bytes,
+    };
+    let bar = bytes_bar(total, "write");
+    let spec = WriteSpec {
+        name: a.name,
+        writers,
+        total_bytes: a.total_bytes,
+        block_bytes: a.block_bytes,
+        replicas: a.replicas,
+        policy: a.policy,
+        window: a.window,
+        source: a.source,
+        complete: a.complete,
+    };
+    let out = dataset::write(&client, spec, Some(progress_fn(&bar))).await?;
+    bar.finish_and_clear();
+    let m = &out.manifest;
+    let backup: u64 = out.writers.iter().map(|r| r.stats.backup_bytes()).sum();
+    println!(
+        "wrote `{}` with {} writers ({}): {} in {:.1}s ({:.1} MB/s), {:.0}% of blocks on backup copies, digest {}",
+        m.name,
+        writers,
+        a.policy,
+        ByteSize(m.total_bytes()),
+        out.seconds,
+        mb_per_sec(m.total_bytes(), out.seconds),
+        100.0 * backup as f64 / m.total_bytes().max(1) as f64,
+        m.digest
+    );
+    match (&out.completion, m.state) {
+        (Some(c), _) => println!(
+            "completed every copy: {} blocks ({}) copied between servers in {:.1}s ({:.1} MB/s)",
+            c.blocks,
+            ByteSize(c.bytes),
+            c.seconds,
+            mb_per_sec(c.bytes, c.seconds)
+        ),
+        (None, DatasetState::Incomplete) => println!(
+            "copies are incomplete (readable, each block from the copy holding it); `ganges dataset complete {}` fills them",
+            m.name
+        ),
+        (None, DatasetState::Complete) => {}
+    }
+    Ok(())
 }
 
 pub async fn dataset_rm(cluster: &Path, name: DatasetName) -> CliResult<()> {

@@ -6,6 +6,7 @@ use ganges_cli::commands::{self, CreateArgs, ModelLayoutArgs, SizeSpec};
 use ganges_cli::local::{self, DiskSpec, LocalSpec};
 use ganges_cli::util::{CliError, CliResult, fail};
 use ganges_client::cluster::{ClusterFile, default_cluster_path, default_local_root};
+use ganges_client::dataset::WriteSource;
 use ganges_client::scan::ReadOptions;
 use ganges_core::datagen::Generator;
 use ganges_core::disk::{DiskParams, Fault};
@@ -14,6 +15,7 @@ use ganges_core::ids::NodeId;
 use ganges_core::route::{PlanSettings, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, WINDOW_DEFAULT};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::units::{ByteSize, Dur, Rate};
+use ganges_core::write::WritePolicyKind;
 use ganges_proto::manifest::DatasetName;
 use ganges_sim::scenario::SimOptions;
 use std::path::PathBuf;
@@ -63,6 +65,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: DatasetCmd,
     },
+    /// Write a dataset from many writers at once; blocks go where the write policy sends them
+    #[command(
+        after_help = "Examples:\n  ganges write events --writers 8 --size 1GiB --policy gd\n  ganges write logs --from ./logs.bin --writers 4 --policy static\n  ganges write draft --size 256MiB --no-complete   (then: ganges dataset complete draft)"
+    )]
+    Write(WriteArgs),
     /// Read a whole dataset, one consumer per fragment, and check every byte arrived once
     #[command(after_help = "Example:\n  ganges scan events --policy gd")]
     Scan {
@@ -286,6 +293,13 @@ enum DatasetCmd {
         #[command(flatten)]
         cluster: ClusterArg,
     },
+    /// Fill every copy of a dataset written with a choice of copy (replica completion, GW-2)
+    #[command(after_help = "Example:\n  ganges dataset complete events")]
+    Complete {
+        name: String,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
     /// Check every block of every copy against its checksum
     #[command(after_help = "Example:\n  ganges dataset verify events")]
     Verify {
@@ -300,6 +314,42 @@ enum DatasetCmd {
         #[command(flatten)]
         cluster: ClusterArg,
     },
+}
+
+#[derive(Args, Debug)]
+struct WriteArgs {
+    /// Dataset name
+    name: String,
+    /// Writers, each writing its own fragment [default: one per server]
+    #[arg(long)]
+    writers: Option<u32>,
+    /// Write policy: static (each block to its fragment's primary copy) or gd (primary or
+    /// backup copy, whichever keeps the writers balanced; GW-1)
+    #[arg(long, default_value = "gd")]
+    policy: WritePolicyKind,
+    /// Total size of generated data
+    #[arg(long, conflicts_with = "from", required_unless_present = "from")]
+    size: Option<ByteSize>,
+    /// Write this local file instead of generated data, split among the writers in order
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// Copies of each fragment (chained declustering; 1 to 4)
+    #[arg(long, default_value_t = 2)]
+    replicas: u32,
+    #[arg(long, default_value = "1MiB")]
+    block_size: ByteSize,
+    /// Blocks in flight per writer
+    #[arg(long, default_value_t = WINDOW_DEFAULT)]
+    window: u32,
+    /// Seed of the generated data
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Leave the copies incomplete after the write (readable by placement); fill them later
+    /// with `ganges dataset complete NAME`
+    #[arg(long)]
+    no_complete: bool,
+    #[command(flatten)]
+    cluster: ClusterArg,
 }
 
 #[derive(Args, Debug)]
@@ -653,6 +703,24 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Serve(a) => serve(a),
         Cmd::Local { cmd } => local_cmd(cmd),
         Cmd::Dataset { cmd } => runtime()?.block_on(dataset_cmd(cmd)),
+        Cmd::Write(a) => {
+            let source = match a.from {
+                Some(path) => WriteSource::File(path),
+                None => WriteSource::Generated(Generator::Random { seed: a.seed }),
+            };
+            let args = commands::WriteArgs {
+                name: name(&a.name)?,
+                writers: a.writers,
+                policy: a.policy,
+                total_bytes: a.size.map_or(0, |s| s.0),
+                block_bytes: block_bytes(a.block_size)?,
+                replicas: a.replicas,
+                window: a.window,
+                source,
+                complete: !a.no_complete,
+            };
+            runtime()?.block_on(commands::write(&a.cluster.path(), args))
+        }
         Cmd::Scan { name: n, policy, window, settings, cluster } => {
             let opts = ReadOptions::new(policy).with_window(window).with_settings(settings.settings()?);
             runtime()?.block_on(commands::scan(&cluster.path(), name(&n)?, opts))
@@ -868,6 +936,7 @@ async fn dataset_cmd(cmd: DatasetCmd) -> CliResult<()> {
         DatasetCmd::Get { name: n, file, cluster } => commands::dataset_get(&cluster.path(), name(&n)?, &file).await,
         DatasetCmd::Ls { staging, cluster } => commands::dataset_ls(&cluster.path(), staging).await,
         DatasetCmd::Info { name: n, json, cluster } => commands::dataset_info(&cluster.path(), name(&n)?, json).await,
+        DatasetCmd::Complete { name: n, cluster } => commands::dataset_complete(&cluster.path(), name(&n)?).await,
         DatasetCmd::Verify { name: n, cluster } => commands::dataset_verify(&cluster.path(), name(&n)?).await,
         DatasetCmd::Rm { name: n, cluster } => commands::dataset_rm(&cluster.path(), name(&n)?).await,
     }

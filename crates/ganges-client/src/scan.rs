@@ -10,9 +10,17 @@
 //! frames and the servers' replies into engine events. It also checks every payload against
 //! the CRC32C the server sent, so a block damaged anywhere between the disk and here is
 //! read again from another copy instead of being delivered.
+//!
+//! **Writes** (GW-1) run on the same driver: a [`WriteStream`] is a stream whose requests
+//! carry a block of the writer's partition to the copy the policy picks, and whose replies
+//! say the block is on that server's disk. The engine balances writers exactly as it
+//! balances readers (gd-enhancements §3.1: "writer i writes each block to the primary or
+//! backup copy of its fragment, progress-balanced like GD reads"); the stream records where
+//! every block landed, which becomes the dataset's placement.
 
 use crate::client::Client;
 use crate::conn::Event;
+use crate::dataset::ProgressFn;
 use crate::error::{ClientError, Result};
 use bytes::Bytes;
 use ganges_core::digest::Digest;
@@ -21,10 +29,10 @@ use ganges_core::route::{
     Delivery, Failure, ReadConfig, ReadEngine, ReadPolicyKind, ReadStats, STALL_TIMEOUT_DEFAULT, WINDOW_DEFAULT,
 };
 use ganges_core::route::{PolicySettings, ServerState};
-use ganges_core::shape::Partition;
+use ganges_core::shape::{Partition, Piece};
 use ganges_core::time::Time;
-use ganges_proto::manifest::Manifest;
-use ganges_proto::msg::{ErrorCode, Message, Probe, ProgressNote, ReadOk, ReadReq};
+use ganges_proto::manifest::{DatasetState, Manifest};
+use ganges_proto::msg::{ErrorCode, Message, Probe, ProgressNote, ReadOk, ReadReq, WriteOk, WriteReq};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -105,8 +113,25 @@ struct Outstanding {
     request_id: u64,
 }
 
+/// The bytes a writer writes: asked for one block-sized piece at a time, as it is sent.
+pub trait BlockSource: Send + Sync + std::fmt::Debug {
+    fn piece(&self, piece: &Piece) -> std::io::Result<Bytes>;
+}
+
+/// What makes a stream a writer: the staging transaction and where the bytes come from.
+#[derive(Debug)]
+struct WriteOp {
+    txid: u64,
+    source: Arc<dyn BlockSource>,
+    /// (piece, node, crc) of every block a server said it wrote, duplicates included (a
+    /// block written twice is on both copies).
+    placed: Vec<(usize, NodeId, u32)>,
+    crcs: HashMap<usize, u32>,
+}
+
 #[derive(Debug)]
 pub struct ReadStream {
+    write: Option<WriteOp>,
     client: Arc<Client>,
     manifest: Arc<Manifest>,
     engine: ReadEngine,
@@ -146,6 +171,7 @@ impl ReadStream {
         let engine = ReadEngine::open_ended(opts.policy.build(&opts.settings), &manifest.layout, config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut s = ReadStream {
+            write: None,
             client,
             manifest,
             engine,
@@ -175,8 +201,19 @@ impl ReadStream {
     pub fn add_range(&mut self, range: Partition) -> Result<std::ops::Range<usize>> {
         let pieces = self.manifest.shape.pieces(range)?;
         let first = self.engine.pieces().len();
+        let incomplete = self.manifest.state == DatasetState::Incomplete;
         for p in pieces {
-            self.engine.add_piece(p);
+            if incomplete {
+                // Each block only from the copies the placement says hold it (GW-2).
+                let layout = &self.manifest.layout;
+                let on = (0..layout.replicas())
+                    .filter(|&c| self.manifest.holds(p.fragment, p.block, c))
+                    .map(|c| layout.node_of(p.fragment, c))
+                    .collect();
+                self.engine.add_piece_on(p, on);
+            } else {
+                self.engine.add_piece(p);
+            }
         }
         Ok(first..self.engine.pieces().len())
     }
@@ -200,16 +237,36 @@ impl ReadStream {
             let now = self.now();
             let Some(d) = self.engine.poll_send(now)? else { break };
             let p = *self.engine.piece(d.piece);
-            let msg = Message::Read(ReadReq {
-                stream: self.stream_id,
-                progress: self.engine.progress(),
-                service: self.engine.service(d.piece, d.node),
-                dataset: self.manifest.name.clone(),
-                fragment: p.fragment,
-                block: p.block,
-                start_in_block: p.start_in_block,
-                len: p.len,
-            });
+            let (stream, progress, service) =
+                (self.stream_id, self.engine.progress(), self.engine.service(d.piece, d.node));
+            let msg = match &mut self.write {
+                None => Message::Read(ReadReq {
+                    stream,
+                    progress,
+                    service,
+                    dataset: self.manifest.name.clone(),
+                    fragment: p.fragment,
+                    block: p.block,
+                    start_in_block: p.start_in_block,
+                    len: p.len,
+                }),
+                Some(w) => {
+                    let data = w.source.piece(&p).map_err(ClientError::io("reading the data to write"))?;
+                    let crc = crc32c::crc32c(&data);
+                    w.crcs.insert(d.piece, crc);
+                    Message::Write(WriteReq {
+                        stream,
+                        progress,
+                        service,
+                        txid: w.txid,
+                        dataset: self.manifest.name.clone(),
+                        fragment: p.fragment,
+                        block: p.block,
+                        crc,
+                        data,
+                    })
+                }
+            };
             let tag = self.next_tag;
             self.next_tag += 1;
             let sent = self.client.conn(d.node).and_then(|c| c.send_tagged(&msg, &self.tx, tag));
@@ -312,6 +369,29 @@ impl ReadStream {
                         }));
                     }
                 }
+                Ok(Message::WriteOk(WriteOk { queue_len, service_us, primary_progress })) if self.write.is_some() => {
+                    let state = ServerState { queue_len, service_us, primary_progress };
+                    self.engine.on_state(now, o.node, state);
+                    let p = *self.engine.piece(o.piece);
+                    self.engine.on_service(o.node, p.len as u64, service_us);
+                    let w = self.write.as_mut().expect("a writer");
+                    let crc = w.crcs[&o.piece];
+                    w.placed.push((o.piece, o.node, crc));
+                    if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
+                        self.digest.add(p.dataset_offset, p.len, crc);
+                        return Ok(Some(Block {
+                            dataset_offset: p.dataset_offset,
+                            data: Bytes::new(),
+                            node: o.node,
+                            piece: o.piece,
+                        }));
+                    }
+                }
+                Ok(Message::Error(e, _)) if self.write.is_some() && e.code != ErrorCode::Cancelled => {
+                    // A write refused (disk full, a checksum, a lost transaction) fails the
+                    // write whole: the staging is aborted, nothing becomes visible.
+                    return Err(ClientError::Server { node: o.node, err: e });
+                }
                 Ok(Message::Error(e, _)) => {
                     let why = match e.code {
                         ErrorCode::Cancelled => Failure::Cancelled,
@@ -388,6 +468,69 @@ impl ReadStream {
 
     pub fn manifest(&self) -> &Arc<Manifest> {
         &self.manifest
+    }
+}
+
+/// One writer writing its partition of a dataset being staged (GW-1). See the module docs.
+#[derive(Debug)]
+pub struct WriteStream {
+    inner: ReadStream,
+}
+
+/// Where one block landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placed {
+    pub piece: Piece,
+    pub node: NodeId,
+    pub crc: u32,
+}
+
+impl WriteStream {
+    /// Prepare to write `partition` of the dataset `manifest` describes, staged as `txid`.
+    /// Pieces must be whole blocks (a partition on block boundaries).
+    pub fn open(
+        client: Arc<Client>,
+        manifest: Arc<Manifest>,
+        txid: u64,
+        partition: Partition,
+        opts: ReadOptions,
+        source: Arc<dyn BlockSource>,
+    ) -> Result<WriteStream> {
+        let mut inner = ReadStream::open(client, manifest, partition, opts)?;
+        if let Some(p) = inner.engine.pieces().iter().find(|p| !p.is_whole_block(&inner.manifest.shape)) {
+            return Err(ClientError::Invalid(format!(
+                "a writer writes whole blocks; its partition cuts {} block {}",
+                p.fragment, p.block
+            )));
+        }
+        inner.write = Some(WriteOp { txid, source, placed: vec![], crcs: HashMap::new() });
+        Ok(WriteStream { inner })
+    }
+
+    /// Write the whole partition; `progress` hears each block's bytes.
+    pub async fn run(&mut self, progress: Option<&ProgressFn>) -> Result<()> {
+        while let Some(b) = self.inner.next().await? {
+            if let Some(p) = progress {
+                p(self.inner.engine.piece(b.piece).len as u64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every block written, with the server that wrote it (a block may appear twice: a
+    /// steal whose cancel came too late wrote it on both copies).
+    pub fn placed(&self) -> Vec<Placed> {
+        let w = self.inner.write.as_ref().expect("a writer");
+        w.placed.iter().map(|&(i, node, crc)| Placed { piece: *self.inner.engine.piece(i), node, crc }).collect()
+    }
+
+    pub fn report(&self) -> ReadReport {
+        self.inner.report()
+    }
+
+    /// Stop: cancel what is still queued at servers.
+    pub fn close(self) -> ReadReport {
+        self.inner.close()
     }
 }
 

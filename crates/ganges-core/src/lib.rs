@@ -14,6 +14,8 @@
 //!   groups, LAY-3 no replicas).
 //! - [`shape`]: fragment sizes (LAY-4), blocks, logical partitions and their pieces.
 //! - [`datagen`]: deterministic data generators (random bytes, 100-byte records).
+//! - [`placement`]: which copies hold each block of a dataset written with a choice of copy
+//!   (GW-1), and so each copy's presence map (GW-2).
 //! - [`digest`]: the order-independent dataset digest that proves exactly-once delivery.
 //! - [`disk`]: the disk model of FI-1 (bandwidth, seek, faults) as a timing state machine.
 //! - [`fault`]: fault placement (best, worst, random) as in river §5.2.
@@ -22,6 +24,7 @@
 //! - [`handoff`]: GD-6 server request handoff: how many requests, which ones, when to ask.
 //! - [`serve`]: a server's read queue around its scheduler and disk model.
 //! - [`dq`]: the distributed queue (DQ-1): where a producer's next block goes, by credits.
+//! - [`write`]: write policies: where each block a writer puts goes (GW-1).
 //! - [`ideal`]: the two ideals, MOD-1 (River's model) and MOD-2 (layout-aware max-flow).
 //! - [`measure`]: figures from a run's samples (adaptation times, ideals over phases).
 
@@ -35,12 +38,14 @@ pub mod ideal;
 pub mod ids;
 pub mod layout;
 pub mod measure;
+pub mod placement;
 pub mod route;
 pub mod sched;
 pub mod serve;
 pub mod shape;
 pub mod time;
 pub mod units;
+pub mod write;
 
 pub use ids::{ConsumerId, FragmentId, NodeId};
 pub use time::Time;

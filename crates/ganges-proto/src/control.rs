@@ -43,6 +43,13 @@ pub enum ControlRequest {
     /// The stored per-block checksums of this node's copy of a fragment (committed, or the
     /// staging copy of `txid`).
     Checksums { name: DatasetName, fragment: FragmentId, txid: Option<u64> },
+    /// Replica completion (GW-2): bring this node's copy of `fragment` of an incomplete
+    /// dataset every block it lacks, read from the servers holding them (`peers` says where
+    /// they are). Idempotent: a copy already whole does nothing.
+    Fill { name: DatasetName, fragment: FragmentId, peers: Vec<Peer> },
+    /// Replace an incomplete dataset's manifest with `manifest`, which must describe the
+    /// same dataset as complete: sent once every copy was filled.
+    MarkComplete { manifest: Manifest },
     /// Tell a server where the other servers are (for request handoff, GD-6).
     SetPeers { peers: Vec<Peer> },
     /// From an idle server (`from`, serving at `rate_bytes_per_sec`): hand me some of your
@@ -83,7 +90,9 @@ impl ControlRequest {
     /// commit fsync a node's whole share of a dataset, which runs at disk speed.
     pub fn timeout(&self) -> std::time::Duration {
         match self {
-            ControlRequest::Prepare { .. } | ControlRequest::Commit { .. } => std::time::Duration::from_secs(600),
+            ControlRequest::Prepare { .. } | ControlRequest::Commit { .. } | ControlRequest::Fill { .. } => {
+                std::time::Duration::from_secs(600)
+            }
             _ => std::time::Duration::from_secs(60),
         }
     }
@@ -103,6 +112,8 @@ impl ControlRequest {
             ControlRequest::Remove { .. } => "remove",
             ControlRequest::Verify { .. } => "verify",
             ControlRequest::Checksums { .. } => "checksums",
+            ControlRequest::Fill { .. } => "fill",
+            ControlRequest::MarkComplete { .. } => "mark-complete",
             ControlRequest::SetPeers { .. } => "set-peers",
             ControlRequest::HandoffAsk { .. } => "handoff-ask",
         }
@@ -113,13 +124,33 @@ impl ControlRequest {
 #[serde(tag = "reply", rename_all = "kebab-case")]
 pub enum ControlReply {
     Done,
-    Stats { stats: ServerStats },
-    Datasets { datasets: Vec<DatasetEntry> },
-    Manifest { manifest: Manifest },
-    Verified { report: VerifyReport },
-    Checksums { crcs: Vec<u32> },
-    Removed { committed: bool, staging: u32 },
-    HandoffGive { jobs: Vec<HandedJob> },
+    Stats {
+        stats: ServerStats,
+    },
+    Datasets {
+        datasets: Vec<DatasetEntry>,
+    },
+    Manifest {
+        manifest: Manifest,
+    },
+    Verified {
+        report: VerifyReport,
+    },
+    Checksums {
+        crcs: Vec<u32>,
+    },
+    Removed {
+        committed: bool,
+        staging: u32,
+    },
+    HandoffGive {
+        jobs: Vec<HandedJob>,
+    },
+    /// What a `Fill` brought: blocks and bytes written into the copy.
+    Filled {
+        blocks: u64,
+        bytes: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -136,6 +167,10 @@ pub struct ServerStats {
     pub connections: u64,
     pub reads: u64,
     pub read_bytes: u64,
+    #[serde(default)]
+    pub writes: u64,
+    #[serde(default)]
+    pub write_bytes: u64,
     pub cancelled: u64,
     pub corrupt_blocks: u64,
     pub protocol_errors: u64,

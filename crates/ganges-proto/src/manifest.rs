@@ -5,6 +5,7 @@
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::layout::Layout;
+use ganges_core::placement::Placement;
 use ganges_core::shape::Shape;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -86,12 +87,16 @@ pub enum RecordFormat {
     },
 }
 
-/// The life of a dataset. Only `Complete` datasets exist in this release; writes with
-/// presence maps (GW-2) add states where copies are still incomplete.
+/// The life of a dataset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DatasetState {
+    /// Every copy holds every block: any read policy may read it.
     Complete,
+    /// Written with a choice of copy (GW-1): each block is on the copies the manifest's
+    /// `placement` names. Readable by placement only, until `ganges dataset complete` has the
+    /// servers fill every copy (GW-2).
+    Incomplete,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +110,9 @@ pub struct Manifest {
     pub records: RecordFormat,
     pub content: Content,
     pub state: DatasetState,
+    /// Which copies hold each block, for an `Incomplete` dataset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
     /// Always "crc32c": one CRC32C per block, checked on every read.
     pub checksum: String,
     /// The dataset digest (see `ganges_core::digest`), from the per-block checksums.
@@ -115,5 +123,13 @@ pub struct Manifest {
 impl Manifest {
     pub fn total_bytes(&self) -> u64 {
         self.shape.total_bytes()
+    }
+
+    /// Whether copy `copy` of `fragment` holds `block`: always, for a complete dataset.
+    pub fn holds(&self, fragment: ganges_core::ids::FragmentId, block: u32, copy: u32) -> bool {
+        match (&self.state, &self.placement) {
+            (DatasetState::Incomplete, Some(p)) => p.has(fragment, block, copy),
+            _ => true,
+        }
     }
 }

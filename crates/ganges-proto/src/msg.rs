@@ -12,14 +12,14 @@
 //! | 0x01 | Hello     | JSON `{client, client_id}` |
 //! | 0x02 | Read      | stream u64, progress, service u8, share u16, fragment u32, block u32, start u32, len u32, name_len u8, name |
 //! | 0x03 | Cancel    | empty: the header's request id names the read to cancel |
-//! | 0x04 | Write     | txid u64, fragment u32, block u32, crc u32, name_len u8, name, data |
+//! | 0x04 | Write     | stream u64, progress, service u8, share u16, txid u64, fragment u32, block u32, crc u32, name_len u8, name, data |
 //! | 0x05 | Progress  | stream u64, progress (no reply) |
 //! | 0x06 | Probe     | stream u64, progress, name_len u8, name (answered by State) |
 //! | 0x10 | Control   | JSON `ControlRequest` |
 //! | 0x81 | HelloOk   | JSON `{node, server_version}` |
 //! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, primary u32, data |
 //! | 0x83 | ReadOk from a handed-off request | origin node u32, origin request u64, then as ReadOk |
-//! | 0x84 | WriteOk   | empty |
+//! | 0x84 | WriteOk   | queue_len u32, service_us u32, primary u32 |
 //! | 0x85 | State     | queue_len u32, primary u32, disk rate u32 (KiB/s, 0 unknown), measured u8 (0 or 1) |
 //! | 0x87 | Error for a handed-off request | origin node u32, origin request u64, then as Error |
 //! | 0x88 | Moved     | to node u32: the header's request id was handed to that server |
@@ -144,6 +144,11 @@ pub struct State {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteReq {
+    /// The writer stream this block belongs to; the server schedules writes like reads
+    /// (river §6.3: the writer furthest behind first).
+    pub stream: u64,
+    pub progress: Progress,
+    pub service: Service,
     /// The staging transaction the block belongs to.
     pub txid: u64,
     pub dataset: DatasetName,
@@ -152,6 +157,15 @@ pub struct WriteReq {
     /// CRC32C of `data`, checked by the server before it writes.
     pub crc: u32,
     pub data: Bytes,
+}
+
+/// A block was written: what the server reports, as with a read (GD writes balance on it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WriteOk {
+    pub queue_len: u32,
+    /// Time the write spent on the disk, in microseconds.
+    pub service_us: u32,
+    pub primary_progress: Option<f64>,
 }
 
 /// Error codes on the wire. Each says what went wrong in terms a caller can act on.
@@ -257,7 +271,7 @@ pub enum Message {
     Control(ControlRequest),
     HelloOk(HelloOk),
     ReadOk(ReadOk),
-    WriteOk,
+    WriteOk(WriteOk),
     State(State),
     /// The header's request was handed to another server, which will answer it.
     Moved {
@@ -338,7 +352,7 @@ impl Message {
             Message::HelloOk(_) => kind::HELLO_OK,
             Message::ReadOk(r) if r.origin.is_some() => kind::READ_OK_MOVED,
             Message::ReadOk(_) => kind::READ_OK,
-            Message::WriteOk => kind::WRITE_OK,
+            Message::WriteOk(_) => kind::WRITE_OK,
             Message::State(_) => kind::STATE,
             Message::Moved { .. } => kind::MOVED,
             Message::ControlOk(_) => kind::CONTROL_OK,
@@ -355,7 +369,12 @@ impl Message {
             Message::HelloOk(h) => payload = json(h),
             Message::Control(c) => payload = json(c),
             Message::ControlOk(c) => payload = json(c),
-            Message::Cancel | Message::WriteOk => {}
+            Message::Cancel => {}
+            Message::WriteOk(w) => {
+                fields.put_u32_le(w.queue_len);
+                fields.put_u32_le(w.service_us);
+                put_primary(&mut fields, w.primary_progress);
+            }
             Message::Read(r) => {
                 put_progress(&mut fields, r.stream, &r.progress);
                 fields.put_u8(r.service.to_byte());
@@ -390,6 +409,9 @@ impl Message {
             }
             Message::Moved { to } => fields.put_u32_le(to.0),
             Message::Write(w) => {
+                put_progress(&mut fields, w.stream, &w.progress);
+                fields.put_u8(w.service.to_byte());
+                fields.put_u16_le(w.service.share);
                 fields.put_u64_le(w.txid);
                 fields.put_u32_le(w.fragment.0);
                 fields.put_u32_le(w.block);
@@ -426,8 +448,12 @@ impl Message {
                 Message::Cancel
             }
             kind::WRITE_OK => {
+                need("write-ok", &b, 12)?;
+                let queue_len = b.get_u32_le();
+                let service_us = b.get_u32_le();
+                let primary_progress = get_primary("write-ok", &mut b)?;
                 empty("write-ok", &b)?;
-                Message::WriteOk
+                Message::WriteOk(WriteOk { queue_len, service_us, primary_progress })
             }
             kind::READ => {
                 need("read", &b, 45)?;
@@ -484,13 +510,15 @@ impl Message {
                 Message::Moved { to }
             }
             kind::WRITE => {
-                need("write", &b, 21)?;
+                need("write", &b, 49)?;
+                let (stream, progress) = get_progress("write", &mut b)?;
+                let service = get_service("write", &mut b)?;
                 let txid = b.get_u64_le();
                 let fragment = FragmentId(b.get_u32_le());
                 let block = b.get_u32_le();
                 let crc = b.get_u32_le();
                 let dataset = get_name("write", &mut b)?;
-                Message::Write(WriteReq { txid, dataset, fragment, block, crc, data: b })
+                Message::Write(WriteReq { stream, progress, service, txid, dataset, fragment, block, crc, data: b })
             }
             kind::ERROR | kind::ERROR_MOVED => {
                 let origin = get_origin_if(header.kind == kind::ERROR_MOVED, "error", &mut b)?;
@@ -635,7 +663,9 @@ mod tests {
                     len,
                 })),
             Just(Message::Cancel),
-            Just(Message::WriteOk),
+            (any::<u32>(), any::<u32>(), primary()).prop_map(|(queue_len, service_us, primary_progress)| {
+                Message::WriteOk(WriteOk { queue_len, service_us, primary_progress })
+            }),
             (any::<u64>(), progress())
                 .prop_map(|(stream, progress)| Message::Progress(ProgressNote { stream, progress })),
             (any::<u64>(), progress(), name()).prop_map(|(stream, progress, dataset)| Message::Probe(Probe {
@@ -660,16 +690,18 @@ mod tests {
                 }
             ),
             any::<u32>().prop_map(|n| Message::Moved { to: NodeId(n) }),
-            (any::<u64>(), name(), any::<u32>(), any::<u32>(), any::<u32>(), data).prop_map(
-                |(txid, dataset, f, block, crc, data)| Message::Write(WriteReq {
+            (any::<u64>(), progress(), service(), any::<u64>(), name(), any::<u32>(), any::<u32>(), any::<u32>(), data)
+                .prop_map(|(stream, progress, service, txid, dataset, f, block, crc, data)| Message::Write(WriteReq {
+                    stream,
+                    progress,
+                    service,
                     txid,
                     dataset,
                     fragment: FragmentId(f),
                     block,
                     crc,
                     data
-                })
-            ),
+                })),
             (any::<u16>(), "[ -~]{0,100}", origin())
                 .prop_map(|(c, m, o)| Message::Error(WireError::new(ErrorCode::from_u16(c), m), o)),
             (name(), prop::option::of(0.01f64..1.0)).prop_map(|(n, f)| Message::Control(if f.is_some() {

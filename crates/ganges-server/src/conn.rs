@@ -7,10 +7,10 @@
 //! `Error` reply for that request id and the connection stays open.
 
 use crate::Shared;
-use crate::disk::{self, JobCtx};
+use crate::disk::{self, Ctx, JobCtx, WriteCtx, WriteReply, WriteTarget};
 use crate::store::StoreError;
 use ganges_core::disk::Fault;
-use ganges_core::sched::{Job, StreamKey};
+use ganges_core::sched::{Job, Service, StreamKey};
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::frame::ProtoError;
 use ganges_proto::io::{READ_BUFFER_BYTES, read_frame, write_frame};
@@ -20,12 +20,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// Most requests one connection may have in flight (queued reads, writes and control
 /// requests). A client runs a bounded window per consumer, so this is far above normal use;
 /// it bounds the memory one misbehaving client can pin (queued jobs, unsent replies).
 pub const INFLIGHT_PER_CONNECTION_MAX: u32 = 1024;
+/// Most blocks of write data one connection may have queued. Past it the connection's
+/// reader waits, and TCP pushes back on the writer: queued data stays bounded by this many
+/// blocks (at most 16 MiB each) per connection, far above a writer's window.
+pub const WRITES_PER_CONNECTION_MAX: usize = 64;
 
 enum Outgoing {
     Frame(Encoded),
@@ -116,6 +120,8 @@ pub async fn handle(shared: Arc<Shared>, stream: TcpStream, conn: u64) {
     let mut client_id = 0;
     let result =
         read_loop(&shared, BufReader::with_capacity(READ_BUFFER_BYTES, rd), &outbox, conn, &mut client_id).await;
+    // Writes still queued from this connection are dropped with it: their writer is gone,
+    // and its transaction will never be committed.
     if client_id != 0 {
         let mut clients = shared.clients.lock().expect("clients lock");
         if clients.get(&client_id).is_some_and(|(c, _)| *c == conn) {
@@ -158,6 +164,7 @@ async fn read_loop(
     client_id: &mut u64,
 ) -> Result<(), ConnError> {
     let mut greeted = false;
+    let writes = Arc::new(Semaphore::new(WRITES_PER_CONNECTION_MAX));
     loop {
         let Some((header, body)) = read_frame(&mut rd).await? else {
             return Ok(());
@@ -183,7 +190,7 @@ async fn read_loop(
                 let ctx = shared.disk.lock().expect("disk lock").cancel(conn, id);
                 if let Some(ctx) = ctx {
                     shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
-                    ctx.outbox.reply(id, disk::cancelled());
+                    ctx.answer_now(disk::cancelled());
                 }
             }
             Message::Progress(p) => {
@@ -221,10 +228,10 @@ async fn read_loop(
                     outbox.send(id, too_many());
                     continue;
                 }
-                // Writes run one at a time per connection: the reader waits, which is the
-                // back-pressure that keeps a fast writer from queueing unbounded data.
-                let reply = write_block(shared, w).await;
-                outbox.reply(id, reply);
+                let permit = writes.clone().acquire_owned().await.expect("the semaphore is never closed");
+                if let Err(e) = enqueue_write(shared, outbox, conn, id, w, permit) {
+                    outbox.reply(id, Message::Error(e, None));
+                }
             }
             Message::Control(c) => {
                 if !outbox.admit() {
@@ -239,7 +246,7 @@ async fn read_loop(
             }
             Message::HelloOk(_)
             | Message::ReadOk(_)
-            | Message::WriteOk
+            | Message::WriteOk(_)
             | Message::State(_)
             | Message::Moved { .. }
             | Message::ControlOk(_)
@@ -315,22 +322,54 @@ fn enqueue_read(
         if primary {
             d.note_primary_stream(stream, dataset_id, r.progress, now);
         }
-        d.enqueue(job, ctx);
+        d.enqueue(job, Ctx::Read(ctx));
     }
     shared.disk_wake.notify_one();
     Ok(())
 }
 
-async fn write_block(shared: &Arc<Shared>, w: WriteReq) -> Message {
-    let store = shared.store.clone();
-    let done =
-        tokio::task::spawn_blocking(move || store.write_block(w.txid, &w.dataset, w.fragment, w.block, w.crc, &w.data))
-            .await;
-    match done {
-        Ok(Ok(())) => Message::WriteOk,
-        Ok(Err(e)) => store_error(e),
-        Err(e) => Message::Error(WireError::new(ErrorCode::Internal, format!("write task failed: {e}")), None),
+/// Queue a client's block for the disk, after the checks that need no I/O on the data.
+fn enqueue_write(
+    shared: &Arc<Shared>,
+    outbox: &Outbox,
+    conn: u64,
+    id: u64,
+    w: WriteReq,
+    permit: OwnedSemaphorePermit,
+) -> Result<(), WireError> {
+    let file = shared.store.check_write(w.txid, &w.dataset, w.fragment, w.block, w.data.len()).map_err(wire_error)?;
+    let job = Job {
+        id: 0,
+        stream: StreamKey { conn, stream: w.stream },
+        file,
+        bytes: w.data.len() as u64,
+        progress: w.progress,
+        // Writes are never handed to another server: the block is for this node's copy.
+        service: Service { handoff: false, ..w.service },
+        arrival: shared.now(),
+    };
+    let ctx = WriteCtx {
+        conn,
+        request_id: id,
+        target: WriteTarget::Staged { txid: w.txid, name: w.dataset },
+        fragment: w.fragment,
+        block: w.block,
+        crc: w.crc,
+        data: w.data,
+        reply: WriteReply::Conn { outbox: outbox.clone(), _permit: permit },
+    };
+    {
+        let mut d = shared.disk.lock().expect("disk lock");
+        if d.has_request(conn, id) {
+            return Err(WireError::new(
+                ErrorCode::BadRequest,
+                format!("request id {id} is already in flight on this connection"),
+            ));
+        }
+        d.enqueue(job, Ctx::Write(ctx));
     }
+    shared.disk_wake.notify_one();
+    Ok(())
 }
 
 async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
@@ -344,6 +383,15 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
         }
         ControlRequest::HandoffAsk { from, rate_bytes_per_sec, clients } => {
             Message::ControlOk(Box::new(crate::handoff::give(shared, from, rate_bytes_per_sec, &clients)))
+        }
+        ControlRequest::Fill { name, fragment, peers } => {
+            match crate::fill::fill(shared, &name, fragment, &peers).await {
+                Ok(reply) => Message::ControlOk(Box::new(reply)),
+                Err(e) => {
+                    tracing::warn!(node = %shared.config.node, dataset = %name, %fragment, %e, "replica completion failed");
+                    store_error(e)
+                }
+            }
         }
         other => {
             let store = shared.store.clone();
@@ -419,7 +467,12 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
         ControlRequest::Checksums { name, fragment, txid } => {
             ControlReply::Checksums { crcs: store.checksums(&name, fragment, txid)? }
         }
+        ControlRequest::MarkComplete { manifest } => {
+            store.mark_complete(&manifest)?;
+            ControlReply::Done
+        }
         ControlRequest::Stats
+        | ControlRequest::Fill { .. }
         | ControlRequest::SetFault { .. }
         | ControlRequest::SetPeers { .. }
         | ControlRequest::HandoffAsk { .. } => {

@@ -1,4 +1,4 @@
-//! The disk driver: runs queued reads through the scheduler and the disk.
+//! The disk driver: runs queued reads and writes through the scheduler and the disk.
 //!
 //! Requests wait in a pure [`Scheduler`] from ganges-core (the `Auto` scheduler serves each
 //! request by the discipline its consumer's policy asks for). A single driver task asks it
@@ -9,19 +9,25 @@
 //! timeline is computed when the job is popped, under the same lock, so the modelled disk
 //! serves jobs in exactly the scheduler's order.
 //!
+//! Writes take the same path (river §6.3: the disk serves the writer furthest behind first,
+//! and the model charges a write like a read of the same size): a client's staged block, or
+//! a block replica completion brought from a peer (GW-2), answered on a local channel.
+//!
 //! When the queue runs dry while consumers that allow handoff are about, the driver wakes
 //! the handoff asker (`handoff.rs`), which asks peers for work (GD-6).
 
 use crate::Shared;
 use crate::conn::Outbox;
-use crate::store::{Dataset, StoreError};
+use crate::store::{Dataset, FillFiles, StoreError};
+use bytes::Bytes;
 use ganges_core::ids::FragmentId;
 use ganges_core::serve::{Popped, ReadContext, ServerQueue};
-use ganges_proto::msg::{ErrorCode, Message, Origin, ReadOk, WireError};
+use ganges_proto::manifest::DatasetName;
+use ganges_proto::msg::{ErrorCode, Message, Origin, ReadOk, WireError, WriteOk};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 /// What the driver needs to carry out a queued read and answer it.
 #[derive(Debug)]
@@ -50,9 +56,77 @@ impl ReadContext for JobCtx {
     }
 }
 
+/// Where a write goes.
+#[derive(Debug)]
+pub enum WriteTarget {
+    /// A client's block of a dataset being written (staging transaction `txid`).
+    Staged { txid: u64, name: DatasetName },
+    /// A block replica completion brought to this node's copy of a committed dataset.
+    Fill { dataset: Arc<Dataset>, files: Arc<FillFiles> },
+}
+
+/// Who hears that a write finished.
+#[derive(Debug)]
+pub enum WriteReply {
+    /// A client, on its connection; the permit bounds the write data a connection queues.
+    Conn { outbox: Outbox, _permit: OwnedSemaphorePermit },
+    /// This server's own replica completion.
+    Local(oneshot::Sender<Result<(), StoreError>>),
+}
+
+/// A queued write.
+#[derive(Debug)]
+pub struct WriteCtx {
+    pub conn: u64,
+    pub request_id: u64,
+    pub target: WriteTarget,
+    pub fragment: FragmentId,
+    pub block: u32,
+    pub crc: u32,
+    pub data: Bytes,
+    pub reply: WriteReply,
+}
+
+/// A queued job of either kind.
+#[derive(Debug)]
+pub enum Ctx {
+    Read(JobCtx),
+    Write(WriteCtx),
+}
+
+impl ReadContext for Ctx {
+    fn conn(&self) -> u64 {
+        match self {
+            Ctx::Read(r) => r.conn(),
+            Ctx::Write(w) => w.conn,
+        }
+    }
+    fn request_id(&self) -> Option<u64> {
+        match self {
+            Ctx::Read(r) => r.request_id(),
+            Ctx::Write(w) => matches!(w.reply, WriteReply::Conn { .. }).then_some(w.request_id),
+        }
+    }
+}
+
+impl Ctx {
+    /// Answer the job without running it (it was cancelled, or its connection is gone).
+    pub fn answer_now(self, msg: Message) {
+        match self {
+            Ctx::Read(r) => r.outbox.reply(r.request_id, msg),
+            Ctx::Write(WriteCtx { request_id, reply: WriteReply::Conn { outbox, .. }, .. }) => {
+                outbox.reply(request_id, msg)
+            }
+            Ctx::Write(WriteCtx { reply: WriteReply::Local(tx), .. }) => {
+                let _ = tx.send(Err(StoreError::BadRequest("the write was dropped before it ran".into())));
+            }
+        }
+    }
+}
+
 /// The scheduler, the model and the bookkeeping (ganges-core's `ServerQueue`, which the
 /// simulator drives too).
-pub type DiskState = ServerQueue<JobCtx>;
+pub type DiskState = ServerQueue<Ctx>;
 
 /// The driver task. Runs until the server shuts down (the task is aborted).
 pub async fn run(shared: Arc<Shared>, queue_depth: u32) {
@@ -91,21 +165,84 @@ pub async fn run(shared: Arc<Shared>, queue_depth: u32) {
     }
 }
 
-async fn serve(shared: &Arc<Shared>, p: Popped<JobCtx>) {
-    let Popped { ctx, modelled, .. } = p;
+async fn serve(shared: &Arc<Shared>, p: Popped<Ctx>) {
+    match p.ctx {
+        Ctx::Read(ctx) => serve_read(shared, ctx, p.modelled).await,
+        Ctx::Write(ctx) => serve_write(shared, ctx, p.modelled).await,
+    }
+}
+
+/// Hold the answer until the modelled disk would have finished; returns the service time.
+async fn disk_time(
+    shared: &Shared,
+    modelled: Option<ganges_core::disk::Service>,
+    began: ganges_core::time::Time,
+) -> Duration {
+    match modelled {
+        Some(svc) => {
+            tokio::time::sleep_until(shared.instant(svc.done)).await;
+            svc.done.since(svc.start)
+        }
+        None => shared.now().since(began),
+    }
+}
+
+async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<ganges_core::disk::Service>) {
+    let began = shared.now();
+    let store = shared.store.clone();
+    let WriteCtx { target, fragment, block, crc, data, reply, request_id, .. } = ctx;
+    let len = data.len() as u64;
+    let (written, dataset_id) = match target {
+        WriteTarget::Staged { txid, name } => {
+            let w =
+                tokio::task::spawn_blocking(move || store.write_block(txid, &name, fragment, block, crc, &data)).await;
+            (w, None)
+        }
+        WriteTarget::Fill { dataset, files } => {
+            let id = dataset.manifest.id;
+            let w = tokio::task::spawn_blocking(move || store.fill_block(&dataset, &files, block, crc, &data)).await;
+            (w, Some(id))
+        }
+    };
+    let written = written.unwrap_or_else(|e| Err(StoreError::BadRequest(format!("write task failed: {e}"))));
+    let service = disk_time(shared, modelled, began).await;
+    let (queue_len, primary_progress) = {
+        let mut d = shared.disk.lock().expect("disk lock");
+        d.finished(len, service);
+        let r = d.report(dataset_id.unwrap_or(0), shared.now());
+        (r.queue_len, r.primary_progress)
+    };
+    match reply {
+        WriteReply::Local(tx) => {
+            let _ = tx.send(written);
+        }
+        WriteReply::Conn { outbox, .. } => {
+            let msg = match written {
+                Ok(()) => {
+                    shared.counters.writes.fetch_add(1, Ordering::Relaxed);
+                    shared.counters.write_bytes.fetch_add(len, Ordering::Relaxed);
+                    Message::WriteOk(WriteOk { queue_len, service_us: micros(service), primary_progress })
+                }
+                Err(e) => {
+                    if matches!(e, StoreError::DiskFull { .. }) {
+                        tracing::warn!(node = %shared.config.node, %e, "write refused");
+                    }
+                    Message::Error(WireError::new(e.code(), e.to_string()), None)
+                }
+            };
+            outbox.reply(request_id, msg);
+        }
+    }
+}
+
+async fn serve_read(shared: &Arc<Shared>, ctx: JobCtx, modelled: Option<ganges_core::disk::Service>) {
     let began = shared.now();
     let store = shared.store.clone();
     let (ds, fragment, block, start, len) = (ctx.dataset.clone(), ctx.fragment, ctx.block, ctx.start, ctx.len);
     let read = tokio::task::spawn_blocking(move || store.read(&ds, fragment, block, start, len))
         .await
         .unwrap_or_else(|e| Err(StoreError::BadRequest(format!("read task failed: {e}"))));
-    let service = match modelled {
-        Some(svc) => {
-            tokio::time::sleep_until(shared.instant(svc.done)).await;
-            svc.done.since(svc.start)
-        }
-        None => shared.now().since(began),
-    };
+    let service = disk_time(shared, modelled, began).await;
     let (queue_len, primary_progress) = {
         let mut d = shared.disk.lock().expect("disk lock");
         d.finished(len as u64, service);

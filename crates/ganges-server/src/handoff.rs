@@ -16,7 +16,7 @@
 //! queue) and nothing is lost (the client always knows which server owes it the answer).
 
 use crate::Shared;
-use crate::disk::JobCtx;
+use crate::disk::{Ctx, JobCtx};
 use ganges_core::handoff::{Asker, share};
 use ganges_core::ids::NodeId;
 use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
@@ -35,15 +35,15 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 /// answers within a scheduling decision, so anything longer means it is hung.
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A connection to a peer server, one request at a time.
-struct PeerConn {
+/// A connection to a peer server.
+pub(crate) struct PeerConn {
     rd: BufReader<OwnedReadHalf>,
     wr: OwnedWriteHalf,
     next_id: u64,
 }
 
 impl PeerConn {
-    async fn connect(addr: std::net::SocketAddr) -> std::io::Result<PeerConn> {
+    pub(crate) async fn connect(addr: std::net::SocketAddr) -> std::io::Result<PeerConn> {
         let stream = tokio::time::timeout(ASK_TIMEOUT, TcpStream::connect(addr)).await??;
         let _ = stream.set_nodelay(true);
         let (rd, mut wr) = stream.into_split();
@@ -57,11 +57,24 @@ impl PeerConn {
     }
 
     async fn read(&mut self) -> std::io::Result<Message> {
+        Ok(self.read_tagged().await?.1)
+    }
+
+    /// The next frame and the request id it answers.
+    pub(crate) async fn read_tagged(&mut self) -> std::io::Result<(u64, Message)> {
         let (h, body) = read_frame(&mut self.rd)
             .await
             .map_err(std::io::Error::other)?
             .ok_or_else(|| std::io::Error::other("peer closed the connection"))?;
-        Message::decode(&h, body).map_err(std::io::Error::other)
+        Ok((h.request_id, Message::decode(&h, body).map_err(std::io::Error::other)?))
+    }
+
+    /// Send a request; returns its id.
+    pub(crate) async fn send(&mut self, msg: &Message) -> std::io::Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        write_frame(&mut self.wr, &msg.encode(id)).await?;
+        Ok(id)
     }
 
     async fn control(&mut self, req: ControlRequest) -> std::io::Result<ControlReply> {
@@ -210,7 +223,7 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
             outbox,
             origin: Some(origin),
         };
-        shared.disk.lock().expect("disk lock").enqueue(job, ctx);
+        shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Read(ctx));
         taken += 1;
     }
     shared.counters.taken_over.fetch_add(taken as u64, Ordering::Relaxed);
@@ -223,10 +236,10 @@ pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64])
         return ControlReply::HandoffGive { jobs: vec![] };
     }
     let clients: BTreeSet<u64> = clients.iter().copied().collect();
-    let eligible = |_: &Job, c: &JobCtx| {
-        c.origin.is_none()
+    let eligible = |_: &Job, c: &Ctx| {
+        matches!(c, Ctx::Read(c) if c.origin.is_none()
             && clients.contains(&c.client_id)
-            && c.dataset.manifest.layout.copy_on(c.fragment, from).is_some()
+            && c.dataset.manifest.layout.copy_on(c.fragment, from).is_some())
     };
     let my_rate = shared.rate_bytes_per_sec();
     let taken = {
@@ -237,7 +250,11 @@ pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64])
     let me = shared.config.node;
     let jobs: Vec<HandedJob> = taken
         .into_iter()
-        .map(|(job, ctx)| {
+        .map(|(job, ctx)| match ctx {
+            Ctx::Read(ctx) => (job, ctx),
+            Ctx::Write(_) => unreachable!("only reads are eligible for handoff"),
+        })
+        .map(|(job, ctx): (Job, JobCtx)| {
             // The client learns first where its request went; the request no longer counts
             // against its connection here.
             ctx.outbox.reply(ctx.request_id, Message::Moved { to: from });

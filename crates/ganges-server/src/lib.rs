@@ -7,6 +7,7 @@
 //!   ganges-core, really reading the bytes and holding each reply until the modelled disk
 //!   would have finished it.
 //! - [`conn`]: one connection: handshake, frame dispatch, replies, protocol errors.
+//! - [`fill`]: GW-2 replica completion: a copy brings itself the blocks it lacks from peers.
 //! - [`handoff`]: GD-6: an idle server asks its peers for queued requests; a busy one gives.
 //! - [`sys`]: CPU and memory use of the process.
 //!
@@ -15,6 +16,7 @@
 
 pub mod conn;
 pub mod disk;
+pub mod fill;
 pub mod handoff;
 pub mod store;
 pub mod sys;
@@ -51,6 +53,8 @@ pub struct Counters {
     pub connections: AtomicU64,
     pub reads: AtomicU64,
     pub read_bytes: AtomicU64,
+    pub writes: AtomicU64,
+    pub write_bytes: AtomicU64,
     pub cancelled: AtomicU64,
     pub corrupt_blocks: AtomicU64,
     pub protocol_errors: AtomicU64,
@@ -65,7 +69,7 @@ pub struct Shared {
     pub store: Arc<store::Store>,
     /// The scheduler and disk model. A std mutex: held for microseconds, never across await.
     pub disk: Mutex<disk::DiskState>,
-    /// Wakes the disk driver when a read is queued.
+    /// Wakes the disk driver when a read or a write is queued.
     pub disk_wake: Notify,
     /// Wakes the handoff asker when the disk has run out of work.
     pub idle: Notify,
@@ -112,6 +116,8 @@ impl Shared {
             connections: c.connections.load(Ordering::Relaxed),
             reads: c.reads.load(Ordering::Relaxed),
             read_bytes: c.read_bytes.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            write_bytes: c.write_bytes.load(Ordering::Relaxed),
             cancelled: c.cancelled.load(Ordering::Relaxed),
             corrupt_blocks: c.corrupt_blocks.load(Ordering::Relaxed),
             protocol_errors: c.protocol_errors.load(Ordering::Relaxed),

@@ -26,7 +26,7 @@ use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
 use ganges_core::shape::Shape;
 use ganges_proto::control::{BadBlock, DatasetEntry, VerifyReport};
-use ganges_proto::manifest::{Content, DatasetName, MANIFEST_FORMAT, Manifest};
+use ganges_proto::manifest::{Content, DatasetName, DatasetState, MANIFEST_FORMAT, Manifest};
 use ganges_proto::msg::ErrorCode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -50,6 +50,11 @@ pub enum StoreError {
     NoSuchTxn { name: DatasetName, txid: u64 },
     #[error("{0}")]
     Incomplete(String),
+    #[error(
+        "{fragment} block {block} is not on this server's copy yet: the dataset is incomplete \
+         (`ganges dataset complete` fills every copy)"
+    )]
+    NotPresent { fragment: FragmentId, block: u32 },
     #[error("disk full on {node}: {what}")]
     DiskFull { node: NodeId, what: String },
     #[error("{0}")]
@@ -63,7 +68,7 @@ impl StoreError {
         match self {
             StoreError::UnknownDataset(_) => ErrorCode::UnknownDataset,
             StoreError::Exists(_) => ErrorCode::DatasetExists,
-            StoreError::OutOfRange(_) => ErrorCode::OutOfRange,
+            StoreError::OutOfRange(_) | StoreError::NotPresent { .. } => ErrorCode::OutOfRange,
             StoreError::Corrupt { .. } => ErrorCode::Corrupt,
             StoreError::NoSuchTxn { .. } => ErrorCode::NoSuchTransaction,
             StoreError::Incomplete(_) | StoreError::BadRequest(_) => ErrorCode::BadRequest,
@@ -159,6 +164,40 @@ fn sync_dir(path: &Path) -> io::Result<()> {
     File::open(path)?.sync_all()
 }
 
+/// An incomplete dataset must say where its blocks are, and a complete one must not.
+fn check_placement(m: &Manifest) -> Result<()> {
+    match (m.state, &m.placement) {
+        (DatasetState::Complete, None) => Ok(()),
+        (DatasetState::Complete, Some(_)) => {
+            Err(StoreError::BadRequest(format!("`{}` is complete but its manifest has a placement", m.name)))
+        }
+        (DatasetState::Incomplete, None) => {
+            Err(StoreError::BadRequest(format!("`{}` is incomplete but its manifest has no placement", m.name)))
+        }
+        (DatasetState::Incomplete, Some(p)) => {
+            if p.replicas() != m.layout.replicas() {
+                return Err(StoreError::BadRequest(format!(
+                    "`{}`: the placement has {} copies, the layout {}",
+                    m.name,
+                    p.replicas(),
+                    m.layout.replicas()
+                )));
+            }
+            p.validate(&m.shape).map_err(|e| StoreError::BadRequest(format!("`{}`: {e}", m.name)))
+        }
+    }
+}
+
+/// A copy of a committed, incomplete dataset opened for replica completion.
+#[derive(Debug)]
+pub struct FillFiles {
+    pub fragment: FragmentId,
+    pub copy: u32,
+    data: File,
+    crc: File,
+    pub key: FileKey,
+}
+
 fn read_manifest(path: &Path) -> Result<Manifest> {
     let text = fs::read(path).map_err(io_err(format!("reading {}", path.display())))?;
     let m: Manifest = serde_json::from_slice(&text).map_err(|e| StoreError::Io {
@@ -172,6 +211,7 @@ fn read_manifest(path: &Path) -> Result<Manifest> {
             m.format
         )));
     }
+    check_placement(&m)?;
     Ok(m)
 }
 
@@ -304,13 +344,16 @@ impl Store {
                 shape.fragment_count()
             )));
         }
-        ds.copy(fragment)?;
+        let copy = ds.copy(fragment)?;
         if block >= shape.blocks_in(fragment) {
             return Err(StoreError::OutOfRange(format!(
                 "{fragment} of `{}` has {} blocks; there is no block {block}",
                 ds.manifest.name,
                 shape.blocks_in(fragment)
             )));
+        }
+        if !ds.manifest.holds(fragment, block, copy.copy) {
+            return Err(StoreError::NotPresent { fragment, block });
         }
         let block_len = shape.block_len(fragment, block);
         if len == 0 || start.checked_add(len).is_none_or(|end| end > block_len) {
@@ -495,6 +538,108 @@ impl Store {
         self.put_block(&txn, copy, block, data, crc)
     }
 
+    /// Check a write before it is queued: the transaction, the block and its size. Returns
+    /// the disk model's key of the copy file it goes to.
+    pub fn check_write(
+        &self,
+        txid: u64,
+        name: &DatasetName,
+        fragment: FragmentId,
+        block: u32,
+        len: usize,
+    ) -> Result<FileKey> {
+        let txn = self.txn(name, txid)?;
+        let copy = self.txn_copy(&txn, fragment)?;
+        let shape = &txn.manifest.shape;
+        if block >= shape.blocks_in(fragment) {
+            return Err(StoreError::OutOfRange(format!("{fragment} has no block {block}")));
+        }
+        let want = shape.block_len(fragment, block) as usize;
+        if len != want {
+            return Err(StoreError::BadRequest(format!("{fragment} block {block} is {want} bytes, got {len}")));
+        }
+        Ok(copy.key)
+    }
+
+    /// Open this node's copy of `fragment` of a committed, incomplete dataset for replica
+    /// completion. Blocks are written at their final offsets; readers do not read them until
+    /// the manifest says the copy holds them (`mark_complete`).
+    pub fn open_fill(&self, ds: &Dataset, fragment: FragmentId) -> Result<FillFiles> {
+        let copy = ds.copy(fragment)?.copy;
+        let dir = self.root.join("datasets").join(ds.manifest.name.as_str());
+        let open = |ext: &str| {
+            let path = dir.join(copy_file_name(fragment, copy, ext));
+            OpenOptions::new().write(true).open(&path).map_err(io_err(format!("opening {}", path.display())))
+        };
+        Ok(FillFiles {
+            fragment,
+            copy,
+            data: open("data")?,
+            crc: open("crc")?,
+            key: file_key(ds.manifest.id, fragment),
+        })
+    }
+
+    /// Write one block brought by replica completion, checked against its checksum.
+    pub fn fill_block(&self, ds: &Dataset, files: &FillFiles, block: u32, crc: u32, data: &[u8]) -> Result<()> {
+        let shape = &ds.manifest.shape;
+        let fragment = files.fragment;
+        if block >= shape.blocks_in(fragment) || data.len() != shape.block_len(fragment, block) as usize {
+            return Err(StoreError::BadRequest(format!("{fragment} block {block}: wrong block or size")));
+        }
+        if crc32c::crc32c(data) != crc {
+            return Err(StoreError::Corrupt {
+                fragment,
+                block,
+                why: "arrived from its peer with a bad checksum".into(),
+            });
+        }
+        let what = || format!("filling {fragment} block {block}");
+        files.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what()))?;
+        files.crc.write_all_at(&crc.to_le_bytes(), block as u64 * 4).map_err(self.map_write_err(what()))?;
+        Ok(())
+    }
+
+    /// Make a filled copy durable.
+    pub fn sync_fill(&self, files: &FillFiles) -> Result<()> {
+        let what = format!("syncing {}", files.fragment);
+        files.data.sync_all().map_err(self.map_write_err(what.clone()))?;
+        files.crc.sync_all().map_err(self.map_write_err(what))
+    }
+
+    /// Replace an incomplete dataset's manifest by the complete one, atomically (write
+    /// beside, fsync, rename). Readers that opened the old one keep it; new ones see the new.
+    pub fn mark_complete(&self, manifest: &Manifest) -> Result<()> {
+        check_placement(manifest)?;
+        let ds = self.dataset(&manifest.name)?;
+        let old = &ds.manifest;
+        if (old.id, &old.layout, &old.shape) != (manifest.id, &manifest.layout, &manifest.shape)
+            || manifest.state != DatasetState::Complete
+        {
+            return Err(StoreError::BadRequest(format!(
+                "mark-complete: the manifest does not describe `{}` as complete",
+                manifest.name
+            )));
+        }
+        if old.state == DatasetState::Complete {
+            return Ok(());
+        }
+        let dir = self.root.join("datasets").join(manifest.name.as_str());
+        self.write_manifest(&dir, manifest)?;
+        self.inner.lock().expect("store lock").open.remove(&manifest.name);
+        Ok(())
+    }
+
+    fn write_manifest(&self, dir: &Path, manifest: &Manifest) -> Result<()> {
+        let tmp = dir.join("manifest.json.tmp");
+        let text = serde_json::to_vec_pretty(manifest).expect("manifests serialise");
+        let mut f = File::create(&tmp).map_err(self.map_write_err("writing the manifest".into()))?;
+        f.write_all(&text).map_err(self.map_write_err("writing the manifest".into()))?;
+        f.sync_all().map_err(self.map_write_err("syncing the manifest".into()))?;
+        fs::rename(&tmp, dir.join("manifest.json")).map_err(io_err("renaming the manifest"))?;
+        sync_dir(dir).map_err(io_err("syncing the dataset folder"))
+    }
+
     /// The stored checksums of this node's copy of `fragment` (staged, or committed).
     pub fn checksums(&self, name: &DatasetName, fragment: FragmentId, txid: Option<u64>) -> Result<Vec<u32>> {
         let read_all = |file: &File, blocks: u32| -> Result<Vec<u32>> {
@@ -527,10 +672,13 @@ impl Store {
         if (staged.id, &staged.layout, &staged.shape) != (manifest.id, &manifest.layout, &manifest.shape) {
             return Err(StoreError::BadRequest("the prepared manifest differs from the staged one".into()));
         }
+        check_placement(manifest)?;
         {
             let written = txn.written.lock().expect("txn lock");
             for (f, blocks) in written.iter() {
-                if let Some(b) = blocks.iter().position(|w| !w) {
+                let copy = txn.copies[f].copy;
+                let unwritten = (0..blocks.len() as u32).find(|&b| manifest.holds(*f, b, copy) && !blocks[b as usize]);
+                if let Some(b) = unwritten {
                     return Err(StoreError::Incomplete(format!(
                         "cannot prepare `{}`: {f} block {b} was never written",
                         manifest.name
@@ -543,14 +691,7 @@ impl Store {
             c.data.sync_all().map_err(self.map_write_err(what.clone()))?;
             c.crc.sync_all().map_err(self.map_write_err(what))?;
         }
-        let tmp = txn.dir.join("manifest.json.tmp");
-        let text = serde_json::to_vec_pretty(manifest).expect("manifests serialise");
-        let mut f = File::create(&tmp).map_err(self.map_write_err("writing the manifest".into()))?;
-        f.write_all(&text).map_err(self.map_write_err("writing the manifest".into()))?;
-        f.sync_all().map_err(self.map_write_err("syncing the manifest".into()))?;
-        fs::rename(&tmp, txn.dir.join("manifest.json")).map_err(io_err("renaming the manifest"))?;
-        sync_dir(&txn.dir).map_err(io_err("syncing the staging folder"))?;
-        Ok(())
+        self.write_manifest(&txn.dir, manifest)
     }
 
     /// Rename a prepared staging folder to the dataset's name.
@@ -646,6 +787,9 @@ impl Store {
             return Ok(report);
         }
         for block in from..to {
+            if !ds.manifest.holds(fragment, block, copy) {
+                continue;
+            }
             let len = shape.block_len(fragment, block);
             report.blocks += 1;
             match self.read(&ds, fragment, block, 0, len) {
@@ -676,7 +820,7 @@ mod tests {
     use super::*;
     use ganges_core::datagen::Generator;
     use ganges_core::digest::Digest;
-    use ganges_proto::manifest::{DatasetState, RecordFormat};
+    use ganges_proto::manifest::RecordFormat;
 
     fn manifest(name: &str, nodes: u32) -> Manifest {
         Manifest {
@@ -688,6 +832,7 @@ mod tests {
             records: RecordFormat::Bytes,
             content: Content::Generated { generator: Generator::Random { seed: 1 } },
             state: DatasetState::Complete,
+            placement: None,
             checksum: "crc32c".into(),
             digest: Digest(0),
             created_unix_secs: 0,

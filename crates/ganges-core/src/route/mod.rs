@@ -194,6 +194,8 @@ pub struct ReadEngine {
     pieces: Vec<Piece>,
     /// Holders of each fragment the read touches, primary first.
     holders: BTreeMap<FragmentId, Vec<NodeId>>,
+    /// Pieces only some holders have (a dataset still incomplete after a GD write, GW-2).
+    only: BTreeMap<usize, Vec<NodeId>>,
     state: Vec<PieceState>,
     /// The first piece never requested; pieces are first requested in order.
     cursor: usize,
@@ -258,6 +260,7 @@ impl ReadEngine {
             layout: layout.clone(),
             pieces: vec![],
             holders: BTreeMap::new(),
+            only: BTreeMap::new(),
             state: vec![],
             cursor: 0,
             first_undelivered: 0,
@@ -289,6 +292,22 @@ impl ReadEngine {
         self.pieces.push(p);
         self.state.push(PieceState::Waiting);
         self.pieces.len() - 1
+    }
+
+    /// Add a piece that only `holders` (some of its fragment's holders) have; returns its
+    /// index. The engine never asks any other server for it.
+    pub fn add_piece_on(&mut self, p: Piece, holders: Vec<NodeId>) -> usize {
+        let i = self.add_piece(p);
+        debug_assert!(holders.iter().all(|n| self.holders[&p.fragment].contains(n)), "holders of the fragment");
+        self.only.insert(i, holders);
+        i
+    }
+
+    fn holds(&self, piece: usize, node: NodeId) -> bool {
+        match self.only.get(&piece) {
+            Some(only) => only.contains(&node),
+            None => self.holders[&self.pieces[piece].fragment].contains(&node),
+        }
     }
 
     pub fn policy_kind(&self) -> ReadPolicyKind {
@@ -342,7 +361,7 @@ impl ReadEngine {
         self.holders[&f]
             .iter()
             .copied()
-            .filter(|n| !self.down.contains(n) && !self.bad.contains(&(piece, *n)))
+            .filter(|n| self.holds(piece, *n) && !self.down.contains(n) && !self.bad.contains(&(piece, *n)))
             .collect()
     }
 
@@ -664,7 +683,7 @@ impl ReadEngine {
             if nodes.len() != 1 || nodes[0].0 == node || self.bad.contains(&(i, node)) || self.moved.contains(&i) {
                 continue;
             }
-            if !self.holders[&self.pieces[i].fragment].contains(&node) {
+            if !self.holds(i, node) {
                 continue;
             }
             let load = self.outstanding(nodes[0].0);

@@ -1,0 +1,240 @@
+//! Writes on real local clusters (GW-1, GW-2): every write policy reads back byte for byte
+//! with every read policy, before and after replica completion; a write is committed whole
+//! or not at all when a writer or a server dies; a full disk fails the write by name.
+
+mod common;
+
+use common::{create, start};
+use ganges_client::dataset::{self, WriteOutcome, WriteSource, WriteSpec};
+use ganges_client::scan::{Block, ReadOptions, ReadReport, open_scan};
+use ganges_core::datagen::Generator;
+use ganges_core::digest::Digest;
+use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::route::ReadPolicyKind;
+use ganges_core::write::WritePolicyKind;
+use ganges_proto::control::{ControlReply, ControlRequest};
+use ganges_proto::manifest::{DatasetName, DatasetState, Manifest};
+use ganges_proto::msg::ErrorCode;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn spec(name: &str, policy: WritePolicyKind, total: u64, source: WriteSource, complete: bool) -> WriteSpec {
+    WriteSpec {
+        name: name.parse().unwrap(),
+        writers: 4,
+        total_bytes: total,
+        block_bytes: 256 << 10,
+        replicas: 2,
+        policy,
+        window: 4,
+        source,
+        complete,
+    }
+}
+
+/// Read the whole dataset with `policy`; blocks by offset, checked to tile it once.
+async fn read_all(client: &Arc<ganges_client::Client>, m: &Manifest, policy: ReadPolicyKind) -> (Vec<u8>, Digest) {
+    let m = Arc::new(m.clone());
+    let streams = open_scan(client, &m, None, ReadOptions::new(policy)).unwrap();
+    let mut tasks = vec![];
+    for mut s in streams {
+        tasks.push(tokio::spawn(async move {
+            let mut got: Vec<Block> = vec![];
+            while let Some(b) = s.next().await.unwrap() {
+                got.push(b);
+            }
+            (got, s.close())
+        }));
+    }
+    let mut blocks = BTreeMap::new();
+    let mut digest = Digest::default();
+    for t in tasks {
+        let (got, r): (Vec<Block>, ReadReport) = t.await.unwrap();
+        digest.merge(r.digest);
+        for b in got {
+            assert!(blocks.insert(b.dataset_offset, b.data).is_none(), "a block delivered twice");
+        }
+    }
+    let mut bytes = Vec::with_capacity(m.total_bytes() as usize);
+    for (off, data) in blocks {
+        assert_eq!(off, bytes.len() as u64, "blocks tile the dataset");
+        bytes.extend_from_slice(&data);
+    }
+    assert_eq!(bytes.len() as u64, m.total_bytes());
+    (bytes, digest)
+}
+
+fn generated(g: Generator, len: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len as usize];
+    g.fill(0, &mut v);
+    v
+}
+
+async fn slow_down(client: &ganges_client::Client, node: NodeId, factor: f64) {
+    let fault = Some(ganges_core::disk::Fault::Factor { factor });
+    client.control(node, ControlRequest::SetFault { fault }).await.unwrap();
+}
+
+async fn names(client: &ganges_client::Client, staging: bool) -> Vec<(DatasetName, Option<u64>)> {
+    let (entries, _) = dataset::list(client, staging).await.unwrap();
+    entries.into_iter().map(|e| (e.name, e.staging_txid)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_policy_reads_back_byte_for_byte_with_every_read_policy() {
+    let c = start(4, common::disk(64.0));
+    let client = c.client().await;
+    slow_down(&client, NodeId(1), 0.25).await;
+    let g = Generator::Random { seed: 21 };
+    let total = 8 << 20;
+    let want = generated(g, total);
+    for policy in WritePolicyKind::ALL {
+        let name = format!("w-{policy}");
+        let out: WriteOutcome =
+            dataset::write(&client, spec(&name, policy, total, WriteSource::Generated(g), false), None).await.unwrap();
+        let m = out.manifest;
+        let backup: u64 = out.writers.iter().map(|r| r.stats.backup_bytes()).sum();
+        match policy {
+            WritePolicyKind::Static => {
+                assert_eq!(backup, 0, "static writes only primaries");
+            }
+            WritePolicyKind::Gd => {
+                assert!(backup > 0, "gd moved blocks off the slow disk");
+                // Fragment 1's primary is the slow disk: its writer put most blocks on the backup.
+                let p = m.placement.as_ref().expect("incomplete: placement recorded");
+                assert!(p.present(FragmentId(1), 1) > p.present(FragmentId(1), 0), "{p:?}");
+            }
+        }
+        assert_eq!(m.state, DatasetState::Incomplete);
+        // Before completion: readable by placement, with any policy.
+        for rp in [ReadPolicyKind::Static, ReadPolicyKind::Gd] {
+            let (bytes, digest) = read_all(&client, &m, rp).await;
+            assert_eq!(digest, m.digest);
+            assert!(bytes == want, "{policy} then {rp} (incomplete): content");
+        }
+        let done = dataset::complete(&client, &m.name).await.unwrap();
+        let info = dataset::info(&client, &m.name).await.unwrap();
+        assert_eq!(info.manifest.state, DatasetState::Complete);
+        assert!(info.copies.iter().all(|c| c.blocks_present == c.blocks), "every copy whole");
+        let missing: u64 = total * 2 - total;
+        assert_eq!(done.bytes, missing, "completion copied exactly what each copy lacked");
+        let v = dataset::verify(&client, &m.name, None).await.unwrap();
+        assert!(v.is_clean(), "{v:?}");
+        assert_eq!(v.bytes, total * 2);
+        for rp in ReadPolicyKind::ALL {
+            let (bytes, digest) = read_all(&client, &info.manifest, rp).await;
+            assert_eq!(digest, m.digest, "{policy} then {rp}");
+            assert!(bytes == want, "{policy} then {rp}: content");
+        }
+        // Completing again does nothing.
+        assert_eq!(dataset::complete(&client, &m.name).await.unwrap().bytes, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_by_four_writers_reads_back_as_the_file() {
+    let c = start(4, common::disk(64.0));
+    let client = c.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.bin");
+    // Not a whole number of blocks, so the last writer's last block is short.
+    let len = (3 << 20) + 12_345;
+    let data = generated(Generator::Random { seed: 5 }, len);
+    std::fs::write(&path, &data).unwrap();
+    let s = spec("file", WritePolicyKind::Gd, 0, WriteSource::File(path.clone()), true);
+    let out = dataset::write(&client, s, None).await.unwrap();
+    assert_eq!(out.manifest.state, DatasetState::Complete);
+    assert!(out.completion.is_some());
+    let copy = dir.path().join("out.bin");
+    dataset::get(&client, &out.manifest.name, &copy, None).await.unwrap();
+    assert!(std::fs::read(&copy).unwrap() == data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_is_committed_whole_or_not_at_all() {
+    // Slow disks, so each write is still running when something dies.
+    let mut c = start(4, common::disk(8.0));
+    let client = c.client().await;
+    let g = Generator::Random { seed: 3 };
+    let other = create(&client, "other", vec![1 << 20; 4], 256 << 10, 2, g).await;
+
+    // A writer that dies: its staging stays behind, invisible, until removed.
+    let s = spec("cut", WritePolicyKind::Gd, 16 << 20, WriteSource::Generated(g), true);
+    let w = {
+        let client = client.clone();
+        tokio::spawn(async move { dataset::write(&client, s, None).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    w.abort();
+    assert!(w.await.unwrap_err().is_cancelled());
+    let cut: DatasetName = "cut".parse().unwrap();
+    assert!(!names(&client, false).await.iter().any(|(n, _)| *n == cut), "nothing visible");
+    assert!(names(&client, true).await.iter().any(|(n, t)| *n == cut && t.is_some()), "staging listed");
+    let removed = dataset::remove(&client, &cut).await.unwrap();
+    assert!(removed.staging_folders >= 4, "{removed:?}");
+    assert!(!names(&client, true).await.iter().any(|(n, _)| *n == cut));
+
+    // A server that dies: the write fails, and nothing of it is visible anywhere.
+    let s = spec("dies", WritePolicyKind::Gd, 16 << 20, WriteSource::Generated(g), true);
+    let w = {
+        let client = client.clone();
+        tokio::spawn(async move { dataset::write(&client, s, None).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    c.local.kill(NodeId(2));
+    let e = w.await.unwrap().expect_err("a write losing a server fails");
+    eprintln!("the write failed as it should: {e}");
+    let dies: DatasetName = "dies".parse().unwrap();
+    for (node, r) in
+        client.control_all(&[NodeId(0), NodeId(1), NodeId(3)], &ControlRequest::ListDatasets { staging: true }).await
+    {
+        let Ok(ControlReply::Datasets { datasets }) = r else { panic!("{node} answers") };
+        assert!(!datasets.iter().any(|d| d.name == dies), "{node} holds nothing of it: {datasets:?}");
+    }
+    // The other dataset is untouched: its surviving copies still read back whole.
+    let (bytes, digest) = read_all(&client, &other, ReadPolicyKind::Gd).await;
+    assert_eq!(digest, other.digest);
+    assert!(bytes == generated(g, 4 << 20));
+}
+
+/// Unmounts a tmpfs when the test ends, however it ends.
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_fails_the_write_by_name_and_leaves_nothing() {
+    // Node 1's data directory is a 2 MiB tmpfs: a real ENOSPC, not a simulated one.
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("node-1").join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .arg(&data)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIPPED: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    }
+    let _guard = Mount(data.clone());
+    let spec_ = ganges_cli::local::LocalSpec {
+        nodes: 4,
+        root: root.path().to_path_buf(),
+        disk: common::disk(64.0),
+        scheduler: ganges_core::sched::SchedulerKind::Auto,
+        binary: common::binary(),
+    };
+    let mut local = ganges_cli::local::LocalCluster::start(&spec_).expect("cluster starts");
+    let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();
+    let s = spec("big", WritePolicyKind::Static, 16 << 20, WriteSource::Generated(Generator::Random { seed: 1 }), true);
+    let e = dataset::write(&client, s, None).await.expect_err("the write cannot fit");
+    assert_eq!(e.code(), Some(ErrorCode::DiskFull), "{e}");
+    assert!(e.to_string().contains("disk full on node1"), "the error names the server: {e}");
+    assert!(names(&client, true).await.is_empty(), "nothing visible, staging removed");
+    local.stop();
+}

@@ -1,0 +1,147 @@
+//! Replica completion (GW-2; virtual-streams §3.5, gd-enhancements §3.1).
+//!
+//! A dataset written with a choice of copy (GW-1) is committed incomplete: each block sits on
+//! the copies its manifest's placement names. `Fill` asks the server holding one copy of a
+//! fragment to bring that copy every block it lacks. The server reads each missing block
+//! from a peer holding it, over the ordinary data path (the peer queues the reads in its
+//! scheduler and disk model like any consumer's), and writes it at its final offset through
+//! its own disk queue, so both disks are charged and completion runs at disk speed. Reads
+//! are pipelined `FILL_WINDOW` deep, and so are the writes behind them.
+//!
+//! Nothing a reader sees changes until every copy is filled and the client replaces the
+//! manifest by the complete one (`MarkComplete`): until then readers follow the placement
+//! and never read a block being filled. A fill that fails part way leaves the dataset as it
+//! was; running it again writes the missing blocks again (filling is idempotent).
+
+use crate::Shared;
+use crate::disk::{Ctx, WriteCtx, WriteReply, WriteTarget};
+use crate::handoff::PeerConn;
+use crate::store::StoreError;
+use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
+use ganges_proto::control::{ControlReply, Peer};
+use ganges_proto::manifest::{DatasetName, DatasetState};
+use ganges_proto::msg::{Message, ReadOk, ReadReq};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Reads in flight to a peer, and writes queued behind them.
+const FILL_WINDOW: usize = 4;
+
+fn peer_err(node: NodeId, what: String) -> StoreError {
+    StoreError::Io { what: format!("replica completion from {node}"), err: std::io::Error::other(what) }
+}
+
+/// Bring this node's copy of `fragment` every block it lacks.
+pub async fn fill(
+    shared: &Arc<Shared>,
+    name: &DatasetName,
+    fragment: FragmentId,
+    peers: &[Peer],
+) -> Result<ControlReply, StoreError> {
+    let ds = shared.store.dataset(name)?;
+    let m = &ds.manifest;
+    let (DatasetState::Incomplete, Some(placement)) = (m.state, &m.placement) else {
+        return Ok(ControlReply::Filled { blocks: 0, bytes: 0 });
+    };
+    let copy = ds.copy(fragment)?.copy;
+    let missing = placement.missing(fragment, copy);
+    if missing.is_empty() {
+        return Ok(ControlReply::Filled { blocks: 0, bytes: 0 });
+    }
+    let mut by_source: BTreeMap<NodeId, Vec<u32>> = BTreeMap::new();
+    for b in missing {
+        let src = placement.copies(fragment, b).next().expect("a validated placement holds every block");
+        by_source.entry(m.layout.node_of(fragment, src)).or_default().push(b);
+    }
+    let (store, d2) = (shared.store.clone(), ds.clone());
+    let files = tokio::task::spawn_blocking(move || store.open_fill(&d2, fragment))
+        .await
+        .map_err(|e| StoreError::BadRequest(format!("open task failed: {e}")))??;
+    let files = Arc::new(files);
+    let total: u64 = by_source.values().flatten().map(|&b| m.shape.block_len(fragment, b) as u64).sum();
+    let mut done = 0u64;
+    let mut blocks = 0u64;
+    let stream = ganges_core::datagen::mix64(m.id ^ ((fragment.0 as u64) << 32) ^ shared.config.node.0 as u64);
+    for (node, wanted) in by_source {
+        let addr = peers
+            .iter()
+            .find(|p| p.node == node)
+            .ok_or_else(|| {
+                StoreError::BadRequest(format!("no address given for {node}, which holds blocks {fragment} needs"))
+            })?
+            .addr;
+        let mut conn = PeerConn::connect(addr).await.map_err(|e| peer_err(node, e.to_string()))?;
+        let mut next = 0;
+        let mut asked: HashMap<u64, u32> = HashMap::new();
+        let mut writes: VecDeque<oneshot::Receiver<Result<(), StoreError>>> = VecDeque::new();
+        while next < wanted.len() || !asked.is_empty() {
+            while asked.len() < FILL_WINDOW && next < wanted.len() {
+                let block = wanted[next];
+                next += 1;
+                let read = Message::Read(ReadReq {
+                    stream,
+                    progress: Progress { done_bytes: done, total_bytes: total, metric: ProgressMetric::Bytes },
+                    service: Service::FURTHEST_BEHIND,
+                    dataset: name.clone(),
+                    fragment,
+                    block,
+                    start_in_block: 0,
+                    len: m.shape.block_len(fragment, block),
+                });
+                let id = conn.send(&read).await.map_err(|e| peer_err(node, e.to_string()))?;
+                asked.insert(id, block);
+            }
+            let (id, reply) = conn.read_tagged().await.map_err(|e| peer_err(node, e.to_string()))?;
+            let Some(block) = asked.remove(&id) else { continue };
+            let (crc, data) = match reply {
+                Message::ReadOk(ReadOk { crc, data, .. }) => (crc, data),
+                Message::Error(e, _) => return Err(peer_err(node, format!("{fragment} block {block}: {e}"))),
+                other => return Err(peer_err(node, format!("unexpected reply kind {:#04x}", other.kind()))),
+            };
+            done += data.len() as u64;
+            blocks += 1;
+            let (tx, rx) = oneshot::channel();
+            let job = Job {
+                id: 0,
+                stream: StreamKey { conn: 0, stream },
+                file: files.key,
+                bytes: data.len() as u64,
+                progress: Progress { done_bytes: done, total_bytes: total, metric: ProgressMetric::Bytes },
+                service: Service::FURTHEST_BEHIND,
+                arrival: shared.now(),
+            };
+            let ctx = WriteCtx {
+                conn: 0,
+                request_id: 0,
+                target: WriteTarget::Fill { dataset: ds.clone(), files: files.clone() },
+                fragment,
+                block,
+                crc,
+                data,
+                reply: WriteReply::Local(tx),
+            };
+            shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
+            shared.disk_wake.notify_one();
+            writes.push_back(rx);
+            if writes.len() >= FILL_WINDOW {
+                wait(writes.pop_front().expect("not empty")).await?;
+            }
+        }
+        while let Some(rx) = writes.pop_front() {
+            wait(rx).await?;
+        }
+    }
+    let store = shared.store.clone();
+    let f2 = files.clone();
+    tokio::task::spawn_blocking(move || store.sync_fill(&f2))
+        .await
+        .map_err(|e| StoreError::BadRequest(format!("sync task failed: {e}")))??;
+    tracing::info!(node = %shared.config.node, dataset = %name, %fragment, blocks, bytes = done, "copy filled");
+    Ok(ControlReply::Filled { blocks, bytes: done })
+}
+
+async fn wait(rx: oneshot::Receiver<Result<(), StoreError>>) -> Result<(), StoreError> {
+    rx.await.map_err(|_| StoreError::BadRequest("the server dropped a queued fill write".into()))?
+}
