@@ -593,15 +593,20 @@ async fn set_faults(client: &Client, spec: &ScanBenchSpec, faulty: &[NodeId]) ->
     if spec.disk.is_none() {
         return Ok(());
     }
-    for n in 0..spec.nodes {
+    set_faults_on(client, spec.fault, faulty).await
+}
+
+/// `fault` on the `faulty` servers, none on the others.
+pub(crate) async fn set_faults_on(client: &Client, fault: Fault, faulty: &[NodeId]) -> CliResult<()> {
+    for n in 0..client.nodes() {
         let node = NodeId(n);
-        let fault = faulty.contains(&node).then_some(spec.fault);
+        let fault = faulty.contains(&node).then_some(fault);
         client.control(node, ControlRequest::SetFault { fault }).await?;
     }
     Ok(())
 }
 
-async fn all_stats(client: &Client) -> CliResult<Vec<ServerStats>> {
+pub(crate) async fn all_stats(client: &Client) -> CliResult<Vec<ServerStats>> {
     let nodes: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
     let mut out = vec![];
     for (node, r) in client.control_all(&nodes, &ControlRequest::Stats).await {

@@ -11,7 +11,7 @@ use ganges_core::digest::Digest;
 use ganges_core::disk::Fault;
 use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{Spectrum, layout_ideal, river_ideal_seconds, scan_demands};
-use ganges_core::ids::NodeId;
+use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
 use ganges_core::shape::Shape;
 use ganges_core::units::{ByteSize, mb_per_sec};
@@ -316,18 +316,30 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
     let out = dataset::write(&client, spec, Some(progress_fn(&bar))).await?;
     bar.finish_and_clear();
     let m = &out.manifest;
-    let backup: u64 = out.writers.iter().map(|r| r.stats.backup_bytes()).sum();
+    let placed = if a.policy == WritePolicyKind::Dq {
+        let per: Vec<String> =
+            (0..m.shape.fragment_count()).map(|f| m.shape.blocks_in(FragmentId(f)).to_string()).collect();
+        format!("blocks per server {}", per.join("/"))
+    } else {
+        let backup: u64 = out.writers.iter().map(|r| r.stats.backup_bytes()).sum();
+        format!("{:.0}% of blocks on backup copies", 100.0 * backup as f64 / m.total_bytes().max(1) as f64)
+    };
     println!(
-        "wrote `{}` with {} writers ({}): {} in {:.1}s ({:.1} MB/s), {:.0}% of blocks on backup copies, digest {}",
+        "wrote `{}` with {} writers ({}): {} in {:.1}s ({:.1} MB/s), {placed}, digest {}",
         m.name,
         writers,
         a.policy,
         ByteSize(m.total_bytes()),
         out.seconds,
         mb_per_sec(m.total_bytes(), out.seconds),
-        100.0 * backup as f64 / m.total_bytes().max(1) as f64,
         m.digest
     );
+    if a.policy == WritePolicyKind::Dq && matches!(m.content, Content::Imported { .. }) {
+        println!(
+            "note: a distributed queue keeps every block once, in the order the servers wrote them \
+             (the dataset is each server's log in turn), not in the file's order"
+        );
+    }
     match (&out.completion, m.state) {
         (Some(c), _) => println!(
             "completed every copy: {} blocks ({}) copied between servers in {:.1}s ({:.1} MB/s)",

@@ -5,6 +5,8 @@
 //! - [`local`]: local clusters of `ganges serve` child processes (and the `local up`
 //!   supervisor).
 //! - [`bench`]: `ganges bench scan` and the demo: policies against the two ideals.
+//! - [`bench_write`]: `ganges bench write`: write policies against the same ideals, and
+//!   replica completion.
 //! - [`commands`]: what the dataset, scan, fault, model and local subcommands do.
 //! - [`sim`]: `ganges sim`, the paper scenarios in virtual time.
 //! - [`plot`]: SVG and PNG line charts.
@@ -12,6 +14,7 @@
 //! - [`sys`]: the process-management system calls.
 
 pub mod bench;
+pub mod bench_write;
 pub mod commands;
 pub mod local;
 pub mod plot;

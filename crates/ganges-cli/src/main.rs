@@ -323,8 +323,9 @@ struct WriteArgs {
     /// Writers, each writing its own fragment [default: one per server]
     #[arg(long)]
     writers: Option<u32>,
-    /// Write policy: static (each block to its fragment's primary copy) or gd (primary or
-    /// backup copy, whichever keeps the writers balanced; GW-1)
+    /// Write policy: static (each block to its fragment's primary copy), gd (primary or
+    /// backup copy, whichever keeps the writers balanced; GW-1) or dq (any server, by a
+    /// distributed queue; one copy; DQ-1)
     #[arg(long, default_value = "gd")]
     policy: WritePolicyKind,
     /// Total size of generated data
@@ -333,12 +334,12 @@ struct WriteArgs {
     /// Write this local file instead of generated data, split among the writers in order
     #[arg(long, value_name = "FILE")]
     from: Option<PathBuf>,
-    /// Copies of each fragment (chained declustering; 1 to 4)
-    #[arg(long, default_value_t = 2)]
-    replicas: u32,
+    /// Copies of each fragment (chained declustering; 1 to 4) [default: 2; dq: 1]
+    #[arg(long)]
+    replicas: Option<u32>,
     #[arg(long, default_value = "1MiB")]
     block_size: ByteSize,
-    /// Blocks in flight per writer
+    /// Blocks in flight per writer (static, gd; a dq writer has one per server)
     #[arg(long, default_value_t = WINDOW_DEFAULT)]
     window: u32,
     /// Seed of the generated data
@@ -487,6 +488,60 @@ enum BenchCmd {
         after_help = "Examples:\n  ganges bench scan --json scan.json --plot scan.svg\n  ganges bench scan --quick\n  ganges bench scan --nodes 1 --replicas 1 --disk-rate off --faults 0 --policies static --fragment-size 2GiB"
     )]
     Scan(Box<BenchScanArgs>),
+    /// Write a dataset from one writer per server with each write policy at each fault
+    /// count, against both ideals; then replica completion
+    #[command(
+        after_help = "Examples:\n  ganges bench write --json write.json --plot write.svg\n  ganges bench write --quick\n  ganges bench write --policies dq --faults 0,4 --repeat 3"
+    )]
+    Write(Box<BenchWriteArgs>),
+}
+
+#[derive(Args, Debug)]
+struct BenchWriteArgs {
+    #[arg(long, default_value_t = 16)]
+    nodes: u32,
+    /// Copies of a static or gd write (dq keeps one)
+    #[arg(long, default_value_t = 2)]
+    replicas: u32,
+    /// Bytes each writer writes (one writer per server)
+    #[arg(long, default_value = "64MiB")]
+    fragment_size: ByteSize,
+    #[arg(long, default_value = "1MiB")]
+    block_size: ByteSize,
+    #[command(flatten)]
+    disk: LocalDiskArgs,
+    #[command(flatten)]
+    fault: FaultArgs,
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8,12,16")]
+    faults: Vec<u32>,
+    #[arg(long, default_value = "best")]
+    fault_layout: FaultLayout,
+    /// Write policies to compare
+    #[arg(long, value_delimiter = ',', default_value = "static,gd,dq")]
+    policies: Vec<WritePolicyKind>,
+    /// Blocks in flight per static or gd writer
+    #[arg(long, default_value_t = WINDOW_DEFAULT)]
+    window: u32,
+    /// Runs of each (policy, faults), alternating; the median is reported
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    /// Skip replica completion after the writes that leave copies incomplete
+    #[arg(long)]
+    no_complete: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// A small, fast configuration for smoke tests (4 nodes, 4MiB per writer, faults 0,1,2)
+    #[arg(long)]
+    quick: bool,
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Draw % of ideal against faults (.svg or .png)
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+    /// Keep the cluster's files here [default: a temporary folder in /dev/shm when it has
+    /// room, so the modelled disks are the only disks; else in the temp folder]
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -714,7 +769,7 @@ fn run(cli: Cli) -> CliResult<()> {
                 policy: a.policy,
                 total_bytes: a.size.map_or(0, |s| s.0),
                 block_bytes: block_bytes(a.block_size)?,
-                replicas: a.replicas,
+                replicas: a.replicas.unwrap_or(a.policy.default_replicas()),
                 window: a.window,
                 source,
                 complete: !a.no_complete,
@@ -755,6 +810,7 @@ fn run(cli: Cli) -> CliResult<()> {
             }
         },
         Cmd::Bench { cmd: BenchCmd::Scan(a) } => bench_scan(*a),
+        Cmd::Bench { cmd: BenchCmd::Write(a) } => bench_write(*a),
         Cmd::Demo(a) => demo(a),
         Cmd::Sim(a) => sim(a),
     }
@@ -977,6 +1033,46 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
     print!("{}", bench::render(&report));
     bench::write_outputs(&report, spec.json.as_ref(), spec.plot.as_ref(), spec.plot_time.as_ref())?;
     for (what, p) in [("json", &spec.json), ("plot", &spec.plot), ("plot of rates over time", &spec.plot_time)] {
+        if let Some(p) = p {
+            println!("{what}: {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+fn bench_write(a: BenchWriteArgs) -> CliResult<()> {
+    let Some(disk) = a.disk.spec()? else {
+        return fail("bench write compares against the disk model: give a --disk-rate");
+    };
+    let mut spec = ganges_cli::bench_write::WriteBenchSpec {
+        nodes: a.nodes,
+        replicas: a.replicas,
+        fragment_bytes: a.fragment_size.0,
+        block_bytes: block_bytes(a.block_size)?,
+        disk,
+        fault: a.fault.fault(),
+        faults: a.faults,
+        fault_layout: a.fault_layout,
+        seed: a.seed,
+        policies: a.policies,
+        window: a.window,
+        repeat: a.repeat.max(1),
+        complete: !a.no_complete,
+        root: a.root,
+        binary: binary()?,
+        json: a.json,
+        plot: a.plot,
+    };
+    if a.quick {
+        spec.nodes = 4;
+        spec.fragment_bytes = 4 << 20;
+        spec.block_bytes = 128 << 10;
+        spec.faults = vec![0, 1, 2];
+    }
+    let report = ganges_cli::bench_write::run_write(&spec)?;
+    print!("{}", ganges_cli::bench_write::render(&report));
+    ganges_cli::bench_write::write_outputs(&report, spec.json.as_ref(), spec.plot.as_ref())?;
+    for (what, p) in [("json", &spec.json), ("plot", &spec.plot)] {
         if let Some(p) = p {
             println!("{what}: {}", p.display());
         }

@@ -44,3 +44,15 @@ pub fn alive(pid: u32) -> bool {
 }
 
 pub use libc::{SIGCONT, SIGINT, SIGKILL, SIGSTOP, SIGTERM};
+
+/// Bytes free for an unprivileged user on the file system holding `path`, if it can be asked.
+pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid C string and `st` a valid out-pointer for the call.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}

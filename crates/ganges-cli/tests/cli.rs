@@ -119,6 +119,31 @@ fn a_users_session_from_local_up_to_local_down() {
     let err = fails(&["dataset", "create", "big", "--size", "1MiB", "--replicas", "9", "--cluster", c], 1);
     assert!(err.contains("replicas must be between 1 and 4"), "{err}");
 
+    // Writes: gd leaves copies incomplete until `dataset complete`; dq keeps one copy.
+    ok(&["fault", "set", "--node", "1", "--factor", "0.25", "--cluster", c]);
+    let out = ok(&["write", "gw", "--size", "6MiB", "--block-size", "128KiB", "--no-complete", "--cluster", c]);
+    assert!(out.contains("wrote `gw` with 3 writers (gd)") && out.contains("incomplete"), "{out}");
+    let out = ok(&["dataset", "info", "gw", "--cluster", c]);
+    assert!(out.contains("Incomplete") && out.contains(" of 16"), "{out}");
+    let out = ok(&["dataset", "complete", "gw", "--cluster", c]);
+    assert!(out.contains("completed `gw`"), "{out}");
+    let out = ok(&["dataset", "info", "gw", "--cluster", c]);
+    assert_eq!(out.matches("16 (whole)").count(), 6, "{out}");
+    let out = ok(&["dataset", "verify", "gw", "--cluster", c]);
+    assert!(out.contains("is intact"), "{out}");
+    let out = ok(&["write", "qw", "--size", "6MiB", "--block-size", "128KiB", "--policy", "dq", "--cluster", c]);
+    assert!(out.contains("(dq)") && out.contains("blocks per server"), "{out}");
+    let out = ok(&["scan", "qw", "--cluster", c]);
+    assert!(out.contains("every byte delivered exactly once"), "{out}");
+    let err = fails(&["write", "qw2", "--size", "6MiB", "--policy", "dq", "--replicas", "2", "--cluster", c], 1);
+    assert!(err.contains("dq writes keep one copy"), "{err}");
+    let err = fails(&["write", "gw", "--size", "3MiB", "--cluster", c], 1);
+    assert!(err.contains("already exists"), "{err}");
+    let err = fails(&["write", "tiny", "--size", "1MiB", "--cluster", c], 1);
+    assert!(err.contains("3 writers need at least 3 blocks"), "{err}");
+    fails(&["write", "x", "--size", "1MiB", "--policy", "fastest", "--cluster", c], 2);
+    ok(&["fault", "clear", "--cluster", c]);
+
     let out = ok(&["local", "status", "--cluster", c]);
     assert_eq!(out.matches(" up ").count(), 3, "{out}");
     let out = ok(&["dataset", "rm", "ev", "--cluster", c]);
@@ -320,6 +345,35 @@ fn the_demo_runs_and_says_where_its_results_are() {
 }
 
 #[test]
+fn bench_write_quick_writes_json_and_a_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("write.json");
+    let svg = dir.path().join("write.svg");
+    let out = ok(&["bench", "write", "--quick", "--json", json.to_str().unwrap(), "--plot", svg.to_str().unwrap()]);
+    assert!(out.contains("% layout") && out.contains("% of disks"), "{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["bench"], "write");
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 9, "3 policies x 3 fault counts");
+    for r in rows {
+        let f = r["frac_layout_ideal"].as_f64().unwrap();
+        assert!(f > 0.0 && f <= 1.0, "a run cannot beat the ideal: {r}");
+        assert_eq!(r["bytes"], 16u64 << 20);
+        let placed: u64 = r["blocks_per_server"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).sum();
+        assert!(placed >= 128, "every block written somewhere: {r}");
+        if r["policy"] == "dq" {
+            assert!(r["completion"].is_null(), "one copy: nothing to complete");
+        } else {
+            let c = &r["completion"];
+            assert_eq!(c["bytes"], 16u64 << 20, "completion copies one copy's worth: {r}");
+            let b = c["frac_bound"].as_f64().unwrap();
+            assert!(b > 0.0 && b <= 1.0, "{r}");
+        }
+    }
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+}
+
+#[test]
 fn help_has_examples_everywhere() {
     for args in [
         vec!["serve"],
@@ -331,6 +385,9 @@ fn help_has_examples_everywhere() {
         vec!["dataset", "info"],
         vec!["dataset", "verify"],
         vec!["dataset", "rm"],
+        vec!["dataset", "complete"],
+        vec!["write"],
+        vec!["bench", "write"],
         vec!["scan"],
         vec!["fault", "set"],
         vec!["fault", "clear"],

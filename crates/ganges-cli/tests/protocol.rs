@@ -84,7 +84,7 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
 
     // A kind only servers send, after a proper hello.
     let mut bytes = hello();
-    let ack = ganges_proto::msg::WriteOk { queue_len: 0, service_us: 0, primary_progress: None };
+    let ack = ganges_proto::msg::WriteOk { queue_len: 0, service_us: 0, primary_progress: None, block: 0 };
     bytes.extend(Message::WriteOk(ack).encode(3).to_vec());
     let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes)).await.unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::ProtocolViolation), true));

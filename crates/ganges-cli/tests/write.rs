@@ -24,7 +24,7 @@ fn spec(name: &str, policy: WritePolicyKind, total: u64, source: WriteSource, co
         writers: 4,
         total_bytes: total,
         block_bytes: 256 << 10,
-        replicas: 2,
+        replicas: policy.default_replicas(),
         policy,
         window: 4,
         source,
@@ -93,11 +93,16 @@ async fn every_write_policy_reads_back_byte_for_byte_with_every_read_policy() {
         let out: WriteOutcome =
             dataset::write(&client, spec(&name, policy, total, WriteSource::Generated(g), false), None).await.unwrap();
         let m = out.manifest;
+        if policy == WritePolicyKind::Dq {
+            check_dq(&client, &m, &want, 256 << 10, true).await;
+            continue;
+        }
         let backup: u64 = out.writers.iter().map(|r| r.stats.backup_bytes()).sum();
         match policy {
             WritePolicyKind::Static => {
                 assert_eq!(backup, 0, "static writes only primaries");
             }
+            WritePolicyKind::Dq => unreachable!(),
             WritePolicyKind::Gd => {
                 assert!(backup > 0, "gd moved blocks off the slow disk");
                 // Fragment 1's primary is the slow disk: its writer put most blocks on the backup.
@@ -131,6 +136,35 @@ async fn every_write_policy_reads_back_byte_for_byte_with_every_read_policy() {
     }
 }
 
+/// A DQ write keeps every block exactly once, one copy, but in the order the servers' disks
+/// took them: the dataset is the servers' logs. Its blocks are the written blocks, each once;
+/// the slow server (node 1) took fewer than the others.
+async fn check_dq(client: &Arc<ganges_client::Client>, m: &Manifest, want: &[u8], block: usize, slow: bool) {
+    assert_eq!(m.state, DatasetState::Complete);
+    assert_eq!(m.layout.replicas(), 1);
+    assert_eq!(m.shape.fragment_count(), 4, "one log per server");
+    let sizes: Vec<u64> = (0..4).map(|f| m.shape.fragment_bytes(FragmentId(f))).collect();
+    let others = (sizes[0] + sizes[2] + sizes[3]) / 3;
+    assert!(!slow || sizes[1] < others, "the slow disk took less: {sizes:?}");
+    for rp in [ReadPolicyKind::Static, ReadPolicyKind::Gd] {
+        let (bytes, digest) = read_all(client, m, rp).await;
+        assert_eq!(digest, m.digest);
+        // Blocks of each log (only a log's last block may be short).
+        let mut got: Vec<&[u8]> = (0..4)
+            .flat_map(|f| {
+                let start = m.shape.fragment_start(FragmentId(f)) as usize;
+                bytes[start..start + m.shape.fragment_bytes(FragmentId(f)) as usize].chunks(block)
+            })
+            .collect();
+        let mut expected: Vec<&[u8]> = want.chunks(block).collect();
+        got.sort_unstable();
+        expected.sort_unstable();
+        assert!(got == expected, "every written block, exactly once");
+    }
+    let v = dataset::verify(client, &m.name, None).await.unwrap();
+    assert!(v.is_clean(), "{v:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_written_by_four_writers_reads_back_as_the_file() {
     let c = start(4, common::disk(64.0));
@@ -148,6 +182,14 @@ async fn a_file_written_by_four_writers_reads_back_as_the_file() {
     let copy = dir.path().join("out.bin");
     dataset::get(&client, &out.manifest.name, &copy, None).await.unwrap();
     assert!(std::fs::read(&copy).unwrap() == data);
+    // Through a distributed queue: every block once, the short one last in its log.
+    let s = WriteSpec {
+        block_bytes: 64 << 10,
+        ..spec("file-dq", WritePolicyKind::Dq, 0, WriteSource::File(path.clone()), true)
+    };
+    let out = dataset::write(&client, s, None).await.unwrap();
+    assert_eq!(out.manifest.total_bytes(), len);
+    check_dq(&client, &out.manifest, &data, 64 << 10, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,6 +237,20 @@ async fn a_write_is_committed_whole_or_not_at_all() {
     let (bytes, digest) = read_all(&client, &other, ReadPolicyKind::Gd).await;
     assert_eq!(digest, other.digest);
     assert!(bytes == generated(g, 4 << 20));
+
+    // The same through a distributed queue, on a fresh cluster: a server dies mid-write.
+    let mut c = start(4, common::disk(8.0));
+    let client = c.client().await;
+    let s = spec("dq-dies", WritePolicyKind::Dq, 16 << 20, WriteSource::Generated(g), false);
+    let w = {
+        let client = client.clone();
+        tokio::spawn(async move { dataset::write(&client, s, None).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    c.local.kill(NodeId(3));
+    let e = w.await.unwrap().expect_err("a dq write losing a server fails");
+    eprintln!("the dq write failed as it should: {e}");
+    assert!(names(&client, true).await.is_empty(), "nothing of it anywhere");
 }
 
 /// Unmounts a tmpfs when the test ends, however it ends.

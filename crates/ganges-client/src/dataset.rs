@@ -91,11 +91,16 @@ struct Staging<'c> {
 
 impl<'c> Staging<'c> {
     async fn begin(client: &'c Client, manifest: &Manifest) -> Result<Staging<'c>> {
+        Staging::begin_with(client, manifest, false).await
+    }
+
+    /// With `append`, every copy is a log of appended blocks (DQ writes).
+    async fn begin_with(client: &'c Client, manifest: &Manifest, append: bool) -> Result<Staging<'c>> {
         client.require_all()?;
         let txid = rand::random::<u64>() | 1;
         let nodes: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
         let s = Staging { client, name: manifest.name.clone(), txid, nodes };
-        let req = ControlRequest::Stage { txid, manifest: manifest.clone() };
+        let req = ControlRequest::Stage { txid, manifest: manifest.clone(), append };
         let results = client.control_all(&s.nodes, &req).await;
         if let Some(e) = first_error(results) {
             s.abort().await;
@@ -737,14 +742,33 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     if total == 0 {
         return Err(ClientError::Invalid("a dataset holds at least one byte".into()));
     }
+    if total.div_ceil(spec.block_bytes as u64) < writers as u64 {
+        return Err(ClientError::Invalid(format!(
+            "{writers} writers need at least {writers} blocks of {} B to write; use smaller blocks or fewer writers",
+            spec.block_bytes
+        )));
+    }
+    let Some(route) = spec.policy.route() else {
+        return write_dq(client, &spec, source, total, content, progress).await;
+    };
     // Writer i writes fragment i; fragments are whole blocks but the last one of each.
     let shape = Shape::split(total, writers, spec.block_bytes, spec.block_bytes as u64)?;
+    // The placement (a hex digit per block) travels in the manifest, in control frames.
+    if shape.total_blocks() as usize > ganges_proto::frame::CONTROL_BODY_MAX / 2 {
+        return Err(ClientError::Invalid(format!(
+            "a {} write of {} blocks would need a placement too large for its manifest; use larger \
+             blocks (at most {} blocks)",
+            spec.policy,
+            shape.total_blocks(),
+            ganges_proto::frame::CONTROL_BODY_MAX / 2
+        )));
+    }
     let layout = Layout::chained(client.nodes(), spec.replicas)?;
     let mut manifest = draft(layout, spec.name.clone(), shape, RecordFormat::Bytes, content)?;
     manifest.state = DatasetState::Incomplete;
     let staging = Staging::begin(client, &manifest).await?;
     let draft_manifest = Arc::new(manifest.clone());
-    let opts = ReadOptions::new(spec.policy.route()).with_window(spec.window);
+    let opts = ReadOptions::new(route).with_window(spec.window);
     let started = std::time::Instant::now();
     let work = async {
         let mut tasks = JoinSet::new();
@@ -818,6 +842,165 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     };
     let manifest = if completion.is_some() { client.manifest(&manifest.name).await? } else { manifest };
     Ok(WriteOutcome { manifest, seconds, writers: reports, completion })
+}
+
+/// A DQ write (DQ-1, DQ-2): writer i puts its share of the bytes, block by block, each to
+/// the server its distributed queue picks; server n appends what it receives to fragment n.
+/// One copy (LAY-3). The dataset is the servers' logs in node order.
+async fn write_dq(
+    client: &Arc<Client>,
+    spec: &WriteSpec,
+    source: Arc<dyn crate::scan::BlockSource>,
+    total: u64,
+    content: Content,
+    progress: Option<ProgressFn>,
+) -> Result<WriteOutcome> {
+    use crate::dqwrite::DqWriter;
+    use ganges_core::dq::DqSettings;
+    if spec.replicas != 1 {
+        return Err(ClientError::Invalid(format!(
+            "dq writes keep one copy (each block goes to exactly one server); got --replicas {}",
+            spec.replicas
+        )));
+    }
+    let nodes = client.nodes();
+    let block = spec.block_bytes as u64;
+    let (writers, blocks_total) = (spec.writers.max(1) as u64, total.div_ceil(block));
+    // Writer i's blocks, in order; the one short block (if any) is held back and appended
+    // last, so that it ends the log it lands in.
+    let per = Shape::split(total, writers as u32, spec.block_bytes, block)?;
+    let mut streams: Vec<Vec<(u64, u32)>> = (0..per.fragment_count())
+        .map(|f| {
+            let (start, len) = (per.fragment_start(FragmentId(f)), per.fragment_bytes(FragmentId(f)));
+            (0..len.div_ceil(block)).map(|b| (start + b * block, (len - b * block).min(block) as u32)).collect()
+        })
+        .collect();
+    let tail = streams.last_mut().and_then(|s| s.pop_if(|b| (b.1 as u64) < block));
+    for (w, s) in streams.iter().enumerate() {
+        crate::dqwrite::pins(w as u32, writers as u32, nodes, s.len())?;
+    }
+    let capacity = Shape::uniform(nodes, blocks_total * block, spec.block_bytes)?;
+    let manifest = draft(Layout::chained(nodes, 1)?, spec.name.clone(), capacity, RecordFormat::Bytes, content)?;
+    let staging = Staging::begin_with(client, &manifest, true).await?;
+    let started = std::time::Instant::now();
+    let work = async {
+        let mut tasks = JoinSet::new();
+        for (i, blocks) in streams.into_iter().enumerate() {
+            let settings = DqSettings::for_consumers(nodes);
+            let seed = manifest.id ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let mut w = DqWriter::new(
+                client.clone(),
+                manifest.name.clone(),
+                staging.txid,
+                (i as u32, writers as u32),
+                blocks,
+                source.clone(),
+                settings,
+                seed,
+            )?;
+            let progress = progress.clone();
+            tasks.spawn(async move {
+                let t = std::time::Instant::now();
+                let r = w.run(progress.as_ref()).await;
+                (r, w, t.elapsed().as_secs_f64())
+            });
+        }
+        let mut logs: Vec<Vec<(u32, u32, u32)>> = vec![vec![]; nodes as usize];
+        let mut reports = vec![];
+        let mut failed = None;
+        while let Some(joined) = tasks.join_next().await {
+            let (r, w, seconds) = match joined {
+                Ok(x) => x,
+                Err(e) if e.is_cancelled() => continue,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            };
+            if let Err(e) = r {
+                tasks.abort_all();
+                failed.get_or_insert(e);
+                continue;
+            }
+            let mut stats = ganges_core::route::ReadStats { steals: w.steals, ..Default::default() };
+            for l in w.landed() {
+                logs[l.node.0 as usize].push((l.slot, l.len, l.crc));
+                stats.bytes_by_copy[0] += l.len as u64;
+                stats.requests += 1;
+            }
+            let bytes = stats.bytes_by_copy[0];
+            reports.push(ReadReport { policy: "dq".into(), bytes, seconds, stats, digest: Digest::default() });
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if let Some((offset, len)) = tail {
+            // Every other block is on disk: this one ends the log it goes to.
+            let piece = ganges_core::shape::Piece {
+                fragment: FragmentId(0),
+                block: 0,
+                start_in_block: 0,
+                len,
+                dataset_offset: offset,
+            };
+            let data = source.piece(&piece).map_err(ClientError::io("reading the data to write"))?;
+            let crc = crc32c::crc32c(&data);
+            let node = NodeId(0);
+            let msg = Message::Write(WriteReq {
+                stream: rand::random(),
+                progress: Progress { done_bytes: 0, total_bytes: len as u64, metric: ProgressMetric::Bytes },
+                service: Service::FURTHEST_BEHIND,
+                txid: staging.txid,
+                dataset: manifest.name.clone(),
+                fragment: FragmentId(0),
+                block: ganges_proto::msg::APPEND,
+                crc,
+                data,
+            });
+            match client.conn(node)?.call(&msg).await? {
+                Message::WriteOk(ok) => logs[0].push((ok.block, len, crc)),
+                Message::Error(err, _) => return Err(ClientError::Server { node, err }),
+                other => return Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
+            }
+            if let Some(p) = &progress {
+                p(len as u64);
+            }
+        }
+        Ok((logs, reports))
+    };
+    let (mut logs, reports) = match work.await {
+        Ok(x) => x,
+        Err(e) => {
+            staging.abort().await;
+            return Err(e);
+        }
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    // The final shape: each server's log, in slot order.
+    let mut sizes = vec![];
+    for (n, log) in logs.iter_mut().enumerate() {
+        log.sort_unstable();
+        if log.iter().enumerate().any(|(i, l)| l.0 != i as u32) {
+            staging.abort().await;
+            return Err(ClientError::Invalid(format!("node{n} gave out slots with a gap; the write was aborted")));
+        }
+        sizes.push(log.iter().map(|l| l.1 as u64).sum::<u64>());
+    }
+    let shape = match Shape::new(sizes, spec.block_bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            staging.abort().await;
+            return Err(e.into());
+        }
+    };
+    let mut digest = Digest::default();
+    for (n, log) in logs.iter().enumerate() {
+        let start = shape.fragment_start(FragmentId(n as u32));
+        for &(slot, len, crc) in log {
+            digest.add(start + slot as u64 * block, len, crc);
+        }
+    }
+    let mut manifest = manifest;
+    manifest.shape = shape;
+    let manifest = staging.conclude(manifest, Ok(digest)).await?;
+    Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None })
 }
 
 /// What replica completion did.

@@ -8,7 +8,10 @@
 //!   read policies of ganges-core.
 //! - [`stream`]: the ordered reader (bounded reorder buffer, reads of any size), the async
 //!   reader (submit many reads, reap completions) and a blocking `read(offset, len)`.
-//! - [`dataset`]: create, put, get, list, info, verify, remove.
+//! - [`scan`] also has `WriteStream`, a writer whose blocks go to the copy a write policy
+//!   picks (GW-1); [`dqwrite`] has `DqWriter`, a writer in front of a distributed queue of
+//!   disks (DQ-1).
+//! - [`dataset`]: create, put, write, complete, get, list, info, verify, remove.
 //! - [`error`]: the error type, `ClientError`.
 //!
 //! ```no_run
@@ -28,6 +31,7 @@ pub mod client;
 pub mod cluster;
 pub mod conn;
 pub mod dataset;
+pub mod dqwrite;
 pub mod error;
 pub mod scan;
 pub mod stream;

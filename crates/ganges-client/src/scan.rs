@@ -369,7 +369,9 @@ impl ReadStream {
                         }));
                     }
                 }
-                Ok(Message::WriteOk(WriteOk { queue_len, service_us, primary_progress })) if self.write.is_some() => {
+                Ok(Message::WriteOk(WriteOk { queue_len, service_us, primary_progress, .. }))
+                    if self.write.is_some() =>
+                {
                     let state = ServerState { queue_len, service_us, primary_progress };
                     self.engine.on_state(now, o.node, state);
                     let p = *self.engine.piece(o.piece);

@@ -19,6 +19,7 @@
 //! blocks put so far as its progress. Point-to-point order holds because each producer's
 //! blocks to a consumer travel one connection and wait in one per-stream FIFO.
 
+use crate::time::Time;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -108,6 +109,18 @@ impl DqRouter {
         Some(c)
     }
 
+    /// Send the next block to consumer `c`, if it is live and has a credit (and the total
+    /// allows): the resend of a block withdrawn by [`steal_at_end`]. True if taken.
+    pub fn take(&mut self, c: usize) -> bool {
+        if self.total >= self.s.total_credits || !self.live[c] || self.outstanding[c] >= self.s.per_consumer {
+            return false;
+        }
+        self.outstanding[c] += 1;
+        self.total += 1;
+        self.sent[c] += 1;
+        true
+    }
+
     /// Consumer `c` answered one block: its credit comes back.
     pub fn on_reply(&mut self, c: usize) {
         assert!(self.outstanding[c] > 0, "a reply from consumer {c} with nothing outstanding there");
@@ -139,6 +152,52 @@ impl DqRouter {
     pub fn settings(&self) -> DqSettings {
         self.s
     }
+}
+
+/// One of a producer's blocks still unanswered: at which consumer, since when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unanswered {
+    pub block: usize,
+    pub consumer: usize,
+    pub sent: Time,
+}
+
+/// What a consumer last said of itself in a reply: blocks queued there, and the time its
+/// disk takes per block.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Load {
+    pub queued: u32,
+    pub block_secs: f64,
+}
+
+impl Load {
+    /// How long the consumer needs to drain what it holds.
+    fn drain_secs(&self) -> f64 {
+        self.queued as f64 * self.block_secs
+    }
+}
+
+/// River §6.2's end effect, and our answer to it. A producer that has put its last block
+/// still waits for the ones queued at busy consumers: each holds up to one block per
+/// producer (its credit), and a slow disk takes longer to drain that queue. So when consumer
+/// `idle` answers a producer that has nothing new to put, the producer may withdraw one of
+/// its blocks from the consumer with the most left to drain and give it to `idle`, if the
+/// move brings the two closer: the busy one needs longer than `idle` would with the block
+/// added. The block withdrawn is the one sent last there (furthest back in its queue, so the
+/// most likely not to have run yet). The driver cancels it first and resends it only once
+/// the server confirms it never ran, so no block is ever written twice. `loads` is indexed
+/// by consumer. Returns the block to withdraw.
+pub fn steal_at_end(unanswered: &[Unanswered], idle: usize, loads: &[Option<Load>]) -> Option<Unanswered> {
+    let here = loads.get(idle).copied().flatten()?;
+    let after_move = here.drain_secs() + here.block_secs;
+    let busiest = unanswered
+        .iter()
+        .filter(|u| u.consumer != idle)
+        .filter_map(|u| loads.get(u.consumer).copied().flatten().map(|l| (u.consumer, l.drain_secs())))
+        .filter(|&(_, drain)| drain > after_move)
+        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))?
+        .0;
+    unanswered.iter().filter(|u| u.consumer == busiest).max_by_key(|u| (u.sent, u.block)).copied()
 }
 
 #[cfg(test)]
@@ -205,6 +264,41 @@ mod tests {
         assert_eq!(r.pick(), None, "consumer 1 is full and 0 is gone");
         r.on_reply(1);
         assert_eq!(r.pick(), Some(1));
+    }
+
+    #[test]
+    fn take_respects_credits_and_dead_consumers() {
+        let mut r = DqRouter::new(3, DqSettings::for_consumers(3), 1).unwrap();
+        assert!(r.take(2));
+        assert!(!r.take(2), "one credit at consumer 2");
+        r.on_consumer_down(1);
+        assert!(!r.take(1), "a dead consumer takes nothing");
+        assert!(r.take(0));
+        assert_eq!(r.in_flight(), 2);
+        assert_eq!(r.sent(), &[1, 0, 1]);
+    }
+
+    #[test]
+    fn the_end_steal_moves_the_last_block_of_the_busiest_consumer_to_an_empty_one() {
+        let t = |ms: u64| Time(ms * 1_000_000);
+        let u = |block, consumer, ms| Unanswered { block, consumer, sent: t(ms) };
+        let load = |queued, block_secs| Some(Load { queued, block_secs });
+        let waiting = [u(7, 0, 10), u(8, 0, 30), u(3, 1, 40), u(9, 2, 5)];
+        // Consumer 0 has 6 blocks of 60 ms to drain, 1 has 3 of 30 ms; 2 is empty.
+        let loads = [load(6, 0.06), load(3, 0.03), load(0, 0.03)];
+        assert_eq!(steal_at_end(&waiting, 2, &loads), Some(waiting[1]), "the last sent at the busiest");
+        // A consumer with a queue still takes a block if the busiest needs far longer...
+        let queued = [load(6, 0.06), load(3, 0.03), load(4, 0.03)];
+        assert_eq!(steal_at_end(&waiting, 2, &queued), Some(waiting[1]));
+        // ...but not if the move would leave it the one finishing last.
+        let even = [load(3, 0.03), load(3, 0.03), load(3, 0.03)];
+        assert_eq!(steal_at_end(&waiting, 2, &even), None);
+        // Nobody needs longer than one of the idle consumer's blocks: no steal.
+        let slow_idle = [load(1, 0.05), load(1, 0.05), load(0, 0.2)];
+        assert_eq!(steal_at_end(&waiting, 2, &slow_idle), None);
+        // Consumers never heard from are not guessed at.
+        assert_eq!(steal_at_end(&waiting, 2, &[None, None, load(0, 0.03)]), None);
+        assert_eq!(steal_at_end(&[], 0, &[load(0, 0.01)]), None);
     }
 
     #[test]

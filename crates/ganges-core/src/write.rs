@@ -4,11 +4,16 @@
 //! | --- | --- | --- | --- |
 //! | `static` | the baseline | the primary copy of the writer's fragment | chained, R copies |
 //! | `gd` | GW-1 | primary or backup copy, progress-balanced like GD reads | chained, R copies |
+//! | `dq` | DQ-1, DQ-2 | any server with a credit left, at random ([`crate::dq`]) | one copy (LAY-3), fragment n = server n's log |
 //!
 //! A writer is driven by the same engine as a reader ([`crate::route::ReadEngine`]): its
 //! pieces are the blocks of its partition, and the policy picks the copy. With a choice of
 //! copy the dataset is committed incomplete, with each block's placement recorded
 //! ([`crate::placement`]), and replica completion (GW-2) fills the other copies.
+//!
+//! A DQ write has no fixed home for a block: each server appends what it receives to its
+//! own fragment, so the dataset is the servers' logs in node order, one copy each, and a
+//! block's place in it is where it landed (the writers learn it from the replies).
 
 use crate::route::ReadPolicyKind;
 use serde::{Deserialize, Serialize};
@@ -20,16 +25,29 @@ use std::str::FromStr;
 pub enum WritePolicyKind {
     Static,
     Gd,
+    Dq,
 }
 
 impl WritePolicyKind {
-    pub const ALL: [WritePolicyKind; 2] = [WritePolicyKind::Static, WritePolicyKind::Gd];
+    pub const ALL: [WritePolicyKind; 3] = [WritePolicyKind::Static, WritePolicyKind::Gd, WritePolicyKind::Dq];
 
-    /// The routing policy that places a writer's blocks among its fragment's copies.
-    pub fn route(self) -> ReadPolicyKind {
+    /// The routing policy that places a writer's blocks among its fragment's copies, for the
+    /// policies that write into a layout (not DQ). GD writes use GD-1's routing: the
+    /// primary-preferring read policies (gd-rr, gd-plan) plan on rates servers report for a
+    /// committed dataset, which a dataset being written is not yet.
+    pub fn route(self) -> Option<ReadPolicyKind> {
         match self {
-            WritePolicyKind::Static => ReadPolicyKind::Static,
-            WritePolicyKind::Gd => ReadPolicyKind::Gd,
+            WritePolicyKind::Static => Some(ReadPolicyKind::Static),
+            WritePolicyKind::Gd => Some(ReadPolicyKind::Gd),
+            WritePolicyKind::Dq => None,
+        }
+    }
+
+    /// Copies a dataset written this way has unless told otherwise.
+    pub fn default_replicas(self) -> u32 {
+        match self {
+            WritePolicyKind::Dq => 1,
+            _ => 2,
         }
     }
 }
@@ -49,6 +67,7 @@ impl fmt::Display for WritePolicyKind {
         f.write_str(match self {
             WritePolicyKind::Static => "static",
             WritePolicyKind::Gd => "gd",
+            WritePolicyKind::Dq => "dq",
         })
     }
 }
@@ -63,6 +82,6 @@ mod tests {
             assert_eq!(k.to_string().parse::<WritePolicyKind>(), Ok(k));
         }
         let e = "fastest".parse::<WritePolicyKind>().unwrap_err();
-        assert!(e.contains("static, gd"), "{e}");
+        assert!(e.contains("static, gd, dq"), "{e}");
     }
 }

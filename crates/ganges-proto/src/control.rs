@@ -25,8 +25,15 @@ pub enum ControlRequest {
     ListDatasets { staging: bool },
     /// The manifest of a committed dataset.
     GetManifest { name: DatasetName },
-    /// Open a staging folder for this node's copies of a new dataset.
-    Stage { txid: u64, manifest: Manifest },
+    /// Open a staging folder for this node's copies of a new dataset. With `append`, each
+    /// copy is a log: blocks arrive as `APPEND` writes, in any number up to the staged
+    /// fragment size, and `Prepare` gives the final sizes (DQ-1 writes).
+    Stage {
+        txid: u64,
+        manifest: Manifest,
+        #[serde(default)]
+        append: bool,
+    },
     /// Generate blocks `[block_from, block_to)` of this node's copy of `fragment`.
     Generate { txid: u64, name: DatasetName, fragment: FragmentId, block_from: u32, block_to: u32 },
     /// Make the staged copies durable and write the final manifest beside them.

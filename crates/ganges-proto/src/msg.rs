@@ -19,7 +19,7 @@
 //! | 0x81 | HelloOk   | JSON `{node, server_version}` |
 //! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, primary u32, data |
 //! | 0x83 | ReadOk from a handed-off request | origin node u32, origin request u64, then as ReadOk |
-//! | 0x84 | WriteOk   | queue_len u32, service_us u32, primary u32 |
+//! | 0x84 | WriteOk   | queue_len u32, service_us u32, primary u32, block u32 |
 //! | 0x85 | State     | queue_len u32, primary u32, disk rate u32 (KiB/s, 0 unknown), measured u8 (0 or 1) |
 //! | 0x87 | Error for a handed-off request | origin node u32, origin request u64, then as Error |
 //! | 0x88 | Moved     | to node u32: the header's request id was handed to that server |
@@ -142,6 +142,10 @@ pub struct State {
     pub disk_measured: bool,
 }
 
+/// `WriteReq::block` of a block the server appends where it likes (DQ-1): its copy of the
+/// fragment is a log of the blocks in the order its disk wrote them.
+pub const APPEND: u32 = u32::MAX;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteReq {
     /// The writer stream this block belongs to; the server schedules writes like reads
@@ -166,6 +170,8 @@ pub struct WriteOk {
     /// Time the write spent on the disk, in microseconds.
     pub service_us: u32,
     pub primary_progress: Option<f64>,
+    /// Where the block went: the block asked for, or for an `APPEND`, the slot the server gave it.
+    pub block: u32,
 }
 
 /// Error codes on the wire. Each says what went wrong in terms a caller can act on.
@@ -374,6 +380,7 @@ impl Message {
                 fields.put_u32_le(w.queue_len);
                 fields.put_u32_le(w.service_us);
                 put_primary(&mut fields, w.primary_progress);
+                fields.put_u32_le(w.block);
             }
             Message::Read(r) => {
                 put_progress(&mut fields, r.stream, &r.progress);
@@ -448,12 +455,13 @@ impl Message {
                 Message::Cancel
             }
             kind::WRITE_OK => {
-                need("write-ok", &b, 12)?;
+                need("write-ok", &b, 16)?;
                 let queue_len = b.get_u32_le();
                 let service_us = b.get_u32_le();
                 let primary_progress = get_primary("write-ok", &mut b)?;
+                let block = b.get_u32_le();
                 empty("write-ok", &b)?;
-                Message::WriteOk(WriteOk { queue_len, service_us, primary_progress })
+                Message::WriteOk(WriteOk { queue_len, service_us, primary_progress, block })
             }
             kind::READ => {
                 need("read", &b, 45)?;
@@ -663,9 +671,11 @@ mod tests {
                     len,
                 })),
             Just(Message::Cancel),
-            (any::<u32>(), any::<u32>(), primary()).prop_map(|(queue_len, service_us, primary_progress)| {
-                Message::WriteOk(WriteOk { queue_len, service_us, primary_progress })
-            }),
+            (any::<u32>(), any::<u32>(), primary(), any::<u32>()).prop_map(
+                |(queue_len, service_us, primary_progress, block)| {
+                    Message::WriteOk(WriteOk { queue_len, service_us, primary_progress, block })
+                }
+            ),
             (any::<u64>(), progress())
                 .prop_map(|(stream, progress)| Message::Progress(ProgressNote { stream, progress })),
             (any::<u64>(), progress(), name()).prop_map(|(stream, progress, dataset)| Message::Probe(Probe {

@@ -437,8 +437,8 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
         ControlRequest::GetManifest { name } => {
             ControlReply::Manifest { manifest: store.dataset(&name)?.manifest.clone() }
         }
-        ControlRequest::Stage { txid, manifest } => {
-            store.stage(txid, manifest)?;
+        ControlRequest::Stage { txid, manifest, append } => {
+            store.stage(txid, manifest, append)?;
             ControlReply::Done
         }
         ControlRequest::Generate { txid, name, fragment, block_from, block_to } => {

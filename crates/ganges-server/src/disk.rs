@@ -200,7 +200,8 @@ async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<gange
         }
         WriteTarget::Fill { dataset, files } => {
             let id = dataset.manifest.id;
-            let w = tokio::task::spawn_blocking(move || store.fill_block(&dataset, &files, block, crc, &data)).await;
+            let fill = move || store.fill_block(&dataset, &files, block, crc, &data).map(|()| block);
+            let w = tokio::task::spawn_blocking(fill).await;
             (w, Some(id))
         }
     };
@@ -214,14 +215,14 @@ async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<gange
     };
     match reply {
         WriteReply::Local(tx) => {
-            let _ = tx.send(written);
+            let _ = tx.send(written.map(drop));
         }
         WriteReply::Conn { outbox, .. } => {
             let msg = match written {
-                Ok(()) => {
+                Ok(block) => {
                     shared.counters.writes.fetch_add(1, Ordering::Relaxed);
                     shared.counters.write_bytes.fetch_add(len, Ordering::Relaxed);
-                    Message::WriteOk(WriteOk { queue_len, service_us: micros(service), primary_progress })
+                    Message::WriteOk(WriteOk { queue_len, service_us: micros(service), primary_progress, block })
                 }
                 Err(e) => {
                     if matches!(e, StoreError::DiskFull { .. }) {

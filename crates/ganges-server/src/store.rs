@@ -27,7 +27,7 @@ use ganges_core::layout::Layout;
 use ganges_core::shape::Shape;
 use ganges_proto::control::{BadBlock, DatasetEntry, VerifyReport};
 use ganges_proto::manifest::{Content, DatasetName, DatasetState, MANIFEST_FORMAT, Manifest};
-use ganges_proto::msg::ErrorCode;
+use ganges_proto::msg::{APPEND, ErrorCode};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -127,6 +127,18 @@ struct Txn {
     copies: BTreeMap<FragmentId, CopyFiles>,
     /// Which blocks of each local copy have been written.
     written: Mutex<BTreeMap<FragmentId, Vec<bool>>>,
+    /// Each local copy is a log of `APPEND` writes (DQ-1): its blocks, in slot order, as
+    /// the disk wrote them; the staged fragment size is only a capacity.
+    append: Option<Mutex<BTreeMap<FragmentId, Log>>>,
+}
+
+/// An append-mode copy: slots handed out so far, their bytes, and the short block if any
+/// (only the last block of a fragment may be short).
+#[derive(Debug, Default)]
+struct Log {
+    slots: u32,
+    bytes: u64,
+    short: Option<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -423,8 +435,9 @@ impl Store {
         }
     }
 
-    /// Open a staging folder for this node's copies of `manifest`'s dataset.
-    pub fn stage(&self, txid: u64, manifest: Manifest) -> Result<()> {
+    /// Open a staging folder for this node's copies of `manifest`'s dataset; with `append`,
+    /// each copy is a log of `APPEND` writes (see `ControlRequest::Stage`).
+    pub fn stage(&self, txid: u64, manifest: Manifest, append: bool) -> Result<()> {
         manifest.layout.validate().map_err(|e| StoreError::BadRequest(e.to_string()))?;
         let name = manifest.name.clone();
         if self.root.join("datasets").join(name.as_str()).exists() {
@@ -455,7 +468,8 @@ impl Store {
             copies.insert(fragment, CopyFiles { fragment, copy, data, crc, key: file_key(manifest.id, fragment) });
             written.insert(fragment, vec![false; blocks as usize]);
         }
-        let txn = Txn { manifest, dir, copies, written: Mutex::new(written) };
+        let append = append.then(|| Mutex::new(copies.keys().map(|&f| (f, Log::default())).collect()));
+        let txn = Txn { manifest, dir, copies, written: Mutex::new(written), append };
         self.inner.lock().expect("store lock").txns.insert((name, txid), Arc::new(txn));
         Ok(())
     }
@@ -516,10 +530,41 @@ impl Store {
         block: u32,
         crc: u32,
         data: &[u8],
-    ) -> Result<()> {
+    ) -> Result<u32> {
         let txn = self.txn(name, txid)?;
         let copy = self.txn_copy(&txn, fragment)?;
         let shape = &txn.manifest.shape;
+        if let Some(logs) = &txn.append {
+            if crc32c::crc32c(data) != crc {
+                return Err(StoreError::BadRequest(format!(
+                    "a block for {fragment} arrived with a bad checksum; send it again"
+                )));
+            }
+            let slot = {
+                let mut logs = logs.lock().expect("txn lock");
+                let log = logs.get_mut(&fragment).expect("a local copy");
+                if block != APPEND || data.is_empty() || data.len() > shape.block_bytes() as usize {
+                    return Err(StoreError::BadRequest(format!("a bad append of {} bytes to {fragment}", data.len())));
+                }
+                if log.short.is_some() {
+                    return Err(StoreError::BadRequest(format!(
+                        "{fragment} already ends with a short block; only the last block may be short"
+                    )));
+                }
+                if log.slots >= shape.blocks_in(fragment) {
+                    return Err(StoreError::OutOfRange(format!("{fragment} is full ({} blocks staged)", log.slots)));
+                }
+                let slot = log.slots;
+                log.slots += 1;
+                log.bytes += data.len() as u64;
+                if data.len() < shape.block_bytes() as usize {
+                    log.short = Some(slot);
+                }
+                slot
+            };
+            self.put_block(&txn, copy, slot, data, crc)?;
+            return Ok(slot);
+        }
         if block >= shape.blocks_in(fragment) {
             return Err(StoreError::OutOfRange(format!("{fragment} has no block {block}")));
         }
@@ -535,7 +580,8 @@ impl Store {
                 "{fragment} block {block} arrived with a bad checksum; send it again"
             )));
         }
-        self.put_block(&txn, copy, block, data, crc)
+        self.put_block(&txn, copy, block, data, crc)?;
+        Ok(block)
     }
 
     /// Check a write before it is queued: the transaction, the block and its size. Returns
@@ -551,6 +597,17 @@ impl Store {
         let txn = self.txn(name, txid)?;
         let copy = self.txn_copy(&txn, fragment)?;
         let shape = &txn.manifest.shape;
+        if txn.append.is_some() {
+            if block != APPEND {
+                return Err(StoreError::BadRequest(format!(
+                    "`{name}` is written by appending; block {block} was named"
+                )));
+            }
+            if len == 0 || len > shape.block_bytes() as usize {
+                return Err(StoreError::BadRequest(format!("an appended block of {len} bytes")));
+            }
+            return Ok(copy.key);
+        }
         if block >= shape.blocks_in(fragment) {
             return Err(StoreError::OutOfRange(format!("{fragment} has no block {block}")));
         }
@@ -669,6 +726,9 @@ impl Store {
     pub fn prepare(&self, txid: u64, manifest: &Manifest) -> Result<()> {
         let txn = self.txn(&manifest.name, txid)?;
         let staged = &txn.manifest;
+        if let Some(logs) = &txn.append {
+            return self.prepare_logs(&txn, &logs.lock().expect("txn lock"), manifest);
+        }
         if (staged.id, &staged.layout, &staged.shape) != (manifest.id, &manifest.layout, &manifest.shape) {
             return Err(StoreError::BadRequest("the prepared manifest differs from the staged one".into()));
         }
@@ -686,6 +746,47 @@ impl Store {
                 }
             }
         }
+        for c in txn.copies.values() {
+            let what = format!("syncing {}", c.fragment);
+            c.data.sync_all().map_err(self.map_write_err(what.clone()))?;
+            c.crc.sync_all().map_err(self.map_write_err(what))?;
+        }
+        self.write_manifest(&txn.dir, manifest)
+    }
+
+    /// Prepare append-mode copies: the final manifest gives each fragment the size its log
+    /// reached here; every slot must have been written; the files are cut to that size.
+    fn prepare_logs(&self, txn: &Txn, logs: &BTreeMap<FragmentId, Log>, manifest: &Manifest) -> Result<()> {
+        let staged = &txn.manifest;
+        let same = staged.id == manifest.id
+            && staged.layout == manifest.layout
+            && staged.shape.fragment_count() == manifest.shape.fragment_count()
+            && staged.shape.block_bytes() == manifest.shape.block_bytes();
+        if !same {
+            return Err(StoreError::BadRequest("the prepared manifest differs from the staged one".into()));
+        }
+        check_placement(manifest)?;
+        let written = txn.written.lock().expect("txn lock");
+        for (f, log) in logs {
+            let want = manifest.shape.fragment_bytes(*f);
+            if log.bytes != want || log.slots != manifest.shape.blocks_in(*f) {
+                return Err(StoreError::Incomplete(format!(
+                    "cannot prepare `{}`: {f} holds {} bytes in {} blocks here, the manifest says {want}",
+                    manifest.name, log.bytes, log.slots
+                )));
+            }
+            if log.short.is_some_and(|s| s + 1 != log.slots) {
+                return Err(StoreError::Incomplete(format!("{f}: a short block is not the last one")));
+            }
+            if let Some(b) = written[f][..log.slots as usize].iter().position(|w| !w) {
+                return Err(StoreError::Incomplete(format!("{f} slot {b} was handed out but never written")));
+            }
+            let c = &txn.copies[f];
+            let what = format!("cutting {f} to its size");
+            c.data.set_len(want).map_err(self.map_write_err(what.clone()))?;
+            c.crc.set_len(log.slots as u64 * 4).map_err(self.map_write_err(what))?;
+        }
+        drop(written);
         for c in txn.copies.values() {
             let what = format!("syncing {}", c.fragment);
             c.data.sync_all().map_err(self.map_write_err(what.clone()))?;
@@ -840,7 +941,7 @@ mod tests {
     }
 
     fn staged(store: &Store, m: &Manifest, txid: u64) {
-        store.stage(txid, m.clone()).unwrap();
+        store.stage(txid, m.clone(), false).unwrap();
         for (f, _) in m.layout.copies_on(store.node(), m.shape.fragment_count()) {
             store.generate(txid, &m.name, f, 0, m.shape.blocks_in(f)).unwrap();
         }
@@ -902,7 +1003,7 @@ mod tests {
         }
         store.commit(1, &m.name).unwrap();
         assert!(matches!(store.commit(2, &m.name), Err(StoreError::Exists(_))));
-        assert!(matches!(store.stage(3, m.clone()), Err(StoreError::Exists(_))));
+        assert!(matches!(store.stage(3, m.clone(), false), Err(StoreError::Exists(_))));
         assert_eq!(store.remove(&m.name).unwrap(), (true, 1));
         assert!(store.list(true).unwrap().is_empty());
         assert!(fs::read_dir(dir.path().join("trash")).unwrap().next().is_none());
@@ -914,7 +1015,7 @@ mod tests {
         let store = Store::open(dir.path(), NodeId(0)).unwrap();
         let mut m = manifest("imp", 2);
         m.content = Content::Imported { source: "x".into() };
-        store.stage(5, m.clone()).unwrap();
+        store.stage(5, m.clone(), false).unwrap();
         let data = vec![3u8; 4096];
         let crc = crc32c::crc32c(&data);
         assert!(matches!(

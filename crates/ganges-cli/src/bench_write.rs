@@ -1,0 +1,498 @@
+//! `ganges bench write`: how close do the write policies come to the best the disks, with
+//! their faults, could have done? The rows and ideals are `bench scan`'s (BENCHMARKS.md):
+//! all writers start together once staging is open; T is when the last one has its last
+//! block on disk; T is compared with the River ideal (MOD-1: any disk takes any byte) and
+//! the layout-aware ideal (MOD-2: writer i's bytes go to its fragment's copies; for a DQ
+//! write, whose blocks have no home, it is the River ideal).
+//!
+//! Writes with a choice of copy leave the dataset incomplete; the bench then runs replica
+//! completion (GW-2) under the same faults and reports it against two figures: the disks'
+//! aggregate rate (every copied byte is read on one disk and written on another, so the
+//! disks move twice the bytes copied), and the best time the placement allows, the most
+//! loaded disk's read and write bytes at its rate.
+//!
+//! Every run checks itself: the dataset's digest must be the one its writers computed from
+//! the replies, or the bench fails instead of printing a number.
+
+use crate::bench::{Machine, all_stats, set_faults_on};
+use crate::local::{DiskSpec, LocalCluster, LocalSpec};
+use crate::plot::{self, Series};
+use crate::util::{CliResult, Table, fail, git_commit, process_cpu_secs, steps_bar};
+use ganges_client::client::Client;
+use ganges_client::dataset::{self, WriteSource, WriteSpec};
+use ganges_core::datagen::Generator;
+use ganges_core::disk::Fault;
+use ganges_core::fault::{FaultLayout, place};
+use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
+use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::layout::Layout;
+use ganges_core::sched::SchedulerKind;
+use ganges_core::shape::Shape;
+use ganges_core::units::{ByteSize, mb_per_sec};
+use ganges_core::write::WritePolicyKind;
+use ganges_proto::control::ControlRequest;
+use ganges_proto::manifest::{DatasetState, Manifest};
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Clone, Debug)]
+pub struct WriteBenchSpec {
+    pub nodes: u32,
+    /// Copies of a static or GD write (a DQ write keeps one).
+    pub replicas: u32,
+    /// Bytes each writer writes; one writer per node.
+    pub fragment_bytes: u64,
+    pub block_bytes: u32,
+    pub disk: DiskSpec,
+    pub fault: Fault,
+    pub faults: Vec<u32>,
+    pub fault_layout: FaultLayout,
+    pub seed: u64,
+    pub policies: Vec<WritePolicyKind>,
+    pub window: u32,
+    pub repeat: u32,
+    /// Run replica completion after each write that leaves copies incomplete.
+    pub complete: bool,
+    pub root: Option<PathBuf>,
+    pub binary: PathBuf,
+    pub json: Option<PathBuf>,
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Params {
+    pub nodes: u32,
+    pub replicas: u32,
+    pub fragment_bytes: u64,
+    pub block_bytes: u32,
+    pub disk_rate_bytes_per_sec: f64,
+    pub seek_ms: f64,
+    pub fault: Fault,
+    pub fault_layout: FaultLayout,
+    pub seed: u64,
+    pub window: u32,
+    pub repeat: u32,
+    pub policies: Vec<WritePolicyKind>,
+    pub git_commit: String,
+}
+
+/// Replica completion after a write (GW-2).
+#[derive(Clone, Debug, Serialize)]
+pub struct Completion {
+    pub seconds: f64,
+    /// Bytes copied between servers.
+    pub bytes: u64,
+    /// (bytes read + bytes written) / T against the disks' aggregate rate under the faults.
+    pub frac_aggregate: f64,
+    /// The most loaded disk's read and write bytes at its rate: the best this placement allows.
+    pub bound_seconds: f64,
+    pub frac_bound: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub policy: WritePolicyKind,
+    pub faults: u32,
+    pub fault_nodes: Vec<u32>,
+    /// Median over repeats.
+    pub seconds: f64,
+    pub bytes: u64,
+    pub aggregate_mb_per_sec: f64,
+    /// The slowest writer's bytes over its own time.
+    pub slowest_consumer_mb_per_sec: f64,
+    pub ideal_river_seconds: f64,
+    pub ideal_layout_seconds: f64,
+    pub frac_river_ideal: f64,
+    pub frac_layout_ideal: f64,
+    /// Bytes written to backup copies (static, gd).
+    pub backup_bytes_frac: f64,
+    pub server_cpu_seconds: f64,
+    pub client_cpu_seconds: f64,
+    pub repeat_seconds: Vec<f64>,
+    pub spread_seconds: f64,
+    /// Blocks each server wrote during the write (the median run's).
+    pub blocks_per_server: Vec<u64>,
+    /// DQ: blocks withdrawn from slow disks at the end of a writer's stream and resent.
+    pub steals: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion: Option<Completion>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub bench: &'static str,
+    pub params: Params,
+    pub machine: Machine,
+    pub rows: Vec<Row>,
+}
+
+struct Sample {
+    seconds: f64,
+    bytes: u64,
+    slowest: f64,
+    backup: u64,
+    server_cpu: f64,
+    client_cpu: f64,
+    blocks_per_server: Vec<u64>,
+    steals: u64,
+    completion: Option<Completion>,
+}
+
+impl WriteBenchSpec {
+    fn validate(&self) -> CliResult<()> {
+        if self.faults.iter().any(|&f| f > self.nodes) {
+            return fail(format!("--faults may not exceed --nodes ({})", self.nodes));
+        }
+        if self.policies.is_empty() || self.faults.is_empty() {
+            return fail("give at least one policy and one fault count");
+        }
+        self.fault.validate()?;
+        Ok(())
+    }
+
+    fn rates(&self, faulty: &[NodeId]) -> Vec<f64> {
+        (0..self.nodes)
+            .map(|n| {
+                let f = if faulty.contains(&NodeId(n)) { self.fault.rate_fraction() } else { 1.0 };
+                self.disk.rate_bytes_per_sec * f
+            })
+            .collect()
+    }
+
+    /// (River, layout-aware) ideal seconds of a write by `policy` under `faulty`.
+    fn ideals(&self, policy: WritePolicyKind, faulty: &[NodeId]) -> CliResult<(f64, f64)> {
+        let rates = self.rates(faulty);
+        let shape = Shape::uniform(self.nodes, self.fragment_bytes, self.block_bytes)?;
+        let river = river_ideal_seconds(shape.total_bytes(), &rates);
+        if policy == WritePolicyKind::Dq {
+            return Ok((river, river));
+        }
+        let demands = scan_demands(&shape, &shape.fragment_partitions())?;
+        let layout = Layout::chained(self.nodes, self.replicas)?;
+        Ok((river, layout_ideal(&demands, &layout, &rates)?.seconds))
+    }
+}
+
+/// Where the servers keep their data by default: memory (/dev/shm) when it has room for a
+/// run, so that the modelled disks, and not this machine's file system, are what the policies
+/// are measured against (on a 2-core machine, ext4 taking 500 MB/s of writes costs the
+/// servers a tenth of their time; measured with `--root` on /tmp); else the temp folder.
+fn scratch(spec: &WriteBenchSpec) -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    // A run holds one dataset and its completed copies at a time.
+    let need = 2 * spec.fragment_bytes * spec.nodes as u64 * spec.replicas.max(1) as u64;
+    match crate::sys::free_bytes(&shm) {
+        Some(free) if free > need => shm,
+        _ => std::env::temp_dir(),
+    }
+}
+
+pub fn run_write(spec: &WriteBenchSpec) -> CliResult<Report> {
+    spec.validate()?;
+    let temp;
+    let root = match &spec.root {
+        Some(r) => r.clone(),
+        None => {
+            temp = tempfile::Builder::new().prefix("ganges-bench-").tempdir_in(scratch(spec))?;
+            temp.path().to_path_buf()
+        }
+    };
+    let local = LocalSpec {
+        nodes: spec.nodes,
+        root,
+        disk: Some(spec.disk),
+        scheduler: SchedulerKind::Auto,
+        binary: spec.binary.clone(),
+    };
+    let cluster = LocalCluster::start(&local)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let report = rt.block_on(async {
+        tokio::select! {
+            r = bench_on_cluster(spec, &cluster) => r,
+            _ = tokio::signal::ctrl_c() => fail(crate::util::INTERRUPTED),
+        }
+    });
+    drop(cluster);
+    report
+}
+
+async fn bench_on_cluster(spec: &WriteBenchSpec, cluster: &LocalCluster) -> CliResult<Report> {
+    let client = Client::connect(cluster.cluster().clone()).await?;
+    let (nf, np) = (spec.faults.len(), spec.policies.len());
+    let bar = steps_bar((spec.repeat as usize * nf * np) as u64, "write");
+    // One untimed write first: fresh buffers, thread pools and page faults in every process
+    // are not what any policy should be charged for.
+    run_once(&client, spec, spec.policies[0], &[], "bench-write-warmup").await?;
+    let mut samples: Vec<Vec<Vec<Sample>>> = (0..nf).map(|_| (0..np).map(|_| vec![]).collect()).collect();
+    for _ in 0..spec.repeat {
+        for (fi, &f) in spec.faults.iter().enumerate() {
+            let faulty = place(spec.fault_layout, spec.nodes, f, spec.seed);
+            for (pi, &policy) in spec.policies.iter().enumerate() {
+                bar.set_message(format!("{policy}, {f} faults"));
+                samples[fi][pi].push(run_once(&client, spec, policy, &faulty, "bench-write").await?);
+                bar.inc(1);
+            }
+        }
+    }
+    set_faults_on(&client, spec.fault, &[]).await?;
+    bar.finish_and_clear();
+    let mut rows = vec![];
+    for (fi, &f) in spec.faults.iter().enumerate() {
+        let faulty = place(spec.fault_layout, spec.nodes, f, spec.seed);
+        for (pi, &policy) in spec.policies.iter().enumerate() {
+            let (river, layout) = spec.ideals(policy, &faulty)?;
+            rows.push(row(policy, f, &faulty, &mut samples[fi][pi], river, layout));
+        }
+    }
+    Ok(Report {
+        bench: "write",
+        params: Params {
+            nodes: spec.nodes,
+            replicas: spec.replicas,
+            fragment_bytes: spec.fragment_bytes,
+            block_bytes: spec.block_bytes,
+            disk_rate_bytes_per_sec: spec.disk.rate_bytes_per_sec,
+            seek_ms: spec.disk.seek.as_secs_f64() * 1e3,
+            fault: spec.fault,
+            fault_layout: spec.fault_layout,
+            seed: spec.seed,
+            window: spec.window,
+            repeat: spec.repeat,
+            policies: spec.policies.clone(),
+            git_commit: git_commit(),
+        },
+        machine: Machine {
+            loopback_mb_per_sec: None,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        },
+        rows,
+    })
+}
+
+/// One write under `faulty`, then its completion if it left copies incomplete; the dataset
+/// is removed afterwards.
+async fn run_once(
+    client: &std::sync::Arc<Client>,
+    spec: &WriteBenchSpec,
+    policy: WritePolicyKind,
+    faulty: &[NodeId],
+    name: &str,
+) -> CliResult<Sample> {
+    set_faults_on(client, spec.fault, faulty).await?;
+    let before = all_stats(client).await?;
+    let cpu0 = process_cpu_secs();
+    let w = WriteSpec {
+        name: name.parse()?,
+        writers: spec.nodes,
+        total_bytes: spec.fragment_bytes * spec.nodes as u64,
+        block_bytes: spec.block_bytes,
+        replicas: if policy == WritePolicyKind::Dq { 1 } else { spec.replicas },
+        policy,
+        window: spec.window,
+        source: WriteSource::Generated(Generator::Random { seed: spec.seed }),
+        complete: false,
+    };
+    let out = dataset::write(client, w, None).await?;
+    let client_cpu = process_cpu_secs() - cpu0;
+    let after = all_stats(client).await?;
+    let server_cpu = after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum();
+    let m = &out.manifest;
+    let blocks_per_server = blocks_per_server(m);
+    if blocks_per_server.iter().sum::<u64>() < m.shape.total_blocks() {
+        return fail(format!("{policy}: the write placed fewer blocks than the dataset has"));
+    }
+    let completion = if spec.complete && m.state == DatasetState::Incomplete {
+        Some(complete(client, spec, m, faulty).await?)
+    } else {
+        None
+    };
+    let remove = ControlRequest::Remove { name: m.name.clone() };
+    for (node, r) in client.control_all(&client.live_nodes(), &remove).await {
+        r.map_err(|e| crate::util::CliError(format!("removing the bench dataset on {node}: {e}")))?;
+    }
+    Ok(Sample {
+        seconds: out.seconds,
+        bytes: m.total_bytes(),
+        slowest: out.writers.iter().map(|r| mb_per_sec(r.bytes, r.seconds)).fold(f64::INFINITY, f64::min),
+        backup: out.writers.iter().map(|r| r.stats.backup_bytes()).sum(),
+        server_cpu,
+        client_cpu,
+        blocks_per_server,
+        steals: out.writers.iter().map(|r| r.stats.steals).sum(),
+        completion,
+    })
+}
+
+/// Blocks each server holds after the write: its copies' present blocks.
+fn blocks_per_server(m: &Manifest) -> Vec<u64> {
+    let mut per = vec![0u64; m.layout.nodes() as usize];
+    for f in 0..m.shape.fragment_count() {
+        let fragment = FragmentId(f);
+        for copy in 0..m.layout.replicas() {
+            let n = m.layout.node_of(fragment, copy).0 as usize;
+            per[n] += match (&m.state, &m.placement) {
+                (DatasetState::Incomplete, Some(p)) => p.present(fragment, copy) as u64,
+                _ => m.shape.blocks_in(fragment) as u64,
+            };
+        }
+    }
+    per
+}
+
+/// Replica completion of `m`, measured against the disks' aggregate rate and the bound its
+/// placement sets (module docs).
+async fn complete(
+    client: &std::sync::Arc<Client>,
+    spec: &WriteBenchSpec,
+    m: &Manifest,
+    faulty: &[NodeId],
+) -> CliResult<Completion> {
+    let p = m.placement.as_ref().expect("an incomplete dataset has a placement");
+    let mut disk_bytes = vec![0u64; spec.nodes as usize];
+    for f in 0..m.shape.fragment_count() {
+        let fragment = FragmentId(f);
+        for copy in 0..m.layout.replicas() {
+            for b in p.missing(fragment, copy) {
+                let len = m.shape.block_len(fragment, b) as u64;
+                let src = p.copies(fragment, b).next().expect("held somewhere");
+                disk_bytes[m.layout.node_of(fragment, copy).0 as usize] += len;
+                disk_bytes[m.layout.node_of(fragment, src).0 as usize] += len;
+            }
+        }
+    }
+    let rates = spec.rates(faulty);
+    let c = dataset::complete(client, &m.name).await?;
+    let total: u64 = disk_bytes.iter().sum();
+    let bound = disk_bytes.iter().zip(&rates).map(|(b, r)| *b as f64 / r).fold(0.0, f64::max);
+    Ok(Completion {
+        seconds: c.seconds,
+        bytes: c.bytes,
+        frac_aggregate: total as f64 / c.seconds / rates.iter().sum::<f64>(),
+        bound_seconds: bound,
+        frac_bound: bound / c.seconds,
+    })
+}
+
+fn row(
+    policy: WritePolicyKind,
+    faults: u32,
+    faulty: &[NodeId],
+    samples: &mut [Sample],
+    river: f64,
+    layout: f64,
+) -> Row {
+    let times: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
+    samples.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    let mid = samples.len() / 2;
+    let m = &mut samples[mid];
+    let spread = times.iter().cloned().fold(f64::MIN, f64::max) - times.iter().cloned().fold(f64::MAX, f64::min);
+    Row {
+        policy,
+        faults,
+        fault_nodes: faulty.iter().map(|n| n.0).collect(),
+        seconds: m.seconds,
+        bytes: m.bytes,
+        aggregate_mb_per_sec: mb_per_sec(m.bytes, m.seconds),
+        slowest_consumer_mb_per_sec: m.slowest,
+        ideal_river_seconds: river,
+        ideal_layout_seconds: layout,
+        frac_river_ideal: river / m.seconds,
+        frac_layout_ideal: layout / m.seconds,
+        backup_bytes_frac: m.backup as f64 / m.bytes.max(1) as f64,
+        server_cpu_seconds: m.server_cpu,
+        client_cpu_seconds: m.client_cpu,
+        repeat_seconds: times,
+        spread_seconds: spread,
+        blocks_per_server: std::mem::take(&mut m.blocks_per_server),
+        steals: m.steals,
+        completion: m.completion.take(),
+    }
+}
+
+pub fn render(report: &Report) -> String {
+    let p = &report.params;
+    let mut out = format!(
+        "write: {} writers of {} on {} nodes at {}/s ({} ms seek), {} blocks, {} copies (dq: 1), fault {} ({} layout), \
+         median of {}\n",
+        p.nodes,
+        ByteSize(p.fragment_bytes),
+        p.nodes,
+        ByteSize(p.disk_rate_bytes_per_sec as u64),
+        p.seek_ms,
+        ByteSize(p.block_bytes as u64),
+        p.replicas,
+        p.fault,
+        p.fault_layout,
+        p.repeat
+    );
+    let mut t = Table::new(&[
+        "policy",
+        "faults",
+        "seconds",
+        "MB/s",
+        "% river",
+        "% layout",
+        "backup %",
+        "complete s",
+        "% of disks",
+        "% of bound",
+    ]);
+    for r in &report.rows {
+        let c = r.completion.as_ref();
+        t.row(vec![
+            r.policy.to_string(),
+            r.faults.to_string(),
+            format!("{:.2}", r.seconds),
+            format!("{:.1}", r.aggregate_mb_per_sec),
+            format!("{:.1}", 100.0 * r.frac_river_ideal),
+            format!("{:.1}", 100.0 * r.frac_layout_ideal),
+            format!("{:.1}", 100.0 * r.backup_bytes_frac),
+            c.map_or("-".into(), |c| format!("{:.2}", c.seconds)),
+            c.map_or("-".into(), |c| format!("{:.1}", 100.0 * c.frac_aggregate)),
+            c.map_or("-".into(), |c| format!("{:.1}", 100.0 * c.frac_bound)),
+        ]);
+    }
+    out.push_str(&t.render());
+    out.push_str(
+        "% river / % layout: the ideal time over the measured one (dq's blocks have no home, so its layout \
+         ideal is river's). complete: replica completion under the same faults, against the disks' \
+         aggregate rate (each copied byte is read once and written once) and against the most loaded \
+         disk's share.\n",
+    );
+    out
+}
+
+pub fn write_outputs(report: &Report, json: Option<&PathBuf>, plot_path: Option<&PathBuf>) -> CliResult<()> {
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_vec_pretty(report)?)
+            .map_err(|e| crate::util::CliError(format!("writing {}: {e}", path.display())))?;
+    }
+    if let Some(path) = plot_path {
+        let p = &report.params;
+        let mut series: Vec<Series> = p
+            .policies
+            .iter()
+            .map(|&policy| Series {
+                name: policy.to_string(),
+                points: report
+                    .rows
+                    .iter()
+                    .filter(|r| r.policy == policy)
+                    .map(|r| (r.faults as f64, r.frac_layout_ideal))
+                    .collect(),
+                ..Default::default()
+            })
+            .collect();
+        let xs: Vec<f64> = report.rows.iter().map(|r| r.faults as f64).collect();
+        let (lo, hi) = (xs.iter().cloned().fold(f64::MAX, f64::min), xs.iter().cloned().fold(f64::MIN, f64::max));
+        series.push(Series {
+            name: "ideal".into(),
+            points: vec![(lo, 1.0), (hi, 1.0)],
+            dashed: true,
+            ..Default::default()
+        });
+        let title = format!("write: {} writers, {} faults ({}), % of ideal", p.nodes, p.fault_layout, p.fault);
+        plot::line_chart(path, &title, "faulty disks", "fraction of ideal", &series, 1.1)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! DQ-1 writes: a producer of blocks in front of a distributed queue of disks (river §2.3,
+//! §3.1, §6.1-6.3).
+//!
+//! Each writer puts its blocks; each goes to exactly one server, chosen by ganges-core's
+//! [`DqRouter`] (the same object the simulator drives): at random among the servers where
+//! this writer has a credit left, one credit per server, a credit coming back with each
+//! reply. A slow disk answers slowly, keeps its credit, and so receives less. The servers
+//! append each block to their copy of their own fragment (a log, in the order their disk
+//! wrote them) and serve the writer furthest behind first (DQ-2: every write carries its
+//! writer's progress).
+//!
+//! At the end of a writer's stream, the blocks still queued behind slow disks are withdrawn
+//! and written by the disks that answer (`dq::steal_at_end`): cancelled first, resent only
+//! once the server confirms the cancel, so no block is written twice.
+//!
+//! Every server's log must hold at least one block (a fragment is never empty), so each
+//! writer first sends a few blocks to fixed servers (writer w of W: its j-th block to server
+//! w + jW, while there is one), and those are never withdrawn.
+//!
+//! A server that fails or dies fails the write: its log is part of the dataset, and the
+//! staging is then aborted (nothing half-written is ever visible).
+
+use crate::client::Client;
+use crate::conn::Event;
+use crate::dataset::ProgressFn;
+use crate::error::{ClientError, Result};
+use crate::scan::BlockSource;
+use ganges_core::dq::{DqRouter, DqSettings, Load, Unanswered, steal_at_end};
+use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::route::STALL_TIMEOUT_DEFAULT;
+use ganges_core::sched::{Progress, ProgressMetric, Service};
+use ganges_core::shape::Piece;
+use ganges_core::time::Time;
+use ganges_proto::manifest::DatasetName;
+use ganges_proto::msg::{APPEND, ErrorCode, Message, WriteOk, WriteReq};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// The servers writer `writer` of `writers` sends its first blocks to, one each, so that
+/// every server's log holds at least one block; an error if it has fewer than that.
+pub fn pins(writer: u32, writers: u32, nodes: u32, blocks: usize) -> Result<Vec<usize>> {
+    let pins: Vec<usize> = (writer..nodes).step_by(writers.max(1) as usize).map(|n| n as usize).collect();
+    if pins.len() > blocks {
+        return Err(ClientError::Invalid(format!(
+            "a dq write puts at least one block on each of the {nodes} servers, so writer {writer} \
+             needs {} blocks and has {blocks}; write more data, smaller blocks or with fewer writers",
+            pins.len(),
+        )));
+    }
+    Ok(pins)
+}
+
+/// Where one block of a writer landed: the server, and the slot in its log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Landed {
+    /// The block's index in the writer's stream.
+    pub block: usize,
+    pub node: NodeId,
+    pub slot: u32,
+    pub len: u32,
+    pub crc: u32,
+}
+
+#[derive(Debug)]
+struct Pending {
+    block: usize,
+    consumer: usize,
+    sent: Instant,
+    request_id: u64,
+    crc: u32,
+}
+
+/// One writer's DQ transfer.
+#[derive(Debug)]
+pub struct DqWriter {
+    client: Arc<Client>,
+    name: DatasetName,
+    txid: u64,
+    /// The writer's blocks: where each starts in its source, and its length.
+    blocks: Vec<(u64, u32)>,
+    source: Arc<dyn BlockSource>,
+    router: DqRouter,
+    stream: u64,
+    next: usize,
+    resend: VecDeque<(usize, Option<usize>)>,
+    pending: HashMap<u64, Pending>,
+    landed: Vec<Landed>,
+    done_bytes: u64,
+    total_bytes: u64,
+    /// Blocks being withdrawn (their cancels are in flight), by tag, and the consumer each
+    /// is for.
+    withdrawing: HashMap<u64, usize>,
+    /// Blocks pinned to a server (never withdrawn): block j to `pins[j]`.
+    pins: Vec<usize>,
+    /// What each server last said of its queue and its disk's time per block.
+    loads: Vec<Option<Load>>,
+    tx: mpsc::UnboundedSender<Event>,
+    rx: mpsc::UnboundedReceiver<Event>,
+    next_tag: u64,
+    epoch: Instant,
+    pub steals: u64,
+}
+
+impl DqWriter {
+    /// Writer `writer` of `writers`, of `blocks` (offset in `source`, length) into staging
+    /// `txid`, where server n appends to fragment n.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Arc<Client>,
+        name: DatasetName,
+        txid: u64,
+        (writer, writers): (u32, u32),
+        blocks: Vec<(u64, u32)>,
+        source: Arc<dyn BlockSource>,
+        settings: DqSettings,
+        seed: u64,
+    ) -> Result<DqWriter> {
+        let nodes = client.nodes();
+        let pins = pins(writer, writers, nodes, blocks.len())?;
+        let router = DqRouter::new(nodes, settings, seed).map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let total_bytes = blocks.iter().map(|b| b.1 as u64).sum();
+        Ok(DqWriter {
+            client,
+            name,
+            txid,
+            blocks,
+            source,
+            router,
+            stream: rand::random(),
+            next: 0,
+            resend: VecDeque::new(),
+            pending: HashMap::new(),
+            landed: vec![],
+            done_bytes: 0,
+            total_bytes,
+            withdrawing: HashMap::new(),
+            pins,
+            loads: vec![None; nodes as usize],
+            tx,
+            rx,
+            next_tag: 1,
+            epoch: Instant::now(),
+            steals: 0,
+        })
+    }
+
+    fn time(&self, at: Instant) -> Time {
+        Time(at.duration_since(self.epoch).as_nanos() as u64)
+    }
+
+    /// Send blocks while the router gives credits.
+    fn pump(&mut self) -> Result<()> {
+        loop {
+            let (block, consumer) = match self.resend.front().copied() {
+                Some((block, Some(to))) if self.router.take(to) => (block, to),
+                Some((block, _)) => match self.router.pick() {
+                    Some(c) => (block, c),
+                    None => return Ok(()),
+                },
+                None if self.next < self.pins.len() => {
+                    if !self.router.take(self.pins[self.next]) {
+                        return Ok(());
+                    }
+                    (self.next, self.pins[self.next])
+                }
+                None if self.next < self.blocks.len() => match self.router.pick() {
+                    Some(c) => (self.next, c),
+                    None => return Ok(()),
+                },
+                None => return Ok(()),
+            };
+            if self.resend.front().is_some_and(|r| r.0 == block) {
+                self.resend.pop_front();
+            } else {
+                self.next += 1;
+            }
+            let (offset, len) = self.blocks[block];
+            let piece = Piece { fragment: FragmentId(0), block: 0, start_in_block: 0, len, dataset_offset: offset };
+            let data = self.source.piece(&piece).map_err(ClientError::io("reading the data to write"))?;
+            let crc = crc32c::crc32c(&data);
+            let node = NodeId(consumer as u32);
+            let msg = Message::Write(WriteReq {
+                stream: self.stream,
+                progress: Progress {
+                    done_bytes: self.done_bytes,
+                    total_bytes: self.total_bytes,
+                    metric: ProgressMetric::Bytes,
+                },
+                service: Service::FURTHEST_BEHIND,
+                txid: self.txid,
+                dataset: self.name.clone(),
+                fragment: FragmentId(node.0),
+                block: APPEND,
+                crc,
+                data,
+            });
+            let tag = self.next_tag;
+            self.next_tag += 1;
+            let request_id = self.client.conn(node)?.send_tagged(&msg, &self.tx, tag)?;
+            self.pending.insert(tag, Pending { block, consumer, sent: Instant::now(), request_id, crc });
+        }
+    }
+
+    /// Write every block. `progress` hears each block's bytes as it lands.
+    pub async fn run(&mut self, progress: Option<&ProgressFn>) -> Result<()> {
+        while self.landed.len() < self.blocks.len() {
+            self.pump()?;
+            let ev = tokio::time::timeout(STALL_TIMEOUT_DEFAULT, self.rx.recv())
+                .await
+                .map_err(|_| ClientError::Invalid(format!("no server answered a write for {STALL_TIMEOUT_DEFAULT:?}")))?
+                .expect("the writer holds a sender");
+            let Some(p) = self.pending.remove(&ev.tag) else { continue };
+            let node = NodeId(p.consumer as u32);
+            match ev.result {
+                Ok(Message::WriteOk(WriteOk { block: slot, queue_len, service_us, .. })) => {
+                    self.router.on_reply(p.consumer);
+                    self.withdrawing.remove(&ev.tag);
+                    let secs = service_us as f64 * 1e-6;
+                    let l = &mut self.loads[p.consumer];
+                    let block_secs = l.map_or(secs, |o| (3.0 * o.block_secs + secs) / 4.0);
+                    *l = Some(Load { queued: queue_len, block_secs });
+                    let len = self.blocks[p.block].1;
+                    self.done_bytes += len as u64;
+                    self.landed.push(Landed { block: p.block, node, slot, len, crc: p.crc });
+                    if let Some(f) = progress {
+                        f(len as u64);
+                    }
+                    self.maybe_withdraw(p.consumer);
+                }
+                Ok(Message::Error(e, _)) if e.code == ErrorCode::Cancelled => {
+                    // Withdrawn before it ran: write it where it was wanted.
+                    self.router.on_reply(p.consumer);
+                    let to = self.withdrawing.remove(&ev.tag);
+                    self.resend.push_front((p.block, to));
+                }
+                Ok(Message::Error(e, _)) => return Err(ClientError::Server { node, err: e }),
+                Ok(other) => {
+                    return Err(ClientError::Protocol {
+                        node,
+                        why: format!("unexpected reply kind {:#04x} to a write", other.kind()),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// End of stream: consumer `idle` just answered and is running dry; withdraw a block
+    /// queued at the busiest server for it (module docs).
+    fn maybe_withdraw(&mut self, idle: usize) {
+        if self.next < self.blocks.len() || !self.resend.is_empty() {
+            return;
+        }
+        // Blocks already being withdrawn are spoken for.
+        let waiting: Vec<Unanswered> = self
+            .pending
+            .iter()
+            .filter(|(tag, p)| !self.withdrawing.contains_key(tag) && p.block >= self.pins.len())
+            .map(|(_, p)| Unanswered { block: p.block, consumer: p.consumer, sent: self.time(p.sent) })
+            .collect();
+        let Some(u) = steal_at_end(&waiting, idle, &self.loads) else { return };
+        let Some((&tag, p)) = self.pending.iter().find(|(_, p)| p.block == u.block) else { return };
+        if let Ok(conn) = self.client.conn(NodeId(p.consumer as u32)) {
+            conn.cancel(p.request_id);
+            self.withdrawing.insert(tag, idle);
+            self.steals += 1;
+            // The busy server will say how much it has left when it answers; until then,
+            // count the block it gave up.
+            if let Some(l) = &mut self.loads[p.consumer] {
+                l.queued = l.queued.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Where every block landed.
+    pub fn landed(&self) -> &[Landed] {
+        &self.landed
+    }
+}
