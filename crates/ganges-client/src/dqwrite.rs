@@ -67,7 +67,8 @@ pub struct Landed {
 struct Pending {
     block: usize,
     consumer: usize,
-    sent: Instant,
+    /// When it should be written, by what its server last said (`Load::due`).
+    due: Time,
     request_id: u64,
     crc: u32,
 }
@@ -200,7 +201,13 @@ impl DqWriter {
             let tag = self.next_tag;
             self.next_tag += 1;
             let request_id = self.client.conn(node)?.send_tagged(&msg, &self.tx, tag)?;
-            self.pending.insert(tag, Pending { block, consumer, sent: Instant::now(), request_id, crc });
+            let now = self.time(Instant::now());
+            let due = self.loads[consumer].map_or(now, |l| l.due(now));
+            self.pending.insert(tag, Pending { block, consumer, due, request_id, crc });
+            // It queues behind what was there.
+            if let Some(l) = &mut self.loads[consumer] {
+                l.queued += 1;
+            }
         }
     }
 
@@ -260,9 +267,10 @@ impl DqWriter {
             .pending
             .iter()
             .filter(|(tag, p)| !self.withdrawing.contains_key(tag) && p.block >= self.pins.len())
-            .map(|(_, p)| Unanswered { block: p.block, consumer: p.consumer, sent: self.time(p.sent) })
+            .map(|(_, p)| Unanswered { block: p.block, consumer: p.consumer, due: p.due })
             .collect();
-        let Some(u) = steal_at_end(&waiting, idle, &self.loads) else { return };
+        let now = self.time(Instant::now());
+        let Some(u) = steal_at_end(&waiting, idle, &self.loads, now) else { return };
         let Some((&tag, p)) = self.pending.iter().find(|(_, p)| p.block == u.block) else { return };
         if let Ok(conn) = self.client.conn(NodeId(p.consumer as u32)) {
             conn.cancel(p.request_id);
