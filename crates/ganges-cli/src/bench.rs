@@ -359,31 +359,65 @@ pub fn ratio_partitions(shape: &Shape, consumers: u32, ratio: Ratio) -> Vec<Part
 /// Run the scan benchmark: start a cluster, make the datasets, run every row.
 pub fn run_scan(spec: &ScanBenchSpec) -> CliResult<Report> {
     spec.validate()?;
-    let temp;
-    let root = match &spec.root {
-        Some(r) => r.clone(),
-        None => {
-            temp = tempfile::Builder::new().prefix("ganges-bench-").tempdir()?;
-            temp.path().to_path_buf()
-        }
-    };
-    let local = LocalSpec {
+    let cluster = BenchCluster {
         nodes: spec.nodes,
-        root,
         disk: spec.disk,
-        scheduler: SchedulerKind::Auto,
+        root: spec.root.clone(),
+        scratch: std::env::temp_dir(),
         binary: spec.binary.clone(),
     };
-    let cluster = LocalCluster::start(&local)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let report = rt.block_on(async {
-        tokio::select! {
-            r = bench_on_cluster(spec, &cluster) => r,
-            _ = tokio::signal::ctrl_c() => fail(crate::util::INTERRUPTED),
-        }
-    });
-    drop(cluster);
-    report
+    let started = cluster.start()?;
+    started.block_on(bench_on_cluster(spec, &started.cluster))
+}
+
+/// The local cluster a bench runs on.
+pub(crate) struct BenchCluster {
+    pub nodes: u32,
+    pub disk: Option<DiskSpec>,
+    /// Where its files go; else a temporary folder under `scratch`, removed afterwards.
+    pub root: Option<PathBuf>,
+    pub scratch: PathBuf,
+    pub binary: PathBuf,
+}
+
+/// A bench's running cluster. Dropped in field order: the servers stop, then their
+/// temporary folder goes.
+pub(crate) struct Started {
+    pub cluster: LocalCluster,
+    _temp: Option<tempfile::TempDir>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl BenchCluster {
+    pub(crate) fn start(&self) -> CliResult<Started> {
+        let temp = match &self.root {
+            Some(_) => None,
+            None => Some(tempfile::Builder::new().prefix("ganges-bench-").tempdir_in(&self.scratch)?),
+        };
+        let root = self.root.clone().or_else(|| temp.as_ref().map(|t| t.path().to_path_buf())).expect("one of them");
+        let local = LocalSpec {
+            nodes: self.nodes,
+            root,
+            disk: self.disk,
+            scheduler: SchedulerKind::Auto,
+            binary: self.binary.clone(),
+        };
+        let cluster = LocalCluster::start(&local)?;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        Ok(Started { cluster, _temp: temp, rt })
+    }
+}
+
+impl Started {
+    /// Run a bench on the cluster, stopping early on Ctrl-C.
+    pub(crate) fn block_on<T>(&self, bench: impl std::future::Future<Output = CliResult<T>>) -> CliResult<T> {
+        self.rt.block_on(async {
+            tokio::select! {
+                r = bench => r,
+                _ = tokio::signal::ctrl_c() => fail(crate::util::INTERRUPTED),
+            }
+        })
+    }
 }
 
 async fn create_dataset(client: &Arc<Client>, spec: &ScanBenchSpec, block: u32) -> CliResult<Arc<Manifest>> {

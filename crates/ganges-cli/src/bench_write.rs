@@ -14,8 +14,8 @@
 //! Every run checks itself: the dataset's digest must be the one its writers computed from
 //! the replies, or the bench fails instead of printing a number.
 
-use crate::bench::{Machine, all_stats, set_faults_on};
-use crate::local::{DiskSpec, LocalCluster, LocalSpec};
+use crate::bench::{BenchCluster, Machine, all_stats, set_faults_on};
+use crate::local::{DiskSpec, LocalCluster};
 use crate::plot::{self, Series};
 use crate::util::{CliResult, Table, fail, git_commit, process_cpu_secs, steps_bar};
 use ganges_client::client::Client;
@@ -26,7 +26,6 @@ use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
-use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::Shape;
 use ganges_core::units::{ByteSize, mb_per_sec};
 use ganges_core::write::WritePolicyKind;
@@ -175,8 +174,9 @@ impl WriteBenchSpec {
 
 /// Where the servers keep their data by default: memory (/dev/shm) when it has room for a
 /// run, so that the modelled disks, and not this machine's file system, are what the policies
-/// are measured against (on a 2-core machine, ext4 taking 500 MB/s of writes costs the
-/// servers a tenth of their time; measured with `--root` on /tmp); else the temp folder.
+/// are measured against (on this 2-core machine, ext4 taking 500 MB/s of writes cost the
+/// servers up to a tenth of their time in some runs; docs/benchmarks.md has a run with
+/// `--root` on /tmp beside the default); else the temp folder.
 fn scratch(spec: &WriteBenchSpec) -> PathBuf {
     let shm = PathBuf::from("/dev/shm");
     // A run holds one dataset and its completed copies at a time.
@@ -189,31 +189,15 @@ fn scratch(spec: &WriteBenchSpec) -> PathBuf {
 
 pub fn run_write(spec: &WriteBenchSpec) -> CliResult<Report> {
     spec.validate()?;
-    let temp;
-    let root = match &spec.root {
-        Some(r) => r.clone(),
-        None => {
-            temp = tempfile::Builder::new().prefix("ganges-bench-").tempdir_in(scratch(spec))?;
-            temp.path().to_path_buf()
-        }
-    };
-    let local = LocalSpec {
+    let cluster = BenchCluster {
         nodes: spec.nodes,
-        root,
         disk: Some(spec.disk),
-        scheduler: SchedulerKind::Auto,
+        root: spec.root.clone(),
+        scratch: scratch(spec),
         binary: spec.binary.clone(),
     };
-    let cluster = LocalCluster::start(&local)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let report = rt.block_on(async {
-        tokio::select! {
-            r = bench_on_cluster(spec, &cluster) => r,
-            _ = tokio::signal::ctrl_c() => fail(crate::util::INTERRUPTED),
-        }
-    });
-    drop(cluster);
-    report
+    let started = cluster.start()?;
+    started.block_on(bench_on_cluster(spec, &started.cluster))
 }
 
 async fn bench_on_cluster(spec: &WriteBenchSpec, cluster: &LocalCluster) -> CliResult<Report> {
@@ -413,7 +397,7 @@ pub fn render(report: &Report) -> String {
     let p = &report.params;
     let mut out = format!(
         "write: {} writers of {} on {} nodes at {}/s ({} ms seek), {} blocks, {} copies (dq: 1), fault {} ({} layout), \
-         median of {}\n",
+         median of {}, commit {}\n",
         p.nodes,
         ByteSize(p.fragment_bytes),
         p.nodes,
@@ -423,7 +407,8 @@ pub fn render(report: &Report) -> String {
         p.replicas,
         p.fault,
         p.fault_layout,
-        p.repeat
+        p.repeat,
+        p.git_commit
     );
     let mut t = Table::new(&[
         "policy",
