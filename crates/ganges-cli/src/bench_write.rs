@@ -275,6 +275,7 @@ async fn run_once(
         window: spec.window,
         source: WriteSource::Generated(Generator::Random { seed: spec.seed }),
         complete: false,
+        run_blocks: 1,
     };
     let out = dataset::write(client, w, None).await?;
     let client_cpu = process_cpu_secs() - cpu0;

@@ -289,6 +289,7 @@ pub struct WriteArgs {
     pub window: u32,
     pub source: WriteSource,
     pub complete: bool,
+    pub run_blocks: u32,
 }
 
 pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
@@ -312,6 +313,7 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
         window: a.window,
         source: a.source,
         complete: a.complete,
+        run_blocks: a.run_blocks,
     };
     let out = dataset::write(&client, spec, Some(progress_fn(&bar))).await?;
     bar.finish_and_clear();

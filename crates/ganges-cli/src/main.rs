@@ -349,6 +349,9 @@ struct WriteArgs {
     /// with `ganges dataset complete NAME`
     #[arg(long)]
     no_complete: bool,
+    /// dq: send whole runs of this many consecutive blocks to one server, in order (DQ-3)
+    #[arg(long, default_value_t = 1)]
+    run_blocks: u32,
     #[command(flatten)]
     cluster: ClusterArg,
 }
@@ -773,6 +776,7 @@ fn run(cli: Cli) -> CliResult<()> {
                 window: a.window,
                 source,
                 complete: !a.no_complete,
+                run_blocks: a.run_blocks,
             };
             runtime()?.block_on(commands::write(&a.cluster.path(), args))
         }

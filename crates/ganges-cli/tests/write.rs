@@ -29,6 +29,7 @@ fn spec(name: &str, policy: WritePolicyKind, total: u64, source: WriteSource, co
         window: 4,
         source,
         complete,
+        run_blocks: 1,
     }
 }
 
@@ -163,6 +164,54 @@ async fn check_dq(client: &Arc<ganges_client::Client>, m: &Manifest, want: &[u8]
     }
     let v = dataset::verify(client, &m.name, None).await.unwrap();
     assert!(v.is_clean(), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dq_runs_go_whole_to_one_server_in_order() {
+    let c = start(4, common::disk(64.0));
+    let client = c.client().await;
+    slow_down(&client, NodeId(2), 0.5).await;
+    let g = Generator::Random { seed: 8 };
+    let (block, run) = (64u64 << 10, 4usize);
+    // 4 writers x 40 blocks, and a short block at the very end.
+    let total = 160 * block + 1000;
+    let want = generated(g, total);
+    let s = WriteSpec {
+        block_bytes: block as u32,
+        run_blocks: run as u32,
+        ..spec("runs", WritePolicyKind::Dq, total, WriteSource::Generated(g), false)
+    };
+    let m = dataset::write(&client, s, None).await.unwrap().manifest;
+    check_dq(&client, &m, &want, block as usize, false).await;
+    // Where each source block ended up: (fragment, position in its log).
+    let (bytes, _) = read_all(&client, &m, ReadPolicyKind::Static).await;
+    let source: BTreeMap<&[u8], u64> = want.chunks(block as usize).zip(0u64..).collect();
+    let mut at = BTreeMap::new();
+    for f in 0..4 {
+        let start = m.shape.fragment_start(FragmentId(f)) as usize;
+        let log = &bytes[start..start + m.shape.fragment_bytes(FragmentId(f)) as usize];
+        for (pos, b) in log.chunks(block as usize).enumerate() {
+            at.insert(source[b], (f, pos));
+        }
+    }
+    assert_eq!(at.len(), 161, "every block once");
+    // Each writer's stream is 40 blocks (the last writer's 40 and the short one), cut in runs
+    // of 4: a run's blocks are all in one log, in order.
+    for w in 0..4u64 {
+        for r in 0..10u64 {
+            let places: Vec<(u32, usize)> = (0..4).map(|k| at[&(w * 40 + r * 4 + k)]).collect();
+            assert!(places.iter().all(|p| p.0 == places[0].0), "writer {w} run {r} on one server: {places:?}");
+            assert!(places.windows(2).all(|p| p[0].1 < p[1].1), "writer {w} run {r} in order: {places:?}");
+        }
+    }
+    let err = dataset::write(
+        &client,
+        WriteSpec { run_blocks: 4, ..spec("x", WritePolicyKind::Gd, total, WriteSource::Generated(g), false) },
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("runs are the unit of a dq write only"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

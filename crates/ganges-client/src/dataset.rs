@@ -688,6 +688,8 @@ pub struct WriteSpec {
     pub source: WriteSource,
     /// Run replica completion right after the commit.
     pub complete: bool,
+    /// dq: blocks to a unit of the queue (DQ-3's whole runs; 1 for DQ-1).
+    pub run_blocks: u32,
 }
 
 #[derive(Debug)]
@@ -741,6 +743,12 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     };
     if total == 0 {
         return Err(ClientError::Invalid("a dataset holds at least one byte".into()));
+    }
+    if spec.run_blocks == 0 || (spec.run_blocks > 1 && spec.policy != WritePolicyKind::Dq) {
+        return Err(ClientError::Invalid(format!(
+            "--run-blocks {} : runs are the unit of a dq write only, and hold at least one block",
+            spec.run_blocks
+        )));
     }
     if total.div_ceil(spec.block_bytes as u64) < writers as u64 {
         return Err(ClientError::Invalid(format!(
@@ -876,8 +884,9 @@ async fn write_dq(
         })
         .collect();
     let tail = streams.last_mut().and_then(|s| s.pop_if(|b| (b.1 as u64) < block));
+    let last_stream_len = streams.last().map_or(0, Vec::len);
     for (w, s) in streams.iter().enumerate() {
-        crate::dqwrite::pins(w as u32, writers as u32, nodes, s.len())?;
+        crate::dqwrite::pins(w as u32, writers as u32, nodes, s.len().div_ceil(spec.run_blocks.max(1) as usize))?;
     }
     let capacity = Shape::uniform(nodes, blocks_total * block, spec.block_bytes)?;
     let manifest = draft(Layout::chained(nodes, 1)?, spec.name.clone(), capacity, RecordFormat::Bytes, content)?;
@@ -894,6 +903,7 @@ async fn write_dq(
                 staging.txid,
                 (i as u32, writers as u32),
                 blocks,
+                spec.run_blocks,
                 source.clone(),
                 settings,
                 seed,
@@ -902,14 +912,18 @@ async fn write_dq(
             tasks.spawn(async move {
                 let t = std::time::Instant::now();
                 let r = w.run(progress.as_ref()).await;
-                (r, w, t.elapsed().as_secs_f64())
+                (i, r, w, t.elapsed().as_secs_f64())
             });
         }
+        // With runs as the unit, the short block joins the rest of its run.
+        let last = per.fragment_count() as usize - 1;
+        let tail_unit = last_stream_len / spec.run_blocks.max(1) as usize;
+        let mut last_run_node = None;
         let mut logs: Vec<Vec<(u32, u32, u32)>> = vec![vec![]; nodes as usize];
         let mut reports = vec![];
         let mut failed = None;
         while let Some(joined) = tasks.join_next().await {
-            let (r, w, seconds) = match joined {
+            let (i, r, w, seconds) = match joined {
                 Ok(x) => x,
                 Err(e) if e.is_cancelled() => continue,
                 Err(e) => std::panic::resume_unwind(e.into_panic()),
@@ -921,6 +935,9 @@ async fn write_dq(
             }
             let mut stats = ganges_core::route::ReadStats { steals: w.steals, ..Default::default() };
             for l in w.landed() {
+                if i == last && l.block / spec.run_blocks.max(1) as usize == tail_unit {
+                    last_run_node = Some(l.node);
+                }
                 logs[l.node.0 as usize].push((l.slot, l.len, l.crc));
                 stats.bytes_by_copy[0] += l.len as u64;
                 stats.requests += 1;
@@ -932,7 +949,9 @@ async fn write_dq(
             return Err(e);
         }
         if let Some((offset, len)) = tail {
-            // Every other block is on disk: this one ends the log it goes to.
+            // Every other block is on disk: this one ends the log it goes to, the log of the
+            // rest of its run if runs are the unit.
+            let node = if spec.run_blocks > 1 { last_run_node.unwrap_or(NodeId(0)) } else { NodeId(0) };
             let piece = ganges_core::shape::Piece {
                 fragment: FragmentId(0),
                 block: 0,
@@ -942,20 +961,19 @@ async fn write_dq(
             };
             let data = source.piece(&piece).map_err(ClientError::io("reading the data to write"))?;
             let crc = crc32c::crc32c(&data);
-            let node = NodeId(0);
             let msg = Message::Write(WriteReq {
                 stream: rand::random(),
                 progress: Progress { done_bytes: 0, total_bytes: len as u64, metric: ProgressMetric::Bytes },
                 service: Service::FURTHEST_BEHIND,
                 txid: staging.txid,
                 dataset: manifest.name.clone(),
-                fragment: FragmentId(0),
+                fragment: FragmentId(node.0),
                 block: ganges_proto::msg::APPEND,
                 crc,
                 data,
             });
             match client.conn(node)?.call(&msg).await? {
-                Message::WriteOk(ok) => logs[0].push((ok.block, len, crc)),
+                Message::WriteOk(ok) => logs[node.0 as usize].push((ok.block, len, crc)),
                 Message::Error(err, _) => return Err(ClientError::Server { node, err }),
                 other => return Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
             }

@@ -9,12 +9,17 @@
 //! wrote them) and serve the writer furthest behind first (DQ-2: every write carries its
 //! writer's progress).
 //!
+//! DQ-3 (river §7.2.2): with `run_blocks` K > 1 the unit of the queue is a run of K
+//! consecutive blocks of the writer's stream (a sorted run, say): the router picks a server
+//! per run, all of the run goes there, in order, served back to back (the writes ask for
+//! runs), and the run's credit comes back with its last block. Runs are never withdrawn.
+//!
 //! At the end of a writer's stream, the blocks still queued behind slow disks are withdrawn
 //! and written by the disks that answer (`dq::steal_at_end`): cancelled first, resent only
 //! once the server confirms the cancel, so no block is written twice.
 //!
 //! Every server's log must hold at least one block (a fragment is never empty), so each
-//! writer first sends a few blocks to fixed servers (writer w of W: its j-th block to server
+//! writer first sends a few units to fixed servers (writer w of W: its j-th unit to server
 //! w + jW, while there is one), and those are never withdrawn.
 //!
 //! A server that fails or dies fails the write: its log is part of the dataset, and the
@@ -66,6 +71,7 @@ pub struct Landed {
 #[derive(Debug)]
 struct Pending {
     block: usize,
+    unit: usize,
     consumer: usize,
     /// When it should be written, by what its server last said (`Load::due`).
     due: Time,
@@ -84,8 +90,14 @@ pub struct DqWriter {
     source: Arc<dyn BlockSource>,
     router: DqRouter,
     stream: u64,
+    /// Blocks per unit of the queue (DQ-3's runs; 1 for DQ-1).
+    run_blocks: usize,
+    /// The next unit never sent.
     next: usize,
+    /// Units to send again (withdrawn), and where to.
     resend: VecDeque<(usize, Option<usize>)>,
+    /// Blocks of each unit in flight still unanswered.
+    unit_left: HashMap<usize, usize>,
     pending: HashMap<u64, Pending>,
     landed: Vec<Landed>,
     done_bytes: u64,
@@ -93,7 +105,7 @@ pub struct DqWriter {
     /// Blocks being withdrawn (their cancels are in flight), by tag, and the consumer each
     /// is for.
     withdrawing: HashMap<u64, usize>,
-    /// Blocks pinned to a server (never withdrawn): block j to `pins[j]`.
+    /// Units pinned to a server (never withdrawn): unit j to `pins[j]`.
     pins: Vec<usize>,
     /// What each server last said of its queue and its disk's time per block.
     loads: Vec<Option<Load>>,
@@ -106,7 +118,7 @@ pub struct DqWriter {
 
 impl DqWriter {
     /// Writer `writer` of `writers`, of `blocks` (offset in `source`, length) into staging
-    /// `txid`, where server n appends to fragment n.
+    /// `txid`, where server n appends to fragment n, `run_blocks` blocks to a unit.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: Arc<Client>,
@@ -114,12 +126,14 @@ impl DqWriter {
         txid: u64,
         (writer, writers): (u32, u32),
         blocks: Vec<(u64, u32)>,
+        run_blocks: u32,
         source: Arc<dyn BlockSource>,
         settings: DqSettings,
         seed: u64,
     ) -> Result<DqWriter> {
         let nodes = client.nodes();
-        let pins = pins(writer, writers, nodes, blocks.len())?;
+        let run_blocks = run_blocks.max(1) as usize;
+        let pins = pins(writer, writers, nodes, blocks.len().div_ceil(run_blocks))?;
         let router = DqRouter::new(nodes, settings, seed).map_err(|e| ClientError::Invalid(e.to_string()))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let total_bytes = blocks.iter().map(|b| b.1 as u64).sum();
@@ -131,8 +145,10 @@ impl DqWriter {
             source,
             router,
             stream: rand::random(),
+            run_blocks,
             next: 0,
             resend: VecDeque::new(),
+            unit_left: HashMap::new(),
             pending: HashMap::new(),
             landed: vec![],
             done_bytes: 0,
@@ -152,13 +168,17 @@ impl DqWriter {
         Time(at.duration_since(self.epoch).as_nanos() as u64)
     }
 
-    /// Send blocks while the router gives credits.
+    fn units(&self) -> usize {
+        self.blocks.len().div_ceil(self.run_blocks)
+    }
+
+    /// Send units while the router gives credits.
     fn pump(&mut self) -> Result<()> {
         loop {
-            let (block, consumer) = match self.resend.front().copied() {
-                Some((block, Some(to))) if self.router.take(to) => (block, to),
-                Some((block, _)) => match self.router.pick() {
-                    Some(c) => (block, c),
+            let (unit, consumer) = match self.resend.front().copied() {
+                Some((unit, Some(to))) if self.router.take(to) => (unit, to),
+                Some((unit, _)) => match self.router.pick() {
+                    Some(c) => (unit, c),
                     None => return Ok(()),
                 },
                 None if self.next < self.pins.len() => {
@@ -167,17 +187,27 @@ impl DqWriter {
                     }
                     (self.next, self.pins[self.next])
                 }
-                None if self.next < self.blocks.len() => match self.router.pick() {
+                None if self.next < self.units() => match self.router.pick() {
                     Some(c) => (self.next, c),
                     None => return Ok(()),
                 },
                 None => return Ok(()),
             };
-            if self.resend.front().is_some_and(|r| r.0 == block) {
+            if self.resend.front().is_some_and(|r| r.0 == unit) {
                 self.resend.pop_front();
             } else {
                 self.next += 1;
             }
+            let blocks = unit * self.run_blocks..((unit + 1) * self.run_blocks).min(self.blocks.len());
+            self.unit_left.insert(unit, blocks.len());
+            for block in blocks {
+                self.send(unit, block, consumer)?;
+            }
+        }
+    }
+
+    fn send(&mut self, unit: usize, block: usize, consumer: usize) -> Result<()> {
+        {
             let (offset, len) = self.blocks[block];
             let piece = Piece { fragment: FragmentId(0), block: 0, start_in_block: 0, len, dataset_offset: offset };
             let data = self.source.piece(&piece).map_err(ClientError::io("reading the data to write"))?;
@@ -190,7 +220,8 @@ impl DqWriter {
                     total_bytes: self.total_bytes,
                     metric: ProgressMetric::Bytes,
                 },
-                service: Service::FURTHEST_BEHIND,
+                // A run's blocks back to back, where the scheduler can (GD-5's runs).
+                service: Service { runs: self.run_blocks > 1, ..Service::FURTHEST_BEHIND },
                 txid: self.txid,
                 dataset: self.name.clone(),
                 fragment: FragmentId(node.0),
@@ -203,12 +234,13 @@ impl DqWriter {
             let request_id = self.client.conn(node)?.send_tagged(&msg, &self.tx, tag)?;
             let now = self.time(Instant::now());
             let due = self.loads[consumer].map_or(now, |l| l.due(now));
-            self.pending.insert(tag, Pending { block, consumer, due, request_id, crc });
+            self.pending.insert(tag, Pending { block, unit, consumer, due, request_id, crc });
             // It queues behind what was there.
             if let Some(l) = &mut self.loads[consumer] {
                 l.queued += 1;
             }
         }
+        Ok(())
     }
 
     /// Write every block. `progress` hears each block's bytes as it lands.
@@ -223,7 +255,12 @@ impl DqWriter {
             let node = NodeId(p.consumer as u32);
             match ev.result {
                 Ok(Message::WriteOk(WriteOk { block: slot, queue_len, service_us, .. })) => {
-                    self.router.on_reply(p.consumer);
+                    let left = self.unit_left.get_mut(&p.unit).expect("a unit in flight");
+                    *left -= 1;
+                    if *left == 0 {
+                        self.unit_left.remove(&p.unit);
+                        self.router.on_reply(p.consumer);
+                    }
                     self.withdrawing.remove(&ev.tag);
                     let secs = service_us as f64 * 1e-6;
                     let l = &mut self.loads[p.consumer];
@@ -238,10 +275,12 @@ impl DqWriter {
                     self.maybe_withdraw(p.consumer);
                 }
                 Ok(Message::Error(e, _)) if e.code == ErrorCode::Cancelled => {
-                    // Withdrawn before it ran: write it where it was wanted.
+                    // Withdrawn before it ran (a unit of one block): write it where it was
+                    // wanted.
+                    self.unit_left.remove(&p.unit);
                     self.router.on_reply(p.consumer);
                     let to = self.withdrawing.remove(&ev.tag);
-                    self.resend.push_front((p.block, to));
+                    self.resend.push_front((p.unit, to));
                 }
                 Ok(Message::Error(e, _)) => return Err(ClientError::Server { node, err: e }),
                 Ok(other) => {
@@ -259,14 +298,14 @@ impl DqWriter {
     /// End of stream: consumer `idle` just answered and is running dry; withdraw a block
     /// queued at the busiest server for it (module docs).
     fn maybe_withdraw(&mut self, idle: usize) {
-        if self.next < self.blocks.len() || !self.resend.is_empty() {
+        if self.run_blocks > 1 || self.next < self.units() || !self.resend.is_empty() {
             return;
         }
         // Blocks already being withdrawn are spoken for.
         let waiting: Vec<Unanswered> = self
             .pending
             .iter()
-            .filter(|(tag, p)| !self.withdrawing.contains_key(tag) && p.block >= self.pins.len())
+            .filter(|(tag, p)| !self.withdrawing.contains_key(tag) && p.unit >= self.pins.len())
             .map(|(_, p)| Unanswered { block: p.block, consumer: p.consumer, due: p.due })
             .collect();
         let now = self.time(Instant::now());
