@@ -112,12 +112,21 @@ async fn every_write_policy_reads_back_byte_for_byte_with_every_read_policy() {
             }
         }
         assert_eq!(m.state, DatasetState::Incomplete);
-        // Before completion: readable by placement, with any policy.
+        // Before completion: readable by placement, with any policy, and verifiable.
         for rp in [ReadPolicyKind::Static, ReadPolicyKind::Gd] {
             let (bytes, digest) = read_all(&client, &m, rp).await;
             assert_eq!(digest, m.digest);
             assert!(bytes == want, "{policy} then {rp} (incomplete): content");
         }
+        let v = dataset::verify(&client, &m.name, None).await.unwrap();
+        assert!(v.is_clean(), "an incomplete dataset verifies the blocks it holds: {v:?}");
+        let p = m.placement.as_ref().expect("incomplete: placement recorded");
+        let held: u64 = (0..4)
+            .flat_map(|f| (0..m.shape.blocks_in(FragmentId(f))).map(move |b| (FragmentId(f), b)))
+            .map(|(f, b)| p.copies(f, b).count() as u64 * m.shape.block_len(f, b) as u64)
+            .sum();
+        assert_eq!(v.bytes, held, "every block on every copy holding it, and nothing else");
+        assert!(held >= total);
         let done = dataset::complete(&client, &m.name).await.unwrap();
         let info = dataset::info(&client, &m.name).await.unwrap();
         assert_eq!(info.manifest.state, DatasetState::Complete);

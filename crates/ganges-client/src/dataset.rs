@@ -197,18 +197,24 @@ async fn digest_from_checksums(
         let Some(copies) = by_fragment.get(&f) else {
             return Err(ClientError::Invalid(format!("no live server holds {f} of `{}`", manifest.name)));
         };
-        let (first_node, crcs) = &copies[0];
-        if crcs.len() != shape.blocks_in(f) as usize {
-            return Err(ClientError::Invalid(format!("{first_node} has {} checksums for {f}", crcs.len())));
+        if let Some((node, crcs)) = copies.iter().find(|(_, c)| c.len() != shape.blocks_in(f) as usize) {
+            return Err(ClientError::Invalid(format!("{node} has {} checksums for {f}", crcs.len())));
         }
-        for (node, other) in &copies[1..] {
-            if let Some(b) = (0..crcs.len()).find(|&b| other.get(b) != Some(&crcs[b])) {
-                disagreements.push(format!("{f} block {b}: {first_node} and {node} hold different bytes"));
+        for b in 0..shape.blocks_in(f) {
+            // Only the copies holding the block (all of them, once the dataset is complete).
+            let mut holding = copies
+                .iter()
+                .filter(|(node, _)| manifest.layout.copy_on(f, *node).is_some_and(|c| manifest.holds(f, b, c)));
+            let Some((first_node, crcs)) = holding.next() else {
+                return Err(ClientError::Invalid(format!("no live server holds {f} block {b} of `{}`", manifest.name)));
+            };
+            let crc = crcs[b as usize];
+            for (node, other) in holding {
+                if other[b as usize] != crc && disagreements.len() < 100 {
+                    disagreements.push(format!("{f} block {b}: {first_node} and {node} hold different bytes"));
+                }
             }
-        }
-        for (b, crc) in crcs.iter().enumerate() {
-            let b = b as u32;
-            digest.add(shape.fragment_start(f) + shape.block_offset(b), shape.block_len(f, b), *crc);
+            digest.add(shape.fragment_start(f) + shape.block_offset(b), shape.block_len(f, b), crc);
         }
     }
     Ok((digest, disagreements))
@@ -844,7 +850,14 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     }
     let manifest = staging.conclude(manifest, Ok(digest)).await?;
     let completion = if spec.complete && manifest.state == DatasetState::Incomplete {
-        Some(complete(client, &manifest.name).await?)
+        let done = complete(client, &manifest.name).await.map_err(|e| {
+            ClientError::Invalid(format!(
+                "`{0}` is written and committed, readable with its copies incomplete, but completing \
+                 them failed ({e}); run `ganges dataset complete {0}` again",
+                manifest.name
+            ))
+        })?;
+        Some(done)
     } else {
         None
     };
