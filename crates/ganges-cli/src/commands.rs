@@ -315,7 +315,18 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
         complete: a.complete,
         run_blocks: a.run_blocks,
     };
-    let out = dataset::write(&client, spec, Some(progress_fn(&bar))).await?;
+    let name = spec.name.clone();
+    let out = tokio::select! {
+        r = dataset::write(&client, spec, Some(progress_fn(&bar))) => r?,
+        _ = tokio::signal::ctrl_c() => {
+            // Abandon the write whole: its staging (or a commit half done) goes everywhere.
+            bar.finish_and_clear();
+            if let Err(e) = dataset::remove(&client, &name).await {
+                return fail(format!("interrupted; removing the write's staging failed ({e}): run `ganges dataset rm {name}`"));
+            }
+            return fail(crate::util::WRITE_INTERRUPTED);
+        }
+    };
     bar.finish_and_clear();
     let m = &out.manifest;
     let placed = if a.policy == WritePolicyKind::Dq {

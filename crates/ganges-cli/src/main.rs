@@ -752,7 +752,7 @@ fn main() {
     if let Err(e) = run(cli) {
         eprintln!("error: {e}");
         // 130 is the shell's code for a command stopped by Ctrl-C (128 + SIGINT).
-        std::process::exit(if e.0 == ganges_cli::util::INTERRUPTED { 130 } else { 1 });
+        std::process::exit(if ganges_cli::util::is_interrupted(&e) { 130 } else { 1 });
     }
 }
 

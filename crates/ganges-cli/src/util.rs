@@ -41,6 +41,14 @@ pub type CliResult<T> = Result<T, CliError>;
 
 /// The message of a command stopped by Ctrl-C (after it stopped what it started).
 pub const INTERRUPTED: &str = "interrupted; every server this command started is stopped";
+/// The message of a write stopped by Ctrl-C (after it removed its staging).
+pub const WRITE_INTERRUPTED: &str =
+    "interrupted; the write was abandoned and its staging removed, nothing of it is visible";
+
+/// Whether an error is one of the Ctrl-C messages above (the exit code is then 130).
+pub fn is_interrupted(e: &CliError) -> bool {
+    e.0 == INTERRUPTED || e.0 == WRITE_INTERRUPTED
+}
 
 pub fn fail<T>(msg: impl Into<String>) -> CliResult<T> {
     Err(CliError(msg.into()))

@@ -142,6 +142,20 @@ fn a_users_session_from_local_up_to_local_down() {
     let err = fails(&["write", "tiny", "--size", "1MiB", "--cluster", c], 1);
     assert!(err.contains("3 writers need at least 3 blocks"), "{err}");
     fails(&["write", "x", "--size", "1MiB", "--policy", "fastest", "--cluster", c], 2);
+    // Ctrl-C mid-write: exit 130, and nothing of it anywhere, not even staging.
+    let child = Command::new(common::binary())
+        .args(["write", "cut", "--size", "192MiB", "--cluster", c])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    ganges_cli::sys::signal(child.id(), ganges_cli::sys::SIGINT);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("staging removed"));
+    let out = ok(&["dataset", "ls", "--staging", "--cluster", c]);
+    assert!(!out.contains("cut"), "{out}");
     ok(&["fault", "clear", "--cluster", c]);
 
     let out = ok(&["local", "status", "--cluster", c]);

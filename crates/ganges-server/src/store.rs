@@ -402,6 +402,17 @@ impl Store {
                     continue;
                 };
                 let txn = self.inner.lock().expect("store lock").txns.get(&(name.clone(), txid)).cloned();
+                if let Some(logs) = txn.as_ref().and_then(|t| t.append.as_ref()) {
+                    // A log being appended to: its size is what it holds so far.
+                    let held: u64 = logs.lock().expect("txn lock").values().map(|l| l.bytes).sum();
+                    let t = txn.as_ref().expect("checked");
+                    out.push(DatasetEntry {
+                        local_bytes: held,
+                        total_bytes: held,
+                        ..self.entry(&t.manifest, Some(txid))
+                    });
+                    continue;
+                }
                 let manifest = match txn {
                     Some(t) => Some(t.manifest.clone()),
                     None => read_manifest(&e.path().join("manifest.json")).ok(),
