@@ -347,10 +347,10 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
         mb_per_sec(m.total_bytes(), out.seconds),
         m.digest
     );
-    if a.policy == WritePolicyKind::Dq && matches!(m.content, Content::Imported { .. }) {
+    if a.policy == WritePolicyKind::Dq && m.origin.is_none() {
         println!(
-            "note: a distributed queue keeps every block once, in the order the servers wrote them \
-             (the dataset is each server's log in turn), not in the file's order"
+            "note: too many blocks to record where each came from: scans and `dataset get` see the \
+             servers' logs in turn, not the writers' order"
         );
     }
     match (&out.completion, m.state) {

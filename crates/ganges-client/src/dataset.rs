@@ -68,6 +68,7 @@ fn draft(layout: Layout, name: DatasetName, shape: Shape, records: RecordFormat,
         content,
         state: DatasetState::Complete,
         placement: None,
+        origin: None,
         checksum: "crc32c".into(),
         digest: Digest::default(),
         created_unix_secs: unix_now(),
@@ -416,6 +417,10 @@ pub async fn get(
     ));
     let file = std::fs::File::create(&partial).map_err(ClientError::io(format!("creating {}", partial.display())))?;
     file.set_len(manifest.total_bytes()).map_err(ClientError::io(format!("sizing {}", partial.display())))?;
+    // A DQ-written dataset is exported in the order its writers wrote it.
+    if let Some(o) = &manifest.origin {
+        o.validate(&manifest.shape).map_err(|e| ClientError::Invalid(format!("`{name}`: {e}")))?;
+    }
     let whole = Partition { offset: 0, len: manifest.total_bytes() };
     let opts = ReadOptions::new(ReadPolicyKind::Gd).with_window(GET_WINDOW);
     let mut stream = ReadStream::open(client.clone(), manifest.clone(), whole, opts)?;
@@ -431,8 +436,11 @@ pub async fn get(
     let result: Result<()> = async {
         while let Some(block) = stream.next().await? {
             let n = block.data.len() as u64;
-            tx.send((block.dataset_offset, block.data))
-                .map_err(|_| ClientError::Invalid("the file writer stopped".into()))?;
+            let at = match &manifest.origin {
+                Some(o) => o.source_offset(&manifest.shape, block.dataset_offset).expect("validated"),
+                None => block.dataset_offset,
+            };
+            tx.send((at, block.data)).map_err(|_| ClientError::Invalid("the file writer stopped".into()))?;
             if let Some(p) = &progress {
                 p(n);
             }
@@ -932,7 +940,8 @@ async fn write_dq(
         let last = per.fragment_count() as usize - 1;
         let tail_unit = last_stream_len / spec.run_blocks.max(1) as usize;
         let mut last_run_node = None;
-        let mut logs: Vec<Vec<(u32, u32, u32)>> = vec![vec![]; nodes as usize];
+        // Per server: (slot, length, crc, where the block was in the source).
+        let mut logs: Vec<Vec<(u32, u32, u32, u64)>> = vec![vec![]; nodes as usize];
         let mut reports = vec![];
         let mut failed = None;
         while let Some(joined) = tasks.join_next().await {
@@ -951,7 +960,7 @@ async fn write_dq(
                 if i == last && l.block / spec.run_blocks.max(1) as usize == tail_unit {
                     last_run_node = Some(l.node);
                 }
-                logs[l.node.0 as usize].push((l.slot, l.len, l.crc));
+                logs[l.node.0 as usize].push((l.slot, l.len, l.crc, l.offset));
                 stats.bytes_by_copy[0] += l.len as u64;
                 stats.requests += 1;
             }
@@ -986,7 +995,7 @@ async fn write_dq(
                 data,
             });
             match client.conn(node)?.call(&msg).await? {
-                Message::WriteOk(ok) => logs[node.0 as usize].push((ok.block, len, crc)),
+                Message::WriteOk(ok) => logs[node.0 as usize].push((ok.block, len, crc, offset)),
                 Message::Error(err, _) => return Err(ClientError::Server { node, err }),
                 other => return Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
             }
@@ -1024,12 +1033,20 @@ async fn write_dq(
     let mut digest = Digest::default();
     for (n, log) in logs.iter().enumerate() {
         let start = shape.fragment_start(FragmentId(n as u32));
-        for &(slot, len, crc) in log {
+        for &(slot, len, crc, _) in log {
             digest.add(start + slot as u64 * block, len, crc);
         }
     }
+    // Where each block came from, so `get` exports the data in the writers' order; left out
+    // when it would not fit a control frame (about a quarter of a million blocks).
+    let origin = (shape.total_blocks() as usize <= ganges_proto::frame::CONTROL_BODY_MAX / 16).then(|| {
+        ganges_core::placement::Origin {
+            blocks: logs.iter().map(|log| log.iter().map(|l| l.3 / block).collect()).collect(),
+        }
+    });
     let mut manifest = manifest;
     manifest.shape = shape;
+    manifest.origin = origin;
     let manifest = staging.conclude(manifest, Ok(digest)).await?;
     Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None })
 }

@@ -62,6 +62,8 @@ pub fn pins(writer: u32, writers: u32, nodes: u32, blocks: usize) -> Result<Vec<
 pub struct Landed {
     /// The block's index in the writer's stream.
     pub block: usize,
+    /// Where it starts in the source.
+    pub offset: u64,
     pub node: NodeId,
     pub slot: u32,
     pub len: u32,
@@ -268,7 +270,8 @@ impl DqWriter {
                     *l = Some(Load { queued: queue_len, block_secs });
                     let len = self.blocks[p.block].1;
                     self.done_bytes += len as u64;
-                    self.landed.push(Landed { block: p.block, node, slot, len, crc: p.crc });
+                    let offset = self.blocks[p.block].0;
+                    self.landed.push(Landed { block: p.block, offset, node, slot, len, crc: p.crc });
                     if let Some(f) = progress {
                         f(len as u64);
                     }

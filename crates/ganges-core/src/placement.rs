@@ -8,6 +8,9 @@
 //! of the copies holding it (bit `c` for copy `c`), so a copy's *presence map* is the set of
 //! blocks whose mask has its bit.
 //!
+//! A DQ write has no copies to choose from but loses the writers' order; its [`Origin`] map
+//! says where each block came from.
+//!
 //! On the wire and in manifests the masks of a fragment are one hex digit per block (the
 //! masks fit in four bits: at most four copies), so a million-block dataset costs a megabyte
 //! of manifest, not a JSON array.
@@ -148,6 +151,64 @@ impl Placement {
     }
 }
 
+/// Where each block of a DQ-written dataset came from (DQ-1). A DQ write keeps every block
+/// exactly once, in the servers' logs in the order their disks took them; `Origin` records,
+/// for each fragment (a server's log) and each of its blocks, the block's index in the data
+/// as it was written (block k started at k × block size), so the data can be exported in the
+/// writers' order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub blocks: Vec<Vec<u64>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OriginError {
+    #[error("the origin map describes {got} fragments, the dataset has {want}")]
+    Fragments { got: usize, want: u32 },
+    #[error("{fragment} has {got} blocks in the origin map, the dataset has {want}")]
+    Blocks { fragment: FragmentId, got: usize, want: u32 },
+    #[error("the origin map names block {0} twice or past the end")]
+    Index(u64),
+    #[error("the origin map puts a short block at {0}, which is not the end of the data")]
+    Short(u64),
+}
+
+impl Origin {
+    /// Check that the map is a permutation of the dataset's blocks, with the one short block
+    /// (if any) last in the written data.
+    pub fn validate(&self, shape: &Shape) -> Result<(), OriginError> {
+        if self.blocks.len() != shape.fragment_count() as usize {
+            return Err(OriginError::Fragments { got: self.blocks.len(), want: shape.fragment_count() });
+        }
+        let total = shape.total_blocks();
+        let mut seen = vec![false; total as usize];
+        for (f, blocks) in self.blocks.iter().enumerate() {
+            let fragment = FragmentId(f as u32);
+            let want = shape.blocks_in(fragment);
+            if blocks.len() != want as usize {
+                return Err(OriginError::Blocks { fragment, got: blocks.len(), want });
+            }
+            for (b, &k) in blocks.iter().enumerate() {
+                if k >= total || std::mem::replace(&mut seen[k as usize], true) {
+                    return Err(OriginError::Index(k));
+                }
+                if shape.block_len(fragment, b as u32) < shape.block_bytes() && k + 1 != total {
+                    return Err(OriginError::Short(k));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the bytes at `dataset_offset` were in the data as written (the map validated).
+    pub fn source_offset(&self, shape: &Shape, dataset_offset: u64) -> Option<u64> {
+        let (f, within) = shape.locate(dataset_offset)?;
+        let bb = shape.block_bytes() as u64;
+        let k = *self.blocks.get(f.index())?.get((within / bb) as usize)?;
+        Some(k * bb + within % bb)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +252,25 @@ mod tests {
         assert!(e.contains("bad presence digit '4'"), "{e}");
         let e = serde_json::from_str::<Placement>(r#"{"replicas":5,"fragments":[]}"#).unwrap_err().to_string();
         assert!(e.contains("1 to 4 copies"), "{e}");
+    }
+
+    #[test]
+    fn an_origin_map_is_a_permutation_and_maps_offsets_back() {
+        // Two logs: blocks 2, 0 and the short 3 in one, block 1 in the other.
+        let shape = Shape::new(vec![2 * 4096 + 100, 4096], 4096).unwrap();
+        let o = Origin { blocks: vec![vec![2, 0, 3], vec![1]] };
+        o.validate(&shape).unwrap();
+        assert_eq!(o.source_offset(&shape, 0), Some(2 * 4096));
+        assert_eq!(o.source_offset(&shape, 4096 + 7), Some(7));
+        assert_eq!(o.source_offset(&shape, 2 * 4096 + 99), Some(3 * 4096 + 99));
+        assert_eq!(o.source_offset(&shape, 2 * 4096 + 100), Some(4096));
+        assert_eq!(o.source_offset(&shape, 3 * 4096 + 100), None);
+        let twice = Origin { blocks: vec![vec![2, 0, 3], vec![0]] };
+        assert_eq!(twice.validate(&shape), Err(OriginError::Index(0)));
+        let short_early = Origin { blocks: vec![vec![2, 0, 1], vec![3]] };
+        assert_eq!(short_early.validate(&shape), Err(OriginError::Short(1)));
+        let few = Origin { blocks: vec![vec![2, 0, 3]] };
+        assert!(matches!(few.validate(&shape), Err(OriginError::Fragments { got: 1, want: 2 })));
     }
 
     proptest! {

@@ -5,7 +5,7 @@
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::layout::Layout;
-use ganges_core::placement::Placement;
+use ganges_core::placement::{Origin, Placement};
 use ganges_core::shape::Shape;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -113,6 +113,10 @@ pub struct Manifest {
     /// Which copies hold each block, for an `Incomplete` dataset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
+    /// For a DQ-written dataset: where each block was in the data as written, so it can be
+    /// exported in that order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
     /// Always "crc32c": one CRC32C per block, checked on every read.
     pub checksum: String,
     /// The dataset digest (see `ganges_core::digest`), from the per-block checksums.

@@ -176,8 +176,12 @@ fn sync_dir(path: &Path) -> io::Result<()> {
     File::open(path)?.sync_all()
 }
 
-/// An incomplete dataset must say where its blocks are, and a complete one must not.
+/// An incomplete dataset must say where its blocks are, and a complete one must not; an
+/// origin map (DQ writes) must be a permutation of the dataset's blocks.
 fn check_placement(m: &Manifest) -> Result<()> {
+    if let Some(o) = &m.origin {
+        o.validate(&m.shape).map_err(|e| StoreError::BadRequest(format!("`{}`: {e}", m.name)))?;
+    }
     match (m.state, &m.placement) {
         (DatasetState::Complete, None) => Ok(()),
         (DatasetState::Complete, Some(_)) => {
@@ -945,6 +949,7 @@ mod tests {
             content: Content::Generated { generator: Generator::Random { seed: 1 } },
             state: DatasetState::Complete,
             placement: None,
+            origin: None,
             checksum: "crc32c".into(),
             digest: Digest(0),
             created_unix_secs: 0,
