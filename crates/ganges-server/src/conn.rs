@@ -199,9 +199,9 @@ async fn read_loop(
                 shared.disk.lock().expect("disk lock").note_progress(stream, p.progress, now);
             }
             Message::Probe(p) => {
-                let reply = match shared.store.dataset(&p.dataset) {
-                    Ok(ds) => {
-                        let r = shared.disk.lock().expect("disk lock").report(ds.manifest.id, shared.now());
+                let reply = match shared.store.dataset_id(&p.dataset) {
+                    Ok(id) => {
+                        let r = shared.disk.lock().expect("disk lock").report(id, shared.now());
                         let (queue_len, primary_progress) = (r.queue_len, r.primary_progress);
                         Message::State(State {
                             queue_len,
@@ -337,21 +337,25 @@ fn enqueue_write(
     w: WriteReq,
     permit: OwnedSemaphorePermit,
 ) -> Result<(), WireError> {
-    let file = shared.store.check_write(w.txid, &w.dataset, w.fragment, w.block, w.data.len()).map_err(wire_error)?;
+    let (file, copy, dataset) =
+        shared.store.check_write(w.txid, &w.dataset, w.fragment, w.block, w.data.len()).map_err(wire_error)?;
+    let now = shared.now();
+    let stream = StreamKey { conn, stream: w.stream };
     let job = Job {
         id: 0,
-        stream: StreamKey { conn, stream: w.stream },
+        stream,
         file,
         bytes: w.data.len() as u64,
         progress: w.progress,
         // Writes are never handed to another server: the block is for this node's copy.
         service: Service { handoff: false, ..w.service },
-        arrival: shared.now(),
+        arrival: now,
     };
+    let progress = w.progress;
     let ctx = WriteCtx {
         conn,
         request_id: id,
-        target: WriteTarget::Staged { txid: w.txid, name: w.dataset },
+        target: WriteTarget::Staged { txid: w.txid, name: w.dataset, id: dataset },
         fragment: w.fragment,
         block: w.block,
         crc: w.crc,
@@ -365,6 +369,10 @@ fn enqueue_write(
                 ErrorCode::BadRequest,
                 format!("request id {id} is already in flight on this connection"),
             ));
+        }
+        if copy == 0 {
+            // Writers of this server's primary copies report progress as readers do (GD-3).
+            d.note_primary_stream(stream, dataset, progress, now);
         }
         d.enqueue(job, Ctx::Write(ctx));
     }

@@ -59,8 +59,8 @@ impl ReadContext for JobCtx {
 /// Where a write goes.
 #[derive(Debug)]
 pub enum WriteTarget {
-    /// A client's block of a dataset being written (staging transaction `txid`).
-    Staged { txid: u64, name: DatasetName },
+    /// A client's block of a dataset being written (staging transaction `txid`, dataset `id`).
+    Staged { txid: u64, name: DatasetName, id: u64 },
     /// A block replica completion brought to this node's copy of a committed dataset.
     Fill { dataset: Arc<Dataset>, files: Arc<FillFiles> },
 }
@@ -193,16 +193,16 @@ async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<gange
     let WriteCtx { target, fragment, block, crc, data, reply, request_id, .. } = ctx;
     let len = data.len() as u64;
     let (written, dataset_id) = match target {
-        WriteTarget::Staged { txid, name } => {
+        WriteTarget::Staged { txid, name, id } => {
             let w =
                 tokio::task::spawn_blocking(move || store.write_block(txid, &name, fragment, block, crc, &data)).await;
-            (w, None)
+            (w, id)
         }
         WriteTarget::Fill { dataset, files } => {
             let id = dataset.manifest.id;
             let fill = move || store.fill_block(&dataset, &files, block, crc, &data).map(|()| block);
             let w = tokio::task::spawn_blocking(fill).await;
-            (w, Some(id))
+            (w, id)
         }
     };
     let written = written.unwrap_or_else(|e| Err(StoreError::BadRequest(format!("write task failed: {e}"))));
@@ -210,7 +210,7 @@ async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<gange
     let (queue_len, primary_progress) = {
         let mut d = shared.disk.lock().expect("disk lock");
         d.finished(len, service);
-        let r = d.report(dataset_id.unwrap_or(0), shared.now());
+        let r = d.report(dataset_id, shared.now());
         (r.queue_len, r.primary_progress)
     };
     match reply {

@@ -599,8 +599,27 @@ impl Store {
         Ok(block)
     }
 
+    /// The id of a dataset by name: committed, else being written (so a writer can probe the
+    /// servers of a dataset it is writing).
+    pub fn dataset_id(&self, name: &DatasetName) -> Result<u64> {
+        match self.dataset(name) {
+            Ok(d) => Ok(d.manifest.id),
+            Err(StoreError::UnknownDataset(_)) => {
+                let inner = self.inner.lock().expect("store lock");
+                inner
+                    .txns
+                    .iter()
+                    .find(|((n, _), _)| n == name)
+                    .map(|(_, t)| t.manifest.id)
+                    .ok_or_else(|| StoreError::UnknownDataset(name.clone()))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Check a write before it is queued: the transaction, the block and its size. Returns
-    /// the disk model's key of the copy file it goes to.
+    /// what the disk queue needs: the model's key of the copy file it goes to, which copy
+    /// that is, and the dataset's id.
     pub fn check_write(
         &self,
         txid: u64,
@@ -608,7 +627,7 @@ impl Store {
         fragment: FragmentId,
         block: u32,
         len: usize,
-    ) -> Result<FileKey> {
+    ) -> Result<(FileKey, u32, u64)> {
         let txn = self.txn(name, txid)?;
         let copy = self.txn_copy(&txn, fragment)?;
         let shape = &txn.manifest.shape;
@@ -621,7 +640,7 @@ impl Store {
             if len == 0 || len > shape.block_bytes() as usize {
                 return Err(StoreError::BadRequest(format!("an appended block of {len} bytes")));
             }
-            return Ok(copy.key);
+            return Ok((copy.key, copy.copy, txn.manifest.id));
         }
         if block >= shape.blocks_in(fragment) {
             return Err(StoreError::OutOfRange(format!("{fragment} has no block {block}")));
@@ -630,7 +649,7 @@ impl Store {
         if len != want {
             return Err(StoreError::BadRequest(format!("{fragment} block {block} is {want} bytes, got {len}")));
         }
-        Ok(copy.key)
+        Ok((copy.key, copy.copy, txn.manifest.id))
     }
 
     /// Open this node's copy of `fragment` of a committed, incomplete dataset for replica
@@ -970,6 +989,8 @@ mod tests {
         let m = manifest("d", 4);
         staged(&store, &m, 7);
         assert!(matches!(store.dataset(&m.name), Err(StoreError::UnknownDataset(_))));
+        assert_eq!(store.dataset_id(&m.name).unwrap(), m.id, "a dataset being written answers probes");
+        assert!(matches!(store.dataset_id(&"other".parse().unwrap()), Err(StoreError::UnknownDataset(_))));
         assert_eq!(store.list(false).unwrap().len(), 0);
         assert_eq!(store.list(true).unwrap()[0].staging_txid, Some(7));
         assert!(matches!(store.commit(7, &m.name), Err(StoreError::Incomplete(_))));
