@@ -25,6 +25,15 @@ fn fails(args: &[&str], code: i32) -> String {
     String::from_utf8_lossy(&out.stderr).to_string()
 }
 
+/// Stops the local cluster of a cluster file when dropped (however the test ends).
+struct Down(std::path::PathBuf);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = Command::new(common::binary()).args(["local", "down", "--cluster"]).arg(&self.0).output();
+    }
+}
+
 /// Processes whose command line mentions `needle`.
 fn processes_with(needle: &str) -> Vec<u32> {
     let mut out = vec![];
@@ -47,6 +56,8 @@ fn a_users_session_from_local_up_to_local_down() {
     let r = root.path().to_str().unwrap();
     let cluster = root.path().join("cluster.toml");
     let c = cluster.to_str().unwrap();
+    // A failing assertion must not leave the cluster running.
+    let _down = Down(cluster.clone());
 
     let out = ok(&["local", "up", "--nodes", "3", "--root", r, "--disk-rate", "256MiB/s", "--seek", "1ms"]);
     assert!(out.contains("3 servers up"), "{out}");
