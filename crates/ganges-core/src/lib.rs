@@ -25,9 +25,12 @@
 //! - [`serve`]: a server's read queue around its scheduler and disk model.
 //! - [`dq`]: the distributed queue (DQ-1): where a producer's next block goes, by credits.
 //! - [`write`]: write policies: where each block a writer puts goes (GW-1).
+//! - [`ceft`]: CW-1's rule (CEFT-PVFS): which node of a mirror pair gets the data first, and
+//!   parsers of the `/proc` texts a server's load comes from (not wired to a policy yet).
 //! - [`ideal`]: the two ideals, MOD-1 (River's model) and MOD-2 (layout-aware max-flow).
 //! - [`measure`]: figures from a run's samples (adaptation times, ideals over phases).
 
+pub mod ceft;
 pub mod datagen;
 pub mod digest;
 pub mod disk;
