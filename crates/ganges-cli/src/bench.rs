@@ -390,11 +390,13 @@ pub(crate) struct Started {
 
 impl BenchCluster {
     pub(crate) fn start(&self) -> CliResult<Started> {
-        let temp = match &self.root {
-            Some(_) => None,
-            None => Some(tempfile::Builder::new().prefix("ganges-bench-").tempdir_in(&self.scratch)?),
+        let (root, temp) = match &self.root {
+            Some(r) => (r.clone(), None),
+            None => {
+                let t = tempfile::Builder::new().prefix("ganges-bench-").tempdir_in(&self.scratch)?;
+                (t.path().to_path_buf(), Some(t))
+            }
         };
-        let root = self.root.clone().or_else(|| temp.as_ref().map(|t| t.path().to_path_buf())).expect("one of them");
         let local = LocalSpec {
             nodes: self.nodes,
             root,

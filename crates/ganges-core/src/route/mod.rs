@@ -23,8 +23,9 @@
 //! nothing more of this consumer's takes over one piece still queued at another server that
 //! also holds it; the engine sends it there and cancels it at the old server (river §6.2's
 //! end-of-run effect). A request a server handed to another (GD-6) is never stolen: its id
-//! belongs to the first server, so it could not be cancelled. A cancel that arrives too late yields a duplicate, which the engine
-//! drops and counts: every piece is delivered exactly once.
+//! belongs to the first server, so it could not be cancelled. A cancel that arrives too late
+//! yields a duplicate, which the engine drops and counts: every piece is delivered exactly
+//! once.
 //!
 //! **Progress notices.** GD policies tell the other servers holding this consumer's queued
 //! requests whenever its progress changes (`poll_notify`), so every server's furthest-behind
