@@ -337,8 +337,8 @@ fn enqueue_write(
     w: WriteReq,
     permit: OwnedSemaphorePermit,
 ) -> Result<(), WireError> {
-    let (file, copy, dataset) =
-        shared.store.check_write(w.txid, &w.dataset, w.fragment, w.block, w.data.len()).map_err(wire_error)?;
+    let staged = shared.store.check_write(w.txid, &w.dataset, w.fragment, w.block, w.data.len()).map_err(wire_error)?;
+    let (file, copy, dataset) = (staged.key, staged.copy, staged.dataset());
     let now = shared.now();
     let stream = StreamKey { conn, stream: w.stream };
     let job = Job {
@@ -355,8 +355,7 @@ fn enqueue_write(
     let ctx = WriteCtx {
         conn,
         request_id: id,
-        target: WriteTarget::Staged { txid: w.txid, name: w.dataset, id: dataset },
-        fragment: w.fragment,
+        target: WriteTarget::Staged(staged),
         block: w.block,
         crc: w.crc,
         data: w.data,

@@ -18,11 +18,10 @@
 
 use crate::Shared;
 use crate::conn::Outbox;
-use crate::store::{Dataset, FillFiles, StoreError};
+use crate::store::{Dataset, FillFiles, StagedWrite, StoreError};
 use bytes::Bytes;
 use ganges_core::ids::FragmentId;
 use ganges_core::serve::{Popped, ReadContext, ServerQueue};
-use ganges_proto::manifest::DatasetName;
 use ganges_proto::msg::{ErrorCode, Message, Origin, ReadOk, WireError, WriteOk};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -59,8 +58,8 @@ impl ReadContext for JobCtx {
 /// Where a write goes.
 #[derive(Debug)]
 pub enum WriteTarget {
-    /// A client's block of a dataset being written (staging transaction `txid`, dataset `id`).
-    Staged { txid: u64, name: DatasetName, id: u64 },
+    /// A client's block of a dataset being written, checked when it was queued.
+    Staged(StagedWrite),
     /// A block replica completion brought to this node's copy of a committed dataset.
     Fill { dataset: Arc<Dataset>, files: Arc<FillFiles> },
 }
@@ -80,7 +79,6 @@ pub struct WriteCtx {
     pub conn: u64,
     pub request_id: u64,
     pub target: WriteTarget,
-    pub fragment: FragmentId,
     pub block: u32,
     pub crc: u32,
     pub data: Bytes,
@@ -190,12 +188,12 @@ async fn disk_time(
 async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<ganges_core::disk::Service>) {
     let began = shared.now();
     let store = shared.store.clone();
-    let WriteCtx { target, fragment, block, crc, data, reply, request_id, .. } = ctx;
+    let WriteCtx { target, block, crc, data, reply, request_id, .. } = ctx;
     let len = data.len() as u64;
     let (written, dataset_id) = match target {
-        WriteTarget::Staged { txid, name, id } => {
-            let w =
-                tokio::task::spawn_blocking(move || store.write_block(txid, &name, fragment, block, crc, &data)).await;
+        WriteTarget::Staged(staged) => {
+            let id = staged.dataset();
+            let w = tokio::task::spawn_blocking(move || store.write_staged(&staged, block, crc, &data)).await;
             (w, id)
         }
         WriteTarget::Fill { dataset, files } => {

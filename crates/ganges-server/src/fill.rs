@@ -116,7 +116,6 @@ pub async fn fill(
                 conn: 0,
                 request_id: 0,
                 target: WriteTarget::Fill { dataset: ds.clone(), files: files.clone() },
-                fragment,
                 block,
                 crc,
                 data,

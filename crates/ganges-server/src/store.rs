@@ -125,8 +125,9 @@ struct Txn {
     manifest: Manifest,
     dir: PathBuf,
     copies: BTreeMap<FragmentId, CopyFiles>,
-    /// Which blocks of each local copy have been written.
-    written: Mutex<BTreeMap<FragmentId, Vec<bool>>>,
+    /// The checksum of each block of each local copy written so far (`None`: not yet). Kept
+    /// here and written to the checksum files once, at `prepare`: one syscall per block less.
+    crcs: Mutex<BTreeMap<FragmentId, Vec<Option<u32>>>>,
     /// Each local copy is a log of `APPEND` writes (DQ-1): its blocks, in slot order, as
     /// the disk wrote them; the staged fragment size is only a capacity.
     append: Option<Mutex<BTreeMap<FragmentId, Log>>>,
@@ -204,6 +205,25 @@ fn check_placement(m: &Manifest) -> Result<()> {
     }
 }
 
+/// A write `Store::check_write` has passed: where it goes, for the disk queue and for
+/// `Store::write_staged`.
+#[derive(Debug)]
+pub struct StagedWrite {
+    txn: Arc<Txn>,
+    fragment: FragmentId,
+    /// The disk model's key of the copy file.
+    pub key: FileKey,
+    /// Which copy of the fragment it is (0: the primary).
+    pub copy: u32,
+}
+
+impl StagedWrite {
+    /// The id of the dataset being written.
+    pub fn dataset(&self) -> u64 {
+        self.txn.manifest.id
+    }
+}
+
 /// A copy of a committed, incomplete dataset opened for replica completion.
 #[derive(Debug)]
 pub struct FillFiles {
@@ -211,6 +231,8 @@ pub struct FillFiles {
     pub copy: u32,
     data: File,
     crc: File,
+    /// Checksums of the blocks filled so far, written to the checksum file by `sync_fill`.
+    filled: Mutex<Vec<(u32, u32)>>,
     pub key: FileKey,
 }
 
@@ -464,7 +486,7 @@ impl Store {
         }
         fs::create_dir_all(&dir).map_err(self.map_write_err(format!("creating {}", dir.display())))?;
         let mut copies = BTreeMap::new();
-        let mut written = BTreeMap::new();
+        let mut crcs = BTreeMap::new();
         for (fragment, copy) in self.local_copies(&manifest.layout, &manifest.shape) {
             let open = |ext: &str, len: u64| -> Result<File> {
                 let path = dir.join(copy_file_name(fragment, copy, ext));
@@ -481,10 +503,10 @@ impl Store {
             let data = open("data", manifest.shape.fragment_bytes(fragment))?;
             let crc = open("crc", blocks as u64 * 4)?;
             copies.insert(fragment, CopyFiles { fragment, copy, data, crc, key: file_key(manifest.id, fragment) });
-            written.insert(fragment, vec![false; blocks as usize]);
+            crcs.insert(fragment, vec![None; blocks as usize]);
         }
         let append = append.then(|| Mutex::new(copies.keys().map(|&f| (f, Log::default())).collect()));
-        let txn = Txn { manifest, dir, copies, written: Mutex::new(written), append };
+        let txn = Txn { manifest, dir, copies, crcs: Mutex::new(crcs), append };
         self.inner.lock().expect("store lock").txns.insert((name, txid), Arc::new(txn));
         Ok(())
     }
@@ -509,8 +531,24 @@ impl Store {
         let shape = &txn.manifest.shape;
         let what = || format!("writing {} block {block}", copy.fragment);
         copy.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what()))?;
-        copy.crc.write_all_at(&crc.to_le_bytes(), block as u64 * 4).map_err(self.map_write_err(what()))?;
-        txn.written.lock().expect("txn lock").get_mut(&copy.fragment).expect("local copy")[block as usize] = true;
+        txn.crcs.lock().expect("txn lock").get_mut(&copy.fragment).expect("local copy")[block as usize] = Some(crc);
+        Ok(())
+    }
+
+    /// Write the checksums of each local copy's first `blocks` blocks (a block never written
+    /// gets 0, which no read accepts) and make the copy durable.
+    fn persist(&self, txn: &Txn, blocks: impl Fn(FragmentId) -> u32) -> Result<()> {
+        let crcs = txn.crcs.lock().expect("txn lock");
+        for (f, c) in &txn.copies {
+            let raw: Vec<u8> =
+                crcs[f][..blocks(*f) as usize].iter().flat_map(|v| v.unwrap_or(0).to_le_bytes()).collect();
+            let what = format!("writing the checksums of {f}");
+            c.crc.write_all_at(&raw, 0).map_err(self.map_write_err(what.clone()))?;
+            c.crc.set_len(raw.len() as u64).map_err(self.map_write_err(what))?;
+            let what = format!("syncing {f}");
+            c.data.sync_all().map_err(self.map_write_err(what.clone()))?;
+            c.crc.sync_all().map_err(self.map_write_err(what))?;
+        }
         Ok(())
     }
 
@@ -536,7 +574,8 @@ impl Store {
         Ok(())
     }
 
-    /// Write one block of imported data into the staged copy of `fragment`.
+    /// Write one block into the staged copy of `fragment`: `check_write`, then
+    /// `write_staged`.
     pub fn write_block(
         &self,
         txid: u64,
@@ -546,21 +585,25 @@ impl Store {
         crc: u32,
         data: &[u8],
     ) -> Result<u32> {
-        let txn = self.txn(name, txid)?;
-        let copy = self.txn_copy(&txn, fragment)?;
+        let w = self.check_write(txid, name, fragment, block, data.len())?;
+        self.write_staged(&w, block, crc, data)
+    }
+
+    /// Write a block `check_write` has passed, after checking it against its checksum.
+    /// Returns where it went: `block`, or for an append, the slot it was given.
+    pub fn write_staged(&self, w: &StagedWrite, block: u32, crc: u32, data: &[u8]) -> Result<u32> {
+        let (txn, fragment) = (&w.txn, w.fragment);
+        let copy = &txn.copies[&fragment];
         let shape = &txn.manifest.shape;
+        if crc32c::crc32c(data) != crc {
+            return Err(StoreError::BadRequest(format!(
+                "{fragment} block {block} arrived with a bad checksum; send it again"
+            )));
+        }
         if let Some(logs) = &txn.append {
-            if crc32c::crc32c(data) != crc {
-                return Err(StoreError::BadRequest(format!(
-                    "a block for {fragment} arrived with a bad checksum; send it again"
-                )));
-            }
             let slot = {
                 let mut logs = logs.lock().expect("txn lock");
                 let log = logs.get_mut(&fragment).expect("a local copy");
-                if block != APPEND || data.is_empty() || data.len() > shape.block_bytes() as usize {
-                    return Err(StoreError::BadRequest(format!("a bad append of {} bytes to {fragment}", data.len())));
-                }
                 if log.short.is_some() {
                     return Err(StoreError::BadRequest(format!(
                         "{fragment} already ends with a short block; only the last block may be short"
@@ -577,25 +620,10 @@ impl Store {
                 }
                 slot
             };
-            self.put_block(&txn, copy, slot, data, crc)?;
+            self.put_block(txn, copy, slot, data, crc)?;
             return Ok(slot);
         }
-        if block >= shape.blocks_in(fragment) {
-            return Err(StoreError::OutOfRange(format!("{fragment} has no block {block}")));
-        }
-        let want = shape.block_len(fragment, block) as usize;
-        if data.len() != want {
-            return Err(StoreError::BadRequest(format!(
-                "{fragment} block {block} is {want} bytes, got {}",
-                data.len()
-            )));
-        }
-        if crc32c::crc32c(data) != crc {
-            return Err(StoreError::BadRequest(format!(
-                "{fragment} block {block} arrived with a bad checksum; send it again"
-            )));
-        }
-        self.put_block(&txn, copy, block, data, crc)?;
+        self.put_block(txn, copy, block, data, crc)?;
         Ok(block)
     }
 
@@ -617,9 +645,8 @@ impl Store {
         }
     }
 
-    /// Check a write before it is queued: the transaction, the block and its size. Returns
-    /// what the disk queue needs: the model's key of the copy file it goes to, which copy
-    /// that is, and the dataset's id.
+    /// Check a write before it is queued: the transaction, the block and its size, once.
+    /// The handle it returns is what `write_staged` writes with.
     pub fn check_write(
         &self,
         txid: u64,
@@ -627,7 +654,7 @@ impl Store {
         fragment: FragmentId,
         block: u32,
         len: usize,
-    ) -> Result<(FileKey, u32, u64)> {
+    ) -> Result<StagedWrite> {
         let txn = self.txn(name, txid)?;
         let copy = self.txn_copy(&txn, fragment)?;
         let shape = &txn.manifest.shape;
@@ -640,16 +667,17 @@ impl Store {
             if len == 0 || len > shape.block_bytes() as usize {
                 return Err(StoreError::BadRequest(format!("an appended block of {len} bytes")));
             }
-            return Ok((copy.key, copy.copy, txn.manifest.id));
+        } else {
+            if block >= shape.blocks_in(fragment) {
+                return Err(StoreError::OutOfRange(format!("{fragment} has no block {block}")));
+            }
+            let want = shape.block_len(fragment, block) as usize;
+            if len != want {
+                return Err(StoreError::BadRequest(format!("{fragment} block {block} is {want} bytes, got {len}")));
+            }
         }
-        if block >= shape.blocks_in(fragment) {
-            return Err(StoreError::OutOfRange(format!("{fragment} has no block {block}")));
-        }
-        let want = shape.block_len(fragment, block) as usize;
-        if len != want {
-            return Err(StoreError::BadRequest(format!("{fragment} block {block} is {want} bytes, got {len}")));
-        }
-        Ok((copy.key, copy.copy, txn.manifest.id))
+        let (key, copy) = (copy.key, copy.copy);
+        Ok(StagedWrite { txn, fragment, key, copy })
     }
 
     /// Open this node's copy of `fragment` of a committed, incomplete dataset for replica
@@ -660,13 +688,14 @@ impl Store {
         let dir = self.root.join("datasets").join(ds.manifest.name.as_str());
         let open = |ext: &str| {
             let path = dir.join(copy_file_name(fragment, copy, ext));
-            OpenOptions::new().write(true).open(&path).map_err(io_err(format!("opening {}", path.display())))
+            OpenOptions::new().read(true).write(true).open(&path).map_err(io_err(format!("opening {}", path.display())))
         };
         Ok(FillFiles {
             fragment,
             copy,
             data: open("data")?,
             crc: open("crc")?,
+            filled: Mutex::new(vec![]),
             key: file_key(ds.manifest.id, fragment),
         })
     }
@@ -685,15 +714,29 @@ impl Store {
                 why: "arrived from its peer with a bad checksum".into(),
             });
         }
-        let what = || format!("filling {fragment} block {block}");
-        files.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what()))?;
-        files.crc.write_all_at(&crc.to_le_bytes(), block as u64 * 4).map_err(self.map_write_err(what()))?;
+        let what = format!("filling {fragment} block {block}");
+        files.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what))?;
+        files.filled.lock().expect("fill lock").push((block, crc));
         Ok(())
     }
 
-    /// Make a filled copy durable.
+    /// Write the filled blocks' checksums into the copy's checksum file (read, patched and
+    /// written whole: one write, not one per block) and make the copy durable.
     pub fn sync_fill(&self, files: &FillFiles) -> Result<()> {
-        let what = format!("syncing {}", files.fragment);
+        let f = files.fragment;
+        let read = |e| StoreError::Io { what: format!("reading the checksums of {f}"), err: e };
+        let len = files.crc.metadata().map_err(read)?.len();
+        let mut raw = vec![0u8; len as usize];
+        files.crc.read_exact_at(&mut raw, 0).map_err(read)?;
+        for &(b, crc) in files.filled.lock().expect("fill lock").iter() {
+            let Some(slot) = raw.get_mut(b as usize * 4..b as usize * 4 + 4) else {
+                return Err(StoreError::Corrupt { fragment: f, block: b, why: "the checksum file is short".into() });
+            };
+            slot.copy_from_slice(&crc.to_le_bytes());
+        }
+        let what = format!("writing the checksums of {f}");
+        files.crc.write_all_at(&raw, 0).map_err(self.map_write_err(what))?;
+        let what = format!("syncing {f}");
         files.data.sync_all().map_err(self.map_write_err(what.clone()))?;
         files.crc.sync_all().map_err(self.map_write_err(what))
     }
@@ -741,12 +784,15 @@ impl Store {
         match txid {
             Some(txid) => {
                 let txn = self.txn(name, txid)?;
-                let copy = self.txn_copy(&txn, fragment)?;
-                let written = txn.written.lock().expect("txn lock");
-                if let Some(b) = written[&fragment].iter().position(|w| !w) {
-                    return Err(StoreError::Incomplete(format!("{fragment} block {b} has not been written")));
-                }
-                read_all(&copy.crc, txn.manifest.shape.blocks_in(fragment))
+                self.txn_copy(&txn, fragment)?;
+                let crcs = txn.crcs.lock().expect("txn lock");
+                crcs[&fragment]
+                    .iter()
+                    .enumerate()
+                    .map(|(b, c)| {
+                        c.ok_or_else(|| StoreError::Incomplete(format!("{fragment} block {b} has not been written")))
+                    })
+                    .collect()
             }
             None => {
                 let ds = self.dataset(name)?;
@@ -768,10 +814,11 @@ impl Store {
         }
         check_placement(manifest)?;
         {
-            let written = txn.written.lock().expect("txn lock");
-            for (f, blocks) in written.iter() {
+            let crcs = txn.crcs.lock().expect("txn lock");
+            for (f, blocks) in crcs.iter() {
                 let copy = txn.copies[f].copy;
-                let unwritten = (0..blocks.len() as u32).find(|&b| manifest.holds(*f, b, copy) && !blocks[b as usize]);
+                let unwritten =
+                    (0..blocks.len() as u32).find(|&b| manifest.holds(*f, b, copy) && blocks[b as usize].is_none());
                 if let Some(b) = unwritten {
                     return Err(StoreError::Incomplete(format!(
                         "cannot prepare `{}`: {f} block {b} was never written",
@@ -780,11 +827,7 @@ impl Store {
                 }
             }
         }
-        for c in txn.copies.values() {
-            let what = format!("syncing {}", c.fragment);
-            c.data.sync_all().map_err(self.map_write_err(what.clone()))?;
-            c.crc.sync_all().map_err(self.map_write_err(what))?;
-        }
+        self.persist(&txn, |f| manifest.shape.blocks_in(f))?;
         self.write_manifest(&txn.dir, manifest)
     }
 
@@ -800,32 +843,27 @@ impl Store {
             return Err(StoreError::BadRequest("the prepared manifest differs from the staged one".into()));
         }
         check_placement(manifest)?;
-        let written = txn.written.lock().expect("txn lock");
-        for (f, log) in logs {
-            let want = manifest.shape.fragment_bytes(*f);
-            if log.bytes != want || log.slots != manifest.shape.blocks_in(*f) {
-                return Err(StoreError::Incomplete(format!(
-                    "cannot prepare `{}`: {f} holds {} bytes in {} blocks here, the manifest says {want}",
-                    manifest.name, log.bytes, log.slots
-                )));
+        {
+            let crcs = txn.crcs.lock().expect("txn lock");
+            for (f, log) in logs {
+                let want = manifest.shape.fragment_bytes(*f);
+                if log.bytes != want || log.slots != manifest.shape.blocks_in(*f) {
+                    return Err(StoreError::Incomplete(format!(
+                        "cannot prepare `{}`: {f} holds {} bytes in {} blocks here, the manifest says {want}",
+                        manifest.name, log.bytes, log.slots
+                    )));
+                }
+                if log.short.is_some_and(|s| s + 1 != log.slots) {
+                    return Err(StoreError::Incomplete(format!("{f}: a short block is not the last one")));
+                }
+                if let Some(b) = crcs[f][..log.slots as usize].iter().position(Option::is_none) {
+                    return Err(StoreError::Incomplete(format!("{f} slot {b} was handed out but never written")));
+                }
+                let what = format!("cutting {f} to its size");
+                txn.copies[f].data.set_len(want).map_err(self.map_write_err(what))?;
             }
-            if log.short.is_some_and(|s| s + 1 != log.slots) {
-                return Err(StoreError::Incomplete(format!("{f}: a short block is not the last one")));
-            }
-            if let Some(b) = written[f][..log.slots as usize].iter().position(|w| !w) {
-                return Err(StoreError::Incomplete(format!("{f} slot {b} was handed out but never written")));
-            }
-            let c = &txn.copies[f];
-            let what = format!("cutting {f} to its size");
-            c.data.set_len(want).map_err(self.map_write_err(what.clone()))?;
-            c.crc.set_len(log.slots as u64 * 4).map_err(self.map_write_err(what))?;
         }
-        drop(written);
-        for c in txn.copies.values() {
-            let what = format!("syncing {}", c.fragment);
-            c.data.sync_all().map_err(self.map_write_err(what.clone()))?;
-            c.crc.sync_all().map_err(self.map_write_err(what))?;
-        }
+        self.persist(txn, |f| logs[&f].slots)?;
         self.write_manifest(&txn.dir, manifest)
     }
 
