@@ -907,7 +907,9 @@ async fn write_dq(
     let tail = streams.last_mut().and_then(|s| s.pop_if(|b| (b.1 as u64) < block));
     let last_stream_len = streams.last().map_or(0, Vec::len);
     for (w, s) in streams.iter().enumerate() {
-        crate::dqwrite::pins(w as u32, writers as u32, nodes, s.len().div_ceil(spec.run_blocks.max(1) as usize))?;
+        let units = s.len().div_ceil(spec.run_blocks.max(1) as usize);
+        ganges_core::dq::pins(w as u32, writers as u32, nodes, units)
+            .map_err(|e| ClientError::Invalid(e.to_string()))?;
     }
     let capacity = Shape::uniform(nodes, blocks_total * block, spec.block_bytes)?;
     let manifest = draft(Layout::chained(nodes, 1)?, spec.name.clone(), capacity, RecordFormat::Bytes, content)?;

@@ -30,7 +30,7 @@ use crate::conn::Event;
 use crate::dataset::ProgressFn;
 use crate::error::{ClientError, Result};
 use crate::scan::BlockSource;
-use ganges_core::dq::{DqRouter, DqSettings, Load, Unanswered, steal_at_end};
+use ganges_core::dq::{DqRouter, DqSettings, Loads, Unanswered, pins, steal_at_end};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::route::STALL_TIMEOUT_DEFAULT;
 use ganges_core::sched::{Progress, ProgressMetric, Service};
@@ -42,20 +42,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
-
-/// The servers writer `writer` of `writers` sends its first blocks to, one each, so that
-/// every server's log holds at least one block; an error if it has fewer than that.
-pub fn pins(writer: u32, writers: u32, nodes: u32, blocks: usize) -> Result<Vec<usize>> {
-    let pins: Vec<usize> = (writer..nodes).step_by(writers.max(1) as usize).map(|n| n as usize).collect();
-    if pins.len() > blocks {
-        return Err(ClientError::Invalid(format!(
-            "a dq write puts at least one block on each of the {nodes} servers, so writer {writer} \
-             needs {} blocks and has {blocks}; write more data, smaller blocks or with fewer writers",
-            pins.len(),
-        )));
-    }
-    Ok(pins)
-}
 
 /// Where one block of a writer landed: the server, and the slot in its log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,7 +96,7 @@ pub struct DqWriter {
     /// Units pinned to a server (never withdrawn): unit j to `pins[j]`.
     pins: Vec<usize>,
     /// What each server last said of its queue and its disk's time per block.
-    loads: Vec<Option<Load>>,
+    loads: Loads,
     tx: mpsc::UnboundedSender<Event>,
     rx: mpsc::UnboundedReceiver<Event>,
     next_tag: u64,
@@ -135,7 +121,8 @@ impl DqWriter {
     ) -> Result<DqWriter> {
         let nodes = client.nodes();
         let run_blocks = run_blocks.max(1) as usize;
-        let pins = pins(writer, writers, nodes, blocks.len().div_ceil(run_blocks))?;
+        let pins = pins(writer, writers, nodes, blocks.len().div_ceil(run_blocks))
+            .map_err(|e| ClientError::Invalid(e.to_string()))?;
         let router = DqRouter::new(nodes, settings, seed).map_err(|e| ClientError::Invalid(e.to_string()))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let total_bytes = blocks.iter().map(|b| b.1 as u64).sum();
@@ -157,7 +144,7 @@ impl DqWriter {
             total_bytes,
             withdrawing: HashMap::new(),
             pins,
-            loads: vec![None; nodes as usize],
+            loads: Loads::new(nodes),
             tx,
             rx,
             next_tag: 1,
@@ -235,12 +222,8 @@ impl DqWriter {
             self.next_tag += 1;
             let request_id = self.client.conn(node)?.send_tagged(&msg, &self.tx, tag)?;
             let now = self.time(Instant::now());
-            let due = self.loads[consumer].map_or(now, |l| l.due(now));
+            let due = self.loads.on_send(consumer, now);
             self.pending.insert(tag, Pending { block, unit, consumer, due, request_id, crc });
-            // It queues behind what was there.
-            if let Some(l) = &mut self.loads[consumer] {
-                l.queued += 1;
-            }
         }
         Ok(())
     }
@@ -264,10 +247,7 @@ impl DqWriter {
                         self.router.on_reply(p.consumer);
                     }
                     self.withdrawing.remove(&ev.tag);
-                    let secs = service_us as f64 * 1e-6;
-                    let l = &mut self.loads[p.consumer];
-                    let block_secs = l.map_or(secs, |o| (3.0 * o.block_secs + secs) / 4.0);
-                    *l = Some(Load { queued: queue_len, block_secs });
+                    self.loads.on_reply(p.consumer, queue_len, service_us as f64 * 1e-6);
                     let len = self.blocks[p.block].1;
                     self.done_bytes += len as u64;
                     let offset = self.blocks[p.block].0;
@@ -312,17 +292,13 @@ impl DqWriter {
             .map(|(_, p)| Unanswered { block: p.block, consumer: p.consumer, due: p.due })
             .collect();
         let now = self.time(Instant::now());
-        let Some(u) = steal_at_end(&waiting, idle, &self.loads, now) else { return };
+        let Some(u) = steal_at_end(&waiting, idle, self.loads.get(), now) else { return };
         let Some((&tag, p)) = self.pending.iter().find(|(_, p)| p.block == u.block) else { return };
         if let Ok(conn) = self.client.conn(NodeId(p.consumer as u32)) {
             conn.cancel(p.request_id);
             self.withdrawing.insert(tag, idle);
             self.steals += 1;
-            // The busy server will say how much it has left when it answers; until then,
-            // count the block it gave up.
-            if let Some(l) = &mut self.loads[p.consumer] {
-                l.queued = l.queued.saturating_sub(1);
-            }
+            self.loads.on_withdraw(p.consumer);
         }
     }
 

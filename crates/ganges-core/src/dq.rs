@@ -55,6 +55,22 @@ pub enum DqError {
     NoConsumers,
     #[error("dq credits must be at least 1 in total and at each consumer (got {total} and {per_consumer})")]
     Credits { total: u32, per_consumer: u32 },
+    #[error(
+        "a dq write puts at least one unit on each of the {consumers} servers, so producer {producer} \
+         needs {need} units and has {have}; write more data, smaller blocks or with fewer writers"
+    )]
+    TooFewUnits { consumers: u32, producer: u32, need: usize, have: usize },
+}
+
+/// The consumers producer `producer` of `producers` sends its first units to, one each
+/// (its j-th to consumer producer + j * producers), so that every consumer gets at least one
+/// unit from someone (a DQ-written log is never empty); an error if it has too few units.
+pub fn pins(producer: u32, producers: u32, consumers: u32, units: usize) -> Result<Vec<usize>, DqError> {
+    let pins: Vec<usize> = (producer..consumers).step_by(producers.max(1) as usize).map(|n| n as usize).collect();
+    if pins.len() > units {
+        return Err(DqError::TooFewUnits { consumers, producer, need: pins.len(), have: units });
+    }
+    Ok(pins)
 }
 
 /// One producer's routing state.
@@ -169,6 +185,47 @@ pub struct Unanswered {
 pub struct Load {
     pub queued: u32,
     pub block_secs: f64,
+}
+
+/// What a producer knows of each consumer's load, from the replies it got: the estimates
+/// [`steal_at_end`] judges by.
+#[derive(Debug, Clone, Default)]
+pub struct Loads {
+    per: Vec<Option<Load>>,
+}
+
+impl Loads {
+    pub fn new(consumers: u32) -> Loads {
+        Loads { per: vec![None; consumers as usize] }
+    }
+
+    /// Consumer `c` answered: `queued` blocks left there, `secs` on the disk for this one
+    /// (smoothed, a quarter new).
+    pub fn on_reply(&mut self, c: usize, queued: u32, secs: f64) {
+        let block_secs = self.per[c].map_or(secs, |o| (3.0 * o.block_secs + secs) / 4.0);
+        self.per[c] = Some(Load { queued, block_secs });
+    }
+
+    /// A block is sent to `c` at `now`: when it should be written there. It queues behind
+    /// what was there.
+    pub fn on_send(&mut self, c: usize, now: Time) -> Time {
+        let due = self.per[c].map_or(now, |l| l.due(now));
+        if let Some(l) = &mut self.per[c] {
+            l.queued += 1;
+        }
+        due
+    }
+
+    /// A block was withdrawn from `c`: one less there until it says otherwise.
+    pub fn on_withdraw(&mut self, c: usize) {
+        if let Some(l) = &mut self.per[c] {
+            l.queued = l.queued.saturating_sub(1);
+        }
+    }
+
+    pub fn get(&self) -> &[Option<Load>] {
+        &self.per
+    }
 }
 
 impl Load {
@@ -308,6 +365,34 @@ mod tests {
         // Consumers never heard from are not guessed at.
         assert_eq!(steal_at_end(&waiting, 2, &[None, None, load(0, 0.03)], t(100)), None);
         assert_eq!(steal_at_end(&[], 0, &[load(0, 0.01)], t(0)), None);
+    }
+
+    #[test]
+    fn pins_cover_every_consumer_once_between_the_producers() {
+        let all: Vec<usize> = (0..3).flat_map(|p| pins(p, 3, 8, 5).unwrap()).collect();
+        let mut sorted = all.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..8).collect::<Vec<_>>());
+        assert_eq!(pins(1, 3, 8, 5).unwrap(), vec![1, 4, 7]);
+        assert_eq!(pins(5, 8, 4, 0).unwrap(), Vec::<usize>::new(), "more producers than consumers");
+        assert!(matches!(pins(0, 2, 8, 3), Err(DqError::TooFewUnits { need: 4, have: 3, .. })));
+    }
+
+    #[test]
+    fn loads_learn_from_replies_and_count_what_was_sent() {
+        let mut l = Loads::new(2);
+        assert_eq!(l.on_send(0, Time(5)), Time(5), "never heard from: due now");
+        l.on_reply(0, 2, 0.04);
+        l.on_reply(0, 2, 0.08);
+        let got = l.get()[0].unwrap();
+        assert!((got.block_secs - 0.05).abs() < 1e-12, "{got:?}");
+        // Two queued and this one: due after three blocks.
+        assert_eq!(l.on_send(0, Time::ZERO), Time::from_secs_f64(0.15));
+        assert_eq!(l.get()[0].unwrap().queued, 3);
+        l.on_withdraw(0);
+        l.on_withdraw(1);
+        assert_eq!(l.get()[0].unwrap().queued, 2);
+        assert_eq!(l.get()[1], None);
     }
 
     #[test]
