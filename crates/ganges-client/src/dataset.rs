@@ -812,36 +812,16 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
         let mut placement = Placement::empty(&draft_manifest.shape, draft_manifest.layout.replicas());
         let mut digest = Digest::default();
         let mut reports = vec![];
-        let mut failed = None;
-        while let Some(joined) = tasks.join_next().await {
-            let (r, w) = match joined {
-                Ok(x) => x,
-                // Aborted after another writer failed.
-                Err(e) if e.is_cancelled() => continue,
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
-            };
-            match r {
-                Ok(()) => {
-                    for p in w.placed() {
-                        let copy =
-                            draft_manifest.layout.copy_on(p.piece.fragment, p.node).expect("written to a holder");
-                        placement.add(p.piece.fragment, p.piece.block, copy);
-                    }
-                    let report = w.report();
-                    digest.merge(report.digest);
-                    reports.push(report);
-                }
-                Err(e) => {
-                    // Stop the others: their queued blocks are cancelled, the staging aborted.
-                    tasks.abort_all();
-                    failed.get_or_insert(e);
-                }
+        for w in join_writers(tasks).await? {
+            for p in w.placed() {
+                let copy = draft_manifest.layout.copy_on(p.piece.fragment, p.node).expect("written to a holder");
+                placement.add(p.piece.fragment, p.piece.block, copy);
             }
+            let report = w.report();
+            digest.merge(report.digest);
+            reports.push(report);
         }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok((placement, digest, reports)),
-        }
+        Ok((placement, digest, reports))
     };
     let (placement, digest, reports) = match work.await {
         Ok(x) => x,
@@ -935,7 +915,7 @@ async fn write_dq(
             tasks.spawn(async move {
                 let t = std::time::Instant::now();
                 let r = w.run(progress.as_ref()).await;
-                (i, r, w, t.elapsed().as_secs_f64())
+                (r, (i, w, t.elapsed().as_secs_f64()))
             });
         }
         // With runs as the unit, the short block joins the rest of its run.
@@ -945,18 +925,7 @@ async fn write_dq(
         // Per server: (slot, length, crc, where the block was in the source).
         let mut logs: Vec<Vec<(u32, u32, u32, u64)>> = vec![vec![]; nodes as usize];
         let mut reports = vec![];
-        let mut failed = None;
-        while let Some(joined) = tasks.join_next().await {
-            let (i, r, w, seconds) = match joined {
-                Ok(x) => x,
-                Err(e) if e.is_cancelled() => continue,
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
-            };
-            if let Err(e) = r {
-                tasks.abort_all();
-                failed.get_or_insert(e);
-                continue;
-            }
+        for (i, w, seconds) in join_writers(tasks).await? {
             let mut stats = ganges_core::route::ReadStats { steals: w.steals, ..Default::default() };
             for l in w.landed() {
                 if i == last && l.block / spec.run_blocks.max(1) as usize == tail_unit {
@@ -968,9 +937,6 @@ async fn write_dq(
             }
             let bytes = stats.bytes_by_copy[0];
             reports.push(ReadReport { policy: "dq".into(), bytes, seconds, stats, digest: Digest::default() });
-        }
-        if let Some(e) = failed {
-            return Err(e);
         }
         if let Some((offset, len)) = tail {
             // Every other block is on disk: this one ends the log it goes to, the log of the
@@ -1051,6 +1017,18 @@ async fn write_dq(
     manifest.origin = origin;
     let manifest = staging.conclude(manifest, Ok(digest)).await?;
     Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None })
+}
+
+/// Wait for every writer task. The first to fail ends the wait with its error; dropping the
+/// set aborts the others (their queued blocks are dropped with the staging the caller aborts).
+async fn join_writers<W: Send + 'static>(mut tasks: JoinSet<(Result<()>, W)>) -> Result<Vec<W>> {
+    let mut done = vec![];
+    while let Some(joined) = tasks.join_next().await {
+        let (r, w) = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        r?;
+        done.push(w);
+    }
+    Ok(done)
 }
 
 /// What replica completion did.
