@@ -776,12 +776,18 @@ fn sample_timelines(timelines: &[Vec<(Instant, u64)>], t0: Instant, t_end: Insta
         .collect()
 }
 
+/// Of repeated runs' times: the median run's index, and max - min.
+pub(crate) fn median_and_spread(times: &[f64]) -> (usize, f64) {
+    let mut order: Vec<usize> = (0..times.len()).collect();
+    order.sort_by(|&a, &b| times[a].total_cmp(&times[b]));
+    let spread = times[order[order.len() - 1]] - times[order[0]];
+    (order[order.len() / 2], spread)
+}
+
 fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample], river: f64, layout: f64) -> Row {
-    let mut order: Vec<usize> = (0..samples.len()).collect();
-    order.sort_by(|&a, &b| samples[a].seconds.total_cmp(&samples[b].seconds));
-    let m = &samples[order[order.len() / 2]];
     let times: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
-    let spread = times.iter().cloned().fold(f64::MIN, f64::max) - times.iter().cloned().fold(f64::MAX, f64::min);
+    let (median, spread) = median_and_spread(&times);
+    let m = &samples[median];
     Row {
         policy,
         block_bytes: 0,

@@ -14,7 +14,7 @@
 //! Every run checks itself: the dataset's digest must be the one its writers computed from
 //! the replies, or the bench fails instead of printing a number.
 
-use crate::bench::{BenchCluster, Machine, all_stats, set_faults_on};
+use crate::bench::{BenchCluster, Machine, all_stats, median_and_spread, set_faults_on};
 use crate::local::{DiskSpec, LocalCluster};
 use crate::plot::{self, Series};
 use crate::util::{CliResult, Table, fail, git_commit, process_cpu_secs, steps_bar};
@@ -367,10 +367,8 @@ fn row(
     layout: f64,
 ) -> Row {
     let times: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
-    samples.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-    let mid = samples.len() / 2;
-    let m = &mut samples[mid];
-    let spread = times.iter().cloned().fold(f64::MIN, f64::max) - times.iter().cloned().fold(f64::MAX, f64::min);
+    let (median, spread) = median_and_spread(&times);
+    let m = &mut samples[median];
     Row {
         policy,
         faults,
