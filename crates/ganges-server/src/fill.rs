@@ -18,6 +18,7 @@ use crate::disk::{Ctx, WriteCtx, WriteReply, WriteTarget};
 use crate::handoff::PeerConn;
 use crate::store::StoreError;
 use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::route::STALL_TIMEOUT_DEFAULT;
 use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
 use ganges_proto::control::{ControlReply, Peer};
 use ganges_proto::manifest::{DatasetName, DatasetState};
@@ -93,7 +94,12 @@ pub async fn fill(
                 let id = conn.send(&read).await.map_err(|e| peer_err(node, e.to_string()))?;
                 asked.insert(id, block);
             }
-            let (id, reply) = conn.read_tagged().await.map_err(|e| peer_err(node, e.to_string()))?;
+            // A peer holding our reads that says nothing for this long is hung: give up, and
+            // the client's `complete` reports it (running it again finishes the job).
+            let (id, reply) = tokio::time::timeout(STALL_TIMEOUT_DEFAULT, conn.read_tagged())
+                .await
+                .map_err(|_| peer_err(node, format!("no answer for {STALL_TIMEOUT_DEFAULT:?}")))?
+                .map_err(|e| peer_err(node, e.to_string()))?;
             let Some(block) = asked.remove(&id) else { continue };
             let (crc, data) = match reply {
                 Message::ReadOk(ReadOk { crc, data, .. }) => (crc, data),
