@@ -281,14 +281,7 @@ async fn a_write_is_committed_whole_or_not_at_all() {
 
     // A server that dies: the write fails, and nothing of it is visible anywhere.
     let s = spec("dies", WritePolicyKind::Gd, 16 << 20, WriteSource::Generated(g), true);
-    let w = {
-        let client = client.clone();
-        tokio::spawn(async move { dataset::write(&client, s, None).await })
-    };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    c.local.kill(NodeId(2));
-    let e = w.await.unwrap().expect_err("a write losing a server fails");
-    eprintln!("the write failed as it should: {e}");
+    write_losing_a_server(&client, &mut c, s, NodeId(2)).await;
     let dies: DatasetName = "dies".parse().unwrap();
     for (node, r) in
         client.control_all(&[NodeId(0), NodeId(1), NodeId(3)], &ControlRequest::ListDatasets { staging: true }).await
@@ -305,15 +298,26 @@ async fn a_write_is_committed_whole_or_not_at_all() {
     let mut c = start(4, common::disk(8.0));
     let client = c.client().await;
     let s = spec("dq-dies", WritePolicyKind::Dq, 16 << 20, WriteSource::Generated(g), false);
+    write_losing_a_server(&client, &mut c, s, NodeId(3)).await;
+    assert!(names(&client, true).await.is_empty(), "nothing of it anywhere");
+}
+
+/// Start a write, kill `node` 300 ms in, and expect the write to fail.
+async fn write_losing_a_server(
+    client: &Arc<ganges_client::Client>,
+    c: &mut common::TestCluster,
+    s: WriteSpec,
+    node: NodeId,
+) {
+    let policy = s.policy;
     let w = {
         let client = client.clone();
         tokio::spawn(async move { dataset::write(&client, s, None).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    c.local.kill(NodeId(3));
-    let e = w.await.unwrap().expect_err("a dq write losing a server fails");
-    eprintln!("the dq write failed as it should: {e}");
-    assert!(names(&client, true).await.is_empty(), "nothing of it anywhere");
+    c.local.kill(node);
+    let e = w.await.unwrap().expect_err("a write losing a server fails");
+    eprintln!("the {policy} write failed as it should: {e}");
 }
 
 /// Unmounts a tmpfs when the test ends, however it ends.
