@@ -93,6 +93,9 @@ pub struct CopyFiles {
     pub copy: u32,
     data: File,
     crc: File,
+    /// A committed copy's checksums, read once when the dataset is opened, so a read costs
+    /// one syscall (empty for a copy being written: its transaction keeps them).
+    crcs: Vec<u32>,
     /// Identifies this file to the disk model (a seek is charged when it changes).
     pub key: FileKey,
 }
@@ -236,6 +239,13 @@ pub struct FillFiles {
     pub key: FileKey,
 }
 
+/// Every checksum of a copy's checksum file, in block order.
+fn read_crcs(file: &File) -> io::Result<Vec<u32>> {
+    let mut raw = vec![0u8; file.metadata()?.len() as usize];
+    file.read_exact_at(&mut raw, 0)?;
+    Ok(raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
+}
+
 fn read_manifest(path: &Path) -> Result<Manifest> {
     let text = fs::read(path).map_err(io_err(format!("reading {}", path.display())))?;
     let m: Manifest = serde_json::from_slice(&text).map_err(|e| StoreError::Io {
@@ -331,7 +341,9 @@ impl Store {
             let crc = File::open(dir.join(copy_file_name(fragment, copy, "crc")));
             let files = match (data, crc) {
                 (Ok(data), Ok(crc)) => {
-                    Some(Arc::new(CopyFiles { fragment, copy, data, crc, key: file_key(manifest.id, fragment) }))
+                    let crcs = read_crcs(&crc).map_err(io_err(format!("reading the checksums of {fragment}")))?;
+                    let key = file_key(manifest.id, fragment);
+                    Some(Arc::new(CopyFiles { fragment, copy, data, crc, crcs, key }))
                 }
                 _ => {
                     tracing::warn!(dataset = %name, %fragment, copy, "copy files missing");
@@ -350,18 +362,30 @@ impl Store {
     /// their CRC32C.
     pub fn read(&self, ds: &Dataset, fragment: FragmentId, block: u32, start: u32, len: u32) -> Result<(Bytes, u32)> {
         let copy = ds.copy(fragment)?;
-        let shape = &ds.manifest.shape;
+        let Some(&stored) = copy.crcs.get(block as usize) else {
+            return Err(StoreError::Corrupt { fragment, block, why: "its checksum is missing".into() });
+        };
+        self.read_checked(ds, copy, block, start, len, stored)
+    }
+
+    /// Read a block of `copy` and check it against `stored`; returns the bytes asked for and
+    /// their CRC32C.
+    fn read_checked(
+        &self,
+        ds: &Dataset,
+        copy: &CopyFiles,
+        block: u32,
+        start: u32,
+        len: u32,
+        stored: u32,
+    ) -> Result<(Bytes, u32)> {
+        let (fragment, shape) = (copy.fragment, &ds.manifest.shape);
         let block_len = shape.block_len(fragment, block);
         let mut buf = vec![0u8; block_len as usize];
         let corrupt = |why: String| StoreError::Corrupt { fragment, block, why };
         copy.data
             .read_exact_at(&mut buf, shape.block_offset(block))
             .map_err(|e| corrupt(format!("reading the block: {e}")))?;
-        let mut stored = [0u8; 4];
-        copy.crc
-            .read_exact_at(&mut stored, block as u64 * 4)
-            .map_err(|e| corrupt(format!("reading its checksum: {e}")))?;
-        let stored = u32::from_le_bytes(stored);
         let actual = crc32c::crc32c(&buf);
         if actual != stored {
             return Err(corrupt(format!("stored {stored:08x}, computed {actual:08x}")));
@@ -502,7 +526,8 @@ impl Store {
             let blocks = manifest.shape.blocks_in(fragment);
             let data = open("data", manifest.shape.fragment_bytes(fragment))?;
             let crc = open("crc", blocks as u64 * 4)?;
-            copies.insert(fragment, CopyFiles { fragment, copy, data, crc, key: file_key(manifest.id, fragment) });
+            let key = file_key(manifest.id, fragment);
+            copies.insert(fragment, CopyFiles { fragment, copy, data, crc, crcs: vec![], key });
             crcs.insert(fragment, vec![None; blocks as usize]);
         }
         let append = append.then(|| Mutex::new(copies.keys().map(|&f| (f, Log::default())).collect()));
@@ -724,16 +749,14 @@ impl Store {
     /// written whole: one write, not one per block) and make the copy durable.
     pub fn sync_fill(&self, files: &FillFiles) -> Result<()> {
         let f = files.fragment;
-        let read = |e| StoreError::Io { what: format!("reading the checksums of {f}"), err: e };
-        let len = files.crc.metadata().map_err(read)?.len();
-        let mut raw = vec![0u8; len as usize];
-        files.crc.read_exact_at(&mut raw, 0).map_err(read)?;
+        let mut crcs = read_crcs(&files.crc).map_err(io_err(format!("reading the checksums of {f}")))?;
         for &(b, crc) in files.filled.lock().expect("fill lock").iter() {
-            let Some(slot) = raw.get_mut(b as usize * 4..b as usize * 4 + 4) else {
+            let Some(slot) = crcs.get_mut(b as usize) else {
                 return Err(StoreError::Corrupt { fragment: f, block: b, why: "the checksum file is short".into() });
             };
-            slot.copy_from_slice(&crc.to_le_bytes());
+            *slot = crc;
         }
+        let raw: Vec<u8> = crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
         let what = format!("writing the checksums of {f}");
         files.crc.write_all_at(&raw, 0).map_err(self.map_write_err(what))?;
         let what = format!("syncing {f}");
@@ -776,11 +799,6 @@ impl Store {
 
     /// The stored checksums of this node's copy of `fragment` (staged, or committed).
     pub fn checksums(&self, name: &DatasetName, fragment: FragmentId, txid: Option<u64>) -> Result<Vec<u32>> {
-        let read_all = |file: &File, blocks: u32| -> Result<Vec<u32>> {
-            let mut raw = vec![0u8; blocks as usize * 4];
-            file.read_exact_at(&mut raw, 0).map_err(io_err(format!("reading checksums of {fragment}")))?;
-            Ok(raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
-        };
         match txid {
             Some(txid) => {
                 let txn = self.txn(name, txid)?;
@@ -797,7 +815,17 @@ impl Store {
             None => {
                 let ds = self.dataset(name)?;
                 let copy = ds.copy(fragment)?;
-                read_all(&copy.crc, ds.manifest.shape.blocks_in(fragment))
+                // The file as it is on disk now (verify compares it across copies).
+                let crcs = read_crcs(&copy.crc).map_err(io_err(format!("reading checksums of {fragment}")))?;
+                let blocks = ds.manifest.shape.blocks_in(fragment) as usize;
+                if crcs.len() < blocks {
+                    return Err(StoreError::Corrupt {
+                        fragment,
+                        block: crcs.len() as u32,
+                        why: "its checksum is missing".into(),
+                    });
+                }
+                Ok(crcs[..blocks].to_vec())
             }
         }
     }
@@ -955,17 +983,23 @@ impl Store {
             return Err(StoreError::OutOfRange(format!("blocks [{from}, {to}) of {fragment}")));
         }
         let copy = ds.manifest.layout.copy_on(fragment, self.node).expect("local copy");
-        if files.is_none() {
+        let Some(files) = files else {
             report.bad.push(BadBlock { fragment, copy, block: from, why: "copy files missing".into() });
             return Ok(report);
-        }
+        };
+        // The checksum file as it is on disk now, not as it was when the dataset was opened.
+        let stored = read_crcs(&files.crc).map_err(io_err(format!("reading the checksums of {fragment}")))?;
         for block in from..to {
             if !ds.manifest.holds(fragment, block, copy) {
                 continue;
             }
             let len = shape.block_len(fragment, block);
             report.blocks += 1;
-            match self.read(&ds, fragment, block, 0, len) {
+            let checked = match stored.get(block as usize) {
+                Some(&crc) => self.read_checked(&ds, files, block, 0, len, crc),
+                None => Err(StoreError::Corrupt { fragment, block, why: "its checksum is missing".into() }),
+            };
+            match checked {
                 Ok(_) => report.bytes += len as u64,
                 Err(StoreError::Corrupt { why, .. }) => report.bad.push(BadBlock { fragment, copy, block, why }),
                 Err(e) => return Err(e),
