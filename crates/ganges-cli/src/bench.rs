@@ -365,6 +365,7 @@ pub fn run_scan(spec: &ScanBenchSpec) -> CliResult<Report> {
         root: spec.root.clone(),
         scratch: std::env::temp_dir(),
         binary: spec.binary.clone(),
+        node_groups: None,
     };
     let started = cluster.start()?;
     started.block_on(bench_on_cluster(spec, &started.cluster))
@@ -378,6 +379,8 @@ pub(crate) struct BenchCluster {
     pub root: Option<PathBuf>,
     pub scratch: PathBuf,
     pub binary: PathBuf,
+    /// Each server its own node (`LocalSpec::node_groups`).
+    pub node_groups: Option<(String, u64)>,
 }
 
 /// A bench's running cluster. Dropped in field order: the servers stop, then their
@@ -403,6 +406,7 @@ impl BenchCluster {
             disk: self.disk,
             scheduler: SchedulerKind::Auto,
             binary: self.binary.clone(),
+            node_groups: self.node_groups.clone(),
         };
         let cluster = LocalCluster::start(&local)?;
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

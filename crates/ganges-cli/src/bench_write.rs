@@ -11,12 +11,19 @@
 //! disks move twice the bytes copied), and the best time the placement allows, the most
 //! loaded disk's read and write bytes at its rate.
 //!
+//! With `--stress KIND --on NODES` (CW-1, CEFT-PVFS's experiments) the rows are the write
+//! policies with no stress and with the stress on those nodes (one node, or a mirror pair),
+//! every server its own node (`crate::stress`). A CPU stress leaves the disks' rates as they
+//! are, so its ideal is the unstressed one; a disk or memory stress's competing stream takes
+//! half of the stressed disks, and the ideals count it.
+//!
 //! Every run checks itself: the dataset's digest must be the one its writers computed from
 //! the replies, or the bench fails instead of printing a number.
 
 use crate::bench::{BenchCluster, Machine, all_stats, median_and_spread, set_faults_on};
 use crate::local::{DiskSpec, LocalCluster};
 use crate::plot::{self, Series};
+use crate::stress::StressKind;
 use crate::util::{CliResult, Table, fail, git_commit, process_cpu_secs, steps_bar};
 use ganges_client::client::Client;
 use ganges_client::dataset::{self, WriteSource, WriteSpec};
@@ -26,6 +33,7 @@ use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
+use ganges_core::route::ceft::CeftSettings;
 use ganges_core::shape::Shape;
 use ganges_core::units::{ByteSize, mb_per_sec};
 use ganges_core::write::WritePolicyKind;
@@ -56,6 +64,11 @@ pub struct WriteBenchSpec {
     pub binary: PathBuf,
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
+    /// Load these nodes instead of slowing disks (the `faults` list is then unused).
+    pub stress: Option<(StressKind, Vec<u32>)>,
+    /// LAY-2 mirrored groups for every policy; `None`: each policy's default.
+    pub mirrored: Option<bool>,
+    pub ceft: CeftSettings,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -73,6 +86,10 @@ pub struct Params {
     pub repeat: u32,
     pub policies: Vec<WritePolicyKind>,
     pub git_commit: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stress: Option<StressKind>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stress_on: Vec<u32>,
 }
 
 /// Replica completion after a write (GW-2).
@@ -91,6 +108,9 @@ pub struct Completion {
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     pub policy: WritePolicyKind,
+    /// LAY-2 mirrored groups, else chained declustering.
+    pub mirrored: bool,
+    /// Slow disks, or stressed nodes under `--stress`.
     pub faults: u32,
     pub fault_nodes: Vec<u32>,
     /// Median over repeats.
@@ -139,6 +159,11 @@ struct Sample {
 
 impl WriteBenchSpec {
     fn validate(&self) -> CliResult<()> {
+        if let Some((_, on)) = &self.stress
+            && (on.is_empty() || on.iter().any(|&n| n >= self.nodes))
+        {
+            return fail(format!("--on names nodes 0 to {} (one node, or a mirror pair)", self.nodes - 1));
+        }
         if self.faults.iter().any(|&f| f > self.nodes) {
             return fail(format!("--faults may not exceed --nodes ({})", self.nodes));
         }
@@ -149,10 +174,46 @@ impl WriteBenchSpec {
         Ok(())
     }
 
-    fn rates(&self, faulty: &[NodeId]) -> Vec<f64> {
+    /// The slow-disk fault: the configured one, or a stress's competing stream.
+    fn disk_fault(&self) -> Fault {
+        match self.stress {
+            Some((kind, _)) if kind.loads_disk() => Fault::Competing { share: crate::stress::DISK_SHARE },
+            _ => self.fault,
+        }
+    }
+
+    /// The disks slowed in a state whose stressed (or faulty) nodes are `nodes`.
+    fn slowed(&self, nodes: &[NodeId]) -> Vec<NodeId> {
+        match self.stress {
+            Some((kind, _)) if !kind.loads_disk() => vec![],
+            _ => nodes.to_vec(),
+        }
+    }
+
+    /// The states a run goes through: (slow disks or stressed nodes).
+    fn states(&self) -> Vec<Vec<NodeId>> {
+        match &self.stress {
+            Some((_, on)) => vec![vec![], on.iter().map(|&n| NodeId(n)).collect()],
+            None => self.faults.iter().map(|&f| place(self.fault_layout, self.nodes, f, self.seed)).collect(),
+        }
+    }
+
+    fn mirrored(&self, policy: WritePolicyKind) -> bool {
+        self.mirrored.unwrap_or(self.stress.is_some() || policy.default_mirrored())
+    }
+
+    fn layout(&self, policy: WritePolicyKind) -> CliResult<Layout> {
+        Ok(if self.mirrored(policy) {
+            Layout::mirrored(self.nodes)?
+        } else {
+            Layout::chained(self.nodes, self.replicas)?
+        })
+    }
+
+    fn rates(&self, slowed: &[NodeId]) -> Vec<f64> {
         (0..self.nodes)
             .map(|n| {
-                let f = if faulty.contains(&NodeId(n)) { self.fault.rate_fraction() } else { 1.0 };
+                let f = if slowed.contains(&NodeId(n)) { self.disk_fault().rate_fraction() } else { 1.0 };
                 self.disk.rate_bytes_per_sec * f
             })
             .collect()
@@ -167,8 +228,7 @@ impl WriteBenchSpec {
             return Ok((river, river));
         }
         let demands = scan_demands(&shape, &shape.fragment_partitions())?;
-        let layout = Layout::chained(self.nodes, self.replicas)?;
-        Ok((river, layout_ideal(&demands, &layout, &rates)?.seconds))
+        Ok((river, layout_ideal(&demands, &self.layout(policy)?, &rates)?.seconds))
     }
 }
 
@@ -189,43 +249,77 @@ fn scratch(spec: &WriteBenchSpec) -> PathBuf {
 
 pub fn run_write(spec: &WriteBenchSpec) -> CliResult<Report> {
     spec.validate()?;
+    let groups = match spec.stress {
+        Some(_) => Some(crate::stress::NodeGroups::create(spec.nodes)?),
+        None => None,
+    };
     let cluster = BenchCluster {
         nodes: spec.nodes,
         disk: Some(spec.disk),
         root: spec.root.clone(),
         scratch: scratch(spec),
         binary: spec.binary.clone(),
+        node_groups: groups.as_ref().map(|g| (g.parent.clone(), crate::stress::NODE_MEMORY)),
     };
     let started = cluster.start()?;
-    started.block_on(bench_on_cluster(spec, &started.cluster))
+    let report = started.block_on(bench_on_cluster(spec, &started.cluster, groups.as_ref()));
+    // The servers leave their groups before the groups go.
+    drop(started);
+    drop(groups);
+    report
 }
 
-async fn bench_on_cluster(spec: &WriteBenchSpec, cluster: &LocalCluster) -> CliResult<Report> {
+async fn bench_on_cluster(
+    spec: &WriteBenchSpec,
+    cluster: &LocalCluster,
+    groups: Option<&crate::stress::NodeGroups>,
+) -> CliResult<Report> {
     let client = Client::connect(cluster.cluster().clone()).await?;
-    let (nf, np) = (spec.faults.len(), spec.policies.len());
+    let states = spec.states();
+    let (nf, np) = (states.len(), spec.policies.len());
     let bar = steps_bar((spec.repeat as usize * nf * np) as u64, "write");
     // One untimed write first: fresh buffers, thread pools and page faults in every process
     // are not what any policy should be charged for.
     run_once(&client, spec, spec.policies[0], &[], "bench-write-warmup").await?;
     let mut samples: Vec<Vec<Vec<Sample>>> = (0..nf).map(|_| (0..np).map(|_| vec![]).collect()).collect();
     for _ in 0..spec.repeat {
-        for (fi, &f) in spec.faults.iter().enumerate() {
-            let faulty = place(spec.fault_layout, spec.nodes, f, spec.seed);
+        for (fi, nodes) in states.iter().enumerate() {
+            // A stress's processes run through every policy of the state, then go.
+            let mut stressors = vec![];
+            if let (Some((kind, _)), Some(g)) = (&spec.stress, groups) {
+                let kind = *kind;
+                for n in nodes {
+                    let leave = spec.fragment_bytes / 4;
+                    stressors.extend(crate::stress::start(&spec.binary, kind, &g.group(n.0), leave)?);
+                }
+                if !nodes.is_empty() {
+                    bar.set_message(format!("{kind} stress on {} settling", nodes_text(nodes)));
+                    tokio::time::sleep(crate::stress::SETTLE).await;
+                }
+            }
+            let slowed = spec.slowed(nodes);
             for (pi, &policy) in spec.policies.iter().enumerate() {
-                bar.set_message(format!("{policy}, {f} faults"));
-                samples[fi][pi].push(run_once(&client, spec, policy, &faulty, "bench-write").await?);
+                bar.set_message(format!(
+                    "{policy}, {} {}",
+                    nodes.len(),
+                    if spec.stress.is_some() { "stressed" } else { "faults" }
+                ));
+                samples[fi][pi].push(run_once(&client, spec, policy, &slowed, "bench-write").await?);
                 bar.inc(1);
             }
+            drop(stressors);
         }
     }
     set_faults_on(&client, spec.fault, &[]).await?;
     bar.finish_and_clear();
     let mut rows = vec![];
-    for (fi, &f) in spec.faults.iter().enumerate() {
-        let faulty = place(spec.fault_layout, spec.nodes, f, spec.seed);
+    for (fi, nodes) in states.iter().enumerate() {
+        let slowed = spec.slowed(nodes);
         for (pi, &policy) in spec.policies.iter().enumerate() {
-            let (river, layout) = spec.ideals(policy, &faulty)?;
-            rows.push(row(policy, f, &faulty, &mut samples[fi][pi], river, layout));
+            let (river, layout) = spec.ideals(policy, &slowed)?;
+            let mut r = row(policy, nodes, &mut samples[fi][pi], river, layout);
+            r.mirrored = spec.mirrored(policy);
+            rows.push(r);
         }
     }
     Ok(Report {
@@ -244,6 +338,8 @@ async fn bench_on_cluster(spec: &WriteBenchSpec, cluster: &LocalCluster) -> CliR
             repeat: spec.repeat,
             policies: spec.policies.clone(),
             git_commit: git_commit(),
+            stress: spec.stress.as_ref().map(|s| s.0),
+            stress_on: spec.stress.as_ref().map_or(vec![], |s| s.1.clone()),
         },
         machine: Machine {
             loopback_mb_per_sec: None,
@@ -262,7 +358,7 @@ async fn run_once(
     faulty: &[NodeId],
     name: &str,
 ) -> CliResult<Sample> {
-    set_faults_on(client, spec.fault, faulty).await?;
+    set_faults_on(client, spec.disk_fault(), faulty).await?;
     let before = all_stats(client).await?;
     let cpu0 = process_cpu_secs();
     let w = WriteSpec {
@@ -276,6 +372,8 @@ async fn run_once(
         source: WriteSource::Generated(Generator::Random { seed: spec.seed }),
         complete: false,
         run_blocks: 1,
+        ceft: spec.ceft,
+        mirrored: spec.mirrored(policy),
     };
     let out = dataset::write(client, w, None).await?;
     let client_cpu = process_cpu_secs() - cpu0;
@@ -358,20 +456,18 @@ async fn complete(
     })
 }
 
-fn row(
-    policy: WritePolicyKind,
-    faults: u32,
-    faulty: &[NodeId],
-    samples: &mut [Sample],
-    river: f64,
-    layout: f64,
-) -> Row {
+fn nodes_text(nodes: &[NodeId]) -> String {
+    nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn row(policy: WritePolicyKind, faulty: &[NodeId], samples: &mut [Sample], river: f64, layout: f64) -> Row {
     let times: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
     let (median, spread) = median_and_spread(&times);
     let m = &mut samples[median];
     Row {
         policy,
-        faults,
+        mirrored: false,
+        faults: faulty.len() as u32,
         fault_nodes: faulty.iter().map(|n| n.0).collect(),
         seconds: m.seconds,
         bytes: m.bytes,
@@ -394,9 +490,17 @@ fn row(
 
 pub fn render(report: &Report) -> String {
     let p = &report.params;
+    let load = match p.stress {
+        Some(kind) => format!(
+            "{kind} stress on node {} (every server its own node: one CPU, {})",
+            p.stress_on.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(","),
+            ByteSize(crate::stress::NODE_MEMORY)
+        ),
+        None => format!("fault {} ({} layout)", p.fault, p.fault_layout),
+    };
     let mut out = format!(
-        "write: {} writers of {} on {} nodes at {}/s ({} ms seek), {} blocks, {} copies (dq: 1), fault {} ({} layout), \
-         median of {}, commit {}\n",
+        "write: {} writers of {} on {} nodes at {}/s ({} ms seek), {} blocks, {} copies (dq: 1), {load}, median of {}, \
+         commit {}\n",
         p.nodes,
         ByteSize(p.fragment_bytes),
         p.nodes,
@@ -404,14 +508,13 @@ pub fn render(report: &Report) -> String {
         p.seek_ms,
         ByteSize(p.block_bytes as u64),
         p.replicas,
-        p.fault,
-        p.fault_layout,
         p.repeat,
         p.git_commit
     );
     let mut t = Table::new(&[
         "policy",
-        "faults",
+        "layout",
+        if p.stress.is_some() { "stressed" } else { "faults" },
         "seconds",
         "MB/s",
         "% river",
@@ -425,6 +528,7 @@ pub fn render(report: &Report) -> String {
         let c = r.completion.as_ref();
         t.row(vec![
             r.policy.to_string(),
+            if r.mirrored { "mirrored" } else { "chained" }.into(),
             r.faults.to_string(),
             format!("{:.2}", r.seconds),
             format!("{:.1}", r.aggregate_mb_per_sec),

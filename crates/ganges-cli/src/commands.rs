@@ -13,6 +13,7 @@ use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{Spectrum, layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
+use ganges_core::route::ceft::CeftSettings;
 use ganges_core::shape::Shape;
 use ganges_core::units::{ByteSize, mb_per_sec};
 use ganges_core::write::WritePolicyKind;
@@ -290,6 +291,8 @@ pub struct WriteArgs {
     pub source: WriteSource,
     pub complete: bool,
     pub run_blocks: u32,
+    pub ceft: CeftSettings,
+    pub mirrored: bool,
 }
 
 pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
@@ -314,6 +317,8 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
         source: a.source,
         complete: a.complete,
         run_blocks: a.run_blocks,
+        ceft: a.ceft,
+        mirrored: a.mirrored,
     };
     let name = spec.name.clone();
     let out = tokio::select! {
@@ -489,7 +494,21 @@ pub async fn local_status(cluster: &Path) -> CliResult<()> {
         );
     }
     let client = Client::connect(file.clone()).await;
-    let mut t = Table::new(&["node", "address", "state", "datasets", "fault", "reads", "read", "rss"]);
+    let mut t = Table::new(&[
+        "node",
+        "address",
+        "state",
+        "datasets",
+        "fault",
+        "reads",
+        "read",
+        "rss",
+        "cpu %",
+        "load",
+        "free mem",
+        "free net",
+        "free disk",
+    ]);
     let stats: Vec<Option<ganges_proto::control::ServerStats>> = match &client {
         Ok(c) => {
             let all: Vec<NodeId> = (0..c.nodes()).map(NodeId).collect();
@@ -506,33 +525,58 @@ pub async fn local_status(cluster: &Path) -> CliResult<()> {
     };
     for (s, st) in file.servers.iter().zip(stats) {
         match st {
-            Some(st) => t.row(vec![
-                s.node.0.to_string(),
-                s.addr.to_string(),
-                "up".into(),
-                st.datasets.to_string(),
-                st.fault.map_or("none".into(), |f| f.to_string()),
-                st.reads.to_string(),
-                ByteSize(st.read_bytes).to_string(),
-                ByteSize(st.rss_bytes).to_string(),
-            ]),
-            None => t.row(vec![
-                s.node.0.to_string(),
-                s.addr.to_string(),
-                "DOWN".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ]),
+            Some(st) => t.row(
+                vec![
+                    s.node.0.to_string(),
+                    s.addr.to_string(),
+                    "up".into(),
+                    st.datasets.to_string(),
+                    st.fault.map_or("none".into(), |f| f.to_string()),
+                    st.reads.to_string(),
+                    ByteSize(st.read_bytes).to_string(),
+                    ByteSize(st.rss_bytes).to_string(),
+                ]
+                .into_iter()
+                .chain(node_load_cells(st.node_load.as_ref()))
+                .collect(),
+            ),
+            None => t.row(
+                vec![
+                    s.node.0.to_string(),
+                    s.addr.to_string(),
+                    "DOWN".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                ]
+                .into_iter()
+                .chain(node_load_cells(None))
+                .collect(),
+            ),
         }
     }
     print!("{}", t.render());
+    println!("cpu % is the node's least busy CPU; free net and disk are the rates the node could still take (CW-1).");
     if client.is_err() {
         return fail(format!("no server of {} is reachable; start one with `ganges local up`", cluster.display()));
     }
     Ok(())
+}
+
+/// A node's load as `local status` shows it ("-" before its first sample).
+fn node_load_cells(l: Option<&ganges_core::ceft::NodeLoad>) -> Vec<String> {
+    match l {
+        Some(l) => vec![
+            format!("{:.0}", 100.0 * l.cpu_min_busy),
+            format!("{:.2}", l.load),
+            ByteSize(l.mem_free_bytes).to_string(),
+            format!("{}/s", ByteSize(l.net_free_bytes_per_sec as u64)),
+            format!("{}/s", ByteSize(l.disk_free_bytes_per_sec as u64)),
+        ],
+        None => vec!["-".into(); 5],
+    }
 }
 
 #[derive(Debug)]

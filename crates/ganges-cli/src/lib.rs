@@ -9,6 +9,7 @@
 //!   replica completion.
 //! - [`commands`]: what the dataset, scan, fault, model and local subcommands do.
 //! - [`sim`]: `ganges sim`, the paper scenarios in virtual time.
+//! - [`stress`]: one node of a local cluster loaded (`bench write --stress`).
 //! - [`plot`]: SVG and PNG line charts.
 //! - [`util`]: the CLI's error type, progress bars, tables.
 //! - [`sys`]: the process-management system calls.
@@ -19,5 +20,6 @@ pub mod commands;
 pub mod local;
 pub mod plot;
 pub mod sim;
+pub mod stress;
 pub mod sys;
 pub mod util;

@@ -44,6 +44,9 @@ pub struct LocalSpec {
     pub scheduler: SchedulerKind,
     /// The `ganges` binary to run servers from.
     pub binary: PathBuf,
+    /// Each server its own node: the cgroup group `PARENT/nodeN`, of this much memory
+    /// (`crate::stress`); `None`: the servers share the machine.
+    pub node_groups: Option<(String, u64)>,
 }
 
 impl LocalSpec {
@@ -69,6 +72,14 @@ impl LocalSpec {
                 d.queue_depth.to_string(),
             ]),
             None => args.extend(["--disk-rate".into(), "off".into()]),
+        }
+        if let Some((parent, memory)) = &self.node_groups {
+            args.extend([
+                "--node-cgroup".into(),
+                crate::stress::node_group(parent, node),
+                "--node-memory".into(),
+                format!("{memory}B"),
+            ]);
         }
         args
     }

@@ -8,10 +8,12 @@ use ganges_cli::util::{CliError, CliResult, fail};
 use ganges_client::cluster::{ClusterFile, default_cluster_path, default_local_root};
 use ganges_client::dataset::WriteSource;
 use ganges_client::scan::ReadOptions;
+use ganges_core::ceft::CeftThresholds;
 use ganges_core::datagen::Generator;
 use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::fault::FaultLayout;
 use ganges_core::ids::NodeId;
+use ganges_core::route::ceft::CeftSettings;
 use ganges_core::route::{PlanSettings, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, WINDOW_DEFAULT};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::units::{ByteSize, Dur, Rate};
@@ -111,6 +113,27 @@ enum Cmd {
     /// declustering under 0, 1, 2, 4 and 8 slow disks
     #[command(after_help = "Example:\n  ganges demo --out ganges-demo")]
     Demo(DemoArgs),
+    /// Load one node of a local cluster until killed (`bench write --stress` starts these)
+    #[command(hide = true)]
+    Stress(StressArgs),
+}
+
+#[derive(Args, Debug)]
+struct StressArgs {
+    /// cpu or memory (a disk stress is a competing stream on the server's disk model)
+    kind: ganges_cli::stress::StressKind,
+    /// The node's cgroup-v1 group
+    #[arg(long)]
+    cgroup: String,
+    /// cpu: busy threads
+    #[arg(long, default_value_t = ganges_cli::stress::CPU_THREADS)]
+    threads: u32,
+    /// memory: the node's memory
+    #[arg(long, default_value = "1GiB")]
+    node_memory: ByteSize,
+    /// memory: what to leave free on the node
+    #[arg(long, default_value = "16MiB")]
+    leave: ByteSize,
 }
 
 #[derive(Args, Debug)]
@@ -132,6 +155,18 @@ struct ServeArgs {
     /// Server-side scheduler: auto (each request's own discipline) or fifo
     #[arg(long, default_value = "auto")]
     scheduler: SchedulerKind,
+    /// This server's node is this cgroup-v1 group (joined, created if absent), not the whole
+    /// machine: the CPU, load and memory it reports to load-aware writers (CW-1) are the
+    /// group's. For several nodes on one machine.
+    #[arg(long, value_name = "GROUP")]
+    node_cgroup: Option<String>,
+    /// The node's link rate, received plus sent, for the free network it reports (CW-1)
+    #[arg(long, default_value = "1250MB/s", value_name = "RATE")]
+    net_rate: Rate,
+    /// The node's memory, for the free memory it reports (CW-1) [default: its cgroup's
+    /// limit, else the machine's]
+    #[arg(long, value_name = "SIZE")]
+    node_memory: Option<ByteSize>,
 }
 
 /// A disk rate, or `off` for the real file system with no model.
@@ -324,10 +359,18 @@ struct WriteArgs {
     #[arg(long)]
     writers: Option<u32>,
     /// Write policy: static (each block to its fragment's primary copy), gd (primary or
-    /// backup copy, whichever keeps the writers balanced; GW-1) or dq (any server, by a
-    /// distributed queue; one copy; DQ-1)
+    /// backup copy, whichever keeps the writers balanced; GW-1), dq (any server, by a
+    /// distributed queue; one copy; DQ-1), ceft (the node of each mirror pair that CEFT-PVFS's
+    /// rule picks from the nodes' load; CW-1) or ceft-adaptive (the node of the pair that would
+    /// finish the block first, by measured rates)
     #[arg(long, default_value = "gd")]
     policy: WritePolicyKind,
+    /// Where the copies live: chained (declustering) or mirrored (two groups, CEFT-PVFS's
+    /// RAID-10 arrangement) [default: mirrored for ceft and ceft-adaptive, else chained]
+    #[arg(long, value_parser = ["chained", "mirrored"])]
+    layout: Option<String>,
+    #[command(flatten)]
+    ceft: CeftArgs,
     /// Total size of generated data
     #[arg(long, conflicts_with = "from", required_unless_present = "from")]
     size: Option<ByteSize>,
@@ -519,9 +562,23 @@ struct BenchWriteArgs {
     faults: Vec<u32>,
     #[arg(long, default_value = "best")]
     fault_layout: FaultLayout,
-    /// Write policies to compare
-    #[arg(long, value_delimiter = ',', default_value = "static,gd,dq")]
+    /// Write policies to compare [default: static,gd,dq; with --stress: static,ceft,ceft-adaptive]
+    #[arg(long, value_delimiter = ',')]
     policies: Vec<WritePolicyKind>,
+    /// Load nodes instead of slowing disks (CEFT-PVFS's experiments): cpu, memory (with a
+    /// competing disk stream, as the paper's program) or disk; rows without and with it.
+    /// Needs root and cgroup v1
+    #[arg(long, requires = "on")]
+    stress: Option<ganges_cli::stress::StressKind>,
+    /// The nodes to stress: one node (e.g. 3), or a mirror pair (e.g. 3,11 of 16 nodes)
+    #[arg(long, value_delimiter = ',', requires = "stress")]
+    on: Vec<u32>,
+    /// Where the copies live: chained or mirrored [default: mirrored with --stress and for
+    /// the ceft policies, else chained]
+    #[arg(long, value_parser = ["chained", "mirrored"])]
+    layout: Option<String>,
+    #[command(flatten)]
+    ceft: CeftArgs,
     /// Blocks in flight per static or gd writer
     #[arg(long, default_value_t = WINDOW_DEFAULT)]
     window: u32,
@@ -644,6 +701,34 @@ struct PolicyArgs {
     plan_probe_interval: Dur,
 }
 
+/// CW-1's settings (the ceft write policies), each named as in errors about it.
+#[derive(Args, Debug, Clone)]
+struct CeftArgs {
+    /// ceft: a CPU this busy (0 to 1) is saturated
+    #[arg(long, default_value_t = CeftThresholds::default().cpu_saturated)]
+    ceft_cpu_saturated: f64,
+    /// ceft: a load above this is heavy
+    #[arg(long, default_value_t = CeftThresholds::default().load_heavy)]
+    ceft_load_heavy: f64,
+    /// ceft: how often each node of a writer's pairs is asked for its load
+    #[arg(long, default_value = "1s")]
+    ceft_probe_interval: Dur,
+    /// ceft-adaptive: a node of a pair unused this long is sent one block
+    #[arg(long, default_value = "1s")]
+    ceft_explore_interval: Dur,
+}
+
+impl CeftArgs {
+    /// Checked when the write starts (`PolicySettings::validate`, naming the setting).
+    fn settings(&self) -> CeftSettings {
+        CeftSettings {
+            thresholds: CeftThresholds { cpu_saturated: self.ceft_cpu_saturated, load_heavy: self.ceft_load_heavy },
+            probe_interval: self.ceft_probe_interval.0,
+            explore_interval: self.ceft_explore_interval.0,
+        }
+    }
+}
+
 impl PolicyArgs {
     fn settings(&self) -> CliResult<PolicySettings> {
         let s = PolicySettings {
@@ -660,6 +745,7 @@ impl PolicyArgs {
                 return_to_primary: self.rr_return_to_primary,
             },
             plan: PlanSettings { probe_interval: self.plan_probe_interval.0 },
+            ceft: CeftSettings::default(),
         };
         s.validate().map_err(|e| CliError(format!("--{}: {e}", e.name)))?;
         Ok(s)
@@ -777,6 +863,8 @@ fn run(cli: Cli) -> CliResult<()> {
                 source,
                 complete: !a.no_complete,
                 run_blocks: a.run_blocks,
+                ceft: a.ceft.settings(),
+                mirrored: a.layout.as_deref().map_or(a.policy.default_mirrored(), |l| l == "mirrored"),
             };
             runtime()?.block_on(commands::write(&a.cluster.path(), args))
         }
@@ -817,6 +905,7 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Bench { cmd: BenchCmd::Write(a) } => bench_write(*a),
         Cmd::Demo(a) => demo(a),
         Cmd::Sim(a) => sim(a),
+        Cmd::Stress(a) => ganges_cli::stress::run(a.kind, &a.cgroup, a.threads, a.node_memory.0, a.leave.0),
     }
 }
 
@@ -843,8 +932,22 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         seek: d.seek,
         queue_depth: d.queue_depth,
     });
-    let config =
-        ganges_server::ServerConfig { node: NodeId(a.node), data_dir: a.data_dir, disk, scheduler: a.scheduler, peers };
+    if let Some(group) = &a.node_cgroup {
+        ganges_server::node::join_cgroup(group)?;
+    }
+    let node_sampling = ganges_server::node::NodeConfig {
+        cgroup: a.node_cgroup.clone(),
+        net_bytes_per_sec: a.net_rate.0,
+        memory_bytes: a.node_memory.map(|m| m.0),
+    };
+    let config = ganges_server::ServerConfig {
+        node: NodeId(a.node),
+        data_dir: a.data_dir,
+        disk,
+        scheduler: a.scheduler,
+        peers,
+        node_sampling,
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(16).build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(a.listen).await?;
@@ -891,6 +994,7 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
                 disk: a.disk.spec()?,
                 scheduler: SchedulerKind::Auto,
                 binary: binary()?,
+                node_groups: None,
             };
             if a.foreground {
                 return local::supervise(&spec, &cluster_path, true);
@@ -941,6 +1045,7 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
                 disk: a.disk.spec()?,
                 scheduler: SchedulerKind::Auto,
                 binary: binary()?,
+                node_groups: None,
             };
             local::supervise(&spec, &root.join("cluster.toml"), false)
         }
@@ -1066,7 +1171,16 @@ fn bench_write(a: BenchWriteArgs) -> CliResult<()> {
         binary: binary()?,
         json: a.json,
         plot: a.plot,
+        stress: a.stress.map(|k| (k, a.on)),
+        mirrored: a.layout.as_deref().map(|l| l == "mirrored"),
+        ceft: a.ceft.settings(),
     };
+    if spec.policies.is_empty() {
+        spec.policies = match spec.stress {
+            Some(_) => vec![WritePolicyKind::Static, WritePolicyKind::Ceft, WritePolicyKind::CeftAdaptive],
+            None => vec![WritePolicyKind::Static, WritePolicyKind::Gd, WritePolicyKind::Dq],
+        };
+    }
     if a.quick {
         spec.nodes = 4;
         spec.fragment_bytes = 4 << 20;

@@ -34,7 +34,8 @@ from_error!(
     ganges_core::ideal::IdealError,
     ganges_core::disk::FaultError,
     ganges_proto::manifest::BadName,
-    serde_json::Error
+    serde_json::Error,
+    ganges_server::node::NodeError
 );
 
 pub type CliResult<T> = Result<T, CliError>;

@@ -398,6 +398,51 @@ fn bench_write_quick_writes_json_and_a_plot() {
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
+/// Whether this machine lets a test make cgroup-v1 groups (as root, with the cpu, cpuacct and
+/// memory controllers mounted).
+fn cgroups_writable() -> bool {
+    let probe = Path::new("/sys/fs/cgroup/cpu").join(format!("ganges-probe-{}", std::process::id()));
+    let ok = std::fs::create_dir(&probe).is_ok();
+    let _ = std::fs::remove_dir(&probe);
+    ok && ["cpuacct", "memory"].iter().all(|c| Path::new("/sys/fs/cgroup").join(c).exists())
+}
+
+fn bench_groups() -> usize {
+    std::fs::read_dir("/sys/fs/cgroup/cpu")
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("ganges-bench-")).count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn bench_write_stress_loads_one_node_and_the_load_aware_policies_avoid_it() {
+    if !cgroups_writable() {
+        eprintln!("SKIPPED: cgroup-v1 groups need root and the cpu, cpuacct and memory controllers (CI runs as root)");
+        return;
+    }
+    let before = bench_groups();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("stress.json");
+    let args = ["bench", "write", "--quick", "--stress", "memory", "--on", "1", "--json", json.to_str().unwrap()];
+    let out = ok(&args);
+    assert!(out.contains("memory stress on node 1") && out.contains("stressed"), "{out}");
+    assert_eq!(bench_groups(), before, "the bench removes its cgroup groups");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["params"]["stress"], "memory");
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "static, ceft, ceft-adaptive without and with the stress");
+    let on_node1 = |policy: &str, stressed: u64| {
+        let r = rows.iter().find(|r| r["policy"] == policy && r["faults"] == stressed).unwrap();
+        assert_eq!(r["mirrored"], true, "CEFT-PVFS's mirrored groups: {r}");
+        assert_eq!(r["bytes"], 16u64 << 20);
+        r["blocks_per_server"][1].as_u64().unwrap()
+    };
+    // Mirrored groups of 4 nodes: node 1 is the primary of fragments 1 and 3 (32 blocks each).
+    assert_eq!(on_node1("static", 1), 64, "always-primary writes the stressed node's share there");
+    // Short of memory, node 1 is passed over for its mirror (node 3) once both have reported.
+    assert!(on_node1("ceft", 1) < 32, "the rule avoids the stressed node: {}", on_node1("ceft", 1));
+    assert!(on_node1("ceft-adaptive", 1) < on_node1("ceft-adaptive", 0), "the measured rates see its slow disk");
+}
+
 #[test]
 fn help_has_examples_everywhere() {
     for args in [

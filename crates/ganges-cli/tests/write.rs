@@ -30,6 +30,8 @@ fn spec(name: &str, policy: WritePolicyKind, total: u64, source: WriteSource, co
         source,
         complete,
         run_blocks: 1,
+        ceft: Default::default(),
+        mirrored: policy.default_mirrored(),
     }
 }
 
@@ -104,6 +106,16 @@ async fn every_write_policy_reads_back_byte_for_byte_with_every_read_policy() {
                 assert_eq!(backup, 0, "static writes only primaries");
             }
             WritePolicyKind::Dq => unreachable!(),
+            // Every node here is the same machine, so the rule's figures tie within noise:
+            // where its blocks went is not asserted, only that they read back.
+            WritePolicyKind::Ceft => assert_eq!(m.layout, ganges_core::layout::Layout::mirrored(4).unwrap()),
+            WritePolicyKind::CeftAdaptive => {
+                // Mirrored groups: fragments 1 and 3 are on the slow node 1 and on node 3.
+                let p = m.placement.as_ref().expect("incomplete: placement recorded");
+                for f in [1, 3] {
+                    assert!(p.present(FragmentId(f), 1) > p.present(FragmentId(f), 0), "fragment {f}: {p:?}");
+                }
+            }
             WritePolicyKind::Gd => {
                 assert!(backup > 0, "gd moved blocks off the slow disk");
                 // Fragment 1's primary is the slow disk: its writer put most blocks on the backup.
@@ -351,6 +363,7 @@ async fn a_full_disk_fails_the_write_by_name_and_leaves_nothing() {
         disk: common::disk(64.0),
         scheduler: ganges_core::sched::SchedulerKind::Auto,
         binary: common::binary(),
+        node_groups: None,
     };
     let mut local = ganges_cli::local::LocalCluster::start(&spec_).expect("cluster starts");
     let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();

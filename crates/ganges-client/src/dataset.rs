@@ -16,7 +16,8 @@ use ganges_core::digest::Digest;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
 use ganges_core::placement::Placement;
-use ganges_core::route::ReadPolicyKind;
+use ganges_core::route::ceft::CeftSettings;
+use ganges_core::route::{PolicySettings, ReadPolicyKind};
 use ganges_core::sched::{Progress, ProgressMetric, Service};
 use ganges_core::shape::{Partition, Shape};
 use ganges_core::write::WritePolicyKind;
@@ -704,6 +705,11 @@ pub struct WriteSpec {
     pub complete: bool,
     /// dq: blocks to a unit of the queue (DQ-3's whole runs; 1 for DQ-1).
     pub run_blocks: u32,
+    /// ceft, ceft-adaptive: the rule's thresholds and how often nodes are asked (CW-1).
+    pub ceft: CeftSettings,
+    /// LAY-2 mirrored groups (two copies; CEFT-PVFS's RAID-10 arrangement) instead of
+    /// chained declustering.
+    pub mirrored: bool,
 }
 
 #[derive(Debug)]
@@ -785,12 +791,24 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
             ganges_proto::frame::CONTROL_BODY_MAX / 2
         )));
     }
-    let layout = Layout::chained(client.nodes(), spec.replicas)?;
+    let settings = PolicySettings { ceft: spec.ceft, ..PolicySettings::default() };
+    settings.validate().map_err(|e| ClientError::Invalid(e.to_string()))?;
+    let layout = if spec.mirrored {
+        if spec.replicas != 2 {
+            return Err(ClientError::Invalid(format!(
+                "mirrored groups hold two copies, not {} (give --replicas 2 or leave it out)",
+                spec.replicas
+            )));
+        }
+        Layout::mirrored(client.nodes())?
+    } else {
+        Layout::chained(client.nodes(), spec.replicas)?
+    };
     let mut manifest = draft(layout, spec.name.clone(), shape, RecordFormat::Bytes, content)?;
     manifest.state = DatasetState::Incomplete;
     let staging = Staging::begin(client, &manifest).await?;
     let draft_manifest = Arc::new(manifest.clone());
-    let opts = ReadOptions::new(route).with_window(spec.window);
+    let opts = ReadOptions::new(route).with_window(spec.window).with_settings(settings);
     let started = std::time::Instant::now();
     let work = async {
         let mut tasks = JoinSet::new();
@@ -866,6 +884,9 @@ async fn write_dq(
 ) -> Result<WriteOutcome> {
     use crate::dqwrite::DqWriter;
     use ganges_core::dq::DqSettings;
+    if spec.mirrored {
+        return Err(ClientError::Invalid("dq writes keep one copy; mirrored groups hold two".into()));
+    }
     if spec.replicas != 1 {
         return Err(ClientError::Invalid(format!(
             "dq writes keep one copy (each block goes to exactly one server); got --replicas {}",

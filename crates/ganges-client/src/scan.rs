@@ -327,8 +327,12 @@ impl ReadStream {
             let now = self.now();
             if let Some(node) = self.probes.remove(&ev.tag) {
                 if let Ok(Message::State(st)) = ev.result {
-                    let state =
-                        ServerState { queue_len: st.queue_len, service_us: 0, primary_progress: st.primary_progress };
+                    let state = ServerState {
+                        queue_len: st.queue_len,
+                        service_us: 0,
+                        primary_progress: st.primary_progress,
+                        node_load: st.node_load,
+                    };
                     self.engine.on_state(now, node, state);
                     if let Some(rate) = st.disk_bytes_per_sec {
                         self.engine.on_disk_rate(node, rate, st.disk_measured);
@@ -350,7 +354,7 @@ impl ReadStream {
             self.tag_of.remove(&(o.piece, o.node));
             match ev.result {
                 Ok(Message::ReadOk(ReadOk { crc, data, queue_len, service_us, primary_progress, .. })) => {
-                    let state = ServerState { queue_len, service_us, primary_progress };
+                    let state = ServerState { queue_len, service_us, primary_progress, node_load: None };
                     self.engine.on_state(now, o.node, state);
                     self.engine.on_service(o.node, data.len() as u64, service_us);
                     let p = *self.engine.piece(o.piece);
@@ -372,7 +376,7 @@ impl ReadStream {
                 Ok(Message::WriteOk(WriteOk { queue_len, service_us, primary_progress, .. }))
                     if self.write.is_some() =>
                 {
-                    let state = ServerState { queue_len, service_us, primary_progress };
+                    let state = ServerState { queue_len, service_us, primary_progress, node_load: None };
                     self.engine.on_state(now, o.node, state);
                     let p = *self.engine.piece(o.piece);
                     self.engine.on_service(o.node, p.len as u64, service_us);

@@ -4,8 +4,10 @@
 //! throughput. Pure: the servers' samplers (the `/proc` parsers below) and the write policy
 //! that uses the choice are drivers around it.
 //!
-//! Status: the rule and the parsers are here and tested; the servers do not sample yet and no
-//! write policy asks the rule yet (issue 5's CW-1 is open).
+//! Drivers: every server samples its node about once a second ([`NodeCounters`] read from
+//! `/proc`, or from the node's cgroup when it has one, turned into a [`NodeLoad`] by
+//! [`node_load`]) and answers probes with it; the `ceft` write routing
+//! (`route::ceft`) asks [`choose`] for every block.
 //!
 //! Reading the paper's rule:
 //! - CPU_i1, CPU_i2 are node i's two CPUs; "min(CPU_i1, CPU_i2) >= 99%" is "every CPU of i is
@@ -102,6 +104,68 @@ pub fn choose(i: &NodeLoad, j: &NodeLoad, file_bytes: u64, disk_max: f64, t: &Ce
         (false, true) if j.net_free_bytes_per_sec >= half => MirrorChoice::J,
         _ => MirrorChoice::Skip,
     }
+}
+
+/// A node's counters at one instant, as its sampler reads them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeCounters {
+    /// When they were read, seconds on the sampler's clock.
+    pub at_secs: f64,
+    /// Each CPU's busy and total time (any unit, the same for both).
+    pub cpus: Vec<CpuTimes>,
+    /// The load: the kernel's 1-minute average, or a cgroup's smoothed runnable count.
+    pub load: f64,
+    pub mem_free_bytes: u64,
+    /// Bytes received plus sent over the node's interfaces so far.
+    pub net_bytes: u64,
+    /// Time the node's disk has spent busy so far, seconds.
+    pub disk_busy_secs: f64,
+}
+
+/// What a node could give with nothing else running.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NodeCapacity {
+    /// The link's rate, received plus sent, bytes per second.
+    pub net_bytes_per_sec: f64,
+    /// The disk's rate now (a fault or a competing stream included), bytes per second.
+    pub disk_bytes_per_sec: f64,
+}
+
+/// The load between two samples: busy fractions of the interval, free capacity left.
+pub fn node_load(before: &NodeCounters, after: &NodeCounters, cap: &NodeCapacity) -> NodeLoad {
+    let dt = after.at_secs - before.at_secs;
+    let per_sec = |d: f64| if dt > 0.0 { d / dt } else { 0.0 };
+    let net_used = per_sec(after.net_bytes.saturating_sub(before.net_bytes) as f64);
+    let disk_busy = per_sec((after.disk_busy_secs - before.disk_busy_secs).max(0.0)).min(1.0);
+    NodeLoad {
+        cpu_min_busy: cpu_min_busy(&before.cpus, &after.cpus),
+        load: after.load.max(0.0),
+        mem_free_bytes: after.mem_free_bytes,
+        net_free_bytes_per_sec: (cap.net_bytes_per_sec - net_used).max(0.0),
+        disk_free_bytes_per_sec: cap.disk_bytes_per_sec.max(0.0) * (1.0 - disk_busy),
+    }
+}
+
+/// A runnable count smoothed like a load average, with time constant `tau_secs`: the
+/// load of a node that is a cgroup (the kernel keeps no load average per cgroup).
+pub fn smooth_load(previous: f64, runnable: f64, dt_secs: f64, tau_secs: f64) -> f64 {
+    if tau_secs <= 0.0 {
+        return runnable;
+    }
+    let keep = (-dt_secs.max(0.0) / tau_secs).exp();
+    previous * keep + runnable * (1.0 - keep)
+}
+
+/// Each CPU's time from a cgroup's `cpuacct.usage_percpu` (nanoseconds used) at wall time
+/// `wall_ns`: the cgroup's share of every CPU, as [`CpuTimes`].
+pub fn parse_usage_percpu(text: &str, wall_ns: u64) -> Vec<CpuTimes> {
+    text.split_whitespace().filter_map(|x| x.parse().ok()).map(|busy| CpuTimes { busy, total: wall_ns }).collect()
+}
+
+/// Whether a `/proc/PID/stat` (or task stat) text says the task is runnable (state `R`).
+pub fn is_runnable(stat: &str) -> bool {
+    // The state follows the command name, which is in parentheses and may hold anything.
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()) == Some("R")
 }
 
 /// Busy and total jiffies of one CPU, from a `cpuN` line of `/proc/stat`.
@@ -232,5 +296,57 @@ mod tests {
         let dev = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n    lo: 100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n  eth0: 50 1 0 0 0 0 0 0 70 1 0 0 0 0 0 0\n";
         assert_eq!(parse_net_dev(dev), (150, 170));
         assert_eq!(parse_loadavg(""), None);
+    }
+
+    #[test]
+    fn cgroup_texts_parse() {
+        let a = parse_usage_percpu("100 300 \n", 1_000);
+        let b = parse_usage_percpu("600 400\n", 2_000);
+        assert_eq!(a, vec![CpuTimes { busy: 100, total: 1_000 }, CpuTimes { busy: 300, total: 1_000 }]);
+        // One CPU went 50% busy, the other 10%: the least busy is 10%.
+        assert!((cpu_min_busy(&a, &b) - 0.1).abs() < 1e-9);
+        assert!(is_runnable("42 (ganges stress) R 1 42 42 0 -1"));
+        assert!(!is_runnable("42 (a) R) S 1 42"), "the name may hold a parenthesis and an R");
+        assert!(!is_runnable("garbage"));
+    }
+
+    #[test]
+    fn load_is_the_free_capacity_between_two_samples() {
+        let cap = NodeCapacity { net_bytes_per_sec: 100.0 * MB, disk_bytes_per_sec: 32.0 * MB };
+        let a = NodeCounters {
+            at_secs: 10.0,
+            cpus: vec![CpuTimes { busy: 0, total: 100 }],
+            net_bytes: 1_000,
+            disk_busy_secs: 1.0,
+            ..Default::default()
+        };
+        let b = NodeCounters {
+            at_secs: 12.0,
+            cpus: vec![CpuTimes { busy: 50, total: 200 }],
+            load: 1.5,
+            mem_free_bytes: 7,
+            net_bytes: 1_000 + 60_000_000,
+            disk_busy_secs: 1.5,
+        };
+        let l = node_load(&a, &b, &cap);
+        assert!((l.cpu_min_busy - 0.5).abs() < 1e-9);
+        assert_eq!((l.load, l.mem_free_bytes), (1.5, 7));
+        assert!((l.net_free_bytes_per_sec - 70.0 * MB).abs() < 1.0, "30 MB/s of 100 in use");
+        assert!((l.disk_free_bytes_per_sec - 24.0 * MB).abs() < 1.0, "busy a quarter of the time");
+        // A link busier than its rate has nothing free; a stopped clock gives no rates.
+        let flood = NodeCounters { net_bytes: u64::MAX / 2, ..b.clone() };
+        assert_eq!(node_load(&a, &flood, &cap).net_free_bytes_per_sec, 0.0);
+        assert_eq!(node_load(&b, &b, &cap).net_free_bytes_per_sec, 100.0 * MB);
+    }
+
+    #[test]
+    fn smoothed_load_moves_toward_the_runnable_count() {
+        let mut l = 0.0;
+        for _ in 0..5 {
+            l = smooth_load(l, 3.0, 1.0, 5.0);
+        }
+        // After one time constant, 1 - 1/e of the way.
+        assert!((l - 3.0 * (1.0 - (-1.0f64).exp())).abs() < 1e-9);
+        assert_eq!(smooth_load(2.0, 0.0, 1.0, 0.0), 0.0);
     }
 }

@@ -5,6 +5,8 @@
 //! | `static` | the baseline | the primary copy of the writer's fragment | chained, R copies |
 //! | `gd` | GW-1 | primary or backup copy, progress-balanced like GD reads | chained, R copies |
 //! | `dq` | DQ-1, DQ-2 | any server with a credit left, at random ([`crate::dq`]) | one copy (LAY-3), fragment n = server n's log |
+//! | `ceft` | CW-1 | the node of the mirror pair CEFT-PVFS's rule picks from the nodes' reported load | R copies |
+//! | `ceft-adaptive` | CW-1, ours | the node of the pair that would finish the block first, by measured rates | R copies |
 //!
 //! A writer is driven by the same engine as a reader ([`crate::route::ReadEngine`]): its
 //! pieces are the blocks of its partition, and the policy picks the copy. With a choice of
@@ -26,10 +28,18 @@ pub enum WritePolicyKind {
     Static,
     Gd,
     Dq,
+    Ceft,
+    CeftAdaptive,
 }
 
 impl WritePolicyKind {
-    pub const ALL: [WritePolicyKind; 3] = [WritePolicyKind::Static, WritePolicyKind::Gd, WritePolicyKind::Dq];
+    pub const ALL: [WritePolicyKind; 5] = [
+        WritePolicyKind::Static,
+        WritePolicyKind::Gd,
+        WritePolicyKind::Dq,
+        WritePolicyKind::Ceft,
+        WritePolicyKind::CeftAdaptive,
+    ];
 
     /// The routing policy that places a writer's blocks among its fragment's copies, for the
     /// policies that write into a layout (not DQ). GD writes use GD-1's routing: the
@@ -41,7 +51,15 @@ impl WritePolicyKind {
             WritePolicyKind::Static => Some(ReadPolicyKind::Static),
             WritePolicyKind::Gd => Some(ReadPolicyKind::Gd),
             WritePolicyKind::Dq => None,
+            WritePolicyKind::Ceft => Some(ReadPolicyKind::Ceft),
+            WritePolicyKind::CeftAdaptive => Some(ReadPolicyKind::CeftAdaptive),
         }
+    }
+
+    /// Whether a dataset written this way is laid out in mirrored groups (LAY-2) unless told
+    /// otherwise: CW-1's policies choose within CEFT-PVFS's mirror pairs.
+    pub fn default_mirrored(self) -> bool {
+        matches!(self, WritePolicyKind::Ceft | WritePolicyKind::CeftAdaptive)
     }
 
     /// Copies a dataset written this way has unless told otherwise.
@@ -69,6 +87,8 @@ impl fmt::Display for WritePolicyKind {
             WritePolicyKind::Static => "static",
             WritePolicyKind::Gd => "gd",
             WritePolicyKind::Dq => "dq",
+            WritePolicyKind::Ceft => "ceft",
+            WritePolicyKind::CeftAdaptive => "ceft-adaptive",
         })
     }
 }
@@ -83,6 +103,6 @@ mod tests {
             assert_eq!(k.to_string().parse::<WritePolicyKind>(), Ok(k));
         }
         let e = "fastest".parse::<WritePolicyKind>().unwrap_err();
-        assert!(e.contains("static, gd, dq"), "{e}");
+        assert!(e.contains("static, gd, dq, ceft, ceft-adaptive"), "{e}");
     }
 }

@@ -192,6 +192,9 @@ pub struct ServerStats {
     pub rss_bytes: u64,
     pub peak_rss_bytes: u64,
     pub datasets: u64,
+    /// The node's load at its last sample (CW-1).
+    #[serde(default)]
+    pub node_load: Option<ganges_core::ceft::NodeLoad>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,7 +20,7 @@
 //! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, primary u32, data |
 //! | 0x83 | ReadOk from a handed-off request | origin node u32, origin request u64, then as ReadOk |
 //! | 0x84 | WriteOk   | queue_len u32, service_us u32, primary u32, block u32 |
-//! | 0x85 | State     | queue_len u32, primary u32, disk rate u32 (KiB/s, 0 unknown), measured u8 (0 or 1) |
+//! | 0x85 | State     | queue_len u32, primary u32, disk rate u32 (KiB/s, 0 unknown), measured u8 (0 or 1), then the node's load if sampled: cpu f32, load f32, free memory u64, free net f32, free disk f32 (bytes/s) |
 //! | 0x87 | Error for a handed-off request | origin node u32, origin request u64, then as Error |
 //! | 0x88 | Moved     | to node u32: the header's request id was handed to that server |
 //! | 0x90 | ControlOk | JSON `ControlReply` |
@@ -30,6 +30,7 @@ use crate::control::{ControlReply, ControlRequest};
 use crate::frame::{CONTROL_BODY_MAX, FrameHeader, HEADER_BYTES, ProtoError};
 use crate::manifest::DatasetName;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use ganges_core::ceft::NodeLoad;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::sched::{Progress, ProgressMetric, Service};
 use serde::{Deserialize, Serialize};
@@ -140,6 +141,8 @@ pub struct State {
     pub disk_bytes_per_sec: Option<f64>,
     /// Whether `disk_bytes_per_sec` was measured.
     pub disk_measured: bool,
+    /// The node's load as its sampler last saw it (CW-1); `None` before its first interval.
+    pub node_load: Option<NodeLoad>,
 }
 
 /// `WriteReq::block` of a block the server appends where it likes (DQ-1): its copy of the
@@ -413,6 +416,13 @@ impl Message {
                 let kib = s.disk_bytes_per_sec.map_or(0, |r| (r / 1024.0).round().clamp(1.0, u32::MAX as f64) as u32);
                 fields.put_u32_le(kib);
                 fields.put_u8(u8::from(s.disk_measured));
+                if let Some(l) = &s.node_load {
+                    fields.put_f32_le(l.cpu_min_busy as f32);
+                    fields.put_f32_le(l.load as f32);
+                    fields.put_u64_le(l.mem_free_bytes);
+                    fields.put_f32_le(l.net_free_bytes_per_sec as f32);
+                    fields.put_f32_le(l.disk_free_bytes_per_sec as f32);
+                }
             }
             Message::Moved { to } => fields.put_u32_le(to.0),
             Message::Write(w) => {
@@ -507,9 +517,13 @@ impl Message {
                     1 => true,
                     v => return Err(ProtoError::malformed("state", format!("measured byte {v}"))),
                 };
-                empty("state", &b)?;
+                let node_load = match b.remaining() {
+                    0 => None,
+                    NODE_LOAD_BYTES => Some(get_node_load(&mut b)?),
+                    n => return Err(ProtoError::malformed("state", format!("{n} bytes after the disk rate"))),
+                };
                 let disk_bytes_per_sec = (kib > 0).then_some(kib as f64 * 1024.0);
-                Message::State(State { queue_len, primary_progress, disk_bytes_per_sec, disk_measured })
+                Message::State(State { queue_len, primary_progress, disk_bytes_per_sec, disk_measured, node_load })
             }
             kind::MOVED => {
                 need("moved", &b, 4)?;
@@ -564,6 +578,22 @@ fn get_service(what: &'static str, b: &mut Bytes) -> Result<Service, ProtoError>
     let v = b.get_u8();
     let share = b.get_u16_le();
     Service::from_byte(v, share).ok_or_else(|| ProtoError::malformed(what, format!("service byte {v:#04x}")))
+}
+
+/// The node-load tail of a State frame: 4 + 4 + 8 + 4 + 4 bytes.
+const NODE_LOAD_BYTES: usize = 24;
+
+fn get_node_load(b: &mut Bytes) -> Result<NodeLoad, ProtoError> {
+    let cpu = b.get_f32_le() as f64;
+    let load = b.get_f32_le() as f64;
+    let mem_free_bytes = b.get_u64_le();
+    let net = b.get_f32_le() as f64;
+    let disk = b.get_f32_le() as f64;
+    let ok = |x: f64| x.is_finite() && x >= 0.0;
+    if !(ok(cpu) && cpu <= 1.0 && ok(load) && ok(net) && ok(disk)) {
+        return Err(ProtoError::malformed("state", format!("node load cpu {cpu} load {load} net {net} disk {disk}")));
+    }
+    Ok(NodeLoad { cpu_min_busy: cpu, load, mem_free_bytes, net_free_bytes_per_sec: net, disk_free_bytes_per_sec: disk })
 }
 
 fn get_primary(what: &'static str, b: &mut Bytes) -> Result<Option<f64>, ProtoError> {
@@ -649,6 +679,19 @@ mod tests {
         prop::option::of((0u32..=1_000_000_000).prop_map(|v| v as f64 / PARTS))
     }
 
+    /// Loads whose figures survive f32 exactly.
+    fn node_load() -> impl Strategy<Value = NodeLoad> {
+        (0f32..=1.0, 0f32..64.0, any::<u64>(), 0f32..1e10, 0f32..1e10).prop_map(|(cpu, load, mem, net, disk)| {
+            NodeLoad {
+                cpu_min_busy: cpu as f64,
+                load: load as f64,
+                mem_free_bytes: mem,
+                net_free_bytes_per_sec: net as f64,
+                disk_free_bytes_per_sec: disk as f64,
+            }
+        })
+    }
+
     fn origin() -> impl Strategy<Value = Option<Origin>> {
         prop::option::of((any::<u32>(), any::<u64>()).prop_map(|(n, r)| Origin { node: NodeId(n), request_id: r }))
     }
@@ -693,12 +736,11 @@ mod tests {
                     data
                 })
             ),
-            (any::<u32>(), primary(), prop::option::of(1u32..u32::MAX), any::<bool>()).prop_map(
-                |(queue_len, primary_progress, kib, disk_measured)| {
+            (any::<u32>(), primary(), prop::option::of(1u32..u32::MAX), any::<bool>(), prop::option::of(node_load()))
+                .prop_map(|(queue_len, primary_progress, kib, disk_measured, node_load)| {
                     let disk_bytes_per_sec = kib.map(|k| k as f64 * 1024.0);
-                    Message::State(State { queue_len, primary_progress, disk_bytes_per_sec, disk_measured })
-                }
-            ),
+                    Message::State(State { queue_len, primary_progress, disk_bytes_per_sec, disk_measured, node_load })
+                }),
             any::<u32>().prop_map(|n| Message::Moved { to: NodeId(n) }),
             (any::<u64>(), progress(), service(), any::<u64>(), name(), any::<u32>(), any::<u32>(), any::<u32>(), data)
                 .prop_map(|(stream, progress, service, txid, dataset, f, block, crc, data)| Message::Write(WriteReq {
@@ -787,8 +829,43 @@ mod tests {
     }
 
     #[test]
+    fn a_node_load_out_of_range_or_cut_short_is_malformed() {
+        let load = NodeLoad {
+            cpu_min_busy: 0.5,
+            load: 1.0,
+            mem_free_bytes: 1 << 30,
+            net_free_bytes_per_sec: 1e8,
+            disk_free_bytes_per_sec: 3e7,
+        };
+        let state = State {
+            queue_len: 0,
+            primary_progress: None,
+            disk_bytes_per_sec: None,
+            disk_measured: false,
+            node_load: Some(load),
+        };
+        let v = Message::State(state).encode(1).to_vec();
+        let h = FrameHeader::parse(v[..HEADER_BYTES].try_into().unwrap()).unwrap();
+        let body = &v[HEADER_BYTES..];
+        assert_eq!(Message::decode(&h, Bytes::copy_from_slice(body)).unwrap(), Message::State(state));
+        // A CPU above 100%, a NaN rate, a tail cut short: each refused.
+        for (at, bytes) in [(13, 1.5f32.to_le_bytes()), (29, f32::NAN.to_le_bytes())] {
+            let mut bad = body.to_vec();
+            bad[at..at + 4].copy_from_slice(&bytes);
+            assert!(Message::decode(&h, Bytes::from(bad)).is_err());
+        }
+        assert!(Message::decode(&h, Bytes::copy_from_slice(&body[..body.len() - 1])).is_err());
+    }
+
+    #[test]
     fn primary_progress_above_one_is_malformed() {
-        let state = State { queue_len: 1, primary_progress: Some(0.5), disk_bytes_per_sec: None, disk_measured: false };
+        let state = State {
+            queue_len: 1,
+            primary_progress: Some(0.5),
+            disk_bytes_per_sec: None,
+            disk_measured: false,
+            node_load: None,
+        };
         let mut v = Message::State(state).encode(1).to_vec();
         let h = FrameHeader::parse(v[..HEADER_BYTES].try_into().unwrap()).unwrap();
         v[HEADER_BYTES + 4..HEADER_BYTES + 8].copy_from_slice(&2_000_000_000u32.to_le_bytes());

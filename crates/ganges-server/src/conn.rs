@@ -208,6 +208,7 @@ async fn read_loop(
                             primary_progress,
                             disk_bytes_per_sec: r.disk_bytes_per_sec,
                             disk_measured: r.disk_measured,
+                            node_load: *shared.node_load.lock().expect("node lock"),
                         })
                     }
                     Err(e) => store_error(e),

@@ -9,6 +9,7 @@
 //! - [`conn`]: one connection: handshake, frame dispatch, replies, protocol errors.
 //! - [`fill`]: GW-2 replica completion: a copy brings itself the blocks it lacks from peers.
 //! - [`handoff`]: GD-6: an idle server asks its peers for queued requests; a busy one gives.
+//! - [`node`]: CW-1: the node's CPU, load, memory, network and disk, sampled once a second.
 //! - [`sys`]: CPU and memory use of the process.
 //!
 //! The entry point is [`run`], which takes its listener and a shutdown future (mini-redis
@@ -18,9 +19,11 @@ pub mod conn;
 pub mod disk;
 pub mod fill;
 pub mod handoff;
+pub mod node;
 pub mod store;
 pub mod sys;
 
+use ganges_core::ceft::NodeLoad;
 use ganges_core::disk::{DiskModel, DiskParams};
 use ganges_core::ids::NodeId;
 use ganges_core::sched::SchedulerKind;
@@ -45,6 +48,8 @@ pub struct ServerConfig {
     pub scheduler: SchedulerKind,
     /// The other servers, for request handoff; also settable at run time (`SetPeers`).
     pub peers: Vec<Peer>,
+    /// What this server's node is, for the load it reports (CW-1).
+    pub node_sampling: node::NodeConfig,
 }
 
 /// Counters reported by `Stats`.
@@ -79,6 +84,8 @@ pub struct Shared {
     /// (a server that takes over another's request answers on the client's connection here).
     pub clients: Mutex<HashMap<u64, (u64, conn::Outbox)>>,
     pub counters: Counters,
+    /// The node's load at its last sample (CW-1); `None` before the first interval.
+    pub node_load: Mutex<Option<NodeLoad>>,
     /// Time zero of this server, for the `Time` values policies see.
     epoch: Instant,
 }
@@ -127,6 +134,7 @@ impl Shared {
             rss_bytes: rss,
             peak_rss_bytes: peak,
             datasets,
+            node_load: *self.node_load.lock().expect("node lock"),
         }
     }
 }
@@ -158,10 +166,12 @@ pub async fn run(
         peers: Mutex::new(config_peers),
         clients: Mutex::new(HashMap::new()),
         counters: Counters::default(),
+        node_load: Mutex::new(None),
         epoch: Instant::now(),
     });
     let driver = tokio::spawn(disk::run(shared.clone(), queue_depth));
     let asker = tokio::spawn(handoff::run_asker(shared.clone()));
+    let sampler = tokio::spawn(node::run(shared.clone()));
     let next_conn = AtomicU64::new(1);
     tokio::pin!(shutdown);
     let result = loop {
@@ -183,6 +193,7 @@ pub async fn run(
     };
     driver.abort();
     asker.abort();
+    sampler.abort();
     result
 }
 

@@ -533,7 +533,11 @@ impl<'a> Sim<'a> {
             }
             ToServer::Probe { c } => {
                 let r = self.servers[s].q.report(DATASET, now);
-                let state = ServerState { queue_len: r.queue_len, service_us: 0, primary_progress: r.primary_progress };
+                let state = ServerState {
+                    queue_len: r.queue_len,
+                    primary_progress: r.primary_progress,
+                    ..ServerState::default()
+                };
                 let rate = r.disk_bytes_per_sec.map(|b| (b, r.disk_measured));
                 let msg = ToConsumer::State { node: NodeId(s as u32), state, rate };
                 self.send_consumer(s, c, HEADER_BYTES, msg);
@@ -621,6 +625,7 @@ impl<'a> Sim<'a> {
             queue_len: r.queue_len,
             service_us: busy.as_micros().min(u32::MAX as u128) as u32,
             primary_progress: r.primary_progress,
+            node_load: None,
         };
         let msg = ToConsumer::ReadOk { request: ctx.request, state, bytes: job.bytes };
         self.send_consumer(s, ctx.consumer, job.bytes + HEADER_BYTES, msg);

@@ -31,8 +31,14 @@ pub fn disk(rate_mib_per_sec: f64) -> Option<DiskSpec> {
 
 pub fn start(nodes: u32, disk: Option<DiskSpec>) -> TestCluster {
     let root = tempfile::tempdir().unwrap();
-    let spec =
-        LocalSpec { nodes, root: root.path().to_path_buf(), disk, scheduler: SchedulerKind::Auto, binary: binary() };
+    let spec = LocalSpec {
+        nodes,
+        root: root.path().to_path_buf(),
+        disk,
+        scheduler: SchedulerKind::Auto,
+        binary: binary(),
+        node_groups: None,
+    };
     let local = LocalCluster::start(&spec).expect("local cluster starts");
     TestCluster { local, root }
 }

@@ -48,6 +48,7 @@
 //! `on_node_down`, `on_state`, `on_moved`, then drain `poll_send`, `poll_cancel`,
 //! `poll_notify` and `poll_probe` until all return `None`.
 
+pub mod ceft;
 pub mod plan;
 pub mod policy;
 pub mod primary;
@@ -93,6 +94,7 @@ macro_rules! view {
             nodes: &$e.nodes,
             own_fraction: $e.done_bytes as f64 / $e.total_bytes.max(1) as f64,
             block_fraction: $e.block_bytes as f64 / $e.total_bytes.max(1) as f64,
+            total_bytes: $e.total_bytes,
             window: $e.config.window,
             fragment: None,
         }

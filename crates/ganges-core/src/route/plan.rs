@@ -307,6 +307,7 @@ mod tests {
             nodes,
             own_fraction: 0.0,
             block_fraction: 0.01,
+            total_bytes: 1 << 30,
             window: 4,
             fragment: Some(FragmentId(fragment)),
         }
@@ -389,7 +390,7 @@ mod tests {
         let on_track = p.disk_share(FragmentId(0), NodeId(1)).unwrap();
         // Every other reader is 30% through, this one 10%.
         for i in 0..4 {
-            let s = ServerState { queue_len: 0, service_us: 0, primary_progress: Some(0.3) };
+            let s = ServerState { primary_progress: Some(0.3), ..ServerState::default() };
             n.get_mut(&NodeId(i)).unwrap().last_state = Some(s);
         }
         let behind = RouteView { own_fraction: 0.1, ..view(&n, 0) };

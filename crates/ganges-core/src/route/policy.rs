@@ -1,9 +1,12 @@
 //! The policy half of read routing: the trait every policy implements, what a policy may
 //! see, the policies' names and settings, and the simple policies (static, GD, mirror).
 
+use super::ceft::CeftSettings;
+use super::ceft::{Ceft, CeftAdaptive};
 use super::plan::Planned;
 use super::primary::PrimaryCopies;
 use super::rate::ResponseRate;
+use crate::ceft::NodeLoad;
 use crate::ids::{FragmentId, NodeId};
 use crate::layout::Layout;
 use crate::sched::{Discipline, ProgressMetric, Service};
@@ -40,6 +43,12 @@ pub enum ReadPolicyKind {
     GdPlan,
     /// GD-9 (CEFT-PVFS): blocks interleaved over the copies, both at once, no adaptation.
     Mirror,
+    /// CW-1 (CEFT-PVFS): the paper's rule on the nodes' reported load picks the copy a
+    /// block is written to first. A write routing only: not in `ALL`, not a read policy's
+    /// name.
+    Ceft,
+    /// CW-1, ours: the copy that would finish the block first by measured rates. Writes only.
+    CeftAdaptive,
 }
 
 impl ReadPolicyKind {
@@ -70,6 +79,8 @@ impl ReadPolicyKind {
             ReadPolicyKind::GdRrHandoff => Box::new(ResponseRate::new(settings.rate, true)),
             ReadPolicyKind::GdPlan => Box::new(Planned::new(settings.plan)),
             ReadPolicyKind::Mirror => Box::new(Mirror::default()),
+            ReadPolicyKind::Ceft => Box::new(Ceft::new(settings.ceft)),
+            ReadPolicyKind::CeftAdaptive => Box::new(CeftAdaptive::new(settings.ceft)),
         }
     }
 
@@ -86,6 +97,8 @@ impl ReadPolicyKind {
             ReadPolicyKind::GdRrHandoff => "GD-4/5 with GD-6 server request handoff",
             ReadPolicyKind::GdPlan => "GD with shares planned from every server's rate (ours), and runs",
             ReadPolicyKind::Mirror => "GD-9 interleaved reads of both copies (CEFT-PVFS), no adaptation",
+            ReadPolicyKind::Ceft => "CW-1 CEFT-PVFS's rule on the nodes' load picks the copy written first",
+            ReadPolicyKind::CeftAdaptive => "CW-1 ours: the copy that would finish the block first, by measured rates",
         }
     }
 }
@@ -114,6 +127,8 @@ impl fmt::Display for ReadPolicyKind {
             ReadPolicyKind::GdRrHandoff => "gd-rr-handoff",
             ReadPolicyKind::GdPlan => "gd-plan",
             ReadPolicyKind::Mirror => "mirror",
+            ReadPolicyKind::Ceft => "ceft",
+            ReadPolicyKind::CeftAdaptive => "ceft-adaptive",
         })
     }
 }
@@ -195,6 +210,8 @@ pub struct PolicySettings {
     pub rate: RateSettings,
     #[serde(default)]
     pub plan: PlanSettings,
+    #[serde(default)]
+    pub ceft: CeftSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -244,6 +261,19 @@ impl PolicySettings {
         if self.plan.probe_interval.is_zero() {
             return err("plan-probe-interval", &format!("{:?}", self.plan.probe_interval), "must be positive");
         }
+        let c = &self.ceft;
+        if !(c.thresholds.cpu_saturated > 0.0 && c.thresholds.cpu_saturated <= 1.0) {
+            return err("ceft-cpu-saturated", &c.thresholds.cpu_saturated, "must be above 0 and at most 1");
+        }
+        if !(c.thresholds.load_heavy >= 0.0 && c.thresholds.load_heavy.is_finite()) {
+            return err("ceft-load-heavy", &c.thresholds.load_heavy, "must be at least 0");
+        }
+        if c.probe_interval.is_zero() {
+            return err("ceft-probe-interval", &format!("{:?}", c.probe_interval), "must be positive");
+        }
+        if c.explore_interval.is_zero() {
+            return err("ceft-explore-interval", &format!("{:?}", c.explore_interval), "must be positive");
+        }
         Ok(())
     }
 }
@@ -258,6 +288,8 @@ pub struct ServerState {
     /// The least progress (fraction) among the consumers reading its primary copies of this
     /// dataset; `None` when nobody does.
     pub primary_progress: Option<f64>,
+    /// The node's load as its sampler last saw it (CW-1), in answers to probes.
+    pub node_load: Option<NodeLoad>,
 }
 
 /// What the engine knows about one server, from this consumer's point of view.
@@ -289,6 +321,8 @@ pub struct RouteView<'a> {
     pub own_fraction: f64,
     /// One block as a fraction of the partition (how coarse progress is).
     pub block_fraction: f64,
+    /// The partition's size, bytes.
+    pub total_bytes: u64,
     pub window: u32,
     /// The fragment of the piece being placed (in `pick`).
     pub fragment: Option<FragmentId>,

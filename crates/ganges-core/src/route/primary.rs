@@ -156,11 +156,19 @@ mod tests {
     use std::time::Duration;
 
     fn view<'a>(nodes: &'a BTreeMap<NodeId, NodeView>, own: f64) -> RouteView<'a> {
-        RouteView { now: Time::ZERO, nodes, own_fraction: own, block_fraction: 0.001, window: 4, fragment: None }
+        RouteView {
+            now: Time::ZERO,
+            nodes,
+            own_fraction: own,
+            block_fraction: 0.001,
+            total_bytes: 1 << 30,
+            window: 4,
+            fragment: None,
+        }
     }
 
     fn state(p: Option<f64>) -> ServerState {
-        ServerState { queue_len: 0, service_us: 0, primary_progress: p }
+        ServerState { primary_progress: p, ..ServerState::default() }
     }
 
     const H: [NodeId; 2] = [NodeId(0), NodeId(1)];

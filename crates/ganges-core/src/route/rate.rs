@@ -172,7 +172,15 @@ mod tests {
     }
 
     fn view(nodes: &BTreeMap<NodeId, NodeView>) -> RouteView<'_> {
-        RouteView { now: Time::ZERO, nodes, own_fraction: 0.0, block_fraction: 0.01, window: 8, fragment: None }
+        RouteView {
+            now: Time::ZERO,
+            nodes,
+            own_fraction: 0.0,
+            block_fraction: 0.01,
+            total_bytes: 1 << 30,
+            window: 8,
+            fragment: None,
+        }
     }
 
     #[test]

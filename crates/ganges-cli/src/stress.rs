@@ -1,0 +1,206 @@
+//! Loading one node of a local cluster, for `bench write --stress` (CEFT-PVFS's experiments:
+//! a node's CPUs, or its disk and memory, kept busy by another program).
+//!
+//! Every server of a stressed bench is its own node: a cgroup-v1 group under the cpu,
+//! cpuacct and memory controllers (`ganges serve --node-cgroup`), with one CPU's worth of
+//! CFS quota and [`NODE_MEMORY`] of memory, so that a program started in node K's group
+//! competes with server K and with no other. The stressors are `ganges stress` processes
+//! (hidden from the help; the bench starts and kills them):
+//! - `cpu`: busy threads in the node's group, more than the node's one CPU can run, so the
+//!   node's CPU is saturated and its load above the paper's 2.
+//! - `memory`: CEFT-PVFS's "program to stress the memory and disk": memory taken until the
+//!   node has a quarter of a writer's bytes free (less than the file it writes, the rule's
+//!   FSIZE), plus a competing stream on the node's modelled disk (the program's synchronous
+//!   appends; FI-1's competing reader).
+//! - `disk`: the competing stream alone, taking half the disk.
+//!
+//! Network stress (CEFT-PVFS's Netperf beside a server) needs each server in a network
+//! namespace with its own link, and servers serve on loopback only until the cluster-secret
+//! handshake is built; it is refused with that reason.
+
+use crate::util::{CliError, CliResult, fail};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Each node's memory in a stressed bench.
+pub const NODE_MEMORY: u64 = 1 << 30;
+/// Busy threads of a CPU stress: three on a one-CPU node, a load of three.
+pub const CPU_THREADS: u32 = 3;
+/// The disk share a disk (or memory) stress's competing stream takes.
+pub const DISK_SHARE: f64 = 0.5;
+/// How long a stress runs before it is measured: the nodes sample once a second and smooth
+/// a group's load over 2 s.
+pub const SETTLE: Duration = Duration::from_secs(4);
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+const CONTROLLERS: [&str; 3] = ["cpu", "cpuacct", "memory"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StressKind {
+    Cpu,
+    Memory,
+    Disk,
+}
+
+impl FromStr for StressKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(StressKind::Cpu),
+            "memory" => Ok(StressKind::Memory),
+            "disk" => Ok(StressKind::Disk),
+            "network" => Err("network stress is not built: it needs each server in a network namespace with \
+                 its own link, and servers serve on loopback only until the cluster-secret handshake exists"
+                .into()),
+            _ => Err(format!("unknown stress `{s}` (use cpu, memory or disk)")),
+        }
+    }
+}
+
+impl std::fmt::Display for StressKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StressKind::Cpu => "cpu",
+            StressKind::Memory => "memory",
+            StressKind::Disk => "disk",
+        })
+    }
+}
+
+impl StressKind {
+    /// Whether this stress puts a competing stream on the node's modelled disk.
+    pub fn loads_disk(self) -> bool {
+        matches!(self, StressKind::Memory | StressKind::Disk)
+    }
+}
+
+/// The cgroup groups of a cluster's nodes: `PARENT/nodeN` under each controller. Removed
+/// when dropped (after the processes in them have gone).
+#[derive(Debug)]
+pub struct NodeGroups {
+    pub parent: String,
+    nodes: u32,
+}
+
+fn dir(controller: &str, group: &str) -> PathBuf {
+    Path::new(CGROUP_ROOT).join(controller).join(group)
+}
+
+/// Node `node`'s group below `parent`.
+pub fn node_group(parent: &str, node: u32) -> String {
+    format!("{parent}/node{node}")
+}
+
+impl NodeGroups {
+    /// Groups for `nodes` nodes, each given one CPU of quota.
+    pub fn create(nodes: u32) -> CliResult<NodeGroups> {
+        let parent = format!("ganges-bench-{}", std::process::id());
+        let groups = NodeGroups { parent, nodes };
+        for n in 0..nodes {
+            let g = groups.group(n);
+            for c in CONTROLLERS {
+                std::fs::create_dir_all(dir(c, &g)).map_err(|e| {
+                    CliError(format!(
+                        "a stressed bench needs cgroup v1 (cpu, cpuacct, memory) and root: creating {}: {e}",
+                        dir(c, &g).display()
+                    ))
+                })?;
+            }
+            let cpu = dir("cpu", &g);
+            std::fs::write(cpu.join("cpu.cfs_period_us"), "100000")
+                .and_then(|_| std::fs::write(cpu.join("cpu.cfs_quota_us"), "100000"))
+                .map_err(|e| CliError(format!("setting {}'s CPU quota: {e}", cpu.display())))?;
+        }
+        Ok(groups)
+    }
+
+    pub fn group(&self, node: u32) -> String {
+        node_group(&self.parent, node)
+    }
+}
+
+impl Drop for NodeGroups {
+    fn drop(&mut self) {
+        // A group can go once its processes have; the servers are stopped before this.
+        for c in CONTROLLERS {
+            for n in 0..self.nodes {
+                let _ = std::fs::remove_dir(dir(c, &self.group(n)));
+            }
+            let _ = std::fs::remove_dir(dir(c, &self.parent));
+        }
+    }
+}
+
+/// A running stressor process; killed when dropped.
+#[derive(Debug)]
+pub struct Stressor(Child);
+
+impl Drop for Stressor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start `ganges stress KIND` in `group` (the CPU and memory parts; a disk stress is a
+/// fault set on the server); a memory stress leaves `leave` bytes of the node free. `None`
+/// for a disk stress.
+pub fn start(binary: &Path, kind: StressKind, group: &str, leave: u64) -> CliResult<Option<Stressor>> {
+    let args: Vec<String> = match kind {
+        StressKind::Disk => return Ok(None),
+        StressKind::Cpu => vec!["--threads".into(), CPU_THREADS.to_string()],
+        StressKind::Memory => {
+            vec!["--node-memory".into(), format!("{NODE_MEMORY}B"), "--leave".into(), format!("{leave}B")]
+        }
+    };
+    let mut cmd = Command::new(binary);
+    cmd.args(["stress", &kind.to_string(), "--cgroup", group]).args(args).stdin(Stdio::null()).stdout(Stdio::null());
+    crate::sys::tie_to_parent(&mut cmd, false);
+    let child = cmd.spawn().map_err(|e| CliError(format!("starting a {kind} stress: {e}")))?;
+    Ok(Some(Stressor(child)))
+}
+
+/// The stressor's own body (`ganges stress`): join the node's group, then load it until
+/// killed.
+pub fn run(kind: StressKind, group: &str, threads: u32, node_memory: u64, leave: u64) -> CliResult<()> {
+    ganges_server::node::join_cgroup(group)?;
+    match kind {
+        StressKind::Cpu => {
+            for _ in 0..threads.max(1) {
+                std::thread::spawn(|| {
+                    let mut x = 1u64;
+                    loop {
+                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                    }
+                });
+            }
+        }
+        StressKind::Memory => {
+            let used = || {
+                std::fs::read_to_string(dir("memory", group).join("memory.usage_in_bytes"))
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u64>().ok())
+            };
+            let mut held: Vec<Vec<u8>> = vec![];
+            const CHUNK: usize = 16 << 20;
+            while let Some(u) = used() {
+                if u + leave + CHUNK as u64 > node_memory {
+                    break;
+                }
+                // Touched, so the pages are really the node's.
+                held.push(vec![1u8; CHUNK]);
+            }
+            if held.is_empty() && used().is_none() {
+                return fail(format!("reading {}'s memory use", dir("memory", group).display()));
+            }
+            std::mem::forget(held);
+        }
+        StressKind::Disk => return fail("a disk stress is a competing stream set on the server, not a process"),
+    }
+    loop {
+        std::thread::park();
+    }
+}

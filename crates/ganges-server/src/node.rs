@@ -1,0 +1,205 @@
+//! CW-1: what this server's node is doing, sampled about once a second and handed to writers
+//! in answers to probes (CEFT-PVFS, "Scheduling algorithms": CPU utilization, load, free
+//! memory, network and disk throughput).
+//!
+//! A node is the machine (`/proc/stat`, `/proc/loadavg`, `/proc/meminfo`, `/proc/net/dev` of
+//! the server's network namespace), or, when the server is given one, a cgroup-v1 group of
+//! processes: several nodes on one machine, each with its own CPU and memory, which is how
+//! `bench write --stress` loads one node without the others. For a cgroup node:
+//! - CPU: the group's `cpuacct.usage` against what it may use (its CFS quota, else every
+//!   CPU of the machine), as one CPU: a group held at its quota is saturated.
+//! - load: the group's runnable tasks (but the sampling thread), smoothed with a 2 s time
+//!   constant (the kernel keeps no load average per group; its 1-minute one would take a
+//!   minute to see a stress).
+//! - network: the group has no interface of its own, so its traffic is the server's own
+//!   (data bytes in and out).
+//!
+//! Otherwise the network is the interfaces of the server's namespace.
+//! - memory: the node's memory (as configured, else the group's limit) less the group's
+//!   usage, at most what the machine has available.
+//!
+//! The network's free rate is the configured link rate less that traffic; the disk's is the
+//! model's rate now (a slow disk or a competing stream included) times the share of time the
+//! model was idle. Without a disk model the disk is taken as free.
+//! The arithmetic is `ganges_core::ceft` (pure, tested); this module only reads files.
+
+use crate::Shared;
+use ganges_core::ceft::{self, CpuTimes, NodeCapacity, NodeCounters};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How often a node samples itself (the paper's servers report about once a second).
+pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+/// The smoothing of a cgroup node's runnable count: quick enough that a stress shows within
+/// a few seconds, slow enough that one sample's luck does not.
+pub const CGROUP_LOAD_TAU_SECS: f64 = 2.0;
+/// A link's rate unless told: 10 Gb/s, received plus sent.
+pub const NET_DEFAULT_BYTES_PER_SEC: f64 = 1.25e9;
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeConfig {
+    /// The cgroup-v1 group (a path below each controller's mount) this node is; `None`: the
+    /// machine.
+    pub cgroup: Option<String>,
+    /// The link's rate, received plus sent, bytes per second.
+    pub net_bytes_per_sec: f64,
+    /// The node's memory; `None`: a cgroup node's limit, else the machine's.
+    pub memory_bytes: Option<u64>,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig { cgroup: None, net_bytes_per_sec: NET_DEFAULT_BYTES_PER_SEC, memory_bytes: None }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("joining cgroup {dir}: {source} (cgroup v1 with cpu, cpuacct and memory, as root)")]
+    Join { dir: PathBuf, source: std::io::Error },
+}
+
+fn controller_dir(controller: &str, group: &str) -> PathBuf {
+    Path::new(CGROUP_ROOT).join(controller).join(group.trim_start_matches('/'))
+}
+
+/// Move this process into `group` under the cpu, cpuacct and memory controllers, creating it
+/// where it does not exist.
+pub fn join_cgroup(group: &str) -> Result<(), NodeError> {
+    let pid = std::process::id().to_string();
+    for c in ["cpu", "cpuacct", "memory"] {
+        let dir = controller_dir(c, group);
+        std::fs::create_dir_all(&dir)
+            .and_then(|_| std::fs::write(dir.join("cgroup.procs"), &pid))
+            .map_err(|source| NodeError::Join { dir, source })?;
+    }
+    Ok(())
+}
+
+/// Reads a node's counters; keeps what smoothing needs between samples.
+#[derive(Debug)]
+pub struct Sampler {
+    config: NodeConfig,
+    started: std::time::Instant,
+    load: f64,
+    last_at: Option<f64>,
+}
+
+fn read(path: impl AsRef<Path>) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn read_u64(path: impl AsRef<Path>) -> Option<u64> {
+    read(path)?.trim().parse().ok()
+}
+
+impl Sampler {
+    pub fn new(config: NodeConfig) -> Sampler {
+        Sampler { config, started: std::time::Instant::now(), load: 0.0, last_at: None }
+    }
+
+    /// The node's counters now, given its disk's busy seconds and the server's own traffic
+    /// so far.
+    pub fn sample(&mut self, disk_busy_secs: f64, server_net_bytes: u64) -> NodeCounters {
+        let at_secs = self.started.elapsed().as_secs_f64();
+        let host_mem = read("/proc/meminfo").and_then(|t| ceft::parse_mem_available(&t)).unwrap_or(0);
+        let (cpus, load, mem_free_bytes, net_bytes) = match self.config.cgroup.clone() {
+            None => (
+                read("/proc/stat").map(|t| ceft::parse_proc_stat(&t)).unwrap_or_default(),
+                read("/proc/loadavg").and_then(|t| ceft::parse_loadavg(&t)).unwrap_or(0.0),
+                host_mem,
+                read("/proc/net/dev").map_or(0, |t| {
+                    let (rx, tx) = ceft::parse_net_dev(&t);
+                    rx + tx
+                }),
+            ),
+            Some(group) => {
+                let dt = self.last_at.map_or(0.0, |l| at_secs - l);
+                self.load = ceft::smooth_load(self.load, runnable(&group) as f64, dt, CGROUP_LOAD_TAU_SECS);
+                let mem = controller_dir("memory", &group);
+                let limit = read_u64(mem.join("memory.limit_in_bytes")).unwrap_or(u64::MAX);
+                let size = self.config.memory_bytes.map_or(limit, |m| m.min(limit));
+                let free = match read_u64(mem.join("memory.usage_in_bytes")) {
+                    Some(used) => size.saturating_sub(used).min(host_mem),
+                    None => host_mem,
+                };
+                (cgroup_cpu(&group, at_secs), self.load, free, server_net_bytes)
+            }
+        };
+        self.last_at = Some(at_secs);
+        NodeCounters { at_secs, cpus, load, mem_free_bytes, net_bytes, disk_busy_secs }
+    }
+}
+
+/// A cgroup node's CPU as one CPU: nanoseconds used against nanoseconds it may use.
+fn cgroup_cpu(group: &str, at_secs: f64) -> Vec<CpuTimes> {
+    let Some(used) = read_u64(controller_dir("cpuacct", group).join("cpuacct.usage")) else {
+        return vec![];
+    };
+    let cpu = controller_dir("cpu", group);
+    let quota = read(cpu.join("cpu.cfs_quota_us")).and_then(|t| t.trim().parse::<i64>().ok());
+    let period = read_u64(cpu.join("cpu.cfs_period_us"));
+    let cpus = match (quota, period) {
+        (Some(q), Some(p)) if q > 0 && p > 0 => q as f64 / p as f64,
+        _ => std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
+    };
+    vec![CpuTimes { busy: used, total: (at_secs * 1e9 * cpus) as u64 }]
+}
+
+/// Tasks of the group that are runnable now, but the one counting (which is running).
+fn runnable(group: &str) -> usize {
+    let Some(tasks) = read(controller_dir("cpuacct", group).join("tasks")) else { return 0 };
+    // SAFETY: gettid has no preconditions and cannot fail.
+    #[allow(unsafe_code)]
+    let me = unsafe { libc::gettid() }.to_string();
+    tasks
+        .split_whitespace()
+        .filter(|t| *t != me)
+        .filter_map(|t| read(format!("/proc/{t}/stat")))
+        .filter(|stat| ceft::is_runnable(stat))
+        .count()
+}
+
+/// The node's capacity now: the link's rate, and the disk model's rate with its fault.
+fn capacity(shared: &Shared) -> (NodeCapacity, f64) {
+    let model = {
+        let d = shared.disk.lock().expect("disk lock");
+        d.model.as_ref().map(|m| {
+            (m.params().rate_bytes_per_sec * m.fault().map_or(1.0, |f| f.rate_fraction()), m.stats().busy_secs)
+        })
+    };
+    // Without a model: the measured rate, never busy (taking the disk lock again, not nested).
+    let (rate, busy) = model.unwrap_or_else(|| (shared.rate_bytes_per_sec(), 0.0));
+    (NodeCapacity { net_bytes_per_sec: shared.config.node_sampling.net_bytes_per_sec, disk_bytes_per_sec: rate }, busy)
+}
+
+/// Sample the node every [`SAMPLE_INTERVAL`] and publish its load, until the server stops.
+pub async fn run(shared: Arc<Shared>) {
+    let mut sampler = Sampler::new(shared.config.node_sampling.clone());
+    let mut before: Option<NodeCounters> = None;
+    let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
+    loop {
+        tick.tick().await;
+        let (cap, busy) = capacity(&shared);
+        let c = &shared.counters;
+        let traffic = c.read_bytes.load(Ordering::Relaxed) + c.write_bytes.load(Ordering::Relaxed);
+        // /proc and cgroup files are quick to read, but they are files: off the reactor.
+        let Ok((s, after)) = tokio::task::spawn_blocking(move || {
+            let after = sampler.sample(busy, traffic);
+            (sampler, after)
+        })
+        .await
+        else {
+            return;
+        };
+        sampler = s;
+        if let Some(b) = &before {
+            *shared.node_load.lock().expect("node lock") = Some(ceft::node_load(b, &after, &cap));
+        }
+        before = Some(after);
+    }
+}
