@@ -380,7 +380,7 @@ pub(crate) struct BenchCluster {
     pub scratch: PathBuf,
     pub binary: PathBuf,
     /// Each server its own node (`LocalSpec::node_groups`).
-    pub node_groups: Option<(String, u64)>,
+    pub node_groups: Option<crate::stress::NodeSpec>,
 }
 
 /// A bench's running cluster. Dropped in field order: the servers stop, then their

@@ -259,7 +259,14 @@ pub fn run_write(spec: &WriteBenchSpec) -> CliResult<Report> {
         root: spec.root.clone(),
         scratch: scratch(spec),
         binary: spec.binary.clone(),
-        node_groups: groups.as_ref().map(|g| (g.parent.clone(), crate::stress::NODE_MEMORY)),
+        node_groups: groups.as_ref().map(|g| crate::stress::NodeSpec {
+            cgroup_parent: g.parent.clone(),
+            memory_bytes: crate::stress::NODE_MEMORY,
+            // A network stress needs a link that can be loaded: the link model, at
+            // LINK_PER_DISK of the disk's rate.
+            link_bytes_per_sec: (spec.stress.as_ref().map(|s| s.0) == Some(StressKind::Network))
+                .then_some(spec.disk.rate_bytes_per_sec * crate::stress::LINK_PER_DISK),
+        }),
     };
     let started = cluster.start()?;
     let report = started.block_on(bench_on_cluster(spec, &started.cluster, groups.as_ref()));
@@ -290,7 +297,8 @@ async fn bench_on_cluster(
                 let kind = *kind;
                 for n in nodes {
                     let leave = spec.fragment_bytes / 4;
-                    stressors.extend(crate::stress::start(&spec.binary, kind, &g.group(n.0), leave)?);
+                    let addr = cluster.cluster().servers[n.0 as usize].addr;
+                    stressors.extend(crate::stress::start(&spec.binary, kind, &g.group(n.0), addr, leave)?);
                 }
                 if !nodes.is_empty() {
                     bar.set_message(format!("{kind} stress on {} settling", nodes_text(nodes)));
@@ -317,9 +325,7 @@ async fn bench_on_cluster(
         let slowed = spec.slowed(nodes);
         for (pi, &policy) in spec.policies.iter().enumerate() {
             let (river, layout) = spec.ideals(policy, &slowed)?;
-            let mut r = row(policy, nodes, &mut samples[fi][pi], river, layout);
-            r.mirrored = spec.mirrored(policy);
-            rows.push(r);
+            rows.push(row(policy, spec.mirrored(policy), nodes, &mut samples[fi][pi], river, layout));
         }
     }
     Ok(Report {
@@ -460,13 +466,20 @@ fn nodes_text(nodes: &[NodeId]) -> String {
     nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(",")
 }
 
-fn row(policy: WritePolicyKind, faulty: &[NodeId], samples: &mut [Sample], river: f64, layout: f64) -> Row {
+fn row(
+    policy: WritePolicyKind,
+    mirrored: bool,
+    faulty: &[NodeId],
+    samples: &mut [Sample],
+    river: f64,
+    layout: f64,
+) -> Row {
     let times: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
     let (median, spread) = median_and_spread(&times);
     let m = &mut samples[median];
     Row {
         policy,
-        mirrored: false,
+        mirrored,
         faults: faulty.len() as u32,
         fault_nodes: faulty.iter().map(|n| n.0).collect(),
         seconds: m.seconds,

@@ -44,9 +44,8 @@ pub struct LocalSpec {
     pub scheduler: SchedulerKind,
     /// The `ganges` binary to run servers from.
     pub binary: PathBuf,
-    /// Each server its own node: the cgroup group `PARENT/nodeN`, of this much memory
-    /// (`crate::stress`); `None`: the servers share the machine.
-    pub node_groups: Option<(String, u64)>,
+    /// Each server its own node (`crate::stress`); `None`: the servers share the machine.
+    pub node_groups: Option<crate::stress::NodeSpec>,
 }
 
 impl LocalSpec {
@@ -73,13 +72,16 @@ impl LocalSpec {
             ]),
             None => args.extend(["--disk-rate".into(), "off".into()]),
         }
-        if let Some((parent, memory)) = &self.node_groups {
+        if let Some(n) = &self.node_groups {
             args.extend([
                 "--node-cgroup".into(),
-                crate::stress::node_group(parent, node),
+                crate::stress::node_group(&n.cgroup_parent, node),
                 "--node-memory".into(),
-                format!("{memory}B"),
+                format!("{}B", n.memory_bytes),
             ]);
+            if let Some(rate) = n.link_bytes_per_sec {
+                args.extend(["--link-rate".into(), format!("{}B/s", rate.round() as u64)]);
+            }
         }
         args
     }

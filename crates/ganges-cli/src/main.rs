@@ -120,7 +120,7 @@ enum Cmd {
 
 #[derive(Args, Debug)]
 struct StressArgs {
-    /// cpu or memory (a disk stress is a competing stream on the server's disk model)
+    /// cpu, memory or network (a disk stress is a competing stream on the server's disk model)
     kind: ganges_cli::stress::StressKind,
     /// The node's cgroup-v1 group
     #[arg(long)]
@@ -134,6 +134,9 @@ struct StressArgs {
     /// memory: what to leave free on the node
     #[arg(long, default_value = "16MiB")]
     leave: ByteSize,
+    /// network: the server whose link to load
+    #[arg(long)]
+    target: Option<std::net::SocketAddr>,
 }
 
 #[derive(Args, Debug)]
@@ -167,6 +170,10 @@ struct ServeArgs {
     /// limit, else the machine's]
     #[arg(long, value_name = "SIZE")]
     node_memory: Option<ByteSize>,
+    /// Model the node's network link at this rate, received plus sent: every frame in and out
+    /// waits its turn on it (for several nodes on one machine; the rate it reports then)
+    #[arg(long, value_name = "RATE")]
+    link_rate: Option<Rate>,
 }
 
 /// A disk rate, or `off` for the real file system with no model.
@@ -367,8 +374,8 @@ struct WriteArgs {
     policy: WritePolicyKind,
     /// Where the copies live: chained (declustering) or mirrored (two groups, CEFT-PVFS's
     /// RAID-10 arrangement) [default: mirrored for ceft and ceft-adaptive, else chained]
-    #[arg(long, value_parser = ["chained", "mirrored"])]
-    layout: Option<String>,
+    #[arg(long)]
+    layout: Option<LayoutChoice>,
     #[command(flatten)]
     ceft: CeftArgs,
     /// Total size of generated data
@@ -566,8 +573,8 @@ struct BenchWriteArgs {
     #[arg(long, value_delimiter = ',')]
     policies: Vec<WritePolicyKind>,
     /// Load nodes instead of slowing disks (CEFT-PVFS's experiments): cpu, memory (with a
-    /// competing disk stream, as the paper's program) or disk; rows without and with it.
-    /// Needs root and cgroup v1
+    /// competing disk stream, as the paper's program), disk or network (a stream to the
+    /// server over a modelled link); rows without and with it. Needs root and cgroup v1
     #[arg(long, requires = "on")]
     stress: Option<ganges_cli::stress::StressKind>,
     /// The nodes to stress: one node (e.g. 3), or a mirror pair (e.g. 3,11 of 16 nodes)
@@ -575,8 +582,8 @@ struct BenchWriteArgs {
     on: Vec<u32>,
     /// Where the copies live: chained or mirrored [default: mirrored with --stress and for
     /// the ceft policies, else chained]
-    #[arg(long, value_parser = ["chained", "mirrored"])]
-    layout: Option<String>,
+    #[arg(long)]
+    layout: Option<LayoutChoice>,
     #[command(flatten)]
     ceft: CeftArgs,
     /// Blocks in flight per static or gd writer
@@ -864,7 +871,7 @@ fn run(cli: Cli) -> CliResult<()> {
                 complete: !a.no_complete,
                 run_blocks: a.run_blocks,
                 ceft: a.ceft.settings(),
-                mirrored: a.layout.as_deref().map_or(a.policy.default_mirrored(), |l| l == "mirrored"),
+                mirrored: a.layout.map_or(a.policy.default_mirrored(), |l| l == LayoutChoice::Mirrored),
             };
             runtime()?.block_on(commands::write(&a.cluster.path(), args))
         }
@@ -905,7 +912,7 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Bench { cmd: BenchCmd::Write(a) } => bench_write(*a),
         Cmd::Demo(a) => demo(a),
         Cmd::Sim(a) => sim(a),
-        Cmd::Stress(a) => ganges_cli::stress::run(a.kind, &a.cgroup, a.threads, a.node_memory.0, a.leave.0),
+        Cmd::Stress(a) => ganges_cli::stress::run(a.kind, &a.cgroup, a.threads, a.node_memory.0, a.leave.0, a.target),
     }
 }
 
@@ -947,6 +954,7 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         scheduler: a.scheduler,
         peers,
         node_sampling,
+        link_bytes_per_sec: a.link_rate.map(|r| r.0),
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(16).build()?;
     rt.block_on(async move {
@@ -1172,7 +1180,7 @@ fn bench_write(a: BenchWriteArgs) -> CliResult<()> {
         json: a.json,
         plot: a.plot,
         stress: a.stress.map(|k| (k, a.on)),
-        mirrored: a.layout.as_deref().map(|l| l == "mirrored"),
+        mirrored: a.layout.map(|l| l == LayoutChoice::Mirrored),
         ceft: a.ceft.settings(),
     };
     if spec.policies.is_empty() {

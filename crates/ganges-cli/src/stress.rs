@@ -13,10 +13,13 @@
 //!   FSIZE), plus a competing stream on the node's modelled disk (the program's synchronous
 //!   appends; FI-1's competing reader).
 //! - `disk`: the competing stream alone, taking half the disk.
-//!
-//! Network stress (CEFT-PVFS's Netperf beside a server) needs each server in a network
-//! namespace with its own link, and servers serve on loopback only until the cluster-secret
-//! handshake is built; it is refused with that reason.
+//! - `network`: CEFT-PVFS's Netperf beside a server: a stream of bytes to the server, which
+//!   it reads and drops. On one machine the servers share loopback, so a network-stressed
+//!   bench gives every server a modelled link ([`ganges_core::link`]) of [`LINK_PER_DISK`]
+//!   times its disk's rate, received plus sent, which every frame in and out crosses; the
+//!   stream and the server's clients then share the stressed node's link about evenly, as
+//!   the paper measured. (Links of their own, in network namespaces with `tc`, need servers
+//!   that serve off loopback, which waits for the cluster-secret handshake.)
 
 use crate::util::{CliError, CliResult, fail};
 use std::path::{Path, PathBuf};
@@ -30,6 +33,9 @@ pub const NODE_MEMORY: u64 = 1 << 30;
 pub const CPU_THREADS: u32 = 3;
 /// The disk share a disk (or memory) stress's competing stream takes.
 pub const DISK_SHARE: f64 = 0.5;
+/// A network-stressed bench's links, per unit of disk rate: room for a writer's data at
+/// the disk's rate with half again to spare, until a stress takes half.
+pub const LINK_PER_DISK: f64 = 1.5;
 /// How long a stress runs before it is measured: the nodes sample once a second and smooth
 /// a group's load over 2 s.
 pub const SETTLE: Duration = Duration::from_secs(4);
@@ -43,6 +49,17 @@ pub enum StressKind {
     Cpu,
     Memory,
     Disk,
+    Network,
+}
+
+/// What every server of a stressed cluster is: a node of its own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeSpec {
+    /// Node N is the cgroup group `PARENT/nodeN`.
+    pub cgroup_parent: String,
+    pub memory_bytes: u64,
+    /// A link model of this rate, received plus sent; `None`: loopback as it is.
+    pub link_bytes_per_sec: Option<f64>,
 }
 
 impl FromStr for StressKind {
@@ -52,10 +69,8 @@ impl FromStr for StressKind {
             "cpu" => Ok(StressKind::Cpu),
             "memory" => Ok(StressKind::Memory),
             "disk" => Ok(StressKind::Disk),
-            "network" => Err("network stress is not built: it needs each server in a network namespace with \
-                 its own link, and servers serve on loopback only until the cluster-secret handshake exists"
-                .into()),
-            _ => Err(format!("unknown stress `{s}` (use cpu, memory or disk)")),
+            "network" => Ok(StressKind::Network),
+            _ => Err(format!("unknown stress `{s}` (use cpu, memory, disk or network)")),
         }
     }
 }
@@ -66,6 +81,7 @@ impl std::fmt::Display for StressKind {
             StressKind::Cpu => "cpu",
             StressKind::Memory => "memory",
             StressKind::Disk => "disk",
+            StressKind::Network => "network",
         })
     }
 }
@@ -87,6 +103,21 @@ pub struct NodeGroups {
 
 fn dir(controller: &str, group: &str) -> PathBuf {
     Path::new(CGROUP_ROOT).join(controller).join(group)
+}
+
+/// Send a server bytes it drops, as fast as its link takes them.
+fn flood(addr: std::net::SocketAddr) -> std::io::Result<()> {
+    use ganges_proto::msg::{Hello, Message};
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr)?;
+    let hello = Message::Hello(Hello { client: "ganges stress".into(), client_id: 0 }).encode(1);
+    s.write_all(&hello.head)?;
+    s.write_all(&hello.payload)?;
+    let sink = Message::Sink(bytes::Bytes::from(vec![0u8; 1 << 20])).encode(2);
+    loop {
+        s.write_all(&sink.head)?;
+        s.write_all(&sink.payload)?;
+    }
 }
 
 /// Node `node`'s group below `parent`.
@@ -145,13 +176,19 @@ impl Drop for Stressor {
     }
 }
 
-/// Start `ganges stress KIND` in `group` (the CPU and memory parts; a disk stress is a
-/// fault set on the server); a memory stress leaves `leave` bytes of the node free. `None`
-/// for a disk stress.
-pub fn start(binary: &Path, kind: StressKind, group: &str, leave: u64) -> CliResult<Option<Stressor>> {
+/// Start `ganges stress KIND` in `group`, the node of the server at `addr` (a disk stress is
+/// a fault set on the server: `None`); a memory stress leaves `leave` bytes of the node free.
+pub fn start(
+    binary: &Path,
+    kind: StressKind,
+    group: &str,
+    addr: std::net::SocketAddr,
+    leave: u64,
+) -> CliResult<Option<Stressor>> {
     let args: Vec<String> = match kind {
         StressKind::Disk => return Ok(None),
         StressKind::Cpu => vec!["--threads".into(), CPU_THREADS.to_string()],
+        StressKind::Network => vec!["--target".into(), addr.to_string()],
         StressKind::Memory => {
             vec!["--node-memory".into(), format!("{NODE_MEMORY}B"), "--leave".into(), format!("{leave}B")]
         }
@@ -164,10 +201,21 @@ pub fn start(binary: &Path, kind: StressKind, group: &str, leave: u64) -> CliRes
 }
 
 /// The stressor's own body (`ganges stress`): join the node's group, then load it until
-/// killed.
-pub fn run(kind: StressKind, group: &str, threads: u32, node_memory: u64, leave: u64) -> CliResult<()> {
+/// killed (a network stress: until its server goes).
+pub fn run(
+    kind: StressKind,
+    group: &str,
+    threads: u32,
+    node_memory: u64,
+    leave: u64,
+    target: Option<std::net::SocketAddr>,
+) -> CliResult<()> {
     ganges_server::node::join_cgroup(group)?;
     match kind {
+        StressKind::Network => {
+            let Some(addr) = target else { return fail("a network stress needs --target ADDR (its server)") };
+            return flood(addr).map_err(|e| CliError(format!("network stress on {addr}: {e}")));
+        }
         StressKind::Cpu => {
             for _ in 0..threads.max(1) {
                 std::thread::spawn(|| {

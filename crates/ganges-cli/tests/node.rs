@@ -76,11 +76,16 @@ async fn a_cpu_stress_saturates_its_own_node_and_no_other() {
         disk: common::disk(32.0),
         scheduler: ganges_core::sched::SchedulerKind::Auto,
         binary: common::binary(),
-        node_groups: Some((groups.parent.clone(), stress::NODE_MEMORY)),
+        node_groups: Some(stress::NodeSpec {
+            cgroup_parent: groups.parent.clone(),
+            memory_bytes: stress::NODE_MEMORY,
+            link_bytes_per_sec: None,
+        }),
     };
     let local = LocalCluster::start(&spec).unwrap();
     let client = Client::connect(local.cluster().clone()).await.unwrap();
-    let burner = stress::start(&common::binary(), StressKind::Cpu, &groups.group(1), 1 << 20).unwrap();
+    let addr = local.cluster().servers[1].addr;
+    let burner = stress::start(&common::binary(), StressKind::Cpu, &groups.group(1), addr, 1 << 20).unwrap();
     tokio::time::sleep(stress::SETTLE).await;
     let (idle, hot) = (node_load(&client, NodeId(0)).await.unwrap(), node_load(&client, NodeId(1)).await.unwrap());
     // The paper's rule calls a node saturated at 99% of every CPU and a load above 2.

@@ -18,6 +18,7 @@
 //!   (GW-1), and so each copy's presence map (GW-2).
 //! - [`digest`]: the order-independent dataset digest that proves exactly-once delivery.
 //! - [`disk`]: the disk model of FI-1 (bandwidth, seek, faults) as a timing state machine.
+//! - [`link`]: a server's network link as a timing state machine (the network's disk model).
 //! - [`fault`]: fault placement (best, worst, random) as in river §5.2.
 //! - [`sched`]: server-side schedulers (FIFO; furthest behind, longest queue, runs).
 //! - [`route`]: client-side read routing: the engine and every read policy (GD-1 to GD-9).
@@ -25,8 +26,9 @@
 //! - [`serve`]: a server's read queue around its scheduler and disk model.
 //! - [`dq`]: the distributed queue (DQ-1): where a producer's next block goes, by credits.
 //! - [`write`]: write policies: where each block a writer puts goes (GW-1).
-//! - [`ceft`]: CW-1's rule (CEFT-PVFS): which node of a mirror pair gets the data first, and
-//!   parsers of the `/proc` texts a server's load comes from (not wired to a policy yet).
+//! - [`ceft`]: CW-1's rule (CEFT-PVFS): which node of a mirror pair gets the data first, the
+//!   `/proc` and cgroup texts a node's load comes from, and its arithmetic; the write
+//!   routings that use it are `route::ceft`.
 //! - [`ideal`]: the two ideals, MOD-1 (River's model) and MOD-2 (layout-aware max-flow).
 //! - [`measure`]: figures from a run's samples (adaptation times, ideals over phases).
 
@@ -40,6 +42,7 @@ pub mod handoff;
 pub mod ideal;
 pub mod ids;
 pub mod layout;
+pub mod link;
 pub mod measure;
 pub mod placement;
 pub mod route;

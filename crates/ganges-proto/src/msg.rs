@@ -15,6 +15,7 @@
 //! | 0x04 | Write     | stream u64, progress, service u8, share u16, txid u64, fragment u32, block u32, crc u32, name_len u8, name, data |
 //! | 0x05 | Progress  | stream u64, progress (no reply) |
 //! | 0x06 | Probe     | stream u64, progress, name_len u8, name (answered by State) |
+//! | 0x07 | Sink      | data, discarded (a network stress's traffic; no reply) |
 //! | 0x10 | Control   | JSON `ControlRequest` |
 //! | 0x81 | HelloOk   | JSON `{node, server_version}` |
 //! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, primary u32, data |
@@ -43,6 +44,7 @@ pub mod kind {
     pub const WRITE: u8 = 0x04;
     pub const PROGRESS: u8 = 0x05;
     pub const PROBE: u8 = 0x06;
+    pub const SINK: u8 = 0x07;
     pub const CONTROL: u8 = 0x10;
     pub const HELLO_OK: u8 = 0x81;
     pub const READ_OK: u8 = 0x82;
@@ -56,7 +58,7 @@ pub mod kind {
 
     /// Whether a kind is one a client may send (the rest only come from servers).
     pub fn from_client(k: u8) -> bool {
-        matches!(k, HELLO | READ | CANCEL | WRITE | PROGRESS | PROBE | CONTROL)
+        matches!(k, HELLO | READ | CANCEL | WRITE | PROGRESS | PROBE | SINK | CONTROL)
     }
 }
 
@@ -277,6 +279,8 @@ pub enum Message {
     Write(WriteReq),
     Progress(ProgressNote),
     Probe(Probe),
+    /// Bytes the server reads and drops: traffic that loads its link (`ganges stress network`).
+    Sink(Bytes),
     Control(ControlRequest),
     HelloOk(HelloOk),
     ReadOk(ReadOk),
@@ -357,6 +361,7 @@ impl Message {
             Message::Write(_) => kind::WRITE,
             Message::Progress(_) => kind::PROGRESS,
             Message::Probe(_) => kind::PROBE,
+            Message::Sink(_) => kind::SINK,
             Message::Control(_) => kind::CONTROL,
             Message::HelloOk(_) => kind::HELLO_OK,
             Message::ReadOk(r) if r.origin.is_some() => kind::READ_OK_MOVED,
@@ -379,6 +384,7 @@ impl Message {
             Message::Control(c) => payload = json(c),
             Message::ControlOk(c) => payload = json(c),
             Message::Cancel => {}
+            Message::Sink(data) => payload = data.clone(),
             Message::WriteOk(w) => {
                 fields.put_u32_le(w.queue_len);
                 fields.put_u32_le(w.service_us);
@@ -464,6 +470,7 @@ impl Message {
                 empty("cancel", &b)?;
                 Message::Cancel
             }
+            kind::SINK => Message::Sink(b),
             kind::WRITE_OK => {
                 need("write-ok", &b, 16)?;
                 let queue_len = b.get_u32_le();
@@ -714,6 +721,7 @@ mod tests {
                     len,
                 })),
             Just(Message::Cancel),
+            prop::collection::vec(any::<u8>(), 0..64).prop_map(|v| Message::Sink(Bytes::from(v))),
             (any::<u32>(), any::<u32>(), primary(), any::<u32>()).prop_map(
                 |(queue_len, service_us, primary_progress, block)| {
                     Message::WriteOk(WriteOk { queue_len, service_us, primary_progress, block })
@@ -789,7 +797,7 @@ mod tests {
                 let h = FrameHeader { version: 1, kind: m.kind(), flags: 0, request_id: 1, body_len: at };
                 if let Ok(d) = Message::decode(&h, Bytes::copy_from_slice(&body[..at])) {
                     // Only payload-carrying messages may decode from a prefix (a shorter payload).
-                    prop_assert!(matches!(d, Message::ReadOk(_) | Message::Write(_) | Message::Error(..)));
+                    prop_assert!(matches!(d, Message::ReadOk(_) | Message::Write(_) | Message::Sink(_) | Message::Error(..)));
                 }
             }
         }

@@ -12,7 +12,7 @@ use crate::store::StoreError;
 use ganges_core::disk::Fault;
 use ganges_core::sched::{Job, Service, StreamKey};
 use ganges_proto::control::{ControlReply, ControlRequest};
-use ganges_proto::frame::ProtoError;
+use ganges_proto::frame::{HEADER_BYTES, ProtoError};
 use ganges_proto::io::{READ_BUFFER_BYTES, read_frame, write_frame};
 use ganges_proto::msg::{Encoded, ErrorCode, HelloOk, Message, ReadReq, State, WireError, WriteReq, kind};
 use std::sync::Arc;
@@ -114,7 +114,7 @@ pub async fn handle(shared: Arc<Shared>, stream: TcpStream, conn: u64) {
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_loop(wr, rx));
+    let writer = tokio::spawn(write_loop(shared.clone(), wr, rx));
     let outbox = Outbox { tx, inflight: Arc::new(AtomicU32::new(0)) };
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
     let mut client_id = 0;
@@ -142,10 +142,18 @@ pub async fn handle(shared: Arc<Shared>, stream: TcpStream, conn: u64) {
     let _ = writer.await;
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+/// With a modelled link, wait until it has carried a frame of `bytes` (sent or received).
+async fn cross_link(shared: &Shared, bytes: usize) {
+    let Some(link) = &shared.link else { return };
+    let done = link.lock().expect("link lock").carry(shared.now(), bytes as u64);
+    tokio::time::sleep_until(shared.instant(done)).await;
+}
+
+async fn write_loop(shared: Arc<Shared>, mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
     while let Some(item) = rx.recv().await {
         match item {
             Outgoing::Frame(f) => {
+                cross_link(&shared, f.head.len() + f.payload.len()).await;
                 if write_frame(&mut wr, &f).await.is_err() {
                     break;
                 }
@@ -169,6 +177,7 @@ async fn read_loop(
         let Some((header, body)) = read_frame(&mut rd).await? else {
             return Ok(());
         };
+        cross_link(shared, HEADER_BYTES + body.len()).await;
         if !kind::from_client(header.kind) {
             return Err(ConnError::Violation(format!("kind {:#04x} is only sent by servers", header.kind)));
         }
@@ -193,6 +202,8 @@ async fn read_loop(
                     ctx.answer_now(disk::cancelled());
                 }
             }
+            // Its bytes have crossed the link; that was its purpose.
+            Message::Sink(_) => {}
             Message::Progress(p) => {
                 let stream = StreamKey { conn, stream: p.stream };
                 let now = shared.now();

@@ -26,6 +26,7 @@ pub mod sys;
 use ganges_core::ceft::NodeLoad;
 use ganges_core::disk::{DiskModel, DiskParams};
 use ganges_core::ids::NodeId;
+use ganges_core::link::LinkModel;
 use ganges_core::sched::SchedulerKind;
 use ganges_core::time::Time;
 use ganges_proto::control::{Peer, ServerStats};
@@ -50,6 +51,8 @@ pub struct ServerConfig {
     pub peers: Vec<Peer>,
     /// What this server's node is, for the load it reports (CW-1).
     pub node_sampling: node::NodeConfig,
+    /// The network link model's rate, received plus sent; `None`: the network as it is.
+    pub link_bytes_per_sec: Option<f64>,
 }
 
 /// Counters reported by `Stats`.
@@ -86,6 +89,9 @@ pub struct Shared {
     pub counters: Counters,
     /// The node's load at its last sample (CW-1); `None` before the first interval.
     pub node_load: Mutex<Option<NodeLoad>>,
+    /// The link model every frame in and out crosses, if any. A std mutex: held for
+    /// microseconds, never across await.
+    pub link: Option<Mutex<LinkModel>>,
     /// Time zero of this server, for the `Time` values policies see.
     epoch: Instant,
 }
@@ -157,6 +163,7 @@ pub async fn run(
     let config_peers = config.peers.clone();
     let model = config.disk.map(DiskModel::new);
     let queue_depth = config.disk.map_or(1, |d| d.queue_depth);
+    let link = config.link_bytes_per_sec.map(|r| Mutex::new(LinkModel::new(r)));
     let shared = Arc::new(Shared {
         disk: Mutex::new(disk::DiskState::new(config.scheduler.build(), model)),
         config,
@@ -167,6 +174,7 @@ pub async fn run(
         clients: Mutex::new(HashMap::new()),
         counters: Counters::default(),
         node_load: Mutex::new(None),
+        link,
         epoch: Instant::now(),
     });
     let driver = tokio::spawn(disk::run(shared.clone(), queue_depth));

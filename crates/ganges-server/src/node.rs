@@ -12,13 +12,14 @@
 //!   constant (the kernel keeps no load average per group; its 1-minute one would take a
 //!   minute to see a stress).
 //! - network: the group has no interface of its own, so its traffic is the server's own
-//!   (data bytes in and out).
+//!   (what its link model carried, else its data bytes in and out).
 //!
 //! Otherwise the network is the interfaces of the server's namespace.
 //! - memory: the node's memory (as configured, else the group's limit) less the group's
 //!   usage, at most what the machine has available.
 //!
-//! The network's free rate is the configured link rate less that traffic; the disk's is the
+//! The network's free rate is the link's rate (the model's, else the configured one) less
+//! that traffic; the disk's is the
 //! model's rate now (a slow disk or a competing stream included) times the share of time the
 //! model was idle. Without a disk model the disk is taken as free.
 //! The arithmetic is `ganges_core::ceft` (pure, tested); this module only reads files.
@@ -174,7 +175,20 @@ fn capacity(shared: &Shared) -> (NodeCapacity, f64) {
     };
     // Without a model: the measured rate, never busy (taking the disk lock again, not nested).
     let (rate, busy) = model.unwrap_or_else(|| (shared.rate_bytes_per_sec(), 0.0));
-    (NodeCapacity { net_bytes_per_sec: shared.config.node_sampling.net_bytes_per_sec, disk_bytes_per_sec: rate }, busy)
+    let net = match &shared.link {
+        Some(l) => l.lock().expect("link lock").rate_bytes_per_sec(),
+        None => shared.config.node_sampling.net_bytes_per_sec,
+    };
+    (NodeCapacity { net_bytes_per_sec: net, disk_bytes_per_sec: rate }, busy)
+}
+
+/// The server's own traffic so far: what its link model carried, else its data bytes.
+fn traffic(shared: &Shared) -> u64 {
+    if let Some(l) = &shared.link {
+        return l.lock().expect("link lock").bytes();
+    }
+    let c = &shared.counters;
+    c.read_bytes.load(Ordering::Relaxed) + c.write_bytes.load(Ordering::Relaxed)
 }
 
 /// Sample the node every [`SAMPLE_INTERVAL`] and publish its load, until the server stops.
@@ -185,8 +199,7 @@ pub async fn run(shared: Arc<Shared>) {
     loop {
         tick.tick().await;
         let (cap, busy) = capacity(&shared);
-        let c = &shared.counters;
-        let traffic = c.read_bytes.load(Ordering::Relaxed) + c.write_bytes.load(Ordering::Relaxed);
+        let traffic = traffic(&shared);
         // /proc and cgroup files are quick to read, but they are files: off the reactor.
         let Ok((s, after)) = tokio::task::spawn_blocking(move || {
             let after = sampler.sample(busy, traffic);

@@ -18,6 +18,8 @@
 //! | `gd-rr-handoff` | + GD-6 | same | same, and idle servers take queued requests |
 //! | `gd-plan` | ours | holders the plan uses, replies pull requests | planned shares, runs |
 //! | `mirror` | GD-9 | blocks alternate over the copies | furthest behind |
+//! | `ceft` (writes) | CW-1 | CEFT-PVFS's rule on the pair's reported loads | furthest behind |
+//! | `ceft-adaptive` (writes) | CW-1, ours | the copy that would finish first by measured rates | furthest behind |
 //!
 //! **End-of-scan steal.** When every piece has been requested, a server that replies and has
 //! nothing more of this consumer's takes over one piece still queued at another server that
