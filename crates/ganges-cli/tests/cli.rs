@@ -398,15 +398,6 @@ fn bench_write_quick_writes_json_and_a_plot() {
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
-/// Whether this machine lets a test make cgroup-v1 groups (as root, with the cpu, cpuacct and
-/// memory controllers mounted).
-fn cgroups_writable() -> bool {
-    let probe = Path::new("/sys/fs/cgroup/cpu").join(format!("ganges-probe-{}", std::process::id()));
-    let ok = std::fs::create_dir(&probe).is_ok();
-    let _ = std::fs::remove_dir(&probe);
-    ok && ["cpuacct", "memory"].iter().all(|c| Path::new("/sys/fs/cgroup").join(c).exists())
-}
-
 fn bench_groups() -> usize {
     std::fs::read_dir("/sys/fs/cgroup/cpu")
         .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("ganges-bench-")).count())
@@ -416,7 +407,7 @@ fn bench_groups() -> usize {
 /// `bench write --quick --stress KIND --on 1`: the rule and the adaptive variant keep blocks
 /// off the stressed node, and the bench leaves no cgroup behind.
 fn stress_bench_avoids_the_stressed_node(kind: &str) {
-    if !cgroups_writable() {
+    if !common::cgroups_writable() {
         eprintln!("SKIPPED: cgroup-v1 groups need root and the cpu, cpuacct and memory controllers (CI runs as root)");
         return;
     }

@@ -53,18 +53,9 @@ async fn a_server_reports_its_node_in_stats_and_in_answers_to_probes() {
     }
 }
 
-/// Whether this machine lets a test make cgroup-v1 groups (as root, with the cpu, cpuacct and
-/// memory controllers mounted).
-fn cgroups_writable() -> bool {
-    let probe = std::path::Path::new("/sys/fs/cgroup/cpu").join(format!("ganges-probe-{}", std::process::id()));
-    let ok = std::fs::create_dir(&probe).is_ok();
-    let _ = std::fs::remove_dir(&probe);
-    ok && ["cpuacct", "memory"].iter().all(|c| std::path::Path::new("/sys/fs/cgroup").join(c).exists())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_stress_saturates_its_own_node_and_no_other() {
-    if !cgroups_writable() {
+    if !common::cgroups_writable() {
         eprintln!("SKIPPED: cgroup-v1 groups need root and the cpu, cpuacct and memory controllers (CI runs as root)");
         return;
     }

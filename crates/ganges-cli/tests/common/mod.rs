@@ -11,6 +11,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Whether this machine lets a test make cgroup-v1 groups (as root, with the cpu, cpuacct and
+/// memory controllers mounted).
+pub fn cgroups_writable() -> bool {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let probe = root.join("cpu").join(format!("ganges-probe-{}", std::process::id()));
+    let ok = std::fs::create_dir(&probe).is_ok();
+    let _ = std::fs::remove_dir(&probe);
+    ok && ["cpuacct", "memory"].iter().all(|c| root.join(c).exists())
+}
+
 pub struct TestCluster {
     pub local: LocalCluster,
     pub root: tempfile::TempDir,

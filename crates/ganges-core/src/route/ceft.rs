@@ -183,12 +183,9 @@ mod tests {
     fn view(nodes: &BTreeMap<NodeId, NodeView>, now_ms: u64) -> RouteView<'_> {
         RouteView {
             now: Time::ZERO + Duration::from_millis(now_ms),
-            nodes,
-            own_fraction: 0.0,
             block_fraction: 1.0 / 64.0,
             total_bytes: 64 << 20,
-            window: 4,
-            fragment: None,
+            ..RouteView::test(nodes)
         }
     }
 

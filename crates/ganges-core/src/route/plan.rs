@@ -302,15 +302,7 @@ mod tests {
     use crate::route::{NodeView, ServerState};
 
     fn view(nodes: &BTreeMap<NodeId, NodeView>, fragment: u32) -> RouteView<'_> {
-        RouteView {
-            now: Time::ZERO,
-            nodes,
-            own_fraction: 0.0,
-            block_fraction: 0.01,
-            total_bytes: 1 << 30,
-            window: 4,
-            fragment: Some(FragmentId(fragment)),
-        }
+        RouteView { fragment: Some(FragmentId(fragment)), ..RouteView::test(nodes) }
     }
 
     /// Servers at these speeds, each having answered us before, `out[i]` requests of ours

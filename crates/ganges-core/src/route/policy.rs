@@ -328,7 +328,22 @@ pub struct RouteView<'a> {
     pub fragment: Option<FragmentId>,
 }
 
-impl RouteView<'_> {
+impl<'a> RouteView<'a> {
+    /// A view for policies' unit tests: time zero, nothing done, a gigabyte partition of a
+    /// hundred blocks, four in flight; tests change what they need.
+    #[cfg(test)]
+    pub(crate) fn test(nodes: &'a BTreeMap<NodeId, NodeView>) -> RouteView<'a> {
+        RouteView {
+            now: Time::ZERO,
+            nodes,
+            own_fraction: 0.0,
+            block_fraction: 0.01,
+            total_bytes: 1 << 30,
+            window: 4,
+            fragment: None,
+        }
+    }
+
     pub fn node(&self, n: NodeId) -> NodeView {
         self.nodes.get(&n).copied().unwrap_or_default()
     }

@@ -156,15 +156,7 @@ mod tests {
     use std::time::Duration;
 
     fn view<'a>(nodes: &'a BTreeMap<NodeId, NodeView>, own: f64) -> RouteView<'a> {
-        RouteView {
-            now: Time::ZERO,
-            nodes,
-            own_fraction: own,
-            block_fraction: 0.001,
-            total_bytes: 1 << 30,
-            window: 4,
-            fragment: None,
-        }
+        RouteView { own_fraction: own, block_fraction: 0.001, ..RouteView::test(nodes) }
     }
 
     fn state(p: Option<f64>) -> ServerState {

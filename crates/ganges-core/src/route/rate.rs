@@ -149,7 +149,6 @@ impl RoutePolicy for ResponseRate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::Time;
     use std::collections::BTreeMap;
 
     const H: [NodeId; 2] = [NodeId(0), NodeId(1)];
@@ -172,15 +171,7 @@ mod tests {
     }
 
     fn view(nodes: &BTreeMap<NodeId, NodeView>) -> RouteView<'_> {
-        RouteView {
-            now: Time::ZERO,
-            nodes,
-            own_fraction: 0.0,
-            block_fraction: 0.01,
-            total_bytes: 1 << 30,
-            window: 8,
-            fragment: None,
-        }
+        RouteView { window: 8, ..RouteView::test(nodes) }
     }
 
     #[test]
