@@ -2,27 +2,25 @@
 //! in answers to probes (CEFT-PVFS, "Scheduling algorithms": CPU utilization, load, free
 //! memory, network and disk throughput).
 //!
-//! A node is the machine (`/proc/stat`, `/proc/loadavg`, `/proc/meminfo`, `/proc/net/dev` of
-//! the server's network namespace), or, when the server is given one, a cgroup-v1 group of
-//! processes: several nodes on one machine, each with its own CPU and memory, which is how
-//! `bench write --stress` loads one node without the others. For a cgroup node:
+//! A node is the machine (`/proc/stat`, `/proc/loadavg`, `/proc/meminfo`), or, when the
+//! server is given one, a cgroup-v1 group of processes: several nodes on one machine, each
+//! with its own CPU and memory, which is how `bench write --stress` loads one node without
+//! the others. For a cgroup node:
 //! - CPU: the group's `cpuacct.usage` against what it may use (its CFS quota, else every
 //!   CPU of the machine), as one CPU: a group held at its quota is saturated.
 //! - load: the group's runnable tasks (but the sampling thread), smoothed with a 2 s time
 //!   constant (the kernel keeps no load average per group; its 1-minute one would take a
 //!   minute to see a stress).
-//! - network: the group has no interface of its own, so its traffic is the server's own
-//!   (what its link model carried, else its data bytes in and out).
-//!
-//! Otherwise the network is the interfaces of the server's namespace.
 //! - memory: the node's memory (as configured, else the group's limit) less the group's
 //!   usage, at most what the machine has available.
 //!
-//! The network's free rate is the link's rate (the model's, else the configured one) less
-//! that traffic; the disk's is the
-//! model's rate now (a slow disk or a competing stream included) times the share of time the
-//! model was idle. Without a disk model the disk is taken as free.
-//! The arithmetic is `ganges_core::ceft` (pure, tested); this module only reads files.
+//! The network's traffic is what the server's link model carried when it has one; else, for
+//! a cgroup node (which has no interface of its own), the server's data bytes in and out;
+//! else `/proc/net/dev` of the server's namespace. Its free rate is the link's rate (the
+//! model's, else the configured one) less that traffic. The disk's free rate is the model's
+//! rate now (a slow disk or a competing stream included) times the share of time the model
+//! was idle; without a disk model the disk is taken as free. The arithmetic is
+//! `ganges_core::ceft` (pure, tested); this module only reads files.
 
 use crate::Shared;
 use ganges_core::ceft::{self, CpuTimes, NodeCapacity, NodeCounters};
@@ -103,20 +101,22 @@ impl Sampler {
         Sampler { config, started: std::time::Instant::now(), load: 0.0, last_at: None }
     }
 
-    /// The node's counters now, given its disk's busy seconds and the server's own traffic
-    /// so far.
-    pub fn sample(&mut self, disk_busy_secs: f64, server_net_bytes: u64) -> NodeCounters {
+    /// The node's counters now, given its disk's busy seconds and, when it is the node's
+    /// traffic (a modelled link, or a cgroup node), the server's own traffic so far.
+    pub fn sample(&mut self, disk_busy_secs: f64, server_net_bytes: Option<u64>) -> NodeCounters {
         let at_secs = self.started.elapsed().as_secs_f64();
         let host_mem = read("/proc/meminfo").and_then(|t| ceft::parse_mem_available(&t)).unwrap_or(0);
-        let (cpus, load, mem_free_bytes, net_bytes) = match self.config.cgroup.clone() {
+        let net_bytes = server_net_bytes.unwrap_or_else(|| {
+            read("/proc/net/dev").map_or(0, |t| {
+                let (rx, tx) = ceft::parse_net_dev(&t);
+                rx + tx
+            })
+        });
+        let (cpus, load, mem_free_bytes) = match self.config.cgroup.clone() {
             None => (
                 read("/proc/stat").map(|t| ceft::parse_proc_stat(&t)).unwrap_or_default(),
                 read("/proc/loadavg").and_then(|t| ceft::parse_loadavg(&t)).unwrap_or(0.0),
                 host_mem,
-                read("/proc/net/dev").map_or(0, |t| {
-                    let (rx, tx) = ceft::parse_net_dev(&t);
-                    rx + tx
-                }),
             ),
             Some(group) => {
                 let dt = self.last_at.map_or(0.0, |l| at_secs - l);
@@ -128,7 +128,7 @@ impl Sampler {
                     Some(used) => size.saturating_sub(used).min(host_mem),
                     None => host_mem,
                 };
-                (cgroup_cpu(&group, at_secs), self.load, free, server_net_bytes)
+                (cgroup_cpu(&group, at_secs), self.load, free)
             }
         };
         self.last_at = Some(at_secs);
@@ -182,13 +182,19 @@ fn capacity(shared: &Shared) -> (NodeCapacity, f64) {
     (NodeCapacity { net_bytes_per_sec: net, disk_bytes_per_sec: rate }, busy)
 }
 
-/// The server's own traffic so far: what its link model carried, else its data bytes.
-fn traffic(shared: &Shared) -> u64 {
+/// The server's own traffic so far, where it is the node's: what its link model carried, or
+/// for a cgroup node (no interface of its own) its data bytes; `None`: the interfaces'.
+fn traffic(shared: &Shared) -> Option<u64> {
     if let Some(l) = &shared.link {
-        return l.lock().expect("link lock").bytes();
+        return Some(l.lock().expect("link lock").bytes());
     }
     let c = &shared.counters;
-    c.read_bytes.load(Ordering::Relaxed) + c.write_bytes.load(Ordering::Relaxed)
+    shared
+        .config
+        .node_sampling
+        .cgroup
+        .as_ref()
+        .map(|_| c.read_bytes.load(Ordering::Relaxed) + c.write_bytes.load(Ordering::Relaxed))
 }
 
 /// Sample the node every [`SAMPLE_INTERVAL`] and publish its load, until the server stops.
