@@ -592,8 +592,14 @@ pub fn write_outputs(report: &Report, json: Option<&PathBuf>, plot_path: Option<
             dashed: true,
             ..Default::default()
         });
-        let title = format!("write: {} writers, {} faults ({}), % of ideal", p.nodes, p.fault_layout, p.fault);
-        plot::line_chart(path, &title, "faulty disks", "fraction of ideal", &series, 1.1)?;
+        let (title, x) = match p.stress {
+            Some(kind) => (format!("write: {} writers, {kind} stress, % of ideal", p.nodes), "stressed nodes"),
+            None => (
+                format!("write: {} writers, {} faults ({}), % of ideal", p.nodes, p.fault_layout, p.fault),
+                "faulty disks",
+            ),
+        };
+        plot::line_chart(path, &title, x, "fraction of ideal", &series, 1.1)?;
     }
     Ok(())
 }
