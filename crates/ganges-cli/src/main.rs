@@ -69,7 +69,7 @@ enum Cmd {
     },
     /// Write a dataset from many writers at once; blocks go where the write policy sends them
     #[command(
-        after_help = "Examples:\n  ganges write events --writers 8 --size 1GiB --policy gd\n  ganges write logs --from ./logs.bin --writers 4 --policy static\n  ganges write draft --size 256MiB --no-complete   (then: ganges dataset complete draft)"
+        after_help = "Examples:\n  ganges write events --writers 8 --size 1GiB --policy gd\n  ganges write logs --from ./logs.bin --writers 4 --policy static\n  ganges write draft --size 256MiB --no-complete   (then: ganges dataset complete draft)\n  ganges write frames --size 1GiB --policy ceft-adaptive   (mirrored pairs, load-aware)"
     )]
     Write(WriteArgs),
     /// Read a whole dataset, one consumer per fragment, and check every byte arrived once
@@ -372,12 +372,6 @@ struct WriteArgs {
     /// finish the block first, by measured rates)
     #[arg(long, default_value = "gd")]
     policy: WritePolicyKind,
-    /// Where the copies live: chained (declustering) or mirrored (two groups, CEFT-PVFS's
-    /// RAID-10 arrangement) [default: mirrored for ceft and ceft-adaptive, else chained]
-    #[arg(long)]
-    layout: Option<LayoutChoice>,
-    #[command(flatten)]
-    ceft: CeftArgs,
     /// Total size of generated data
     #[arg(long, conflicts_with = "from", required_unless_present = "from")]
     size: Option<ByteSize>,
@@ -402,6 +396,12 @@ struct WriteArgs {
     /// dq: send whole runs of this many consecutive blocks to one server, in order (DQ-3)
     #[arg(long, default_value_t = 1)]
     run_blocks: u32,
+    /// Where the copies live: chained (declustering) or mirrored (two groups, CEFT-PVFS's
+    /// RAID-10 arrangement) [default: mirrored for ceft and ceft-adaptive, else chained]
+    #[arg(long)]
+    layout: Option<LayoutChoice>,
+    #[command(flatten)]
+    ceft: CeftArgs,
     #[command(flatten)]
     cluster: ClusterArg,
 }
