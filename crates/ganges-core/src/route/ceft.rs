@@ -15,7 +15,7 @@
 //!   foresee. A node left unused for `explore_interval` gets one block, so a node whose
 //!   trouble has passed is measured again.
 
-use super::policy::{Pick, ReadPolicyKind, RoutePolicy, RouteView, ServerState};
+use super::policy::{Pick, ProbeWhom, Probes, ReadPolicyKind, RoutePolicy, RouteView, ServerState};
 use crate::ceft::{MirrorChoice, NodeLoad, choose};
 use crate::ids::NodeId;
 use crate::time::Time;
@@ -43,26 +43,6 @@ impl Default for CeftSettings {
             probe_interval: Duration::from_secs(1),
             explore_interval: Duration::from_secs(1),
         }
-    }
-}
-
-/// When each node was last asked for its load: every node of the writer's pairs, busy or not.
-#[derive(Debug, Default)]
-struct Probes {
-    last: BTreeMap<NodeId, Option<Time>>,
-}
-
-impl Probes {
-    fn meet(&mut self, nodes: &[NodeId]) {
-        for &n in nodes {
-            self.last.entry(n).or_insert(None);
-        }
-    }
-
-    fn due(&mut self, now: Time, interval: Duration) -> Option<NodeId> {
-        let (&n, _) = self.last.iter().find(|(_, last)| last.is_none_or(|t| now.since(t) >= interval))?;
-        self.last.insert(n, Some(now));
-        Some(n)
     }
 }
 
@@ -114,7 +94,7 @@ impl RoutePolicy for Ceft {
     }
 
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
-        self.probes.due(view.now, self.settings.probe_interval)
+        self.probes.due(view, self.settings.probe_interval, ProbeWhom::All)
     }
 }
 

@@ -455,31 +455,40 @@ impl Pulls {
     }
 }
 
-/// The backups a consumer has met, each asked for its state at once and then every
-/// `interval` while the consumer sends it nothing (a backup it reads from reports in its
-/// replies): the probe schedule gd-pc and gd-rr share.
+/// The servers a consumer has met, each asked for its state at once and then every
+/// `interval`: the probe schedule gd-pc, gd-rr and ceft share. gd-pc and gd-rr probe their
+/// backups only while they send them nothing (a backup they read from reports in its
+/// replies); ceft asks busy nodes too (a node's load comes only in answers to probes).
 #[derive(Debug, Default)]
-pub struct BackupProbes {
+pub struct Probes {
     last: BTreeMap<NodeId, Option<Time>>,
 }
 
-impl BackupProbes {
-    /// Remember these backups (the holders after the primary).
-    pub fn meet(&mut self, backups: &[NodeId]) {
-        for &b in backups {
-            self.last.entry(b).or_insert(None);
+/// Which of the servers met [`Probes::due`] may pick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeWhom {
+    /// Only those with none of this consumer's requests outstanding.
+    Idle,
+    /// Every one.
+    All,
+}
+
+impl Probes {
+    /// Remember these servers.
+    pub fn meet(&mut self, nodes: &[NodeId]) {
+        for &n in nodes {
+            self.last.entry(n).or_insert(None);
         }
     }
 
-    /// A backup due for a probe now, if any; it counts as probed.
-    pub fn due(&mut self, view: &RouteView<'_>, interval: Duration) -> Option<NodeId> {
+    /// A server due for a probe now, if any; it counts as probed.
+    pub fn due(&mut self, view: &RouteView<'_>, interval: Duration, whom: ProbeWhom) -> Option<NodeId> {
         let now = view.now;
-        let (&b, _) = self
-            .last
-            .iter()
-            .find(|(b, last)| view.node(**b).outstanding == 0 && last.is_none_or(|t| now.since(t) >= interval))?;
-        self.last.insert(b, Some(now));
-        Some(b)
+        let (&n, _) = self.last.iter().find(|(n, last)| {
+            (whom == ProbeWhom::All || view.node(**n).outstanding == 0) && last.is_none_or(|t| now.since(t) >= interval)
+        })?;
+        self.last.insert(n, Some(now));
+        Some(n)
     }
 }
 

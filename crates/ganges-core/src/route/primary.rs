@@ -19,7 +19,7 @@
 //! on the wide band lets neighbours drift without multiplexing disks; near the end a narrow
 //! band keeps the last consumer from lagging by a whole band when the others finish.
 
-use super::policy::{BackupProbes, Pick, PrimarySettings, ReadPolicyKind, RoutePolicy, RouteView, ServerState};
+use super::policy::{Pick, PrimarySettings, ProbeWhom, Probes, ReadPolicyKind, RoutePolicy, RouteView, ServerState};
 use crate::ids::NodeId;
 use crate::sched::ProgressMetric;
 use crate::time::Time;
@@ -37,7 +37,7 @@ pub struct PrimaryCopies {
     had_reader: BTreeSet<NodeId>,
     /// Since when each server has reported nobody reading its primaries.
     none_since: BTreeMap<NodeId, Time>,
-    probes: BackupProbes,
+    probes: Probes,
 }
 
 impl PrimaryCopies {
@@ -49,7 +49,7 @@ impl PrimaryCopies {
             reported: BTreeMap::new(),
             had_reader: BTreeSet::new(),
             none_since: BTreeMap::new(),
-            probes: BackupProbes::default(),
+            probes: Probes::default(),
         }
     }
 
@@ -145,7 +145,7 @@ impl RoutePolicy for PrimaryCopies {
     }
 
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
-        self.probes.due(view, self.s.probe_interval)
+        self.probes.due(view, self.s.probe_interval, ProbeWhom::Idle)
     }
 }
 

@@ -28,7 +28,7 @@
 //! perturbations" to sense small differences, is the `TROUBLE` threshold's other face: we
 //! react to differences above it and ignore the rest.
 
-use super::policy::{BackupProbes, NodeView, Pick, RateSettings, ReadPolicyKind, RoutePolicy, RouteView};
+use super::policy::{NodeView, Pick, ProbeWhom, Probes, RateSettings, ReadPolicyKind, RoutePolicy, RouteView};
 use crate::ids::NodeId;
 use crate::sched::{Discipline, ProgressMetric, Service};
 
@@ -44,12 +44,12 @@ pub struct ResponseRate {
     handoff: bool,
     trouble: bool,
     /// Backups seen, and when each was last asked for its state.
-    probes: BackupProbes,
+    probes: Probes,
 }
 
 impl ResponseRate {
     pub fn new(s: RateSettings, handoff: bool) -> ResponseRate {
-        ResponseRate { s, handoff, trouble: false, probes: BackupProbes::default() }
+        ResponseRate { s, handoff, trouble: false, probes: Probes::default() }
     }
 
     pub fn in_trouble(&self) -> bool {
@@ -126,7 +126,7 @@ impl RoutePolicy for ResponseRate {
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
         // A backup we send nothing to is measured by asking it (no data read from a backup
         // without trouble).
-        self.probes.due(view, self.s.probe_interval)
+        self.probes.due(view, self.s.probe_interval, ProbeWhom::Idle)
     }
 
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
