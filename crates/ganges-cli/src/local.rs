@@ -80,7 +80,7 @@ impl LocalSpec {
                 format!("{}B", n.memory_bytes),
             ]);
             if let Some(rate) = n.link_bytes_per_sec {
-                args.extend(["--link-rate".into(), format!("{}B/s", rate.round() as u64)]);
+                args.extend(["--net-rate".into(), format!("{}B/s", rate.round() as u64), "--model-link".into()]);
             }
         }
         args

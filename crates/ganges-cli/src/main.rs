@@ -170,10 +170,10 @@ struct ServeArgs {
     /// limit, else the machine's]
     #[arg(long, value_name = "SIZE")]
     node_memory: Option<ByteSize>,
-    /// Model the node's network link at this rate, received plus sent: every frame in and out
-    /// waits its turn on it (for several nodes on one machine; the rate it reports then)
-    #[arg(long, value_name = "RATE")]
-    link_rate: Option<Rate>,
+    /// Model the node's link at --net-rate: every frame in and out waits its turn on it (for
+    /// several nodes on one machine, which share loopback)
+    #[arg(long)]
+    model_link: bool,
 }
 
 /// A disk rate, or `off` for the real file system with no model.
@@ -954,7 +954,7 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         scheduler: a.scheduler,
         peers,
         node_sampling,
-        link_bytes_per_sec: a.link_rate.map(|r| r.0),
+        model_link: a.model_link,
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(16).build()?;
     rt.block_on(async move {

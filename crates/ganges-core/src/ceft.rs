@@ -168,6 +168,12 @@ pub fn is_runnable(stat: &str) -> bool {
     stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()) == Some("R")
 }
 
+/// The nanoseconds a task has waited to run, from its `/proc/PID/schedstat` text (time on a
+/// CPU, time waiting on a run queue, time slices).
+pub fn parse_schedstat_wait(text: &str) -> Option<u64> {
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Busy and total jiffies of one CPU, from a `cpuN` line of `/proc/stat`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuTimes {
@@ -308,6 +314,8 @@ mod tests {
         assert!(is_runnable("42 (ganges stress) R 1 42 42 0 -1"));
         assert!(!is_runnable("42 (a) R) S 1 42"), "the name may hold a parenthesis and an R");
         assert!(!is_runnable("garbage"));
+        assert_eq!(parse_schedstat_wait("730389 2926414 2\n"), Some(2926414));
+        assert_eq!(parse_schedstat_wait("730389"), None);
     }
 
     #[test]

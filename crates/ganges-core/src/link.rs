@@ -24,10 +24,6 @@ impl LinkModel {
         LinkModel { rate_bytes_per_sec, busy_until: Time::ZERO, bytes: 0 }
     }
 
-    pub fn rate_bytes_per_sec(&self) -> f64 {
-        self.rate_bytes_per_sec
-    }
-
     /// Bytes carried so far, both ways.
     pub fn bytes(&self) -> u64 {
         self.bytes

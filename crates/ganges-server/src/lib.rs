@@ -51,8 +51,9 @@ pub struct ServerConfig {
     pub peers: Vec<Peer>,
     /// What this server's node is, for the load it reports (CW-1).
     pub node_sampling: node::NodeConfig,
-    /// The network link model's rate, received plus sent; `None`: the network as it is.
-    pub link_bytes_per_sec: Option<f64>,
+    /// Model the node's link at `node_sampling.net_bytes_per_sec`: every frame in and out
+    /// waits its turn on it. Off: the network as it is.
+    pub model_link: bool,
 }
 
 /// Counters reported by `Stats`.
@@ -163,7 +164,7 @@ pub async fn run(
     let config_peers = config.peers.clone();
     let model = config.disk.map(DiskModel::new);
     let queue_depth = config.disk.map_or(1, |d| d.queue_depth);
-    let link = config.link_bytes_per_sec.map(|r| Mutex::new(LinkModel::new(r)));
+    let link = config.model_link.then(|| Mutex::new(LinkModel::new(config.node_sampling.net_bytes_per_sec)));
     let shared = Arc::new(Shared {
         disk: Mutex::new(disk::DiskState::new(config.scheduler.build(), model)),
         config,

@@ -6,8 +6,12 @@
 //! server is given one, a cgroup-v1 group of processes: several nodes on one machine, each
 //! with its own CPU and memory, which is how `bench write --stress` loads one node without
 //! the others. For a cgroup node:
-//! - CPU: the group's `cpuacct.usage` against what it may use (its CFS quota, else every
-//!   CPU of the machine), as one CPU: a group held at its quota is saturated.
+//! - CPU: the time the group's tasks ran (`cpuacct.usage`) or waited on a run queue (their
+//!   `schedstat`) against what it may use (its CFS quota, else every CPU of the machine), as
+//!   one CPU. Waiting counts as busy because the nodes share this machine's cores: on a
+//!   machine of its own, a group with work always waiting would have run all the time. So
+//!   a group whose tasks always want to run is saturated, however busy its neighbours are.
+//!   (A task that exits takes its waiting with it: that interval reads low.)
 //! - load: the group's runnable tasks (but the sampling thread), smoothed with a 2 s time
 //!   constant (the kernel keeps no load average per group; its 1-minute one would take a
 //!   minute to see a stress).
@@ -16,11 +20,12 @@
 //!
 //! The network's traffic is what the server's link model carried when it has one; else, for
 //! a cgroup node (which has no interface of its own), the server's data bytes in and out;
-//! else `/proc/net/dev` of the server's namespace. Its free rate is the link's rate (the
-//! model's, else the configured one) less that traffic. The disk's free rate is the model's
-//! rate now (a slow disk or a competing stream included) times the share of time the model
-//! was idle; without a disk model the disk is taken as free. The arithmetic is
-//! `ganges_core::ceft` (pure, tested); this module only reads files.
+//! else `/proc/net/dev` of the server's namespace. Its free rate is the link's configured
+//! rate (`--net-rate`, which the link model runs at when there is one) less that traffic.
+//! The disk's free rate is the model's rate now (a slow disk or a competing stream
+//! included) times the share of time the model was idle; without a disk model the disk is
+//! taken as free. The arithmetic is `ganges_core::ceft` (pure, tested); this module only
+//! reads files.
 
 use crate::Shared;
 use ganges_core::ceft::{self, CpuTimes, NodeCapacity, NodeCounters};
@@ -112,7 +117,7 @@ impl Sampler {
                 rx + tx
             })
         });
-        let (cpus, load, mem_free_bytes) = match self.config.cgroup.clone() {
+        let (cpus, load, mem_free_bytes) = match self.config.cgroup.as_deref() {
             None => (
                 read("/proc/stat").map(|t| ceft::parse_proc_stat(&t)).unwrap_or_default(),
                 read("/proc/loadavg").and_then(|t| ceft::parse_loadavg(&t)).unwrap_or(0.0),
@@ -120,15 +125,16 @@ impl Sampler {
             ),
             Some(group) => {
                 let dt = self.last_at.map_or(0.0, |l| at_secs - l);
-                self.load = ceft::smooth_load(self.load, runnable(&group) as f64, dt, CGROUP_LOAD_TAU_SECS);
-                let mem = controller_dir("memory", &group);
+                let tasks = tasks(group);
+                self.load = ceft::smooth_load(self.load, runnable(&tasks) as f64, dt, CGROUP_LOAD_TAU_SECS);
+                let mem = controller_dir("memory", group);
                 let limit = read_u64(mem.join("memory.limit_in_bytes")).unwrap_or(u64::MAX);
                 let size = self.config.memory_bytes.map_or(limit, |m| m.min(limit));
                 let free = match read_u64(mem.join("memory.usage_in_bytes")) {
                     Some(used) => size.saturating_sub(used).min(host_mem),
                     None => host_mem,
                 };
-                (cgroup_cpu(&group, at_secs), self.load, free)
+                (cgroup_cpu(group, &tasks, at_secs), self.load, free)
             }
         };
         self.last_at = Some(at_secs);
@@ -136,11 +142,17 @@ impl Sampler {
     }
 }
 
-/// A cgroup node's CPU as one CPU: nanoseconds used against nanoseconds it may use.
-fn cgroup_cpu(group: &str, at_secs: f64) -> Vec<CpuTimes> {
+/// A cgroup node's CPU as one CPU: nanoseconds its tasks ran or waited to run against
+/// nanoseconds it may use (the module docs say why waiting counts).
+fn cgroup_cpu(group: &str, tasks: &[String], at_secs: f64) -> Vec<CpuTimes> {
     let Some(used) = read_u64(controller_dir("cpuacct", group).join("cpuacct.usage")) else {
         return vec![];
     };
+    let waited: u64 = tasks
+        .iter()
+        .filter_map(|t| read(format!("/proc/{t}/schedstat")))
+        .filter_map(|s| ceft::parse_schedstat_wait(&s))
+        .sum();
     let cpu = controller_dir("cpu", group);
     let quota = read(cpu.join("cpu.cfs_quota_us")).and_then(|t| t.trim().parse::<i64>().ok());
     let period = read_u64(cpu.join("cpu.cfs_period_us"));
@@ -148,37 +160,33 @@ fn cgroup_cpu(group: &str, at_secs: f64) -> Vec<CpuTimes> {
         (Some(q), Some(p)) if q > 0 && p > 0 => q as f64 / p as f64,
         _ => std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
     };
-    vec![CpuTimes { busy: used, total: (at_secs * 1e9 * cpus) as u64 }]
+    vec![CpuTimes { busy: used + waited, total: (at_secs * 1e9 * cpus) as u64 }]
 }
 
-/// Tasks of the group that are runnable now, but the one counting (which is running).
-fn runnable(group: &str) -> usize {
-    let Some(tasks) = read(controller_dir("cpuacct", group).join("tasks")) else { return 0 };
+/// The group's tasks, but the one sampling (which is running because it samples).
+fn tasks(group: &str) -> Vec<String> {
     // SAFETY: gettid has no preconditions and cannot fail.
     #[allow(unsafe_code)]
     let me = unsafe { libc::gettid() }.to_string();
-    tasks
-        .split_whitespace()
-        .filter(|t| *t != me)
-        .filter_map(|t| read(format!("/proc/{t}/stat")))
-        .filter(|stat| ceft::is_runnable(stat))
-        .count()
+    read(controller_dir("cpuacct", group).join("tasks"))
+        .map(|t| t.split_whitespace().filter(|t| *t != me).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// How many of `tasks` are runnable now.
+fn runnable(tasks: &[String]) -> usize {
+    tasks.iter().filter_map(|t| read(format!("/proc/{t}/stat"))).filter(|stat| ceft::is_runnable(stat)).count()
 }
 
 /// The node's capacity now: the link's rate, and the disk model's rate with its fault.
 fn capacity(shared: &Shared) -> (NodeCapacity, f64) {
     let model = {
         let d = shared.disk.lock().expect("disk lock");
-        d.model.as_ref().map(|m| {
-            (m.params().rate_bytes_per_sec * m.fault().map_or(1.0, |f| f.rate_fraction()), m.stats().busy_secs)
-        })
+        d.model.as_ref().map(|m| (m.effective_rate(), m.stats().busy_secs))
     };
     // Without a model: the measured rate, never busy (taking the disk lock again, not nested).
     let (rate, busy) = model.unwrap_or_else(|| (shared.rate_bytes_per_sec(), 0.0));
-    let net = match &shared.link {
-        Some(l) => l.lock().expect("link lock").rate_bytes_per_sec(),
-        None => shared.config.node_sampling.net_bytes_per_sec,
-    };
+    let net = shared.config.node_sampling.net_bytes_per_sec;
     (NodeCapacity { net_bytes_per_sec: net, disk_bytes_per_sec: rate }, busy)
 }
 
