@@ -22,7 +22,8 @@
 //!   that serve off loopback, which waits for the cluster-secret handshake.)
 
 use crate::util::{CliError, CliResult, fail};
-use std::path::{Path, PathBuf};
+use ganges_server::node;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
 use std::time::Duration;
@@ -39,9 +40,6 @@ pub const LINK_PER_DISK: f64 = 1.5;
 /// How long a stress runs before it is measured: the nodes sample once a second and smooth
 /// a group's load over 2 s.
 pub const SETTLE: Duration = Duration::from_secs(4);
-
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
-const CONTROLLERS: [&str; 3] = ["cpu", "cpuacct", "memory"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -101,10 +99,6 @@ pub struct NodeGroups {
     nodes: u32,
 }
 
-fn dir(controller: &str, group: &str) -> PathBuf {
-    Path::new(CGROUP_ROOT).join(controller).join(group)
-}
-
 /// Send a server bytes it drops, as fast as its link takes them.
 fn flood(addr: std::net::SocketAddr) -> std::io::Result<()> {
     use ganges_proto::msg::{Hello, Message};
@@ -132,15 +126,15 @@ impl NodeGroups {
         let groups = NodeGroups { parent, nodes };
         for n in 0..nodes {
             let g = groups.group(n);
-            for c in CONTROLLERS {
-                std::fs::create_dir_all(dir(c, &g)).map_err(|e| {
+            for c in node::CONTROLLERS {
+                std::fs::create_dir_all(node::controller_dir(c, &g)).map_err(|e| {
                     CliError(format!(
                         "a stressed bench needs cgroup v1 (cpu, cpuacct, memory) and root: creating {}: {e}",
-                        dir(c, &g).display()
+                        node::controller_dir(c, &g).display()
                     ))
                 })?;
             }
-            let cpu = dir("cpu", &g);
+            let cpu = node::controller_dir("cpu", &g);
             std::fs::write(cpu.join("cpu.cfs_period_us"), "100000")
                 .and_then(|_| std::fs::write(cpu.join("cpu.cfs_quota_us"), "100000"))
                 .map_err(|e| CliError(format!("setting {}'s CPU quota: {e}", cpu.display())))?;
@@ -156,11 +150,11 @@ impl NodeGroups {
 impl Drop for NodeGroups {
     fn drop(&mut self) {
         // A group can go once its processes have; the servers are stopped before this.
-        for c in CONTROLLERS {
+        for c in node::CONTROLLERS {
             for n in 0..self.nodes {
-                let _ = std::fs::remove_dir(dir(c, &self.group(n)));
+                let _ = std::fs::remove_dir(node::controller_dir(c, &self.group(n)));
             }
-            let _ = std::fs::remove_dir(dir(c, &self.parent));
+            let _ = std::fs::remove_dir(node::controller_dir(c, &self.parent));
         }
     }
 }
@@ -210,7 +204,7 @@ pub fn run(
     leave: u64,
     target: Option<std::net::SocketAddr>,
 ) -> CliResult<()> {
-    ganges_server::node::join_cgroup(group)?;
+    node::join_cgroup(group)?;
     match kind {
         StressKind::Network => {
             let Some(addr) = target else { return fail("a network stress needs --target ADDR (its server)") };
@@ -227,22 +221,14 @@ pub fn run(
             }
         }
         StressKind::Memory => {
-            let used = || {
-                std::fs::read_to_string(dir("memory", group).join("memory.usage_in_bytes"))
-                    .ok()
-                    .and_then(|t| t.trim().parse::<u64>().ok())
-            };
-            let mut held: Vec<Vec<u8>> = vec![];
-            const CHUNK: usize = 16 << 20;
-            while let Some(u) = used() {
-                if u + leave + CHUNK as u64 > node_memory {
-                    break;
-                }
-                // Touched, so the pages are really the node's.
-                held.push(vec![1u8; CHUNK]);
+            const CHUNK: u64 = 16 << 20;
+            if node::memory_used(group).is_none() {
+                return fail(format!("reading {}'s memory use", node::controller_dir("memory", group).display()));
             }
-            if held.is_empty() && used().is_none() {
-                return fail(format!("reading {}'s memory use", dir("memory", group).display()));
+            let mut held: Vec<Vec<u8>> = vec![];
+            while node::memory_used(group).is_some_and(|u| u + leave + CHUNK <= node_memory) {
+                // Touched, so the pages are really the node's.
+                held.push(vec![1u8; CHUNK as usize]);
             }
             std::mem::forget(held);
         }

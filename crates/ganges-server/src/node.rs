@@ -43,6 +43,8 @@ pub const CGROUP_LOAD_TAU_SECS: f64 = 2.0;
 pub const NET_DEFAULT_BYTES_PER_SEC: f64 = 1.25e9;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// The cgroup-v1 controllers a node's group lives under.
+pub const CONTROLLERS: [&str; 3] = ["cpu", "cpuacct", "memory"];
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeConfig {
@@ -67,7 +69,8 @@ pub enum NodeError {
     Join { dir: PathBuf, source: std::io::Error },
 }
 
-fn controller_dir(controller: &str, group: &str) -> PathBuf {
+/// Where `group` is under `controller`.
+pub fn controller_dir(controller: &str, group: &str) -> PathBuf {
     Path::new(CGROUP_ROOT).join(controller).join(group.trim_start_matches('/'))
 }
 
@@ -75,7 +78,7 @@ fn controller_dir(controller: &str, group: &str) -> PathBuf {
 /// where it does not exist.
 pub fn join_cgroup(group: &str) -> Result<(), NodeError> {
     let pid = std::process::id().to_string();
-    for c in ["cpu", "cpuacct", "memory"] {
+    for c in CONTROLLERS {
         let dir = controller_dir(c, group);
         std::fs::create_dir_all(&dir)
             .and_then(|_| std::fs::write(dir.join("cgroup.procs"), &pid))
@@ -130,7 +133,7 @@ impl Sampler {
                 let mem = controller_dir("memory", group);
                 let limit = read_u64(mem.join("memory.limit_in_bytes")).unwrap_or(u64::MAX);
                 let size = self.config.memory_bytes.map_or(limit, |m| m.min(limit));
-                let free = match read_u64(mem.join("memory.usage_in_bytes")) {
+                let free = match memory_used(group) {
                     Some(used) => size.saturating_sub(used).min(host_mem),
                     None => host_mem,
                 };
@@ -140,6 +143,11 @@ impl Sampler {
         self.last_at = Some(at_secs);
         NodeCounters { at_secs, cpus, load, mem_free_bytes, net_bytes, disk_busy_secs }
     }
+}
+
+/// The memory `group` uses now.
+pub fn memory_used(group: &str) -> Option<u64> {
+    read_u64(controller_dir("memory", group).join("memory.usage_in_bytes"))
 }
 
 /// A cgroup node's CPU as one CPU: nanoseconds its tasks ran or waited to run against
