@@ -133,6 +133,9 @@ pub struct Row {
     pub blocks_per_server: Vec<u64>,
     /// DQ: blocks withdrawn from slow disks at the end of a writer's stream and resent.
     pub steals: u64,
+    /// DQ: queued blocks servers gave back to their writers for an idle server (GD-6 for
+    /// writes).
+    pub redirects: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion: Option<Completion>,
 }
@@ -154,6 +157,7 @@ struct Sample {
     client_cpu: f64,
     blocks_per_server: Vec<u64>,
     steals: u64,
+    redirects: u64,
     completion: Option<Completion>,
 }
 
@@ -408,6 +412,7 @@ async fn run_once(
         client_cpu,
         blocks_per_server,
         steals: out.writers.iter().map(|r| r.stats.steals).sum(),
+        redirects: out.writers.iter().map(|r| r.stats.moved).sum(),
         completion,
     })
 }
@@ -497,6 +502,7 @@ fn row(
         spread_seconds: spread,
         blocks_per_server: std::mem::take(&mut m.blocks_per_server),
         steals: m.steals,
+        redirects: m.redirects,
         completion: m.completion.take(),
     }
 }

@@ -235,6 +235,103 @@ async fn dq_runs_go_whole_to_one_server_in_order() {
     assert!(err.to_string().contains("runs are the unit of a dq write only"), "{err}");
 }
 
+/// GD-6 for writes, on the wire: appends that allow handoff wait at a slow server; the
+/// other server of the DQ write runs dry and asks for work; the slow one gives queued appends
+/// back unwritten, answering `Redirected` to the idle one, which writes them when they are
+/// sent there. Each block is written once, where it was last sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_server_gives_queued_appends_back_redirected_to_an_idle_one() {
+    use bytes::Bytes;
+    use ganges_core::sched::{Progress, ProgressMetric, Service};
+    use ganges_proto::msg::{APPEND, Message, WriteReq};
+    let c = start(2, common::disk(32.0));
+    let client = c.client().await;
+    // 1.6 MiB/s: a 256 KiB block takes 160 ms at node 0.
+    slow_down(&client, NodeId(0), 0.05).await;
+    let block = 256u32 << 10;
+    let manifest = Manifest {
+        format: ganges_proto::manifest::MANIFEST_FORMAT,
+        name: "redirected".parse().unwrap(),
+        id: 7,
+        layout: ganges_core::layout::Layout::chained(2, 1).unwrap(),
+        shape: ganges_core::shape::Shape::uniform(2, 16 * block as u64, block).unwrap(),
+        records: ganges_proto::manifest::RecordFormat::Bytes,
+        content: ganges_proto::manifest::Content::Imported { source: "test".into() },
+        state: DatasetState::Complete,
+        placement: None,
+        origin: None,
+        checksum: "crc32c".into(),
+        digest: Digest::default(),
+        created_unix_secs: 0,
+    };
+    let txid = 0x77;
+    let both = [NodeId(0), NodeId(1)];
+    let stage = ControlRequest::Stage { txid, manifest: manifest.clone(), append: true };
+    for (node, r) in client.control_all(&both, &stage).await {
+        r.unwrap_or_else(|e| panic!("staging on {node}: {e}"));
+    }
+    let data: Vec<Bytes> = (0..7u8).map(|i| Bytes::from(vec![i; block as usize])).collect();
+    let write = |i: usize, fragment: u32| {
+        Message::Write(WriteReq {
+            stream: i as u64,
+            progress: Progress { done_bytes: 0, total_bytes: block as u64, metric: ProgressMetric::Bytes },
+            service: Service { handoff: true, ..Service::FURTHEST_BEHIND },
+            txid,
+            dataset: manifest.name.clone(),
+            fragment: FragmentId(fragment),
+            block: APPEND,
+            crc: crc32c::crc32c(&data[i]),
+            data: data[i].clone(),
+        })
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // Six appends queue at the slow node 0; one at node 1, which then has nothing to do.
+    for i in 0..6 {
+        client.conn(NodeId(0)).unwrap().send_tagged(&write(i, 0), &tx, i as u64).unwrap();
+    }
+    client.conn(NodeId(1)).unwrap().send_tagged(&write(6, 1), &tx, 6).unwrap();
+    let (mut written, mut redirected) = (BTreeMap::new(), vec![]);
+    while written.len() < 7 {
+        let ev = tokio::time::timeout(std::time::Duration::from_secs(20), rx.recv()).await.unwrap().unwrap();
+        let i = ev.tag as usize;
+        match ev.result.unwrap() {
+            Message::WriteOk(ok) => assert!(written.insert(i, (ev.node, ok.block)).is_none(), "block {i} twice"),
+            Message::Redirected { to } => {
+                assert_eq!((ev.node, to), (NodeId(0), NodeId(1)), "block {i}: from the busy server to the idle one");
+                redirected.push(i);
+                client.conn(to).unwrap().send_tagged(&write(i, to.0), &tx, ev.tag).unwrap();
+            }
+            other => panic!("block {i}: {other:?}"),
+        }
+    }
+    assert!(!redirected.is_empty(), "the idle server took some of the slow one's queue");
+    assert!(redirected.len() < 6, "the slow server kept at least the one it was writing");
+    for (i, (node, _)) in &written {
+        let want = if redirected.contains(i) || *i == 6 { NodeId(1) } else { NodeId(0) };
+        assert_eq!(*node, want, "block {i} written where it was last sent");
+    }
+    let stats: Vec<_> = {
+        let mut out = vec![];
+        for (_, r) in client.control_all(&both, &ControlRequest::Stats).await {
+            let Ok(ControlReply::Stats { stats }) = r else { panic!("stats: {r:?}") };
+            out.push(stats);
+        }
+        out.sort_by_key(|s| s.node);
+        out
+    };
+    let n = redirected.len() as u64;
+    assert_eq!((stats[0].redirected_out, stats[1].redirected_in), (n, n));
+    assert_eq!((stats[0].writes, stats[1].writes), (6 - n, 1 + n), "each block written once");
+    // Node 1's log holds its own block and the redirected ones, in slots 0, 1, ...
+    let mut slots: Vec<u32> = written.values().filter(|(node, _)| *node == NodeId(1)).map(|w| w.1).collect();
+    slots.sort_unstable();
+    assert_eq!(slots, (0..1 + n as u32).collect::<Vec<_>>());
+    let abort = ControlRequest::Abort { txid, name: manifest.name.clone() };
+    for (_, r) in client.control_all(&both, &abort).await {
+        r.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_written_by_four_writers_reads_back_as_the_file() {
     let c = start(4, common::disk(64.0));

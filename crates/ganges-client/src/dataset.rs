@@ -919,7 +919,7 @@ async fn write_dq(
     let work = async {
         let mut tasks = JoinSet::new();
         for (i, blocks) in streams.into_iter().enumerate() {
-            let settings = DqSettings::for_consumers(nodes);
+            let settings = DqSettings::for_consumers(nodes).with_slow_start(ganges_core::dq::START_CREDITS);
             let seed = manifest.id ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             let mut w = DqWriter::new(
                 client.clone(),
@@ -947,7 +947,8 @@ async fn write_dq(
         let mut logs: Vec<Vec<(u32, u32, u32, u64)>> = vec![vec![]; nodes as usize];
         let mut reports = vec![];
         for (i, w, seconds) in join_writers(tasks).await? {
-            let mut stats = ganges_core::route::ReadStats { steals: w.steals, ..Default::default() };
+            let mut stats =
+                ganges_core::route::ReadStats { steals: w.steals, moved: w.redirects, ..Default::default() };
             for l in w.landed() {
                 if i == last && l.block / spec.run_blocks.max(1) as usize == tail_unit {
                     last_run_node = Some(l.node);

@@ -18,6 +18,11 @@
 //! and written by the disks that answer (`dq::steal_at_end`): cancelled first, resent only
 //! once the server confirms the cancel, so no block is written twice.
 //!
+//! The servers even out the end too (GD-6 for writes, `ganges-server`'s handoff): a server
+//! that runs dry asks the others, and a busy one gives back some of its queued blocks,
+//! unwritten, answering `Redirected` to the idle one; the writer sends each there at once,
+//! past its credit there (the server asked for it). Pinned units and DQ-3's runs stay put.
+//!
 //! Every server's log must hold at least one block (a fragment is never empty), so each
 //! writer first sends a few units to fixed servers (writer w of W: its j-th unit to server
 //! w + jW, while there is one), and those are never withdrawn.
@@ -82,8 +87,8 @@ pub struct DqWriter {
     run_blocks: usize,
     /// The next unit never sent.
     next: usize,
-    /// Units to send again (withdrawn), and where to.
-    resend: VecDeque<(usize, Option<usize>)>,
+    /// Units to send again (withdrawn or given back), and where to.
+    resend: VecDeque<(usize, ResendTo)>,
     /// Blocks of each unit in flight still unanswered.
     unit_left: HashMap<usize, usize>,
     pending: HashMap<u64, Pending>,
@@ -102,6 +107,19 @@ pub struct DqWriter {
     next_tag: u64,
     epoch: Instant,
     pub steals: u64,
+    /// Blocks servers gave back, redirected to an idle server.
+    pub redirects: u64,
+}
+
+/// Where a unit is sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ResendTo {
+    /// Wherever the router says.
+    Anywhere,
+    /// The idle server it was withdrawn for, if a credit there allows.
+    Prefer(usize),
+    /// The server it was redirected to, which asked for it: past the credit limits.
+    Invited(usize),
 }
 
 impl DqWriter {
@@ -150,6 +168,7 @@ impl DqWriter {
             next_tag: 1,
             epoch: Instant::now(),
             steals: 0,
+            redirects: 0,
         })
     }
 
@@ -165,7 +184,8 @@ impl DqWriter {
     fn pump(&mut self) -> Result<()> {
         loop {
             let (unit, consumer) = match self.resend.front().copied() {
-                Some((unit, Some(to))) if self.router.take(to) => (unit, to),
+                Some((unit, ResendTo::Invited(to))) if self.router.take_invited(to) => (unit, to),
+                Some((unit, ResendTo::Prefer(to))) if self.router.take(to) => (unit, to),
                 Some((unit, _)) => match self.router.pick() {
                     Some(c) => (unit, c),
                     None => return Ok(()),
@@ -210,7 +230,12 @@ impl DqWriter {
                     metric: ProgressMetric::Bytes,
                 },
                 // A run's blocks back to back, where the scheduler can (GD-5's runs).
-                service: Service { runs: self.run_blocks > 1, ..Service::FURTHEST_BEHIND },
+                // A lone unit that is not pinned may be given back for an idle server.
+                service: Service {
+                    runs: self.run_blocks > 1,
+                    handoff: self.run_blocks == 1 && unit >= self.pins.len(),
+                    ..Service::FURTHEST_BEHIND
+                },
                 txid: self.txid,
                 dataset: self.name.clone(),
                 fragment: FragmentId(node.0),
@@ -263,7 +288,17 @@ impl DqWriter {
                     self.unit_left.remove(&p.unit);
                     self.router.on_reply(p.consumer);
                     let to = self.withdrawing.remove(&ev.tag);
-                    self.resend.push_front((p.unit, to));
+                    self.resend.push_front((p.unit, to.map_or(ResendTo::Anywhere, ResendTo::Prefer)));
+                }
+                Ok(Message::Redirected { to }) => {
+                    // Given back unwritten for an idle server (a withdraw of ours, if any, is
+                    // moot: the server's word on its queue is better).
+                    self.unit_left.remove(&p.unit);
+                    self.router.on_reply(p.consumer);
+                    self.withdrawing.remove(&ev.tag);
+                    self.loads.on_withdraw(p.consumer);
+                    self.redirects += 1;
+                    self.resend.push_front((p.unit, ResendTo::Invited(to.0 as usize)));
                 }
                 Ok(Message::Error(e, _)) => return Err(ClientError::Server { node, err: e }),
                 Ok(other) => {

@@ -31,7 +31,20 @@ pub struct DqSettings {
     pub total_credits: u32,
     /// Blocks a producer may have unanswered at one consumer.
     pub per_consumer: u32,
+    /// Slow start (ours): blocks a producer may have unanswered before its first reply,
+    /// one more with each reply up to `total_credits`; `None` starts with all of them, as
+    /// River does.
+    #[serde(default)]
+    pub start_credits: Option<u32>,
 }
+
+/// The slow start ganges' DQ writers use: two blocks each, the pinned one and one more.
+/// With River's whole window at once, 16 writers put 256 blocks on the wire together, and
+/// a transport that shares its bandwidth fairly delivers them all together, so every disk
+/// waits for the whole burst before it has one block to write (the DQ write bench lost 2
+/// to 3 points to this; `docs/benchmarks.md`). Each reply then opens one more credit, so
+/// the window doubles every block time.
+pub const START_CREDITS: u32 = 2;
 
 impl DqSettings {
     /// One credit per consumer, at most one at each (river §6.1's minimum). A consumer still
@@ -39,13 +52,18 @@ impl DqSettings {
     /// consumer holds at most one block per producer, which sets how long the others wait
     /// for it (river §6.2's end effect).
     pub fn for_consumers(consumers: u32) -> DqSettings {
-        DqSettings { total_credits: consumers.max(1), per_consumer: 1 }
+        DqSettings { total_credits: consumers.max(1), per_consumer: 1, start_credits: None }
     }
 
     /// `total` credits spread over `consumers`: as many per consumer as it takes for all of
     /// them to be usable (river's Figure 11 varies only the total).
     pub fn with_total(consumers: u32, total: u32) -> DqSettings {
-        DqSettings { total_credits: total, per_consumer: total.div_ceil(consumers.max(1)).max(1) }
+        DqSettings { total_credits: total, per_consumer: total.div_ceil(consumers.max(1)).max(1), start_credits: None }
+    }
+
+    /// The same credits, reached by slow start from `start`.
+    pub fn with_slow_start(self, start: u32) -> DqSettings {
+        DqSettings { start_credits: Some(start), ..self }
     }
 }
 
@@ -53,8 +71,10 @@ impl DqSettings {
 pub enum DqError {
     #[error("a distributed queue needs at least one consumer")]
     NoConsumers,
-    #[error("dq credits must be at least 1 in total and at each consumer (got {total} and {per_consumer})")]
-    Credits { total: u32, per_consumer: u32 },
+    #[error(
+        "dq credits must be at least 1 in total, at each consumer and at the start (got {total}, {per_consumer} and {start})"
+    )]
+    Credits { total: u32, per_consumer: u32, start: u32 },
     #[error(
         "a dq write puts at least one unit on each of the {consumers} servers, so producer {producer} \
          needs {need} units and has {have}; write more data, smaller blocks or with fewer writers"
@@ -83,6 +103,7 @@ pub struct DqRouter {
     rng: ChaCha8Rng,
     /// Blocks sent to each consumer.
     sent: Vec<u64>,
+    window: u32,
 }
 
 impl DqRouter {
@@ -90,8 +111,9 @@ impl DqRouter {
         if consumers == 0 {
             return Err(DqError::NoConsumers);
         }
-        if s.total_credits == 0 || s.per_consumer == 0 {
-            return Err(DqError::Credits { total: s.total_credits, per_consumer: s.per_consumer });
+        if s.total_credits == 0 || s.per_consumer == 0 || s.start_credits == Some(0) {
+            let start = s.start_credits.unwrap_or(s.total_credits);
+            return Err(DqError::Credits { total: s.total_credits, per_consumer: s.per_consumer, start });
         }
         let n = consumers as usize;
         Ok(DqRouter {
@@ -101,7 +123,13 @@ impl DqRouter {
             total: 0,
             rng: ChaCha8Rng::seed_from_u64(seed),
             sent: vec![0; n],
+            window: s.start_credits.unwrap_or(s.total_credits).clamp(1, s.total_credits),
         })
+    }
+
+    /// Blocks the producer may have unanswered now: its slow-start window.
+    fn limit(&self) -> u32 {
+        self.s.total_credits.min(self.window)
     }
 
     /// The consumer the next block goes to, or `None` if the producer must wait for a reply
@@ -109,7 +137,7 @@ impl DqRouter {
     /// live consumers with a credit left: river's "pick a random consumer; if it has too
     /// many outstanding, pick another".
     pub fn pick(&mut self) -> Option<usize> {
-        if self.total >= self.s.total_credits {
+        if self.total >= self.limit() {
             return None;
         }
         let open = |i: usize, o: &[u32], l: &[bool]| l[i] && o[i] < self.s.per_consumer;
@@ -128,7 +156,7 @@ impl DqRouter {
     /// Send the next block to consumer `c`, if it is live and has a credit (and the total
     /// allows): the resend of a block withdrawn by [`steal_at_end`]. True if taken.
     pub fn take(&mut self, c: usize) -> bool {
-        if self.total >= self.s.total_credits || !self.live[c] || self.outstanding[c] >= self.s.per_consumer {
+        if self.total >= self.limit() || !self.live[c] || self.outstanding[c] >= self.s.per_consumer {
             return false;
         }
         self.outstanding[c] += 1;
@@ -137,11 +165,25 @@ impl DqRouter {
         true
     }
 
-    /// Consumer `c` answered one block: its credit comes back.
+    /// Send the next block to consumer `c` because it asked for it (a block redirected there,
+    /// GD-6 for writes): past the credit limits, since the consumer has room by its own word.
+    /// False if `c` is gone.
+    pub fn take_invited(&mut self, c: usize) -> bool {
+        if !self.live.get(c).copied().unwrap_or(false) {
+            return false;
+        }
+        self.outstanding[c] += 1;
+        self.total += 1;
+        self.sent[c] += 1;
+        true
+    }
+
+    /// Consumer `c` answered one block: its credit comes back, and in slow start one more.
     pub fn on_reply(&mut self, c: usize) {
         assert!(self.outstanding[c] > 0, "a reply from consumer {c} with nothing outstanding there");
         self.outstanding[c] -= 1;
         self.total -= 1;
+        self.window = (self.window + 1).min(self.s.total_credits);
     }
 
     /// Consumer `c` is gone: no more blocks go there. Its unanswered blocks' credits come
@@ -274,7 +316,7 @@ mod tests {
 
     #[test]
     fn credits_bound_what_is_in_flight_in_all_and_per_consumer() {
-        let mut r = DqRouter::new(4, DqSettings { total_credits: 6, per_consumer: 2 }, 1).unwrap();
+        let mut r = DqRouter::new(4, DqSettings { total_credits: 6, per_consumer: 2, start_credits: None }, 1).unwrap();
         let picks: Vec<usize> = (0..6).map(|_| r.pick().unwrap()).collect();
         assert_eq!(r.pick(), None, "the total is spent");
         for c in 0..4 {
@@ -285,6 +327,32 @@ mod tests {
         assert_eq!(r.in_flight(), 5);
         assert!(r.pick().is_some(), "a reply frees a credit");
         assert_eq!(r.pick(), None, "exactly one");
+    }
+
+    #[test]
+    fn slow_start_opens_one_credit_per_reply_up_to_the_total() {
+        let mut r = DqRouter::new(8, DqSettings::for_consumers(8).with_slow_start(2), 1).unwrap();
+        let first: Vec<usize> = (0..2).map(|_| r.pick().unwrap()).collect();
+        assert_eq!(r.pick(), None, "two before any reply");
+        assert!(!r.take((0..8).find(|c| !first.contains(c)).unwrap()), "take keeps to the window too");
+        r.on_reply(first[0]);
+        assert_eq!(r.in_flight(), 1);
+        assert!(r.pick().is_some() && r.pick().is_some(), "a reply frees its credit and opens one more");
+        assert_eq!(r.pick(), None);
+        let mut in_flight = 3;
+        for _ in 0..20 {
+            let c = (0..8).find(|&c| r.outstanding(c) > 0).unwrap();
+            r.on_reply(c);
+            in_flight -= 1;
+            while r.pick().is_some() {
+                in_flight += 1;
+            }
+        }
+        assert_eq!(in_flight, 8, "the window grows to the total and no further");
+        assert_eq!(r.in_flight(), 8);
+        assert!(DqRouter::new(8, DqSettings::for_consumers(8).with_slow_start(0), 1).is_err());
+        let big = DqRouter::new(4, DqSettings::for_consumers(4).with_slow_start(99), 1).unwrap();
+        assert_eq!(big.limit(), 4, "a start above the total is the total");
     }
 
     #[test]
@@ -324,7 +392,7 @@ mod tests {
 
     #[test]
     fn a_dead_consumer_returns_its_credits_and_gets_nothing_more() {
-        let mut r = DqRouter::new(2, DqSettings { total_credits: 4, per_consumer: 2 }, 1).unwrap();
+        let mut r = DqRouter::new(2, DqSettings::with_total(2, 4), 1).unwrap();
         while r.pick().is_some() {}
         assert_eq!(r.in_flight(), 4);
         r.on_consumer_down(0);
@@ -344,6 +412,13 @@ mod tests {
         assert!(r.take(0));
         assert_eq!(r.in_flight(), 2);
         assert_eq!(r.sent(), &[1, 0, 1]);
+        assert!(r.take_invited(2), "an invited block goes past the credit");
+        assert_eq!(r.outstanding(2), 2);
+        assert!(!r.take_invited(1), "a dead consumer is never invited");
+        assert!(!r.take_invited(9), "nor an unknown one");
+        r.on_reply(2);
+        r.on_reply(2);
+        assert!(r.take(2), "the credits came back");
     }
 
     #[test]
@@ -398,8 +473,14 @@ mod tests {
     #[test]
     fn settings_are_checked() {
         assert_eq!(DqRouter::new(0, DqSettings::for_consumers(1), 1).unwrap_err(), DqError::NoConsumers);
-        assert!(DqRouter::new(2, DqSettings { total_credits: 0, per_consumer: 1 }, 1).is_err());
-        assert_eq!(DqSettings::with_total(16, 4), DqSettings { total_credits: 4, per_consumer: 1 });
-        assert_eq!(DqSettings::with_total(16, 32), DqSettings { total_credits: 32, per_consumer: 2 });
+        assert!(DqRouter::new(2, DqSettings { total_credits: 0, per_consumer: 1, start_credits: None }, 1).is_err());
+        assert_eq!(
+            DqSettings::with_total(16, 4),
+            DqSettings { total_credits: 4, per_consumer: 1, start_credits: None }
+        );
+        assert_eq!(
+            DqSettings::with_total(16, 32),
+            DqSettings { total_credits: 32, per_consumer: 2, start_credits: None }
+        );
     }
 }

@@ -26,16 +26,31 @@ pub const HANDOFF_MIN: usize = 2;
 /// an idle server must not flood busy ones with asks.
 pub const ASK_BACKOFF: Duration = Duration::from_millis(20);
 
+/// The fewest DQ appends worth giving back (GD-6 for writes, ours): one. An append costs
+/// the helper no seek (it goes to the end of the helper's own log) and its data comes from
+/// the writer, so a redirect costs only the writer's round trip.
+pub const APPEND_HANDOFF_MIN: usize = 1;
+/// How long a server that took redirected appends waits for them before it asks for work
+/// again: the writers resend within a round trip; a writer that is gone must not keep the
+/// server from asking forever.
+pub const REDIRECT_WAIT: Duration = Duration::from_millis(50);
+
 /// How many of the busy server's `queued` eligible requests the idle one takes.
 pub fn share(queued: usize, rate_idle: f64, rate_busy: f64) -> usize {
-    if queued < HANDOFF_MIN || rate_idle <= 0.0 {
+    share_at_least(HANDOFF_MIN, queued, rate_idle, rate_busy)
+}
+
+/// [`share`], with `min` the fewest worth moving.
+pub fn share_at_least(min: usize, queued: usize, rate_idle: f64, rate_busy: f64) -> usize {
+    let min = min.max(1);
+    if queued == 0 || rate_idle <= 0.0 {
         return 0;
     }
     let rate_busy = rate_busy.max(1e-9);
     let x = (queued as f64 * rate_idle / (rate_idle + rate_busy)).floor() as usize;
     // Keep at least one: the busy server is serving, and its queue is its pipeline.
     let x = x.min(queued - 1);
-    if x >= HANDOFF_MIN { x } else { 0 }
+    if x >= min { x } else { 0 }
 }
 
 /// Which requests to hand off: the `n` newest among the eligible `(id, arrival)` pairs.
@@ -134,6 +149,14 @@ mod tests {
         assert_eq!(share(10, 0.0, 1.0), 0);
         // A much slower helper takes nothing worth the trip.
         assert_eq!(share(10, 0.1, 1.0), 0);
+        // Appends move one at a time, and the busy server still keeps one.
+        assert_eq!(share_at_least(APPEND_HANDOFF_MIN, 2, 1.0, 1.0), 1);
+        assert_eq!(share_at_least(APPEND_HANDOFF_MIN, 3, 1.0, 1.0), 1);
+        assert_eq!(share_at_least(APPEND_HANDOFF_MIN, 4, 1.0, 1.0), 2);
+        assert_eq!(share_at_least(APPEND_HANDOFF_MIN, 1, 100.0, 1.0), 0);
+        // A slow disk's queue goes mostly to a fast helper.
+        assert_eq!(share_at_least(APPEND_HANDOFF_MIN, 6, 2.0, 1.0), 4);
+        assert_eq!(share_at_least(0, 2, 1.0, 1.0), 1, "a minimum of nothing is one");
     }
 
     #[test]

@@ -69,6 +69,11 @@ pub struct ServerQueue<C> {
     next_job: JobId,
     /// When a read that allows handoff was last queued here.
     handoff_seen: Option<Time>,
+    /// Requests queued here so far.
+    enqueued: u64,
+    /// Appends given back to their writers for this server (GD-6 for writes): the count of
+    /// `enqueued` they make when all have come, and until when they are waited for.
+    expecting: Option<(u64, Time)>,
     /// Streams reading one of this server's primary copies, and of which dataset.
     primary_streams: BTreeMap<StreamKey, u64>,
 }
@@ -85,6 +90,8 @@ impl<C: ReadContext> ServerQueue<C> {
             by_request: BTreeMap::new(),
             next_job: 1,
             handoff_seen: None,
+            enqueued: 0,
+            expecting: None,
             primary_streams: BTreeMap::new(),
         }
     }
@@ -118,6 +125,7 @@ impl<C: ReadContext> ServerQueue<C> {
         if job.service.handoff {
             self.handoff_seen = Some(job.arrival);
         }
+        self.enqueued += 1;
         if let Some(r) = ctx.request_id() {
             self.by_request.insert((ctx.conn(), r), id);
         }
@@ -154,9 +162,34 @@ impl<C: ReadContext> ServerQueue<C> {
         ids.len()
     }
 
-    /// Whether an empty queue should make this server ask its peers for work now.
+    /// Whether an empty queue should make this server ask its peers for work now: not while
+    /// appends redirected to it are on their way.
     pub fn wants_work(&self, now: Time) -> bool {
-        self.sched.is_empty() && self.handoff_seen.is_some_and(|t| now.since(t) < HANDOFF_ACTIVE_FOR)
+        self.sched.is_empty()
+            && self.handoff_seen.is_some_and(|t| now.since(t) < HANDOFF_ACTIVE_FOR)
+            && !self.expecting.is_some_and(|(upto, until)| self.enqueued < upto && now < until)
+    }
+
+    /// Requests queued here so far (a count to pass to [`ServerQueue::expect`]).
+    pub fn enqueued(&self) -> u64 {
+        self.enqueued
+    }
+
+    /// `n` appends were redirected here by an ask made when [`ServerQueue::enqueued`] was
+    /// `asked_at`; until `n` requests have come since (any count: a redirected append may
+    /// arrive before the answer to the ask) or `until`, the queue does not ask for more.
+    pub fn expect(&mut self, n: u32, asked_at: u64, until: Time) {
+        self.expecting = Some((asked_at + n as u64, until));
+    }
+
+    /// When the driver should look at the queue again with nothing new arriving: the
+    /// scheduler's deadline, or the end of a wait for redirected appends.
+    pub fn wake_at(&self) -> Option<Time> {
+        let expect = self.expecting.filter(|(upto, _)| self.enqueued < *upto).map(|(_, until)| until);
+        match (self.sched.wake_at(), expect) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Remove up to `n` queued reads that allow handoff and that `eligible` accepts, the
@@ -314,6 +347,34 @@ mod tests {
         assert_eq!(q.drop_connection(1), 2);
         assert_eq!(q.len(), 1);
         assert_eq!(q.pop(Time::ZERO).unwrap().ctx.conn, 2);
+    }
+
+    #[test]
+    fn an_empty_queue_waits_for_redirected_appends_before_asking_again() {
+        let mut q = queue();
+        q.enqueue(job(1, 0, true), Ctx { conn: 1, request: Some(1) });
+        q.pop(Time::ZERO);
+        let t = |ms| Time::ZERO + Duration::from_millis(ms);
+        assert!(q.wants_work(t(10)));
+        let asked = q.enqueued();
+        q.expect(2, asked, t(60));
+        assert!(!q.wants_work(t(10)), "two appends are on their way");
+        assert_eq!(q.wake_at(), Some(t(60)), "the driver looks again when the wait ends");
+        q.enqueue(job(1, 11, true), Ctx { conn: 1, request: Some(2) });
+        q.pop(t(11));
+        assert!(!q.wants_work(t(12)), "one still to come");
+        q.enqueue(job(1, 12, true), Ctx { conn: 1, request: Some(3) });
+        q.pop(t(12));
+        assert!(q.wants_work(t(13)), "both came");
+        assert_eq!(q.wake_at(), None);
+        let asked = q.enqueued();
+        q.enqueue(job(1, 13, true), Ctx { conn: 1, request: Some(4) });
+        q.pop(t(13));
+        q.expect(1, asked, t(60));
+        assert!(q.wants_work(t(14)), "the append came before the answer to the ask");
+        q.expect(1, q.enqueued(), t(60));
+        assert!(!q.wants_work(t(59)));
+        assert!(q.wants_work(t(60)), "a writer that never resends is not waited for");
     }
 
     #[test]

@@ -60,8 +60,16 @@ pub enum ControlRequest {
     /// Tell a server where the other servers are (for request handoff, GD-6).
     SetPeers { peers: Vec<Peer> },
     /// From an idle server (`from`, serving at `rate_bytes_per_sec`): hand me some of your
-    /// queued requests that I can serve, from the clients I have connections to.
-    HandoffAsk { from: NodeId, rate_bytes_per_sec: f64, clients: Vec<u64> },
+    /// queued requests that I can serve, from the clients I have connections to; and give
+    /// back, redirected to me, queued appends of the DQ writes I am staging (`appends`,
+    /// their transaction ids).
+    HandoffAsk {
+        from: NodeId,
+        rate_bytes_per_sec: f64,
+        clients: Vec<u64>,
+        #[serde(default)]
+        appends: Vec<u64>,
+    },
 }
 
 /// A server's address, as servers tell each other.
@@ -152,6 +160,9 @@ pub enum ControlReply {
     },
     HandoffGive {
         jobs: Vec<HandedJob>,
+        /// Queued appends given back to their writers, redirected to the asker.
+        #[serde(default)]
+        redirected: u32,
     },
     /// What a `Fill` brought: blocks and bytes written into the copy.
     Filled {
@@ -186,6 +197,12 @@ pub struct ServerStats {
     pub handed_off: u64,
     #[serde(default)]
     pub taken_over: u64,
+    /// DQ appends this server gave back to their writers for another, and that others gave
+    /// back for this one (GD-6 for writes).
+    #[serde(default)]
+    pub redirected_out: u64,
+    #[serde(default)]
+    pub redirected_in: u64,
     /// User + system CPU time of the server process.
     pub cpu_secs: f64,
     /// Resident set size now, and its peak, in bytes.

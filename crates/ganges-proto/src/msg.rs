@@ -24,6 +24,7 @@
 //! | 0x85 | State     | queue_len u32, primary u32, disk rate u32 (KiB/s, 0 unknown), measured u8 (0 or 1), then the node's load if sampled: cpu f32, load f32, free memory u64, free net f32, free disk f32 (bytes/s) |
 //! | 0x87 | Error for a handed-off request | origin node u32, origin request u64, then as Error |
 //! | 0x88 | Moved     | to node u32: the header's request id was handed to that server |
+//! | 0x89 | Redirected | to node u32: the header's request (a DQ append) was given back unserved; send it to that server |
 //! | 0x90 | ControlOk | JSON `ControlReply` |
 //! | 0xFF | Error     | code u16, message (UTF-8, at most 4 KiB) |
 
@@ -53,6 +54,7 @@ pub mod kind {
     pub const STATE: u8 = 0x85;
     pub const ERROR_MOVED: u8 = 0x87;
     pub const MOVED: u8 = 0x88;
+    pub const REDIRECTED: u8 = 0x89;
     pub const CONTROL_OK: u8 = 0x90;
     pub const ERROR: u8 = 0xFF;
 
@@ -290,6 +292,11 @@ pub enum Message {
     Moved {
         to: NodeId,
     },
+    /// The header's request, a DQ append, was taken out of the server's queue unserved
+    /// because `to` ran out of work (GD-6 for writes): the writer sends the block there.
+    Redirected {
+        to: NodeId,
+    },
     ControlOk(Box<ControlReply>),
     /// An error; `origin` is set when it answers a handed-off request.
     Error(WireError, Option<Origin>),
@@ -369,6 +376,7 @@ impl Message {
             Message::WriteOk(_) => kind::WRITE_OK,
             Message::State(_) => kind::STATE,
             Message::Moved { .. } => kind::MOVED,
+            Message::Redirected { .. } => kind::REDIRECTED,
             Message::ControlOk(_) => kind::CONTROL_OK,
             Message::Error(_, Some(_)) => kind::ERROR_MOVED,
             Message::Error(_, None) => kind::ERROR,
@@ -430,7 +438,7 @@ impl Message {
                     fields.put_f32_le(l.disk_free_bytes_per_sec as f32);
                 }
             }
-            Message::Moved { to } => fields.put_u32_le(to.0),
+            Message::Moved { to } | Message::Redirected { to } => fields.put_u32_le(to.0),
             Message::Write(w) => {
                 put_progress(&mut fields, w.stream, &w.progress);
                 fields.put_u8(w.service.to_byte());
@@ -537,6 +545,12 @@ impl Message {
                 let to = NodeId(b.get_u32_le());
                 empty("moved", &b)?;
                 Message::Moved { to }
+            }
+            kind::REDIRECTED => {
+                need("redirected", &b, 4)?;
+                let to = NodeId(b.get_u32_le());
+                empty("redirected", &b)?;
+                Message::Redirected { to }
             }
             kind::WRITE => {
                 need("write", &b, 49)?;
@@ -750,6 +764,7 @@ mod tests {
                     Message::State(State { queue_len, primary_progress, disk_bytes_per_sec, disk_measured, node_load })
                 }),
             any::<u32>().prop_map(|n| Message::Moved { to: NodeId(n) }),
+            any::<u32>().prop_map(|n| Message::Redirected { to: NodeId(n) }),
             (any::<u64>(), progress(), service(), any::<u64>(), name(), any::<u32>(), any::<u32>(), any::<u32>(), data)
                 .prop_map(|(stream, progress, service, txid, dataset, f, block, crc, data)| Message::Write(WriteReq {
                     stream,

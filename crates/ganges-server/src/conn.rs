@@ -261,6 +261,7 @@ async fn read_loop(
             | Message::WriteOk(_)
             | Message::State(_)
             | Message::Moved { .. }
+            | Message::Redirected { .. }
             | Message::ControlOk(_)
             | Message::Error(..) => {
                 unreachable!("server-only kinds are refused before decoding")
@@ -359,8 +360,9 @@ fn enqueue_write(
         file,
         bytes: w.data.len() as u64,
         progress: w.progress,
-        // Writes are never handed to another server: the block is for this node's copy.
-        service: Service { handoff: false, ..w.service },
+        // A block for its place in this node's copy stays here; a DQ append may be given back
+        // to its writer for an idle server (GD-6 for writes), if the writer allows it.
+        service: Service { handoff: w.service.handoff && staged.appends(), ..w.service },
         arrival: now,
     };
     let progress = w.progress;
@@ -400,8 +402,8 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
             *shared.peers.lock().expect("peers lock") = peers;
             Message::ControlOk(Box::new(ControlReply::Done))
         }
-        ControlRequest::HandoffAsk { from, rate_bytes_per_sec, clients } => {
-            Message::ControlOk(Box::new(crate::handoff::give(shared, from, rate_bytes_per_sec, &clients)))
+        ControlRequest::HandoffAsk { from, rate_bytes_per_sec, clients, appends } => {
+            Message::ControlOk(Box::new(crate::handoff::give(shared, from, rate_bytes_per_sec, &clients, &appends)))
         }
         ControlRequest::Fill { name, fragment, peers } => {
             match crate::fill::fill(shared, &name, fragment, &peers).await {

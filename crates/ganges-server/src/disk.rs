@@ -14,7 +14,8 @@
 //! a block replica completion brought from a peer (GW-2), answered on a local channel.
 //!
 //! When the queue runs dry while consumers that allow handoff are about, the driver wakes
-//! the handoff asker (`handoff.rs`), which asks peers for work (GD-6).
+//! the handoff asker (`handoff.rs`), which asks peers for work (GD-6): queued reads, or
+//! DQ appends given back to their writers to send here.
 
 use crate::Shared;
 use crate::conn::Outbox;
@@ -137,7 +138,7 @@ pub async fn run(shared: Arc<Shared>, queue_depth: u32) {
                 if let Some(p) = d.pop(shared.now()) {
                     break p;
                 }
-                (d.wants_work(shared.now()), d.sched.wake_at())
+                (d.wants_work(shared.now()), d.wake_at())
             };
             if idle {
                 shared.idle.notify_one();

@@ -14,10 +14,22 @@
 //! request is the asker's: if the asker dies, the client's connection to it breaks and the
 //! client reads the block elsewhere. Nothing is served twice (a request is in exactly one
 //! queue) and nothing is lost (the client always knows which server owes it the answer).
+//!
+//! **DQ appends (ours).** A DQ block has no home: any server of the write may append it to
+//! its own log. So the same ask also names the DQ writes the asker is staging, and a busy
+//! server with nothing to hand over gives back its share of their queued appends (those the
+//! writer marked movable, i.e. not pinned), answering each writer `Redirected` to the
+//! asker. The block's data is the writer's, so it travels from the writer to the asker
+//! (as a moved read's would from the busy server). Taken out of the queue under the disk
+//! lock, an append is written by neither server until the writer resends it, and the writer
+//! holds it until some server acknowledges it: nothing is written twice or lost. The asker
+//! waits for the appends it was given (`ServerQueue::expect`) before it asks again. This
+//! evens out the end of a DQ write, which River's credits alone leave to chance: the last
+//! blocks queued at each disk are whatever was there when the writers ran out.
 
 use crate::Shared;
-use crate::disk::{Ctx, JobCtx};
-use ganges_core::handoff::{Asker, share};
+use crate::disk::{Ctx, JobCtx, WriteCtx, WriteReply, WriteTarget};
+use ganges_core::handoff::{APPEND_HANDOFF_MIN, Asker, REDIRECT_WAIT, share, share_at_least};
 use ganges_core::ids::NodeId;
 use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
 use ganges_proto::control::{ControlReply, ControlRequest, HandedJob, Peer};
@@ -90,8 +102,12 @@ impl PeerConn {
 }
 
 /// The peers worth asking: servers holding copies of fragments this server holds, in the
-/// datasets it has open, among the peers it knows.
-fn neighbours(shared: &Shared) -> Vec<Peer> {
+/// datasets it has open, among the peers it knows; every peer while it stages a DQ write
+/// (`appending`), since every server of such a write holds its queued appends' home.
+fn neighbours(shared: &Shared, appending: bool) -> Vec<Peer> {
+    if appending {
+        return shared.peers.lock().expect("peers lock").clone();
+    }
     let me = shared.config.node;
     let mut near = BTreeSet::new();
     for ds in shared.store.open_datasets() {
@@ -116,7 +132,8 @@ pub async fn run_asker(shared: Arc<Shared>) {
             if !shared.disk.lock().expect("disk lock").wants_work(now) {
                 break;
             }
-            let peers = neighbours(&shared);
+            let appends = shared.store.append_txids();
+            let peers = neighbours(&shared, !appends.is_empty());
             let nodes: Vec<NodeId> = peers.iter().map(|p| p.node).collect();
             let Some(node) = asker.on_idle(now, &nodes) else {
                 match asker.next_retry(now) {
@@ -128,7 +145,7 @@ pub async fn run_asker(shared: Arc<Shared>) {
                 }
             };
             let addr = peers.iter().find(|p| p.node == node).expect("asked a listed peer").addr;
-            let given = match ask(&shared, &mut conns, node, addr).await {
+            let given = match ask(&shared, &mut conns, (node, addr), appends).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::debug!(peer = %node, %e, "handoff ask failed");
@@ -149,8 +166,8 @@ pub async fn run_asker(shared: Arc<Shared>) {
 async fn ask(
     shared: &Arc<Shared>,
     conns: &mut HashMap<NodeId, PeerConn>,
-    node: NodeId,
-    addr: std::net::SocketAddr,
+    (node, addr): (NodeId, std::net::SocketAddr),
+    appends: Vec<u64>,
 ) -> std::io::Result<usize> {
     if let std::collections::hash_map::Entry::Vacant(e) = conns.entry(node) {
         e.insert(PeerConn::connect(addr).await?);
@@ -158,12 +175,20 @@ async fn ask(
     let conn = conns.get_mut(&node).expect("inserted above");
     let rate = shared.rate_bytes_per_sec();
     let clients: Vec<u64> = shared.clients.lock().expect("clients lock").keys().copied().collect();
-    let req = ControlRequest::HandoffAsk { from: shared.config.node, rate_bytes_per_sec: rate, clients };
+    let req = ControlRequest::HandoffAsk { from: shared.config.node, rate_bytes_per_sec: rate, clients, appends };
+    let asked_at = shared.disk.lock().expect("disk lock").enqueued();
     let reply = tokio::time::timeout(ASK_TIMEOUT, conn.control(req))
         .await
         .map_err(|_| std::io::Error::other("handoff ask timed out"))??;
     match reply {
-        ControlReply::HandoffGive { jobs } => Ok(take_over(shared, jobs)),
+        ControlReply::HandoffGive { jobs, redirected } => {
+            if redirected > 0 {
+                let until = shared.now() + REDIRECT_WAIT;
+                shared.disk.lock().expect("disk lock").expect(redirected, asked_at, until);
+                shared.counters.redirected_in.fetch_add(redirected as u64, Ordering::Relaxed);
+            }
+            Ok(take_over(shared, jobs) + redirected as usize)
+        }
         other => Err(std::io::Error::other(format!("unexpected reply {other:?}"))),
     }
 }
@@ -230,10 +255,11 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
     taken
 }
 
-/// The busy side: answer a peer's `HandoffAsk` with a share of the queue.
-pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64]) -> ControlReply {
+/// The busy side: answer a peer's `HandoffAsk` with a share of the queue: queued reads it
+/// can serve, else queued appends of the DQ writes it stages (`appends`), redirected.
+pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64], appends: &[u64]) -> ControlReply {
     if from == shared.config.node {
-        return ControlReply::HandoffGive { jobs: vec![] };
+        return ControlReply::HandoffGive { jobs: vec![], redirected: 0 };
     }
     let clients: BTreeSet<u64> = clients.iter().copied().collect();
     let eligible = |_: &Job, c: &Ctx| {
@@ -279,5 +305,30 @@ pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64])
         tracing::debug!(node = %me, to = %from, n = jobs.len(), "handed off queued requests");
         shared.counters.handed_off.fetch_add(jobs.len() as u64, Ordering::Relaxed);
     }
-    ControlReply::HandoffGive { jobs }
+    let redirected = if jobs.is_empty() { redirect_appends(shared, from, rate_idle, appends) } else { 0 };
+    ControlReply::HandoffGive { jobs, redirected }
+}
+
+/// Give back to their writers, redirected to `to`, the share of the queued appends of
+/// the transactions `appends` that makes this server and `to` finish together.
+fn redirect_appends(shared: &Arc<Shared>, to: NodeId, rate_idle: f64, appends: &[u64]) -> u32 {
+    let eligible = |_: &Job, c: &Ctx| {
+        matches!(c, Ctx::Write(WriteCtx { target: WriteTarget::Staged(s), reply: WriteReply::Conn { .. }, .. })
+            if s.appends() && appends.contains(&s.txid))
+    };
+    let my_rate = shared.rate_bytes_per_sec();
+    let taken = {
+        let mut d = shared.disk.lock().expect("disk lock");
+        let n = share_at_least(APPEND_HANDOFF_MIN, d.count_eligible(eligible), rate_idle, my_rate);
+        d.hand_off(n, eligible)
+    };
+    let n = taken.len() as u32;
+    for (_, ctx) in taken {
+        ctx.answer_now(Message::Redirected { to });
+    }
+    if n > 0 {
+        tracing::debug!(node = %shared.config.node, %to, n, "gave queued appends back, redirected");
+        shared.counters.redirected_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    n
 }

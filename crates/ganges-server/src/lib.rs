@@ -69,6 +69,8 @@ pub struct Counters {
     pub protocol_errors: AtomicU64,
     pub handed_off: AtomicU64,
     pub taken_over: AtomicU64,
+    pub redirected_out: AtomicU64,
+    pub redirected_in: AtomicU64,
 }
 
 /// State shared by the accept loop, every connection and the disk driver.
@@ -137,6 +139,8 @@ impl Shared {
             protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
             handed_off: c.handed_off.load(Ordering::Relaxed),
             taken_over: c.taken_over.load(Ordering::Relaxed),
+            redirected_out: c.redirected_out.load(Ordering::Relaxed),
+            redirected_in: c.redirected_in.load(Ordering::Relaxed),
             cpu_secs: sys::cpu_secs(),
             rss_bytes: rss,
             peak_rss_bytes: peak,

@@ -213,6 +213,8 @@ fn check_placement(m: &Manifest) -> Result<()> {
 #[derive(Debug)]
 pub struct StagedWrite {
     txn: Arc<Txn>,
+    /// The staging transaction.
+    pub txid: u64,
     fragment: FragmentId,
     /// The disk model's key of the copy file.
     pub key: FileKey,
@@ -224,6 +226,11 @@ impl StagedWrite {
     /// The id of the dataset being written.
     pub fn dataset(&self) -> u64 {
         self.txn.manifest.id
+    }
+
+    /// Whether the block is appended wherever the log ends (DQ-1), not written at its place.
+    pub fn appends(&self) -> bool {
+        self.txn.append.is_some()
     }
 }
 
@@ -320,6 +327,12 @@ impl Store {
     }
 
     /// The datasets opened so far (those being read).
+    /// The staging transactions this server appends to (DQ writes being written).
+    pub fn append_txids(&self) -> Vec<u64> {
+        let inner = self.inner.lock().expect("store lock");
+        inner.txns.iter().filter(|(_, t)| t.append.is_some()).map(|((_, txid), _)| *txid).collect()
+    }
+
     pub fn open_datasets(&self) -> Vec<Arc<Dataset>> {
         self.inner.lock().expect("store lock").open.values().cloned().collect()
     }
@@ -702,7 +715,7 @@ impl Store {
             }
         }
         let (key, copy) = (copy.key, copy.copy);
-        Ok(StagedWrite { txn, fragment, key, copy })
+        Ok(StagedWrite { txn, txid, fragment, key, copy })
     }
 
     /// Open this node's copy of `fragment` of a committed, incomplete dataset for replica
