@@ -35,7 +35,7 @@ use crate::conn::Event;
 use crate::dataset::ProgressFn;
 use crate::error::{ClientError, Result};
 use crate::scan::BlockSource;
-use ganges_core::dq::{DqRouter, DqSettings, Loads, Unanswered, pins, steal_at_end};
+use ganges_core::dq::{DqRouter, DqSettings, Loads, Unanswered, movable, pins, steal_at_end};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::route::STALL_TIMEOUT_DEFAULT;
 use ganges_core::sched::{Progress, ProgressMetric, Service};
@@ -230,10 +230,9 @@ impl DqWriter {
                     metric: ProgressMetric::Bytes,
                 },
                 // A run's blocks back to back, where the scheduler can (GD-5's runs).
-                // A lone unit that is not pinned may be given back for an idle server.
                 service: Service {
                     runs: self.run_blocks > 1,
-                    handoff: self.run_blocks == 1 && unit >= self.pins.len(),
+                    handoff: movable(unit, self.pins.len(), self.run_blocks),
                     ..Service::FURTHEST_BEHIND
                 },
                 txid: self.txid,

@@ -82,6 +82,13 @@ pub enum DqError {
     TooFewUnits { consumers: u32, producer: u32, need: usize, have: usize },
 }
 
+/// Whether a producer's unit may be given back by its consumer for another (GD-6 for
+/// writes): not a pinned unit (`pinned` units come first), which must land where it was
+/// sent, and not a run of DQ-3, which goes whole to one consumer.
+pub fn movable(unit: usize, pinned: usize, run_blocks: usize) -> bool {
+    run_blocks <= 1 && unit >= pinned
+}
+
 /// The consumers producer `producer` of `producers` sends its first units to, one each
 /// (its j-th to consumer producer + j * producers), so that every consumer gets at least one
 /// unit from someone (a DQ-written log is never empty); an error if it has too few units.
@@ -103,6 +110,7 @@ pub struct DqRouter {
     rng: ChaCha8Rng,
     /// Blocks sent to each consumer.
     sent: Vec<u64>,
+    /// Blocks it may have unanswered now: the slow-start window, at most `total_credits`.
     window: u32,
 }
 
@@ -127,17 +135,12 @@ impl DqRouter {
         })
     }
 
-    /// Blocks the producer may have unanswered now: its slow-start window.
-    fn limit(&self) -> u32 {
-        self.s.total_credits.min(self.window)
-    }
-
     /// The consumer the next block goes to, or `None` if the producer must wait for a reply
     /// (no credit left in all, or at any live consumer). The choice is uniform among the
     /// live consumers with a credit left: river's "pick a random consumer; if it has too
     /// many outstanding, pick another".
     pub fn pick(&mut self) -> Option<usize> {
-        if self.total >= self.limit() {
+        if self.total >= self.window {
             return None;
         }
         let open = |i: usize, o: &[u32], l: &[bool]| l[i] && o[i] < self.s.per_consumer;
@@ -156,7 +159,7 @@ impl DqRouter {
     /// Send the next block to consumer `c`, if it is live and has a credit (and the total
     /// allows): the resend of a block withdrawn by [`steal_at_end`]. True if taken.
     pub fn take(&mut self, c: usize) -> bool {
-        if self.total >= self.limit() || !self.live[c] || self.outstanding[c] >= self.s.per_consumer {
+        if self.total >= self.window || !self.live[c] || self.outstanding[c] >= self.s.per_consumer {
             return false;
         }
         self.outstanding[c] += 1;
@@ -352,7 +355,7 @@ mod tests {
         assert_eq!(r.in_flight(), 8);
         assert!(DqRouter::new(8, DqSettings::for_consumers(8).with_slow_start(0), 1).is_err());
         let big = DqRouter::new(4, DqSettings::for_consumers(4).with_slow_start(99), 1).unwrap();
-        assert_eq!(big.limit(), 4, "a start above the total is the total");
+        assert_eq!(big.window, 4, "a start above the total is the total");
     }
 
     #[test]
@@ -451,6 +454,9 @@ mod tests {
         assert_eq!(pins(1, 3, 8, 5).unwrap(), vec![1, 4, 7]);
         assert_eq!(pins(5, 8, 4, 0).unwrap(), Vec::<usize>::new(), "more producers than consumers");
         assert!(matches!(pins(0, 2, 8, 3), Err(DqError::TooFewUnits { need: 4, have: 3, .. })));
+        assert!(!movable(2, 3, 1), "a pinned unit stays");
+        assert!(movable(3, 3, 1));
+        assert!(!movable(3, 3, 4), "a run stays");
     }
 
     #[test]

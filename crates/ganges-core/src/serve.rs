@@ -186,10 +186,7 @@ impl<C: ReadContext> ServerQueue<C> {
     /// scheduler's deadline, or the end of a wait for redirected appends.
     pub fn wake_at(&self) -> Option<Time> {
         let expect = self.expecting.filter(|(upto, _)| self.enqueued < *upto).map(|(_, until)| until);
-        match (self.sched.wake_at(), expect) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.sched.wake_at().into_iter().chain(expect).min()
     }
 
     /// Remove up to `n` queued reads that allow handoff and that `eligible` accepts, the

@@ -540,17 +540,12 @@ impl Message {
                 let disk_bytes_per_sec = (kib > 0).then_some(kib as f64 * 1024.0);
                 Message::State(State { queue_len, primary_progress, disk_bytes_per_sec, disk_measured, node_load })
             }
-            kind::MOVED => {
-                need("moved", &b, 4)?;
+            kind::MOVED | kind::REDIRECTED => {
+                let what = if header.kind == kind::MOVED { "moved" } else { "redirected" };
+                need(what, &b, 4)?;
                 let to = NodeId(b.get_u32_le());
-                empty("moved", &b)?;
-                Message::Moved { to }
-            }
-            kind::REDIRECTED => {
-                need("redirected", &b, 4)?;
-                let to = NodeId(b.get_u32_le());
-                empty("redirected", &b)?;
-                Message::Redirected { to }
+                empty(what, &b)?;
+                if header.kind == kind::MOVED { Message::Moved { to } } else { Message::Redirected { to } }
             }
             kind::WRITE => {
                 need("write", &b, 49)?;

@@ -312,9 +312,10 @@ pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64],
 /// Give back to their writers, redirected to `to`, the share of the queued appends of
 /// the transactions `appends` that makes this server and `to` finish together.
 fn redirect_appends(shared: &Arc<Shared>, to: NodeId, rate_idle: f64, appends: &[u64]) -> u32 {
+    // Only appends are queued movable (`enqueue_write`); `appends` lists append transactions.
     let eligible = |_: &Job, c: &Ctx| {
         matches!(c, Ctx::Write(WriteCtx { target: WriteTarget::Staged(s), reply: WriteReply::Conn { .. }, .. })
-            if s.appends() && appends.contains(&s.txid))
+            if appends.contains(&s.txid))
     };
     let my_rate = shared.rate_bytes_per_sec();
     let taken = {

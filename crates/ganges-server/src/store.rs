@@ -326,13 +326,13 @@ impl Store {
         layout.copies_on(self.node, shape.fragment_count())
     }
 
-    /// The datasets opened so far (those being read).
     /// The staging transactions this server appends to (DQ writes being written).
     pub fn append_txids(&self) -> Vec<u64> {
         let inner = self.inner.lock().expect("store lock");
         inner.txns.iter().filter(|(_, t)| t.append.is_some()).map(|((_, txid), _)| *txid).collect()
     }
 
+    /// The datasets opened so far (those being read).
     pub fn open_datasets(&self) -> Vec<Arc<Dataset>> {
         self.inner.lock().expect("store lock").open.values().cloned().collect()
     }
