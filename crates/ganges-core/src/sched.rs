@@ -545,8 +545,11 @@ impl Scheduler for Auto {
         }
     }
 
+    /// Only a discipline with requests queued can be waiting: one whose queue emptied while
+    /// it waited (its requests were cancelled or handed off) is never popped again until a
+    /// request comes, so its stale deadline would wake the disk at once, again and again.
     fn wake_at(&self) -> Option<Time> {
-        self.by.values().filter_map(|s| s.wake_at()).min()
+        self.by.values().filter(|s| !s.is_empty()).filter_map(|s| s.wake_at()).min()
     }
 
     fn queued(&self) -> Vec<Job> {
@@ -1097,6 +1100,31 @@ mod tests {
         let deadline = s.wake_at().unwrap();
         assert_eq!(s.pop(deadline, Some(0)).unwrap().stream, b);
         s.assert_invariants();
+    }
+
+    /// A disk waiting for the running stream's next request whose other requests are then
+    /// cancelled has nothing to wait for: with its queue empty it names no deadline, so the
+    /// server sleeps until a request comes instead of waking at a past deadline in a loop
+    /// (the simulator found this spin when an end-of-scan steal emptied the queue).
+    #[test]
+    fn an_emptied_queue_has_no_deadline_to_wake_at() {
+        let planned =
+            Service { discipline: Discipline::Planned, runs: true, share: SHARE_ONE / 2, ..Service::FURTHEST_BEHIND };
+        let (a, b) = (StreamKey { conn: 1, stream: 1 }, StreamKey { conn: 2, stream: 1 });
+        let progress = Progress { done_bytes: 0, total_bytes: 1 << 30, metric: ProgressMetric::Fraction };
+        let job =
+            |id, stream, file| Job { id, stream, file, bytes: 1 << 20, progress, service: planned, arrival: Time(0) };
+        let mut s = SchedulerKind::Auto.build();
+        s.push(job(1, a, 0));
+        s.push(job(2, b, 1));
+        assert_eq!(s.pop(Time(0), Some(0)).unwrap().stream, a);
+        assert_eq!(s.pop(Time(1_000), Some(0)), None, "waiting for a's next request");
+        assert!(s.wake_at().is_some());
+        assert!(s.remove(2), "b's request is cancelled");
+        assert_eq!(s.wake_at(), None);
+        // A new request is served at once.
+        s.push(job(3, b, 1));
+        assert_eq!(s.pop(Time(1_000_000_000), Some(0)).unwrap().id, 3);
     }
 
     /// A stream that keeps lagging gains weight, and once level keeps the larger share: the

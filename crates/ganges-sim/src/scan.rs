@@ -27,6 +27,9 @@ use std::time::Duration;
 
 /// The only dataset of a simulated scan.
 const DATASET: u64 = 0;
+/// More events than this at one virtual instant: the run is spinning, not progressing (a
+/// real scan has a few per consumer and server at any instant).
+const MAX_EVENTS_AT_ONE_INSTANT: u64 = 100_000;
 
 /// A fault that holds only between `start` and `end` (to the end of the run if `None`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -332,6 +335,7 @@ impl<'a> Sim<'a> {
 
     fn run(&mut self) -> Result<(), SimError> {
         let limit = Time::ZERO + self.spec.time_limit;
+        let mut instant = (Time::ZERO, 0u64);
         while self.unfinished > 0 {
             let Some((now, e)) = self.ev.pop() else {
                 let left: Vec<usize> =
@@ -340,6 +344,12 @@ impl<'a> Sim<'a> {
             };
             if now > limit {
                 return Err(SimError::TimeLimit(self.spec.time_limit));
+            }
+            // Virtual time that stops moving is a policy spinning: the time limit alone would
+            // never be reached.
+            instant = if now == instant.0 { (now, instant.1 + 1) } else { (now, 1) };
+            if instant.1 > MAX_EVENTS_AT_ONE_INSTANT {
+                return Err(SimError::Stalled(format!("{} events at {now:?}, the last {e:?}", instant.1)));
             }
             match e {
                 Ev::Start(c) => {
