@@ -1071,16 +1071,23 @@ mod tests {
         assert!(done[1] - done[0] <= 10 << 20, "{done:?}");
     }
 
+    /// Two planned streams of equal shares, for the anticipation tests.
+    const PLANNED_A: StreamKey = StreamKey { conn: 1, stream: 1 };
+    const PLANNED_B: StreamKey = StreamKey { conn: 2, stream: 1 };
+
+    /// A 1 MiB request of a planned stream with half the disk, queued at time 0.
+    fn planned_job(id: JobId, stream: StreamKey, file: FileKey) -> Job {
+        let service =
+            Service { discipline: Discipline::Planned, runs: true, share: SHARE_ONE / 2, ..Service::FURTHEST_BEHIND };
+        let progress = Progress { done_bytes: 0, total_bytes: 1 << 30, metric: ProgressMetric::Fraction };
+        Job { id, stream, file, bytes: 1 << 20, progress, service, arrival: Time(0) }
+    }
+
     /// A planned disk running a stream whose queue ran dry waits for its next request rather
     /// than seek away, but only until the anticipation deadline.
     #[test]
     fn a_planned_disk_waits_briefly_for_the_running_stream_s_next_request() {
-        let planned =
-            Service { discipline: Discipline::Planned, runs: true, share: SHARE_ONE / 2, ..Service::FURTHEST_BEHIND };
-        let (a, b) = (StreamKey { conn: 1, stream: 1 }, StreamKey { conn: 2, stream: 1 });
-        let progress = Progress { done_bytes: 0, total_bytes: 1 << 30, metric: ProgressMetric::Fraction };
-        let job =
-            |id, stream, file| Job { id, stream, file, bytes: 1 << 20, progress, service: planned, arrival: Time(0) };
+        let (a, b, job) = (PLANNED_A, PLANNED_B, planned_job);
         let mut s = LearnedShares::planned();
         s.push(job(1, a, 0));
         s.push(job(2, b, 1));
@@ -1108,12 +1115,7 @@ mod tests {
     /// (the simulator found this spin when an end-of-scan steal emptied the queue).
     #[test]
     fn an_emptied_queue_has_no_deadline_to_wake_at() {
-        let planned =
-            Service { discipline: Discipline::Planned, runs: true, share: SHARE_ONE / 2, ..Service::FURTHEST_BEHIND };
-        let (a, b) = (StreamKey { conn: 1, stream: 1 }, StreamKey { conn: 2, stream: 1 });
-        let progress = Progress { done_bytes: 0, total_bytes: 1 << 30, metric: ProgressMetric::Fraction };
-        let job =
-            |id, stream, file| Job { id, stream, file, bytes: 1 << 20, progress, service: planned, arrival: Time(0) };
+        let (a, b, job) = (PLANNED_A, PLANNED_B, planned_job);
         let mut s = SchedulerKind::Auto.build();
         s.push(job(1, a, 0));
         s.push(job(2, b, 1));
