@@ -443,8 +443,12 @@ impl<R: Rule> Scheduler for PerStream<R> {
         self.s.where_is.len()
     }
 
+    /// Only a scheduler with requests queued can be waiting. A rule whose queue emptied while
+    /// it waited (its requests were cancelled or handed off) may not be asked to choose again
+    /// until a request comes, so its stale deadline would wake the disk at once, again and
+    /// again.
     fn wake_at(&self) -> Option<Time> {
-        self.rule.wake_at()
+        if self.is_empty() { None } else { self.rule.wake_at() }
     }
 }
 
@@ -545,11 +549,8 @@ impl Scheduler for Auto {
         }
     }
 
-    /// Only a discipline with requests queued can be waiting: one whose queue emptied while
-    /// it waited (its requests were cancelled or handed off) is never popped again until a
-    /// request comes, so its stale deadline would wake the disk at once, again and again.
     fn wake_at(&self) -> Option<Time> {
-        self.by.values().filter(|s| !s.is_empty()).filter_map(|s| s.wake_at()).min()
+        self.by.values().filter_map(|s| s.wake_at()).min()
     }
 
     fn queued(&self) -> Vec<Job> {
@@ -1116,17 +1117,20 @@ mod tests {
     #[test]
     fn an_emptied_queue_has_no_deadline_to_wake_at() {
         let (a, b, job) = (PLANNED_A, PLANNED_B, planned_job);
-        let mut s = SchedulerKind::Auto.build();
-        s.push(job(1, a, 0));
-        s.push(job(2, b, 1));
-        assert_eq!(s.pop(Time(0), Some(0)).unwrap().stream, a);
-        assert_eq!(s.pop(Time(1_000), Some(0)), None, "waiting for a's next request");
-        assert!(s.wake_at().is_some());
-        assert!(s.remove(2), "b's request is cancelled");
-        assert_eq!(s.wake_at(), None);
-        // A new request is served at once.
-        s.push(job(3, b, 1));
-        assert_eq!(s.pop(Time(1_000_000_000), Some(0)).unwrap().id, 3);
+        // The planned scheduler itself, and as the server runs it (behind `Auto`).
+        let schedulers: [Box<dyn Scheduler>; 2] = [Box::new(LearnedShares::planned()), SchedulerKind::Auto.build()];
+        for mut s in schedulers {
+            s.push(job(1, a, 0));
+            s.push(job(2, b, 1));
+            assert_eq!(s.pop(Time(0), Some(0)).unwrap().stream, a);
+            assert_eq!(s.pop(Time(1_000), Some(0)), None, "waiting for a's next request");
+            assert!(s.wake_at().is_some());
+            assert!(s.remove(2), "b's request is cancelled");
+            assert_eq!(s.wake_at(), None, "{}", s.name());
+            // A new request is served at once.
+            s.push(job(3, b, 1));
+            assert_eq!(s.pop(Time(1_000_000_000), Some(0)).unwrap().id, 3);
+        }
     }
 
     /// A stream that keeps lagging gains weight, and once level keeps the larger share: the
