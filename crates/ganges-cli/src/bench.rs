@@ -485,11 +485,10 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
         for _ in 0..spec.repeat {
             for (fi, &f) in spec.faults.iter().enumerate() {
                 let faulty = layout_of(f);
-                if spec.schedule.is_empty() {
-                    set_faults(&client, spec, &faulty).await?;
-                }
                 for (ri, parts) in partitions.iter().enumerate() {
                     for (pi, &policy) in spec.policies.iter().enumerate() {
+                        let at_start = if spec.schedule.is_empty() { &faulty[..] } else { &[] };
+                        set_faults(&client, spec, at_start).await?;
                         bar.set_message(format!("{policy}, {f} faults"));
                         let run = Run { manifest: &manifest, policy, partitions: parts, faulty: &faulty };
                         samples[fi][ri][pi].push(run_once(&client, spec, &run).await?);
@@ -636,12 +635,15 @@ async fn set_faults(client: &Client, spec: &ScanBenchSpec, faulty: &[NodeId]) ->
     set_faults_on(client, spec.fault, faulty).await
 }
 
-/// `fault` on the `faulty` servers, none on the others.
+/// `fault` on the `faulty` servers, none on the others, and every server's measured rate
+/// forgotten: each run starts from servers that know nothing of the runs before it (a
+/// policy that plans on measured rates would otherwise start a run on the last run's faults).
 pub(crate) async fn set_faults_on(client: &Client, fault: Fault, faulty: &[NodeId]) -> CliResult<()> {
     for n in 0..client.nodes() {
         let node = NodeId(n);
         let fault = faulty.contains(&node).then_some(fault);
         client.control(node, ControlRequest::SetFault { fault }).await?;
+        client.control(node, ControlRequest::ForgetRate).await?;
     }
     Ok(())
 }

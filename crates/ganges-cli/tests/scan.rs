@@ -438,3 +438,26 @@ async fn a_server_killed_after_taking_over_requests_loses_nothing() {
     assert!(report.stats.moved > 0);
     assert!(report.stats.retries > 0, "the requests the dead helper held were read again elsewhere");
 }
+
+/// A server measures its disk as it serves and reports it, and forgets the measurement when
+/// told: the bench does so before every run, so no run starts on the last run's faults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_measures_its_disk_and_forgets_it_when_told() {
+    use ganges_proto::control::{ControlReply, ControlRequest};
+    let c = start(2, common::disk(16.0));
+    let client = c.client().await;
+    let m = Arc::new(create(&client, "fr", vec![1 << 20; 2], 64 << 10, 2, Generator::Random { seed: 5 }).await);
+    let measured = |stats: &[ganges_proto::control::ServerStats]| {
+        stats.iter().find(|s| s.node == NodeId(0)).expect("node 0 answers").measured_disk_bytes_per_sec
+    };
+    assert_eq!(measured(&stats_of(&client).await), None, "nothing read, nothing measured");
+    slow_down(&client, NodeId(0), 0.5).await;
+    let (_, reports) = scan_all(&client, &m, ReadPolicyKind::Static).await;
+    assert_eq!(digest_of(&reports), m.digest);
+    let rate = measured(&stats_of(&client).await).expect("node 0 served its primary copy");
+    let mib = 1024.0 * 1024.0;
+    assert!(rate > 4.0 * mib && rate < 8.5 * mib, "the slow disk measures at about half of 16 MiB/s, not {rate}");
+    let reply = client.control(NodeId(0), ControlRequest::ForgetRate).await.unwrap();
+    assert_eq!(reply, ControlReply::Done);
+    assert_eq!(measured(&stats_of(&client).await), None, "forgotten");
+}

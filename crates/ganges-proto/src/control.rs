@@ -21,6 +21,10 @@ pub enum ControlRequest {
     Stats,
     /// Set (or with `None`, clear) the disk model's fault.
     SetFault { fault: Option<Fault> },
+    /// Forget the disk bandwidth measured so far, so the next reads measure it afresh, as on
+    /// a server just started. The bench sends it before every run, so that no run starts
+    /// from the rates the last run's faults left behind.
+    ForgetRate,
     /// Datasets this node holds copies of; with `staging`, also uncommitted ones.
     ListDatasets { staging: bool },
     /// The manifest of a committed dataset.
@@ -117,6 +121,7 @@ impl ControlRequest {
         match self {
             ControlRequest::Stats => "stats",
             ControlRequest::SetFault { .. } => "set-fault",
+            ControlRequest::ForgetRate => "forget-rate",
             ControlRequest::ListDatasets { .. } => "list-datasets",
             ControlRequest::GetManifest { .. } => "get-manifest",
             ControlRequest::Stage { .. } => "stage",
@@ -181,6 +186,10 @@ pub struct ServerStats {
     pub fault: Option<Fault>,
     pub scheduler: SchedulerKind,
     pub disk_stats: DiskStats,
+    /// The disk bandwidth this server measured as it served (bytes/s); `None` before its
+    /// first read, or since a `ForgetRate`.
+    #[serde(default)]
+    pub measured_disk_bytes_per_sec: Option<f64>,
     pub queued: u64,
     pub connections: u64,
     pub reads: u64,

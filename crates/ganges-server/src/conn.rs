@@ -10,6 +10,7 @@ use crate::Shared;
 use crate::disk::{self, Ctx, JobCtx, WriteCtx, WriteReply, WriteTarget};
 use crate::store::StoreError;
 use ganges_core::disk::Fault;
+use ganges_core::handoff::RateMeter;
 use ganges_core::sched::{Job, Service, StreamKey};
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::frame::{HEADER_BYTES, ProtoError};
@@ -398,6 +399,10 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
     match req {
         ControlRequest::Stats => Message::ControlOk(Box::new(ControlReply::Stats { stats: shared.stats() })),
         ControlRequest::SetFault { fault } => set_fault(shared, fault),
+        ControlRequest::ForgetRate => {
+            shared.disk.lock().expect("disk lock").rate = RateMeter::default();
+            Message::ControlOk(Box::new(ControlReply::Done))
+        }
         ControlRequest::SetPeers { peers } => {
             *shared.peers.lock().expect("peers lock") = peers;
             Message::ControlOk(Box::new(ControlReply::Done))
@@ -495,6 +500,7 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
         ControlRequest::Stats
         | ControlRequest::Fill { .. }
         | ControlRequest::SetFault { .. }
+        | ControlRequest::ForgetRate
         | ControlRequest::SetPeers { .. }
         | ControlRequest::HandoffAsk { .. } => {
             unreachable!("handled without blocking")

@@ -128,6 +128,7 @@ impl Shared {
             fault: d.model.as_ref().and_then(|m| m.fault()),
             scheduler: self.config.scheduler,
             disk_stats: d.model.as_ref().map(|m| m.stats()).unwrap_or_default(),
+            measured_disk_bytes_per_sec: d.rate.rate(),
             queued: d.sched.len() as u64,
             connections: c.connections.load(Ordering::Relaxed),
             reads: c.reads.load(Ordering::Relaxed),
