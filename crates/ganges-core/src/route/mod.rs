@@ -24,7 +24,9 @@
 //! **End-of-scan steal.** When every piece has been requested, a server that replies and has
 //! nothing more of this consumer's takes over one piece still queued at another server that
 //! also holds it; the engine sends it there and cancels it at the old server (river §6.2's
-//! end-of-run effect). A request a server handed to another (GD-6) is never stolen: its id
+//! end-of-run effect). It takes the last piece sent to the server with the most of ours, if
+//! that server has two or more, or if the piece is expected back from it (sent plus that
+//! server's smoothed latency) later than this server would answer (its own latency). A request a server handed to another (GD-6) is never stolen: its id
 //! belongs to the first server, so it could not be cancelled. A cancel that arrives too late
 //! yields a duplicate, which the engine drops and counts: every piece is delivered exactly
 //! once.
@@ -559,7 +561,7 @@ impl ReadEngine {
             let others = self.nodes.iter().filter(|(n, v)| v.outstanding > 0 && **n != node).map(|(n, _)| *n);
             self.notify.extend(others);
         }
-        self.maybe_steal(node);
+        self.maybe_steal(now, node);
         Delivery::New
     }
 
@@ -672,7 +674,7 @@ impl ReadEngine {
 
     /// End-of-scan steal (module docs): `node` just replied; if it has nothing more of ours
     /// and everything has been requested, move one piece queued elsewhere to it.
-    fn maybe_steal(&mut self, node: NodeId) {
+    fn maybe_steal(&mut self, now: Time, node: NodeId) {
         if !self.policy.steals_at_end()
             || self.cursor < self.pieces.len()
             || !self.retry.is_empty()
@@ -682,7 +684,7 @@ impl ReadEngine {
             return;
         }
         // The piece requested last at the most loaded other server: it will be served last.
-        let mut best: Option<(u32, usize, NodeId)> = None;
+        let mut best: Option<(u32, usize, NodeId, Time)> = None;
         for i in (0..self.pieces.len()).rev() {
             let PieceState::InFlight(nodes) = &self.state[i] else { continue };
             if nodes.len() != 1 || nodes[0].0 == node || self.bad.contains(&(i, node)) || self.moved.contains(&i) {
@@ -692,14 +694,22 @@ impl ReadEngine {
                 continue;
             }
             let load = self.outstanding(nodes[0].0);
-            if best.is_none_or(|(l, _, _)| load > l) {
-                best = Some((load, i, nodes[0].0));
+            if best.is_none_or(|(l, ..)| load > l) {
+                best = Some((load, i, nodes[0].0, nodes[0].1));
             }
         }
-        // Only worth it when the other server still has a queue of ours behind this piece.
-        if let Some((load, piece, from)) = best
-            && load >= 2
-        {
+        let Some((load, piece, from, sent)) = best else { return };
+        // Worth it when the other server still has a queue of ours behind this piece, or,
+        // for our last piece there, when it is expected back later than this server, which
+        // has nothing of ours, would take to answer (a piece already on the other's disk is
+        // expected soon, and stealing it would only read it twice).
+        let latency = |n: NodeId| self.nodes.get(&n).and_then(|v| v.latency_secs);
+        let worth = load >= 2
+            || match (latency(from), latency(node)) {
+                (Some(there), Some(here)) => there - now.since(sent).as_secs_f64() > here,
+                _ => false,
+            };
+        if worth {
             self.stats.steals += 1;
             self.cancels.push_back(Dispatch { piece, node: from });
             self.steals.push_back(Dispatch { piece, node });

@@ -152,6 +152,47 @@ fn the_end_of_a_scan_steals_from_a_loaded_server_and_drops_the_duplicate() {
     e.assert_invariants();
 }
 
+/// The last piece a consumer has at a slow server is stolen only when it is expected back
+/// later than the idle server would answer: a piece sent long ago is likely on the slow disk
+/// already, and stealing it would read it twice.
+#[test]
+fn the_end_of_a_scan_steals_a_last_piece_only_when_it_would_come_sooner() {
+    let at = Time::from_secs_f64;
+    // Five pieces, two in flight: node 1 answers in 50 ms, node 0 in 500 ms.
+    let run_to_the_end = |last_reply: f64| {
+        let shape = Shape::uniform(4, 5 * 4096, 4096).unwrap();
+        let layout = Layout::chained(4, 2).unwrap();
+        let pieces = shape.pieces(shape.fragment_partitions()[0]).unwrap();
+        let config = ReadConfig { window: 2, ..ReadConfig::default() };
+        let mut e =
+            ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, pieces, config).unwrap();
+        let send = |e: &mut ReadEngine, t: f64| {
+            let mut out = vec![];
+            while let Some(d) = e.poll_send(at(t)).unwrap() {
+                out.push((d.piece, d.node.0));
+            }
+            out
+        };
+        assert_eq!(send(&mut e, 0.0), vec![(0, 0), (1, 1)]);
+        e.on_data(at(0.05), 1, NodeId(1));
+        assert_eq!(send(&mut e, 0.05), vec![(2, 1)]);
+        e.on_data(at(0.10), 2, NodeId(1));
+        assert_eq!(send(&mut e, 0.10), vec![(3, 1)]);
+        e.on_data(at(0.5), 0, NodeId(0));
+        assert_eq!(send(&mut e, 0.5), vec![(4, 0)], "every piece requested; node 0 has one, just sent");
+        // Node 1 answers its last piece and has nothing of ours left.
+        e.on_data(at(last_reply), 3, NodeId(1));
+        let sent = send(&mut e, last_reply);
+        e.assert_invariants();
+        (sent, e.poll_cancel())
+    };
+    // At 0.55 s piece 4 is expected from node 0 at about 1.0 s; node 1 answers in about
+    // 0.13 s (its smoothed latency): steal.
+    assert_eq!(run_to_the_end(0.55), (vec![(4, 1)], Some(Dispatch { piece: 4, node: NodeId(0) })));
+    // At 0.95 s piece 4 is due from node 0 within 0.05 s, sooner than node 1's 0.21 s: keep.
+    assert_eq!(run_to_the_end(0.95), (vec![], None));
+}
+
 /// A request a server handed to another cannot be cancelled (its id belongs to the first
 /// server), so the end-of-scan steal takes another piece rather than read it twice.
 #[test]
