@@ -624,14 +624,17 @@ impl ShareSettings {
     };
     /// With anticipation keeping runs going, longer runs are what saves the seeks (in the
     /// simulator, on the default bench at one slow disk: debt 1 and bound 2, 94.2% of the
-    /// ideal; 3 and 4, 95.3%). The wait is half a seek of the default disk model and many
-    /// loopback round trips.
+    /// ideal; 3 and 4, 95.3%). The wait is one seek of the default disk model: a request
+    /// that comes within it saves two (away and back). It must cover a round trip from the
+    /// server to the consumer and back, which on a loaded cluster of local processes is
+    /// near a millisecond each way, not loopback's tens of microseconds: 2 ms left gd-plan
+    /// about a point lower at one and two slow disks (docs/benchmarks.md, gd-plan).
     pub const PLANNED: ShareSettings = ShareSettings {
         planned: true,
         credit_bound: 4.0,
         run_debt: 3.0,
         run_lead: 1.0,
-        anticipate: Some(Duration::from_millis(2)),
+        anticipate: Some(Duration::from_millis(4)),
     };
 }
 
