@@ -133,7 +133,8 @@ pub struct ScanBenchSpec {
     pub schedule: Vec<FaultWindow>,
     pub seed: u64,
     pub policies: Vec<ReadPolicyKind>,
-    pub window: u32,
+    /// Requests in flight per consumer; `None`: each policy's default.
+    pub window: Option<u32>,
     pub settings: PolicySettings,
     pub ratios: Vec<Ratio>,
     pub repeat: u32,
@@ -163,7 +164,8 @@ pub struct Params {
     pub fault_layout: FaultLayout,
     pub fault_schedule: Vec<FaultWindow>,
     pub seed: u64,
-    pub window: u32,
+    /// `None`: each policy's default (`ReadPolicyKind::default_window`).
+    pub window: Option<u32>,
     pub settings: PolicySettings,
     pub ratios: Vec<Ratio>,
     pub repeat: u32,
@@ -279,6 +281,10 @@ struct Run<'a> {
 }
 
 impl ScanBenchSpec {
+    fn window_of(&self, policy: ReadPolicyKind) -> u32 {
+        self.window.unwrap_or(policy.default_window())
+    }
+
     fn validate(&self) -> CliResult<()> {
         if self.faults.iter().any(|&f| f > self.nodes) {
             return fail(format!("--faults may not exceed --nodes ({})", self.nodes));
@@ -563,7 +569,7 @@ fn simulate(spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<f64> {
         net: ganges_sim::net::NetParams::LOCAL,
         policy: run.policy,
         settings: spec.settings,
-        window: spec.window,
+        window: spec.window_of(run.policy),
         start_jitter: Duration::from_micros(200),
         sample_every: None,
         time_limit: Duration::from_secs(86_400),
@@ -662,7 +668,7 @@ pub(crate) async fn all_stats(client: &Client) -> CliResult<Vec<ServerStats>> {
 
 /// One scan: every consumer reads its partition; returns T and the counters.
 async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<Sample> {
-    let opts = ReadOptions::new(run.policy).with_window(spec.window).with_settings(spec.settings);
+    let opts = ReadOptions::new(run.policy).with_window(spec.window_of(run.policy)).with_settings(spec.settings);
     let streams: Vec<ReadStream> = run
         .partitions
         .iter()
@@ -927,7 +933,7 @@ pub fn render(report: &Report) -> String {
         p.fault,
         p.fault_layout,
         if p.fault_schedule.is_empty() { String::new() } else { ", scheduled".into() },
-        p.window,
+        p.window.map_or_else(|| "by policy (4, gd-plan 6)".to_string(), |w| w.to_string()),
         p.repeat,
         p.git_commit
     );

@@ -81,9 +81,9 @@ enum Cmd {
         /// gd-rr-handoff, mirror
         #[arg(long, default_value = "gd")]
         policy: ReadPolicyKind,
-        /// Requests in flight per consumer
-        #[arg(long, default_value_t = WINDOW_DEFAULT)]
-        window: u32,
+        /// Requests in flight per consumer [default: 4; 6 for gd-plan]
+        #[arg(long)]
+        window: Option<u32>,
         #[command(flatten)]
         settings: PolicyArgs,
         #[command(flatten)]
@@ -645,9 +645,9 @@ struct BenchScanArgs {
     /// Read policies to compare
     #[arg(long, value_delimiter = ',', default_value = "static,gd")]
     policies: Vec<ReadPolicyKind>,
-    /// Requests in flight per consumer
-    #[arg(long, default_value_t = WINDOW_DEFAULT)]
-    window: u32,
+    /// Requests in flight per consumer [default: 4; 6 for gd-plan]
+    #[arg(long)]
+    window: Option<u32>,
     #[command(flatten)]
     settings: PolicyArgs,
     /// Runs of each (policy, faults), alternating; the median is reported
@@ -876,7 +876,8 @@ fn run(cli: Cli) -> CliResult<()> {
             runtime()?.block_on(commands::write(&a.cluster.path(), args))
         }
         Cmd::Scan { name: n, policy, window, settings, cluster } => {
-            let opts = ReadOptions::new(policy).with_window(window).with_settings(settings.settings()?);
+            let opts = ReadOptions::new(policy).with_settings(settings.settings()?);
+            let opts = window.map_or(opts, |w| opts.with_window(w));
             runtime()?.block_on(commands::scan(&cluster.path(), name(&n)?, opts))
         }
         Cmd::Fault { cmd } => runtime()?.block_on(async {
@@ -1247,7 +1248,7 @@ fn demo(a: DemoArgs) -> CliResult<()> {
         schedule: vec![],
         seed: 1,
         policies: vec![ReadPolicyKind::Static, ReadPolicyKind::Gd],
-        window: WINDOW_DEFAULT,
+        window: None,
         settings: PolicySettings::default(),
         ratios: vec![Ratio::EQUAL],
         repeat: 1,

@@ -55,8 +55,9 @@ pub struct ReadOptions {
 }
 
 impl ReadOptions {
+    /// Reads by `policy`, with its default window.
     pub fn new(policy: ReadPolicyKind) -> ReadOptions {
-        ReadOptions { policy, ..ReadOptions::default() }
+        ReadOptions { policy, window: policy.default_window(), ..ReadOptions::default() }
     }
 
     pub fn with_window(self, window: u32) -> ReadOptions {
@@ -549,4 +550,18 @@ pub fn open_scan(
 ) -> Result<Vec<ReadStream>> {
     let parts = partitions.unwrap_or_else(|| manifest.shape.fragment_partitions());
     parts.into_iter().map(|p| ReadStream::open(client.clone(), manifest.clone(), p, opts)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ganges_core::route::WINDOW_PLAN;
+
+    #[test]
+    fn each_policy_reads_with_its_own_window_unless_told() {
+        assert_eq!(ReadOptions::new(ReadPolicyKind::Gd).window, WINDOW_DEFAULT);
+        assert_eq!(ReadOptions::new(ReadPolicyKind::GdPlan).window, WINDOW_PLAN);
+        assert_eq!(ReadOptions::new(ReadPolicyKind::GdPlan).with_window(3).window, 3);
+        assert_eq!(ReadOptions::default().window, ReadOptions::new(ReadOptions::default().policy).window);
+    }
 }

@@ -18,7 +18,7 @@ use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::NodeId;
 use ganges_core::layout::Layout;
 use ganges_core::measure::{ADAPTED_WITHIN, SAMPLE_SECS};
-use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT};
+use ganges_core::route::{PolicySettings, ReadPolicyKind};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::Shape;
 use serde::Serialize;
@@ -448,7 +448,7 @@ impl GdCase {
             net: NetParams::LOCAL,
             policy,
             settings: PolicySettings::default(),
-            window: WINDOW_DEFAULT,
+            window: policy.default_window(),
             start_jitter: Duration::from_micros(100),
             sample_every: None,
             time_limit: Duration::from_secs(10 * 86_400),

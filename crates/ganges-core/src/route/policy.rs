@@ -52,6 +52,14 @@ pub enum ReadPolicyKind {
 }
 
 impl ReadPolicyKind {
+    /// Requests in flight per consumer unless the caller says otherwise.
+    pub fn default_window(self) -> u32 {
+        match self {
+            ReadPolicyKind::GdPlan => super::WINDOW_PLAN,
+            _ => super::WINDOW_DEFAULT,
+        }
+    }
+
     pub const ALL: [ReadPolicyKind; 11] = [
         ReadPolicyKind::Static,
         ReadPolicyKind::Gd,
