@@ -27,7 +27,7 @@ use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::NodeId;
 use ganges_core::measure::{RATE_WINDOW_SAMPLES, SAMPLE_SECS, adaptation_times, scheduled_ideal};
-use ganges_core::route::{PolicySettings, ReadPolicyKind};
+use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_PLAN};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::{Partition, Shape};
 use ganges_core::units::{ByteSize, Dur, mb_per_sec};
@@ -933,7 +933,7 @@ pub fn render(report: &Report) -> String {
         p.fault,
         p.fault_layout,
         if p.fault_schedule.is_empty() { String::new() } else { ", scheduled".into() },
-        p.window.map_or_else(|| "by policy (4, gd-plan 6)".to_string(), |w| w.to_string()),
+        p.window.map_or_else(|| format!("by policy ({WINDOW_DEFAULT}, gd-plan {WINDOW_PLAN})"), |w| w.to_string()),
         p.repeat,
         p.git_commit
     );

@@ -26,10 +26,10 @@
 //! also holds it; the engine sends it there and cancels it at the old server (river §6.2's
 //! end-of-run effect). It takes the last piece sent to the server with the most of ours, if
 //! that server has two or more, or if the piece is expected back from it (sent plus that
-//! server's smoothed latency) later than this server would answer (its own latency). A request a server handed to another (GD-6) is never stolen: its id
-//! belongs to the first server, so it could not be cancelled. A cancel that arrives too late
-//! yields a duplicate, which the engine drops and counts: every piece is delivered exactly
-//! once.
+//! server's smoothed latency) later than this server would answer (its own latency). A
+//! request a server handed to another (GD-6) is never stolen: its id belongs to the first
+//! server, so it could not be cancelled. A cancel that arrives too late yields a duplicate,
+//! which the engine drops and counts: every piece is delivered exactly once.
 //!
 //! **Progress notices.** GD policies tell the other servers holding this consumer's queued
 //! requests whenever its progress changes (`poll_notify`), so every server's furthest-behind
