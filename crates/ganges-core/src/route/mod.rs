@@ -80,8 +80,8 @@ pub const WINDOW_DEFAULT: u32 = 4;
 /// gd-plan's window: three per copy. Its disks anticipate the running stream's next
 /// request, which crosses to the consumer and back first; a request more in flight per
 /// server keeps it queued instead. On the default bench, 6 took gd-plan from 93.3 to 94.9%
-/// of the ideal at one slow disk and from 93.8 to 94.9% at two (docs/benchmarks.md,
-/// gd-plan).
+/// of the ideal at one slow disk and from 93.8 to 94.9% at two; with four adjacent slow
+/// disks it cost about a point (docs/benchmarks.md, gd-plan).
 pub const WINDOW_PLAN: u32 = 6;
 /// The largest window a consumer may ask for: bounds client buffers and server queues.
 pub const WINDOW_MAX: u32 = 256;
