@@ -201,22 +201,21 @@ impl ReadStream {
     /// Add a byte range of the dataset to read; returns the indices of its pieces.
     pub fn add_range(&mut self, range: Partition) -> Result<std::ops::Range<usize>> {
         let pieces = self.manifest.shape.pieces(range)?;
-        let first = self.engine.pieces().len();
-        let incomplete = self.manifest.state == DatasetState::Incomplete;
-        for p in pieces {
-            if incomplete {
-                // Each block only from the copies the placement says hold it (GW-2).
-                let layout = &self.manifest.layout;
-                let on = (0..layout.replicas())
-                    .filter(|&c| self.manifest.holds(p.fragment, p.block, c))
+        let manifest = &self.manifest;
+        let incomplete = manifest.state == DatasetState::Incomplete;
+        let pieces = pieces.into_iter().map(|p| {
+            // An incomplete dataset: each block only from the copies the placement says
+            // hold it (GW-2).
+            let on = incomplete.then(|| {
+                let layout = &manifest.layout;
+                (0..layout.replicas())
+                    .filter(|&c| manifest.holds(p.fragment, p.block, c))
                     .map(|c| layout.node_of(p.fragment, c))
-                    .collect();
-                self.engine.add_piece_on(p, on);
-            } else {
-                self.engine.add_piece(p);
-            }
-        }
-        Ok(first..self.engine.pieces().len())
+                    .collect()
+            });
+            (p, on)
+        });
+        Ok(self.engine.add_pieces(pieces))
     }
 
     fn now(&self) -> Time {

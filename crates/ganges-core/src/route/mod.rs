@@ -41,6 +41,10 @@
 //! **Lookahead.** Ordered readers bound how far past the first undelivered piece requests may
 //! go, so their reorder buffer stays bounded.
 //!
+//! **Request order.** Pieces are first requested in order, except that a policy may read a
+//! range that spans fragments in step, its part of each at the same pace (gd-plan does;
+//! `add_pieces`). Ordered reads always go in order.
+//!
 //! **Open-ended reads.** An engine made with `open_ended` starts with no pieces; the async
 //! interface adds pieces as the caller submits reads.
 //!
@@ -70,6 +74,7 @@ use crate::shape::Piece;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Range;
 use std::time::Duration;
 
 /// Requests in flight per consumer unless told otherwise: two per copy at R = 2. Enough to
@@ -210,7 +215,9 @@ pub struct ReadEngine {
     /// Pieces only some holders have (a dataset still incomplete after a GD write, GW-2).
     only: BTreeMap<usize, Vec<NodeId>>,
     state: Vec<PieceState>,
-    /// The first piece never requested; pieces are first requested in order.
+    /// The order pieces are first requested in (see `add_pieces`).
+    order: Vec<usize>,
+    /// The first position of `order` never requested.
     cursor: usize,
     /// The first piece not yet delivered (for the lookahead bound).
     first_undelivered: usize,
@@ -245,9 +252,7 @@ impl ReadEngine {
         config: ReadConfig,
     ) -> Result<ReadEngine, RouteError> {
         let mut e = ReadEngine::open_ended(policy, layout, config)?;
-        for p in pieces {
-            e.add_piece(p);
-        }
+        e.add_pieces(pieces.into_iter().map(|p| (p, None)));
         Ok(e)
     }
 
@@ -275,6 +280,7 @@ impl ReadEngine {
             holders: BTreeMap::new(),
             only: BTreeMap::new(),
             state: vec![],
+            order: vec![],
             cursor: 0,
             first_undelivered: 0,
             retry: VecDeque::new(),
@@ -304,7 +310,37 @@ impl ReadEngine {
         self.block_bytes = self.block_bytes.max(p.len as u64);
         self.pieces.push(p);
         self.state.push(PieceState::Waiting);
+        self.order.push(self.pieces.len() - 1);
         self.pieces.len() - 1
+    }
+
+    /// Add a range's pieces (each with the holders that have it, if only some do); returns
+    /// their indices. They are first requested in order, unless the policy reads in step
+    /// and the read is not ordered (no lookahead): then a range that spans fragments (a
+    /// logical partition, GD-7) reads its part of each at the same pace, so that its
+    /// fraction done, which servers balance and plans count on, is each part's too.
+    pub fn add_pieces(&mut self, pieces: impl IntoIterator<Item = (Piece, Option<Vec<NodeId>>)>) -> Range<usize> {
+        let first = self.pieces.len();
+        for (p, only) in pieces {
+            match only {
+                Some(holders) => self.add_piece_on(p, holders),
+                None => self.add_piece(p),
+            };
+        }
+        if self.policy.reads_in_step() && self.config.lookahead.is_none() {
+            // Each piece's place in its fragment's run of the range, as a fraction.
+            let mut runs: BTreeMap<FragmentId, (usize, usize)> = BTreeMap::new();
+            for (i, p) in self.pieces.iter().enumerate().skip(first) {
+                runs.entry(p.fragment).or_insert((i, 0)).1 += 1;
+            }
+            let pieces = &self.pieces;
+            let at = |i: usize| {
+                let (start, n) = runs[&pieces[i].fragment];
+                ((i - start) as f64 + 0.5) / n as f64
+            };
+            self.order[first..].sort_by(|a, b| at(*a).total_cmp(&at(*b)).then(a.cmp(b)));
+        }
+        first..self.pieces.len()
     }
 
     /// Add a piece that only `holders` (some of its fragment's holders) have; returns its
@@ -448,7 +484,7 @@ impl ReadEngine {
         }
         let (piece, from_retry) = match self.retry.front() {
             Some(&p) => (p, true),
-            None if self.cursor < self.pieces.len() => (self.cursor, false),
+            None if self.cursor < self.order.len() => (self.order[self.cursor], false),
             None => return Ok(None),
         };
         if !from_retry

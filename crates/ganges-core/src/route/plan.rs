@@ -33,14 +33,14 @@
 //! by the servers over the streams they actually have, so a consumer alone at a server gets
 //! all of it whatever its plan says.
 //!
-//! **Limit: unequal partitions with equal disks.** With every disk equally fast the plan is
-//! primaries only whatever the progress, so logical partitions of unequal sizes
-//! (gd-enhancements' Figures 4 and 5) with no slow disk are read as `static` reads them
-//! (68% of the ideal at 1:2 in `docs/bench/plan-ratios.txt`); `gd` is the policy for them.
-//! Planning on progress there too costs the no-fault case its primaries-only reads: with a
-//! two-block band of progress counted as on track, the default bench fell from 99.2% to
-//! 94.6% with no fault and from 99.6% to 96.3% with every disk slow, for 91% at 1:1.5 and
-//! 1:2 in the simulator.
+//! **Logical partitions** (GD-7, gd-enhancements' Figures 4 and 5). A partition that spans
+//! fragments reads its part of each at the same pace (`RoutePolicy::reads_in_step`), so its
+//! fraction done, which the servers balance and the plan counts on, is also each part's; and
+//! its share of a disk holding two of its fragments is the sum of both fragments' shares.
+//! With every disk equally fast the plan stays primaries only, and the fragment's readers
+//! split its primary between them. Read one part after another, a partition of twice the
+//! size would wait on one disk at a time (71% of the ideal at 1:2 with no fault on the
+//! cluster; in step, 98.6%: `docs/bench/plan-ratios-ab.txt`).
 
 use super::policy::{Pick, PlanSettings, Pulls, ReadPolicyKind, RoutePolicy, RouteView};
 use crate::ideal::{Demand, plan};
@@ -48,7 +48,7 @@ use crate::ids::{ConsumerId, FragmentId, NodeId};
 use crate::layout::Layout;
 use crate::sched::{Discipline, ProgressMetric, SHARE_ONE, Service};
 use crate::time::Time;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// A rate that moved by more than this fraction since the last plan makes a new plan. Plans
 /// are cheap (a max-flow over a node per fragment and per server) and move smoothly with the
@@ -85,6 +85,9 @@ pub struct Planned {
     shares: BTreeMap<(u32, NodeId), (f64, f64)>,
     /// Holders sent a request only to learn their speed, until they answer.
     learning: BTreeSet<NodeId>,
+    /// The fragments of the last window of requests: a partition that spans fragments reads
+    /// them at once (in step), and its share of a disk is the sum of theirs.
+    recent: VecDeque<FragmentId>,
     pulls: Pulls,
 }
 
@@ -101,6 +104,7 @@ impl Planned {
             remaining_with: vec![],
             shares: BTreeMap::new(),
             learning: BTreeSet::new(),
+            recent: VecDeque::new(),
             pulls: Pulls::default(),
         }
     }
@@ -237,7 +241,17 @@ impl RoutePolicy for Planned {
         if self.learning.contains(&node) {
             return SHARE_ONE / 2;
         }
-        self.disk_share(fragment, node).map_or(SHARE_ONE / 2, |s| ((s * SHARE_ONE as f64).round() as u16).max(1))
+        // This consumer's stream at `node` is served for every fragment it reads now: its
+        // share is theirs together (each plan entry once: fragments a period apart share one).
+        let Some(layout) = &self.layout else { return SHARE_ONE / 2 };
+        let period = Self::period(layout);
+        let now: BTreeSet<u32> = self.recent.iter().chain([&fragment]).map(|f| f.0 % period).collect();
+        let shares: Vec<f64> = now.iter().filter_map(|&f| self.disk_share(FragmentId(f), node)).collect();
+        if shares.is_empty() {
+            return SHARE_ONE / 2;
+        }
+        let s = shares.iter().sum::<f64>().min(1.0);
+        ((s * SHARE_ONE as f64).round() as u16).max(1)
     }
     fn steals_at_end(&self) -> bool {
         true
@@ -245,11 +259,20 @@ impl RoutePolicy for Planned {
     fn notifies_progress(&self) -> bool {
         true
     }
+    fn reads_in_step(&self) -> bool {
+        true
+    }
     fn on_layout(&mut self, layout: &Layout) {
         self.layout = Some(layout.clone());
     }
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
         self.replan(view);
+        if let Some(f) = view.fragment {
+            self.recent.push_back(f);
+            while self.recent.len() > view.window as usize {
+                self.recent.pop_front();
+            }
+        }
         // A holder that never answered us is sent one request, so its speed is known from
         // its reply (a block's time) instead of from the first probe round that finds it
         // measured (a probe interval).
@@ -361,6 +384,27 @@ mod tests {
         let both = servers(&[0.5e6, 1e6, 1e6, 1e6], &[2, 1]);
         p.on_reply(&view(&both, 0), NodeId(0));
         assert_eq!(p.pick(&view(&both, 0), &[NodeId(0), NodeId(1)]), Pick::To(NodeId(0)));
+    }
+
+    #[test]
+    fn a_reader_of_two_fragments_asks_a_common_holder_for_both_shares() {
+        let mut p = policy(4);
+        let n = rates(&[0.5e6, 1e6, 1e6, 1e6]);
+        // Node 1 holds fragment 0's backup and fragment 1's primary copy.
+        p.pick(&view(&n, 1), &[NodeId(1), NodeId(2)]);
+        let alone = RoutePolicy::share(&p, FragmentId(1), NodeId(1));
+        let (s0, s1) =
+            (p.disk_share(FragmentId(0), NodeId(1)).unwrap(), p.disk_share(FragmentId(1), NodeId(1)).unwrap());
+        assert_eq!(alone, (s1 * SHARE_ONE as f64).round() as u16);
+        p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]);
+        let both = RoutePolicy::share(&p, FragmentId(1), NodeId(1));
+        assert!(s0 > 0.1, "the slow disk's fragment is planned a part of node 1: {s0}");
+        assert_eq!(both, ((s0 + s1).min(1.0) * SHARE_ONE as f64).round() as u16);
+        // A window of requests later, all of fragment 1, fragment 0 no longer counts.
+        for _ in 0..4 {
+            p.pick(&view(&n, 1), &[NodeId(1), NodeId(2)]);
+        }
+        assert_eq!(RoutePolicy::share(&p, FragmentId(1), NodeId(1)), alone);
     }
 
     #[test]

@@ -398,6 +398,11 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn notifies_progress(&self) -> bool {
         false
     }
+    /// Whether a range that spans fragments reads its part of each at the same pace
+    /// (`ReadEngine::add_pieces`) rather than one after another.
+    fn reads_in_step(&self) -> bool {
+        false
+    }
     /// Pick a server for the next request. `holders` are the live servers holding the
     /// piece, the primary copy first; never empty. A policy that holds must have requests in
     /// flight (the engine checks), so a hold never stalls a read.

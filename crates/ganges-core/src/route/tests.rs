@@ -361,3 +361,22 @@ fn every_policy_name_parses_and_settings_are_checked() {
     s.rate.slow_ratio = 0.5;
     assert_eq!(s.validate().unwrap_err().name, "rr-slow-ratio");
 }
+
+/// gd-plan reads a range that spans fragments (a logical partition) at the same pace in
+/// each, so its fraction done is each part's; other policies and ordered reads keep order.
+#[test]
+fn a_range_across_fragments_is_read_in_step_by_gd_plan_only() {
+    let shape = Shape::uniform(4, 4 * 4096, 4096).unwrap();
+    let layout = Layout::chained(4, 2).unwrap();
+    // Blocks 2 and 3 of fragment 0 (pieces 0 and 1), then all of fragment 1 (pieces 2 to 5).
+    let pieces = shape.pieces(Partition { offset: 2 * 4096, len: 6 * 4096 }).unwrap();
+    let order = |kind: ReadPolicyKind, lookahead: Option<u32>| {
+        let config = ReadConfig { window: 8, lookahead, ..ReadConfig::default() };
+        let mut e = ReadEngine::new(kind.build(&PolicySettings::default()), &layout, pieces.clone(), config).unwrap();
+        drain(&mut e).iter().map(|d| d.piece).collect::<Vec<_>>()
+    };
+    // Places in their runs: fragment 0's at 1/4 and 3/4, fragment 1's at 1/8, 3/8, 5/8, 7/8.
+    assert_eq!(order(ReadPolicyKind::GdPlan, None), vec![2, 0, 3, 4, 1, 5]);
+    assert_eq!(order(ReadPolicyKind::GdPlan, Some(8)), vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(order(ReadPolicyKind::Gd, None), vec![0, 1, 2, 3, 4, 5]);
+}
