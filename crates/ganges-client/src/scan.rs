@@ -215,7 +215,7 @@ impl ReadStream {
             });
             (p, on)
         });
-        Ok(self.engine.add_pieces(pieces))
+        Ok(self.engine.add_pieces(&manifest.shape, pieces))
     }
 
     fn now(&self) -> Time {

@@ -253,7 +253,7 @@ impl<'a> Sim<'a> {
         let mut consumers = Vec::with_capacity(spec.partitions.len());
         for p in &spec.partitions {
             let pieces = spec.shape.pieces(*p).map_err(|e| invalid(&e))?;
-            let engine = ReadEngine::new(spec.policy.build(&spec.settings), &spec.layout, pieces, config)
+            let engine = ReadEngine::new(spec.policy.build(&spec.settings), &spec.layout, &spec.shape, pieces, config)
                 .map_err(|e| invalid(&e))?;
             consumers.push(Consumer {
                 engine,

@@ -70,7 +70,7 @@ pub use policy::{
 use crate::ids::{FragmentId, NodeId};
 use crate::layout::{Layout, REPLICAS_MAX};
 use crate::sched::{Progress, Service};
-use crate::shape::Piece;
+use crate::shape::{Piece, Shape};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -248,11 +248,12 @@ impl ReadEngine {
     pub fn new(
         policy: Box<dyn RoutePolicy>,
         layout: &Layout,
+        shape: &Shape,
         pieces: Vec<Piece>,
         config: ReadConfig,
     ) -> Result<ReadEngine, RouteError> {
         let mut e = ReadEngine::open_ended(policy, layout, config)?;
-        e.add_pieces(pieces.into_iter().map(|p| (p, None)));
+        e.add_pieces(shape, pieces.into_iter().map(|p| (p, None)));
         Ok(e)
     }
 
@@ -314,19 +315,27 @@ impl ReadEngine {
         self.pieces.len() - 1
     }
 
-    /// Add a range's pieces (each with the holders that have it, if only some do); returns
-    /// their indices. They are first requested in order, unless the policy reads in step
-    /// and the read is not ordered (no lookahead): then a range that spans fragments (a
-    /// logical partition, GD-7) reads its part of each at the same pace, so that its
-    /// fraction done, which servers balance and plans count on, is each part's too.
-    pub fn add_pieces(&mut self, pieces: impl IntoIterator<Item = (Piece, Option<Vec<NodeId>>)>) -> Range<usize> {
+    /// Add a range of `shape`'s dataset, as its pieces (each with the holders that have it,
+    /// if only some do); returns their indices. The policy is told what part of each
+    /// fragment the range is. The pieces are first requested in order, unless the policy
+    /// reads in step and the read is not ordered (no lookahead): then a range that spans
+    /// fragments (a logical partition, GD-7) reads its part of each at the same pace, so
+    /// that its fraction done, which servers balance and plans count on, is each part's too.
+    pub fn add_pieces(
+        &mut self,
+        shape: &Shape,
+        pieces: impl IntoIterator<Item = (Piece, Option<Vec<NodeId>>)>,
+    ) -> Range<usize> {
         let first = self.pieces.len();
+        let mut parts: BTreeMap<FragmentId, f64> = BTreeMap::new();
         for (p, only) in pieces {
+            *parts.entry(p.fragment).or_default() += p.len as f64 / shape.fragment_bytes(p.fragment).max(1) as f64;
             match only {
                 Some(holders) => self.add_piece_on(p, holders),
                 None => self.add_piece(p),
             };
         }
+        self.policy.on_range(&parts);
         if self.policy.reads_in_step() && self.config.lookahead.is_none() {
             // Each piece's place in its fragment's run of the range, as a fraction.
             let mut runs: BTreeMap<FragmentId, (usize, usize)> = BTreeMap::new();

@@ -88,6 +88,9 @@ pub struct Planned {
     /// The fragments of the last window of requests: a partition that spans fragments reads
     /// them at once (in step), and its share of a disk is the sum of theirs.
     recent: VecDeque<FragmentId>,
+    /// The part of each fragment this consumer reads: its readers, reading in step, split
+    /// the fragment's planned shares by their parts.
+    parts: BTreeMap<FragmentId, f64>,
     pulls: Pulls,
 }
 
@@ -105,6 +108,7 @@ impl Planned {
             shares: BTreeMap::new(),
             learning: BTreeSet::new(),
             recent: VecDeque::new(),
+            parts: BTreeMap::new(),
             pulls: Pulls::default(),
         }
     }
@@ -242,11 +246,19 @@ impl RoutePolicy for Planned {
             return SHARE_ONE / 2;
         }
         // This consumer's stream at `node` is served for every fragment it reads now: its
-        // share is theirs together (each plan entry once: fragments a period apart share one).
+        // share is theirs together, each fragment's split among its readers by their parts
+        // (they read in step). Fragments a period apart share one plan entry.
         let Some(layout) = &self.layout else { return SHARE_ONE / 2 };
         let period = Self::period(layout);
-        let now: BTreeSet<u32> = self.recent.iter().chain([&fragment]).map(|f| f.0 % period).collect();
-        let shares: Vec<f64> = now.iter().filter_map(|&f| self.disk_share(FragmentId(f), node)).collect();
+        let mut fragments: Vec<FragmentId> = self.recent.iter().copied().chain([fragment]).collect();
+        fragments.sort();
+        fragments.dedup();
+        let mut parts: BTreeMap<u32, f64> = BTreeMap::new();
+        for f in fragments {
+            *parts.entry(f.0 % period).or_default() += self.parts.get(&f).copied().unwrap_or(1.0);
+        }
+        let shares: Vec<f64> =
+            parts.iter().filter_map(|(&f, part)| Some(self.disk_share(FragmentId(f), node)? * part.min(1.0))).collect();
         if shares.is_empty() {
             return SHARE_ONE / 2;
         }
@@ -261,6 +273,12 @@ impl RoutePolicy for Planned {
     }
     fn reads_in_step(&self) -> bool {
         true
+    }
+    fn on_range(&mut self, parts: &BTreeMap<FragmentId, f64>) {
+        for (f, part) in parts {
+            let p = self.parts.entry(*f).or_default();
+            *p = (*p + part).min(1.0);
+        }
     }
     fn on_layout(&mut self, layout: &Layout) {
         self.layout = Some(layout.clone());
@@ -387,7 +405,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reader_of_two_fragments_asks_a_common_holder_for_both_shares() {
+    fn a_reader_of_two_fragments_asks_a_common_holder_for_its_parts_of_both_shares() {
         let mut p = policy(4);
         let n = rates(&[0.5e6, 1e6, 1e6, 1e6]);
         // Node 1 holds fragment 0's backup and fragment 1's primary copy.
@@ -400,6 +418,10 @@ mod tests {
         let both = RoutePolicy::share(&p, FragmentId(1), NodeId(1));
         assert!(s0 > 0.1, "the slow disk's fragment is planned a part of node 1: {s0}");
         assert_eq!(both, ((s0 + s1).min(1.0) * SHARE_ONE as f64).round() as u16);
+        // Reading a quarter of fragment 0, this consumer gets a quarter of its share.
+        p.on_range(&BTreeMap::from([(FragmentId(0), 0.25), (FragmentId(1), 1.0)]));
+        let quarter = RoutePolicy::share(&p, FragmentId(1), NodeId(1));
+        assert_eq!(quarter, ((s0 / 4.0 + s1).min(1.0) * SHARE_ONE as f64).round() as u16);
         // A window of requests later, all of fragment 1, fragment 0 no longer counts.
         for _ in 0..4 {
             p.pick(&view(&n, 1), &[NodeId(1), NodeId(2)]);

@@ -403,6 +403,8 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn reads_in_step(&self) -> bool {
         false
     }
+    /// A range was added to the read: the fraction of each fragment it covers.
+    fn on_range(&mut self, _parts: &BTreeMap<FragmentId, f64>) {}
     /// Pick a server for the next request. `holders` are the live servers holding the
     /// piece, the primary copy first; never empty. A policy that holds must have requests in
     /// flight (the engine checks), so a hold never stalls a read.

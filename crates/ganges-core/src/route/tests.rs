@@ -9,7 +9,7 @@ fn engine(kind: ReadPolicyKind, nodes: u32, replicas: u32, fragment: u32, blocks
     let layout = Layout::chained(nodes, replicas).unwrap();
     let part = shape.fragment_partitions()[fragment as usize];
     let pieces = shape.pieces(part).unwrap();
-    ReadEngine::new(kind.build(&PolicySettings::default()), &layout, pieces, ReadConfig::default()).unwrap()
+    ReadEngine::new(kind.build(&PolicySettings::default()), &layout, &shape, pieces, ReadConfig::default()).unwrap()
 }
 
 fn drain(e: &mut ReadEngine) -> Vec<Dispatch> {
@@ -165,7 +165,8 @@ fn the_end_of_a_scan_steals_a_last_piece_only_when_it_would_come_sooner() {
         let pieces = shape.pieces(shape.fragment_partitions()[0]).unwrap();
         let config = ReadConfig { window: 2, ..ReadConfig::default() };
         let mut e =
-            ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, pieces, config).unwrap();
+            ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, &shape, pieces, config)
+                .unwrap();
         let send = |e: &mut ReadEngine, t: f64| {
             let mut out = vec![];
             while let Some(d) = e.poll_send(at(t)).unwrap() {
@@ -237,10 +238,11 @@ fn windows_are_bounded() {
     let layout = Layout::chained(2, 2).unwrap();
     let pieces = shape.pieces(Partition { offset: 0, len: 4096 }).unwrap();
     let config = ReadConfig { window: 0, ..ReadConfig::default() };
-    let err = ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, pieces.clone(), config);
+    let err =
+        ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, &shape, pieces.clone(), config);
     assert_eq!(err.unwrap_err(), RouteError::Window(0));
     let config = ReadConfig { stall_timeout: Duration::ZERO, ..ReadConfig::default() };
-    let err = ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, pieces, config);
+    let err = ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, &shape, pieces, config);
     assert_eq!(err.unwrap_err(), RouteError::StallTimeout);
 }
 
@@ -253,7 +255,8 @@ fn lookahead_bounds_how_far_requests_run_ahead_of_delivery() {
     let (shape, layout) = shape_and_layout(2, 20);
     let pieces = shape.pieces(shape.fragment_partitions()[0]).unwrap();
     let config = ReadConfig { window: 16, lookahead: Some(3), ..ReadConfig::default() };
-    let mut e = ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, pieces, config).unwrap();
+    let mut e =
+        ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, &shape, pieces, config).unwrap();
     let sends = drain(&mut e);
     assert_eq!(sends.iter().map(|d| d.piece).collect::<Vec<_>>(), vec![0, 1, 2]);
     // Pieces 1 and 2 arrive first: still nothing past piece 2, piece 0 holds the window.
@@ -372,7 +375,8 @@ fn a_range_across_fragments_is_read_in_step_by_gd_plan_only() {
     let pieces = shape.pieces(Partition { offset: 2 * 4096, len: 6 * 4096 }).unwrap();
     let order = |kind: ReadPolicyKind, lookahead: Option<u32>| {
         let config = ReadConfig { window: 8, lookahead, ..ReadConfig::default() };
-        let mut e = ReadEngine::new(kind.build(&PolicySettings::default()), &layout, pieces.clone(), config).unwrap();
+        let mut e =
+            ReadEngine::new(kind.build(&PolicySettings::default()), &layout, &shape, pieces.clone(), config).unwrap();
         drain(&mut e).iter().map(|d| d.piece).collect::<Vec<_>>()
     };
     // Places in their runs: fragment 0's at 1/4 and 3/4, fragment 1's at 1/8, 3/8, 5/8, 7/8.
