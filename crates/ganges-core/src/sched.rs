@@ -17,7 +17,9 @@
 //! serving its queued requests back to back, up to `RUN_MAX`, while they are on the file
 //! under the head (so each one saves a seek) and while that does not break the discipline's
 //! goal (for furthest-behind: the consumer is not more than `RUN_SLACK_JOBS` requests' worth
-//! of progress ahead of the one furthest behind).
+//! of progress ahead of the one furthest behind). A consumer that wants runs and has
+//! requests on two files here (a logical partition read in step) is served on the head's
+//! file first.
 //!
 //! - **planned** (gd-plan, ours; see [`LearnedShares`]): each consumer's share of this disk,
 //!   computed by the consumer from every server's speed, rides on its requests; served by
@@ -322,9 +324,20 @@ impl Streams {
         true
     }
 
-    fn take_front(&mut self, key: StreamKey) -> Job {
+    /// The job of `q` a run on the head's file would take: its first job on that file that
+    /// allows runs (a stream reading two files at this server, as a logical partition does,
+    /// then finishes what it has on one before moving the head), if any.
+    fn on_head(q: &StreamQueue, head: Option<FileKey>) -> Option<usize> {
+        let head = head?;
+        q.jobs.iter().position(|j| j.file == head && j.service.runs)
+    }
+
+    /// Take the chosen stream's next job: its first on the head's file if it allows runs,
+    /// else its oldest.
+    fn take(&mut self, key: StreamKey, head: Option<FileKey>) -> Job {
         let q = self.streams.get_mut(&key).expect("chosen stream exists");
-        let job = q.jobs.pop_front().expect("streams kept non-empty");
+        let i = Self::on_head(q, head).unwrap_or(0);
+        let job = q.jobs.remove(i).expect("streams kept non-empty");
         if q.jobs.is_empty() {
             self.streams.remove(&key);
         }
@@ -341,8 +354,7 @@ impl Streams {
     fn run_candidate(&self, head: Option<FileKey>) -> Option<&StreamKey> {
         let (key, n) = self.run.as_ref()?;
         let q = self.streams.get(key)?;
-        let front = q.jobs.front()?;
-        (front.service.runs && *n < RUN_MAX && Some(front.file) == head).then_some(key)
+        (Self::on_head(q, head).is_some() && *n < RUN_MAX).then_some(key)
     }
 
     /// The best stream by `better(candidate, best_so_far)`, with the common tie-breaks.
@@ -428,7 +440,7 @@ impl<R: Rule> Scheduler for PerStream<R> {
 
     fn pop(&mut self, now: Time, head: Option<FileKey>) -> Option<Job> {
         let key = self.rule.choose(&mut self.s, now, head)?;
-        Some(self.s.take_front(key))
+        Some(self.s.take(key, head))
     }
 
     fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
@@ -968,6 +980,24 @@ mod tests {
             Progress { done_bytes: 110, total_bytes: 1000, metric: ProgressMetric::Bytes },
         );
         assert_eq!(s.pop(Time::ZERO, Some(1)).unwrap().id, 3);
+    }
+
+    /// A stream reading two files here (a logical partition read in step) finishes what it
+    /// has on the head's file before the head moves, if it allows runs; else in order.
+    #[test]
+    fn a_stream_on_two_files_serves_the_head_s_file_first_when_it_allows_runs() {
+        let order = |service: Service| {
+            let mut s = FurthestBehind::default();
+            for (id, file) in [(0, 1), (1, 2), (2, 1), (3, 2)] {
+                s.push(job(id, 1, file, 100, 1000, ProgressMetric::Bytes, service));
+            }
+            s.push(job(10, 2, 3, 500, 1000, ProgressMetric::Bytes, service));
+            let order: Vec<JobId> = (0..5).map(|_| s.pop(Time::ZERO, Some(2)).unwrap().id).collect();
+            s.assert_invariants();
+            order
+        };
+        assert_eq!(order(FB_RUNS), vec![1, 3, 0, 2, 10]);
+        assert_eq!(order(FB), vec![0, 1, 2, 3, 10]);
     }
 
     /// GD-4: the longer queue first; every eighth pick goes to whoever waited longest.
