@@ -332,12 +332,16 @@ impl Streams {
         q.jobs.iter().position(|j| j.file == head && j.service.runs)
     }
 
-    /// Take the chosen stream's next job: its first on the head's file if it allows runs,
-    /// else its oldest.
+    /// Where `q`'s next job is: its first on the head's file if that allows runs, else its
+    /// oldest.
+    fn next(q: &StreamQueue, head: Option<FileKey>) -> usize {
+        Self::on_head(q, head).unwrap_or(0)
+    }
+
+    /// Take the chosen stream's next job.
     fn take(&mut self, key: StreamKey, head: Option<FileKey>) -> Job {
         let q = self.streams.get_mut(&key).expect("chosen stream exists");
-        let i = Self::on_head(q, head).unwrap_or(0);
-        let job = q.jobs.remove(i).expect("streams kept non-empty");
+        let job = q.jobs.remove(Self::next(q, head)).expect("streams kept non-empty");
         if q.jobs.is_empty() {
             self.streams.remove(&key);
         }
@@ -368,8 +372,8 @@ impl Streams {
             let take = match best {
                 None => true,
                 Some((_, b)) => better(q, b).unwrap_or_else(|| {
-                    let q_on = Some(q.jobs[0].file) == head;
-                    let b_on = Some(b.jobs[0].file) == head;
+                    let q_on = Some(q.jobs[Self::next(q, head)].file) == head;
+                    let b_on = Some(b.jobs[Self::next(b, head)].file) == head;
                     if q_on != b_on { q_on } else { q.jobs[0].arrival < b.jobs[0].arrival }
                 }),
             };

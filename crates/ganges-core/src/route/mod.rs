@@ -303,16 +303,22 @@ impl ReadEngine {
         })
     }
 
-    /// Add a piece to read; returns its index.
-    pub fn add_piece(&mut self, p: Piece) -> usize {
+    /// Add one piece, to be read from `only` these holders if given (a dataset still
+    /// incomplete after a GD write, GW-2), else from any; returns its index.
+    fn push_piece(&mut self, p: Piece, only: Option<Vec<NodeId>>) -> usize {
         let layout = &self.layout;
-        self.holders.entry(p.fragment).or_insert_with(|| layout.holders(p.fragment));
+        let holders = self.holders.entry(p.fragment).or_insert_with(|| layout.holders(p.fragment));
+        let i = self.pieces.len();
+        if let Some(only) = only {
+            debug_assert!(only.iter().all(|n| holders.contains(n)), "holders of the fragment");
+            self.only.insert(i, only);
+        }
         self.total_bytes += p.len as u64;
         self.block_bytes = self.block_bytes.max(p.len as u64);
         self.pieces.push(p);
         self.state.push(PieceState::Waiting);
-        self.order.push(self.pieces.len() - 1);
-        self.pieces.len() - 1
+        self.order.push(i);
+        i
     }
 
     /// Add a range of `shape`'s dataset, as its pieces (each with the holders that have it,
@@ -330,10 +336,7 @@ impl ReadEngine {
         let mut parts: BTreeMap<FragmentId, f64> = BTreeMap::new();
         for (p, only) in pieces {
             *parts.entry(p.fragment).or_default() += p.len as f64 / shape.fragment_bytes(p.fragment).max(1) as f64;
-            match only {
-                Some(holders) => self.add_piece_on(p, holders),
-                None => self.add_piece(p),
-            };
+            self.push_piece(p, only);
         }
         self.policy.on_range(&parts);
         if self.policy.reads_in_step() && self.config.lookahead.is_none() {
@@ -350,15 +353,6 @@ impl ReadEngine {
             self.order[first..].sort_by(|a, b| at(*a).total_cmp(&at(*b)).then(a.cmp(b)));
         }
         first..self.pieces.len()
-    }
-
-    /// Add a piece that only `holders` (some of its fragment's holders) have; returns its
-    /// index. The engine never asks any other server for it.
-    pub fn add_piece_on(&mut self, p: Piece, holders: Vec<NodeId>) -> usize {
-        let i = self.add_piece(p);
-        debug_assert!(holders.iter().all(|n| self.holders[&p.fragment].contains(n)), "holders of the fragment");
-        self.only.insert(i, holders);
-        i
     }
 
     fn holds(&self, piece: usize, node: NodeId) -> bool {

@@ -49,7 +49,7 @@ use crate::ids::{ConsumerId, FragmentId, NodeId};
 use crate::layout::Layout;
 use crate::sched::{Discipline, ProgressMetric, SHARE_ONE, Service};
 use crate::time::Time;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// A rate that moved by more than this fraction since the last plan makes a new plan. Plans
 /// are cheap (a max-flow over a node per fragment and per server) and move smoothly with the
@@ -251,9 +251,7 @@ impl RoutePolicy for Planned {
         // share one plan entry.
         let Some(layout) = &self.layout else { return SHARE_ONE / 2 };
         let period = Self::period(layout);
-        let mut fragments: Vec<FragmentId> = self.recent.iter().copied().chain([fragment]).collect();
-        fragments.sort();
-        fragments.dedup();
+        let fragments: BTreeSet<FragmentId> = self.recent.iter().copied().chain([fragment]).collect();
         let mut parts: BTreeMap<u32, f64> = BTreeMap::new();
         for f in fragments {
             *parts.entry(f.0 % period).or_default() += self.parts.get(&f).copied().unwrap_or(1.0);

@@ -276,7 +276,7 @@ fn an_open_ended_engine_reads_pieces_as_they_are_added() {
             .unwrap();
     assert!(e.is_done() && drain(&mut e).is_empty());
     let p = shape.pieces(Partition { offset: 8192, len: 100 }).unwrap()[0];
-    let i = e.add_piece(p);
+    let i = e.add_pieces(&shape, [(p, None)]).start;
     assert!(!e.is_done());
     let sends = drain(&mut e);
     assert_eq!(sends.len(), 1);
