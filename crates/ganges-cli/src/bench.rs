@@ -222,6 +222,8 @@ pub struct Row {
     pub consumer_seconds: Vec<f64>,
     /// Fraction of T each modelled disk spent seeking or transferring, per node.
     pub disk_busy_frac: Vec<f64>,
+    /// Seeks each modelled disk paid, per node.
+    pub disk_seeks: Vec<u64>,
     /// Bytes each consumer had received at every `SAMPLE_MS` since the start (the median
     /// run's), for rate-over-time plots.
     pub delivered: Vec<Vec<u64>>,
@@ -269,6 +271,7 @@ struct Sample {
     peak_rss: u64,
     consumer_seconds: Vec<f64>,
     disk_busy_frac: Vec<f64>,
+    disk_seeks: Vec<u64>,
     delivered: Vec<Vec<u64>>,
 }
 
@@ -762,6 +765,7 @@ async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> 
             .zip(&before)
             .map(|(a, b)| (a.disk_stats.busy_secs - b.disk_stats.busy_secs) / seconds)
             .collect(),
+        disk_seeks: after.iter().zip(&before).map(|(a, b)| a.disk_stats.seeks - b.disk_stats.seeks).collect(),
         delivered: sample_timelines(&timelines, t0, t_end),
     })
 }
@@ -828,6 +832,7 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
         server_peak_rss_bytes: m.peak_rss,
         consumer_seconds: m.consumer_seconds.clone(),
         disk_busy_frac: m.disk_busy_frac.clone(),
+        disk_seeks: m.disk_seeks.clone(),
         delivered: m.delivered.clone(),
         adaptation: vec![],
         ideal_consumer_rates_faulty: vec![],
