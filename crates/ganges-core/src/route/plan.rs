@@ -11,8 +11,9 @@
 //! - **Rates.** Each consumer asks every server of the layout for its disk speed, one probe
 //!   every `probe_interval / nodes`, so each is asked every `probe_interval`; a server's
 //!   answer is its bytes over busy time of its last few reads, whoever's they were
-//!   ([`crate::handoff::RateMeter`]), so all consumers plan on the same figures. Until a server has answered, the speed its replies showed stands in; a server
-//!   not heard of at all counts at the median of the others. Speeds within `EQUAL_WITHIN`
+//!   ([`crate::handoff::RateMeter`]), so all consumers plan on the same figures. Until a
+//!   server has answered, the speed its replies showed stands in; a server not heard of at
+//!   all counts at the median of the others. Speeds within `EQUAL_WITHIN`
 //!   of the fastest count as equal (seeks make a busy disk look a little slow); slower ones
 //!   are planned `SLOW_MARGIN` below their speed, a reserve for the end of the scan.
 //! - **Plan.** From those rates, the layout, and what is left of every fragment (a scan
