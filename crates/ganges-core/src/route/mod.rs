@@ -26,10 +26,14 @@
 //! also holds it; the engine sends it there and cancels it at the old server (river §6.2's
 //! end-of-run effect). It takes the last piece sent to the server with the most of ours, if
 //! that server has two or more, or if the piece is expected back from it (sent plus that
-//! server's smoothed latency) later than this server would answer (its own latency). A
-//! request a server handed to another (GD-6) is never stolen: its id belongs to the first
-//! server, so it could not be cancelled. A cancel that arrives too late yields a duplicate,
-//! which the engine drops and counts: every piece is delivered exactly once.
+//! server's smoothed latency) later than this server would answer one more request (a block of
+//! another consumer's and ours, at its disk's measured speed), or if the piece is overdue:
+//! outstanding for twice that server's usual reply time and twice this server's answer, it is
+//! queued behind other consumers (a backup whose planned share is small serves a reader about
+//! once a second), not on the disk. A request a server handed to another (GD-6) is never
+//! stolen: its id belongs to the first server, so it could not be cancelled. A cancel that
+//! arrives too late yields a duplicate, which the engine drops and counts: every piece is
+//! delivered exactly once.
 //!
 //! **Progress notices.** GD policies tell the other servers holding this consumer's queued
 //! requests whenever its progress changes (`poll_notify`), so every server's furthest-behind
@@ -203,6 +207,12 @@ enum PieceState {
     InFlight(Vec<(NodeId, Time)>),
     Done,
 }
+
+/// At the end of a scan, a piece outstanding at a server for this many times its usual reply
+/// time there, and what an idle server would take, is queued behind other consumers, not on
+/// the disk: it is stolen even when it is the last of ours there (module docs, end-of-scan
+/// steal).
+const OVERDUE: f64 = 2.0;
 
 /// One consumer's read. See the module docs.
 #[derive(Debug)]
@@ -747,17 +757,33 @@ impl ReadEngine {
         // Worth it when the other server still has a queue of ours behind this piece, or,
         // for our last piece there, when it is expected back later than this server, which
         // has nothing of ours, would take to answer (a piece already on the other's disk is
-        // expected soon, and stealing it would only read it twice).
+        // expected soon, and stealing it would only read it twice), or when it is overdue
+        // there: queued behind other consumers, not on the disk.
+        let waited = now.since(sent).as_secs_f64();
         let latency = |n: NodeId| self.nodes.get(&n).and_then(|v| v.latency_secs);
         let worth = load >= 2
-            || match (latency(from), latency(node)) {
-                (Some(there), Some(here)) => there - now.since(sent).as_secs_f64() > here,
-                _ => false,
+            || match (latency(from), self.one_more(node, piece)) {
+                (Some(there), Some(here)) => there - waited > here || waited > OVERDUE * there.max(here),
+                (None, Some(here)) => waited > OVERDUE * here,
+                (_, None) => false,
             };
         if worth {
             self.stats.steals += 1;
             self.cancels.push_back(Dispatch { piece, node: from });
             self.steals.push_back(Dispatch { piece, node });
+        }
+    }
+
+    /// How long `node`, which holds nothing of ours, would take to answer one more request
+    /// for `piece`: a block of another consumer's ahead of it, then ours, at its disk's
+    /// measured speed; its smoothed reply time if that speed is not known. Its reply time is
+    /// not the measure: that counted our queue there.
+    fn one_more(&self, node: NodeId, piece: usize) -> Option<f64> {
+        let v = self.nodes.get(&node)?;
+        let len = self.pieces[piece].len as f64;
+        match v.reported_disk_bytes_per_sec.or(v.disk_bytes_per_sec) {
+            Some(rate) if rate > 0.0 => Some(2.0 * len / rate),
+            _ => v.latency_secs,
         }
     }
 

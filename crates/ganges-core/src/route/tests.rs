@@ -194,6 +194,45 @@ fn the_end_of_a_scan_steals_a_last_piece_only_when_it_would_come_sooner() {
     assert_eq!(run_to_the_end(0.95), (vec![], None));
 }
 
+/// A piece that has waited at a server twice its usual reply time there, and twice what the
+/// idle server would take, is queued behind other consumers (a backup whose
+/// plan share is small serves us once a second): the end-of-scan steal takes it even though
+/// it is the last of ours there, and even if that server never answered us before.
+#[test]
+fn the_end_of_a_scan_steals_a_piece_overdue_at_its_server() {
+    let at = Time::from_secs_f64;
+    // Piece 0 goes to node 0, which never answers; node 1 answers every 50 ms and each reply
+    // pulls the next piece to it. Returns what node 1's last answer steals.
+    let end = |pieces: u64| {
+        let shape = Shape::uniform(4, pieces * 4096, 4096).unwrap();
+        let layout = Layout::chained(4, 2).unwrap();
+        let list = shape.pieces(shape.fragment_partitions()[0]).unwrap();
+        let config = ReadConfig { window: 2, ..ReadConfig::default() };
+        let mut e =
+            ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, &shape, list, config)
+                .unwrap();
+        assert_eq!(e.poll_send(at(0.0)).unwrap(), Some(Dispatch { piece: 0, node: NodeId(0) }));
+        assert_eq!(e.poll_send(at(0.0)).unwrap(), Some(Dispatch { piece: 1, node: NodeId(1) }));
+        let mut stolen = vec![];
+        for piece in 1..pieces as usize {
+            let t = 0.05 * piece as f64;
+            e.on_data(at(t), piece, NodeId(1));
+            while let Some(d) = e.poll_send(at(t)).unwrap() {
+                if d.piece == 0 {
+                    // Taken when node 1 answered `piece`.
+                    stolen.push((piece, d.node.0));
+                }
+            }
+            e.assert_invariants();
+        }
+        (stolen, e.poll_cancel())
+    };
+    // Two pieces: at 0.05 s piece 0 has waited one of node 1's round trips: keep.
+    assert_eq!(end(2), (vec![], None));
+    // Five: at 0.20 s it has waited four: node 1 takes it, and node 0 is told to drop it.
+    assert_eq!(end(5), (vec![(4, 1)], Some(Dispatch { piece: 0, node: NodeId(0) })));
+}
+
 /// A request a server handed to another cannot be cancelled (its id belongs to the first
 /// server), so the end-of-scan steal takes another piece rather than read it twice.
 #[test]
