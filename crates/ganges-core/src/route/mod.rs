@@ -189,6 +189,8 @@ pub struct ReadStats {
     pub probes: u64,
     /// Requests a server handed to another server (GD-6).
     pub moved: u64,
+    /// Requests taken back from holders the policy's plan stopped reading.
+    pub withdrawn: u64,
     /// (piece dataset offset, node) of every corrupt block a server reported.
     pub corrupt: Vec<(u64, NodeId)>,
 }
@@ -236,6 +238,11 @@ pub struct ReadEngine {
     /// the first server, so it cannot be cancelled, and the end-of-scan steal leaves it be.
     moved: BTreeSet<usize>,
     steals: VecDeque<Dispatch>,
+    /// The policy's plan epoch requests were last checked against, and the requests being
+    /// taken back from holders it dropped (cancel sent; the piece is sent again when the
+    /// server confirms).
+    checked_epoch: u64,
+    withdrawing: BTreeSet<(usize, NodeId)>,
     cancels: VecDeque<Dispatch>,
     notify: BTreeSet<NodeId>,
     nodes: BTreeMap<NodeId, NodeView>,
@@ -297,6 +304,8 @@ impl ReadEngine {
             retry: VecDeque::new(),
             moved: BTreeSet::new(),
             steals: VecDeque::new(),
+            checked_epoch: 0,
+            withdrawing: BTreeSet::new(),
             cancels: VecDeque::new(),
             notify: BTreeSet::new(),
             nodes: BTreeMap::new(),
@@ -449,6 +458,7 @@ impl ReadEngine {
     /// `None` if there was none (a late reply to something already released).
     fn release(&mut self, piece: usize, node: NodeId) -> Option<Option<Time>> {
         self.moved.remove(&piece);
+        self.withdrawing.remove(&(piece, node));
         let mut sent = None;
         let mut was_there = false;
         if let PieceState::InFlight(nodes) = &mut self.state[piece] {
@@ -480,6 +490,7 @@ impl ReadEngine {
 
     /// The next request to send, if the window has room and the policy wants one sent.
     pub fn poll_send(&mut self, now: Time) -> Result<Option<Dispatch>, RouteError> {
+        self.withdraw_dropped();
         if let Some(s) = self.steals.pop_front() {
             // Steals replace a request already counted against the window.
             self.mark_sent(now, s.piece, s.node);
@@ -529,6 +540,34 @@ impl ReadEngine {
         }
         self.mark_sent(now, piece, node);
         Ok(Some(Dispatch { piece, node }))
+    }
+
+    /// The policy planned again: take back every request queued at a holder the new plan
+    /// reads nothing of its fragment from, when another live holder is read. A request at a
+    /// holder that gives this reader no share waits behind the holder's own readers (1.1 s
+    /// after a fault ended, on the cluster, taking a block from that holder's own reader
+    /// then). Cancelled, the piece is sent again through the policy; a cancel that comes too
+    /// late yields the data, as for a steal.
+    fn withdraw_dropped(&mut self) {
+        let epoch = self.policy.plan_epoch();
+        if epoch == self.checked_epoch {
+            return;
+        }
+        self.checked_epoch = epoch;
+        for i in 0..self.pieces.len() {
+            let PieceState::InFlight(nodes) = &self.state[i] else { continue };
+            let [(node, _)] = nodes[..] else { continue };
+            let fragment = self.pieces[i].fragment;
+            if self.moved.contains(&i) || self.withdrawing.contains(&(i, node)) || !self.policy.drops(fragment, node) {
+                continue;
+            }
+            let elsewhere = self.live_holders(i).into_iter().any(|n| n != node && !self.policy.drops(fragment, n));
+            if elsewhere {
+                self.withdrawing.insert((i, node));
+                self.stats.withdrawn += 1;
+                self.cancels.push_back(Dispatch { piece: i, node });
+            }
+        }
     }
 
     /// The next cancel to send (a stolen request's old copy).
@@ -648,6 +687,7 @@ impl ReadEngine {
         if why != Failure::Unavailable {
             self.heard.insert(node, now);
         }
+        let withdrawn = self.withdrawing.contains(&(piece, node));
         if self.release(piece, node).is_none() {
             return;
         }
@@ -662,7 +702,9 @@ impl ReadEngine {
             }
         }
         if self.state[piece] == PieceState::Waiting {
-            self.stats.retries += 1;
+            if !withdrawn {
+                self.stats.retries += 1;
+            }
             self.retry.push_back(piece);
         }
     }

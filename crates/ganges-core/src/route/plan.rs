@@ -99,6 +99,9 @@ pub struct Planned {
     /// the fragment's planned shares by their parts.
     parts: BTreeMap<FragmentId, f64>,
     pulls: Pulls,
+    /// Plans made so far, and whether the last one reads primary copies only.
+    plans: u64,
+    primaries_only: bool,
 }
 
 impl Planned {
@@ -116,6 +119,8 @@ impl Planned {
             recent: VecDeque::new(),
             parts: BTreeMap::new(),
             pulls: Pulls::default(),
+            plans: 0,
+            primaries_only: false,
         }
     }
 
@@ -228,6 +233,8 @@ impl Planned {
                 self.shares.insert((f as u32, *n), (share, b / fragment));
             }
         }
+        self.plans += 1;
+        self.primaries_only = p.flows.iter().all(|flows| flows.iter().skip(1).all(|(_, b)| *b == 0.0));
         self.planned_with = rates;
         self.known_with = known;
         self.remaining_with = remaining;
@@ -282,6 +289,17 @@ impl RoutePolicy for Planned {
     }
     fn on_layout(&mut self, layout: &Layout) {
         self.layout = Some(layout.clone());
+    }
+    fn plan_epoch(&self) -> u64 {
+        self.plans
+    }
+    fn drops(&self, fragment: FragmentId, node: NodeId) -> bool {
+        // Only when the plan is back to primaries only (the faults ended): every request
+        // still queued at a backup comes home (virtual-streams §5's return to the primary).
+        // While faults hold, plans move every block and a backup planned nothing now may be
+        // planned a share the next: taking requests back then cost 0.2 to 0.5 point on the
+        // cluster (docs/benchmarks.md).
+        self.primaries_only && self.fraction(fragment, node) == Some(0.0)
     }
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
         self.replan(view);

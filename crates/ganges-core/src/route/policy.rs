@@ -405,6 +405,15 @@ pub trait RoutePolicy: Send + fmt::Debug {
     }
     /// A range was added to the read: the fraction of each fragment it covers.
     fn on_range(&mut self, _parts: &BTreeMap<FragmentId, f64>) {}
+    /// Counts the policy's plans: when it moves, requests queued at holders the new plan
+    /// no longer uses for their fragment (`drops`) are taken back and sent again.
+    fn plan_epoch(&self) -> u64 {
+        0
+    }
+    /// Whether the current plan reads none of `fragment` from `node`.
+    fn drops(&self, _fragment: FragmentId, _node: NodeId) -> bool {
+        false
+    }
     /// Pick a server for the next request. `holders` are the live servers holding the
     /// piece, the primary copy first; never empty. A policy that holds must have requests in
     /// flight (the engine checks), so a hold never stalls a read.

@@ -233,6 +233,39 @@ fn the_end_of_a_scan_steals_a_piece_overdue_at_its_server() {
     assert_eq!(end(5), (vec![(4, 1)], Some(Dispatch { piece: 0, node: NodeId(0) })));
 }
 
+/// When a fault ends, gd-plan's plan goes back to primaries only; a request still queued at a
+/// backup would wait there behind the backup's own reader (it is planned no share), so the
+/// engine takes it back and sends it to the primary, without counting a retry.
+#[test]
+fn a_plan_that_stops_reading_a_backup_takes_its_queued_requests_back() {
+    let mut e = engine(ReadPolicyKind::GdPlan, 4, 2, 0, 100);
+    for n in 0..4 {
+        e.on_disk_rate(NodeId(n), if n == 0 { 0.5e6 } else { 1e6 }, true);
+    }
+    let sends = drain(&mut e);
+    let at_backup: Vec<usize> = sends.iter().filter(|d| d.node == NodeId(1)).map(|d| d.piece).collect();
+    assert!(!at_backup.is_empty(), "disk 0 is slow: the plan reads node 1 too: {sends:?}");
+    assert_eq!(e.poll_cancel(), None);
+    // The fault ends; the next plan (made when a reply frees a slot) reads primaries only.
+    e.on_disk_rate(NodeId(0), 1e6, true);
+    let first = sends.iter().find(|d| d.node == NodeId(0)).expect("node 0 has some");
+    e.on_data(Time::ZERO, first.piece, NodeId(0));
+    assert!(drain(&mut e).iter().all(|d| d.node == NodeId(0)));
+    let cancels: Vec<Dispatch> = std::iter::from_fn(|| e.poll_cancel()).collect();
+    let expected: Vec<Dispatch> = at_backup.iter().map(|&piece| Dispatch { piece, node: NodeId(1) }).collect();
+    assert_eq!(cancels, expected);
+    // Node 1 confirms: the pieces go to node 0, and none of it is a retry.
+    for &p in &at_backup {
+        e.on_failure(Time::ZERO, p, NodeId(1), Failure::Cancelled);
+    }
+    let again = drain(&mut e);
+    assert_eq!(again.iter().map(|d| d.piece).take(at_backup.len()).collect::<Vec<_>>(), at_backup);
+    assert!(again.iter().all(|d| d.node == NodeId(0)), "{again:?}");
+    assert_eq!((e.stats().retries, e.stats().withdrawn), (0, at_backup.len() as u64));
+    assert_eq!(e.poll_cancel(), None, "nothing is taken back twice");
+    e.assert_invariants();
+}
+
 /// A request a server handed to another cannot be cancelled (its id belongs to the first
 /// server), so the end-of-scan steal takes another piece rather than read it twice.
 #[test]
