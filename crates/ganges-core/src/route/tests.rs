@@ -152,6 +152,15 @@ fn the_end_of_a_scan_steals_from_a_loaded_server_and_drops_the_duplicate() {
     e.assert_invariants();
 }
 
+/// A gd read of fragment 0 (of four, two copies) in `blocks` pieces, two in flight.
+fn gd_window_of_two(blocks: u64) -> ReadEngine {
+    let shape = Shape::uniform(4, blocks * 4096, 4096).unwrap();
+    let layout = Layout::chained(4, 2).unwrap();
+    let pieces = shape.pieces(shape.fragment_partitions()[0]).unwrap();
+    let config = ReadConfig { window: 2, ..ReadConfig::default() };
+    ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, &shape, pieces, config).unwrap()
+}
+
 /// The last piece a consumer has at a slow server is stolen only when it is expected back
 /// later than the idle server would answer: a piece sent long ago is likely on the slow disk
 /// already, and stealing it would read it twice.
@@ -160,13 +169,7 @@ fn the_end_of_a_scan_steals_a_last_piece_only_when_it_would_come_sooner() {
     let at = Time::from_secs_f64;
     // Five pieces, two in flight: node 1 answers in 50 ms, node 0 in 500 ms.
     let run_to_the_end = |last_reply: f64| {
-        let shape = Shape::uniform(4, 5 * 4096, 4096).unwrap();
-        let layout = Layout::chained(4, 2).unwrap();
-        let pieces = shape.pieces(shape.fragment_partitions()[0]).unwrap();
-        let config = ReadConfig { window: 2, ..ReadConfig::default() };
-        let mut e =
-            ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, &shape, pieces, config)
-                .unwrap();
+        let mut e = gd_window_of_two(5);
         let send = |e: &mut ReadEngine, t: f64| {
             let mut out = vec![];
             while let Some(d) = e.poll_send(at(t)).unwrap() {
@@ -204,13 +207,7 @@ fn the_end_of_a_scan_steals_a_piece_overdue_at_its_server() {
     // Piece 0 goes to node 0, which never answers; node 1 answers every 50 ms and each reply
     // pulls the next piece to it. Returns what node 1's last answer steals.
     let end = |pieces: u64| {
-        let shape = Shape::uniform(4, pieces * 4096, 4096).unwrap();
-        let layout = Layout::chained(4, 2).unwrap();
-        let list = shape.pieces(shape.fragment_partitions()[0]).unwrap();
-        let config = ReadConfig { window: 2, ..ReadConfig::default() };
-        let mut e =
-            ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, &shape, list, config)
-                .unwrap();
+        let mut e = gd_window_of_two(pieces);
         assert_eq!(e.poll_send(at(0.0)).unwrap(), Some(Dispatch { piece: 0, node: NodeId(0) }));
         assert_eq!(e.poll_send(at(0.0)).unwrap(), Some(Dispatch { piece: 1, node: NodeId(1) }));
         let mut stolen = vec![];
