@@ -784,7 +784,13 @@ impl ReadEngine {
         let mut best: Option<(u32, usize, NodeId, Time)> = None;
         for i in (0..self.pieces.len()).rev() {
             let PieceState::InFlight(nodes) = &self.state[i] else { continue };
-            if nodes.len() != 1 || nodes[0].0 == node || self.bad.contains(&(i, node)) || self.moved.contains(&i) {
+            // Not one being taken back (`withdraw_dropped`): it is on its way out already.
+            if nodes.len() != 1
+                || nodes[0].0 == node
+                || self.bad.contains(&(i, node))
+                || self.moved.contains(&i)
+                || self.withdrawing.contains(&(i, nodes[0].0))
+            {
                 continue;
             }
             if !self.holds(i, node) {

@@ -198,9 +198,9 @@ fn the_end_of_a_scan_steals_a_last_piece_only_when_it_would_come_sooner() {
 }
 
 /// A piece that has waited at a server twice its usual reply time there, and twice what the
-/// idle server would take, is queued behind other consumers (a backup whose
-/// plan share is small serves us once a second): the end-of-scan steal takes it even though
-/// it is the last of ours there, and even if that server never answered us before.
+/// idle server would take, is queued behind other consumers (a backup whose plan share is
+/// small serves us once a second): the end-of-scan steal takes it even though it is the last
+/// of ours there, and even if that server never answered us before.
 #[test]
 fn the_end_of_a_scan_steals_a_piece_overdue_at_its_server() {
     let at = Time::from_secs_f64;
