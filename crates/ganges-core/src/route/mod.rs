@@ -238,7 +238,7 @@ pub struct ReadEngine {
     /// the first server, so it cannot be cancelled, and the end-of-scan steal leaves it be.
     moved: BTreeSet<usize>,
     steals: VecDeque<Dispatch>,
-    /// The policy's plan epoch requests were last checked against, and the requests being
+    /// The policy's drop epoch requests were last checked against, and the requests being
     /// taken back from holders it dropped (cancel sent; the piece is sent again when the
     /// server confirms).
     checked_epoch: u64,
@@ -542,14 +542,14 @@ impl ReadEngine {
         Ok(Some(Dispatch { piece, node }))
     }
 
-    /// The policy planned again: take back every request queued at a holder the new plan
+    /// The policy dropped holders: take back every request queued at a holder the plan now
     /// reads nothing of its fragment from, when another live holder is read. A request at a
     /// holder that gives this reader no share waits behind the holder's own readers (1.1 s
     /// after a fault ended, on the cluster, taking a block from that holder's own reader
     /// then). Cancelled, the piece is sent again through the policy; a cancel that comes too
     /// late yields the data, as for a steal.
     fn withdraw_dropped(&mut self) {
-        let epoch = self.policy.plan_epoch();
+        let epoch = self.policy.drop_epoch();
         if epoch == self.checked_epoch {
             return;
         }
@@ -829,10 +829,7 @@ impl ReadEngine {
     fn one_more(&self, node: NodeId, piece: usize) -> Option<f64> {
         let v = self.nodes.get(&node)?;
         let len = self.pieces[piece].len as f64;
-        match v.reported_disk_bytes_per_sec.or(v.disk_bytes_per_sec) {
-            Some(rate) if rate > 0.0 => Some(2.0 * len / rate),
-            _ => v.latency_secs,
-        }
+        v.disk_speed().map(|rate| 2.0 * len / rate).or(v.latency_secs)
     }
 
     pub fn assert_invariants(&self) {

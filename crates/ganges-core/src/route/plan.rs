@@ -99,9 +99,10 @@ pub struct Planned {
     /// the fragment's planned shares by their parts.
     parts: BTreeMap<FragmentId, f64>,
     pulls: Pulls,
-    /// Plans made so far, and whether the last one reads primary copies only.
-    plans: u64,
+    /// Whether the last plan reads primary copies only, and how many times plans have
+    /// returned to that (each return drops every backup).
     primaries_only: bool,
+    returns: u64,
 }
 
 impl Planned {
@@ -119,8 +120,8 @@ impl Planned {
             recent: VecDeque::new(),
             parts: BTreeMap::new(),
             pulls: Pulls::default(),
-            plans: 0,
             primaries_only: false,
+            returns: 0,
         }
     }
 
@@ -150,12 +151,7 @@ impl Planned {
     /// Every server's rate as this consumer knows it, unknown ones at the median of the
     /// known (most disks are well), and how many are known.
     fn rates(view: &RouteView<'_>, nodes: u32) -> (Vec<f64>, usize) {
-        let known: Vec<Option<f64>> = (0..nodes)
-            .map(|n| {
-                let v = view.node(NodeId(n));
-                v.reported_disk_bytes_per_sec.or(v.replied_disk_bytes_per_sec).filter(|r| *r > 0.0)
-            })
-            .collect();
+        let known: Vec<Option<f64>> = (0..nodes).map(|n| view.node(NodeId(n)).disk_speed()).collect();
         let mut sorted: Vec<f64> = known.iter().flatten().copied().collect();
         sorted.sort_by(f64::total_cmp);
         let median = sorted.get(sorted.len() / 2).copied().unwrap_or(1.0);
@@ -233,8 +229,9 @@ impl Planned {
                 self.shares.insert((f as u32, *n), (share, b / fragment));
             }
         }
-        self.plans += 1;
-        self.primaries_only = p.flows.iter().all(|flows| flows.iter().skip(1).all(|(_, b)| *b == 0.0));
+        let primaries_only = p.flows.iter().all(|flows| flows.iter().skip(1).all(|(_, b)| *b == 0.0));
+        self.returns += u64::from(primaries_only && !self.primaries_only);
+        self.primaries_only = primaries_only;
         self.planned_with = rates;
         self.known_with = known;
         self.remaining_with = remaining;
@@ -290,8 +287,8 @@ impl RoutePolicy for Planned {
     fn on_layout(&mut self, layout: &Layout) {
         self.layout = Some(layout.clone());
     }
-    fn plan_epoch(&self) -> u64 {
-        self.plans
+    fn drop_epoch(&self) -> u64 {
+        self.returns
     }
     fn drops(&self, fragment: FragmentId, node: NodeId) -> bool {
         // Only when the plan is back to primaries only (the faults ended): every request

@@ -314,10 +314,17 @@ pub struct NodeView {
     /// The server's disk speed, from its reported service times, smoothed (bytes/s).
     pub disk_bytes_per_sec: Option<f64>,
     /// The server's disk speed as the server itself last reported it having measured it (its
-    /// own average over every consumer's reads), bytes/s.
+    /// bytes over busy time of its last reads, every consumer's), bytes/s.
     pub reported_disk_bytes_per_sec: Option<f64>,
     /// The server's disk speed from its replies to us only, smoothed (bytes/s).
     pub replied_disk_bytes_per_sec: Option<f64>,
+}
+
+impl NodeView {
+    /// The server's measured disk speed: its own figure, else what its replies to us showed.
+    pub fn disk_speed(&self) -> Option<f64> {
+        self.reported_disk_bytes_per_sec.or(self.replied_disk_bytes_per_sec).filter(|r| *r > 0.0)
+    }
 }
 
 /// What a policy may look at when it picks a server.
@@ -405,9 +412,9 @@ pub trait RoutePolicy: Send + fmt::Debug {
     }
     /// A range was added to the read: the fraction of each fragment it covers.
     fn on_range(&mut self, _parts: &BTreeMap<FragmentId, f64>) {}
-    /// Counts the policy's plans: when it moves, requests queued at holders the new plan
-    /// no longer uses for their fragment (`drops`) are taken back and sent again.
-    fn plan_epoch(&self) -> u64 {
+    /// Moves whenever holders may have been dropped (`drops`): the engine then takes back
+    /// the requests it has queued at them and sends them again.
+    fn drop_epoch(&self) -> u64 {
         0
     }
     /// Whether the current plan reads none of `fragment` from `node`.
