@@ -664,7 +664,7 @@ mod tests {
     use super::*;
     use crate::frame::HEADER_BYTES;
     use ganges_core::disk::Fault;
-    use ganges_core::sched::Discipline;
+    use ganges_core::sched::{COPY_MAX, Discipline};
     use proptest::prelude::*;
 
     fn round_trip(m: &Message, id: u64) -> Message {
@@ -686,8 +686,8 @@ mod tests {
     }
 
     fn service() -> impl Strategy<Value = Service> {
-        (prop::sample::select(Discipline::ALL.to_vec()), any::<bool>(), any::<bool>(), any::<u16>())
-            .prop_map(|(discipline, runs, handoff, share)| Service { discipline, runs, handoff, share })
+        (prop::sample::select(Discipline::ALL.to_vec()), any::<bool>(), any::<bool>(), any::<u16>(), 0..=COPY_MAX)
+            .prop_map(|(discipline, runs, handoff, share, copy)| Service { discipline, runs, handoff, share, copy })
     }
 
     /// Fractions that survive parts-per-billion exactly.

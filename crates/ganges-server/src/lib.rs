@@ -95,8 +95,21 @@ pub struct Shared {
     /// The link model every frame in and out crosses, if any. A std mutex: held for
     /// microseconds, never across await.
     pub link: Option<Mutex<LinkModel>>,
-    /// Time zero of this server, for the `Time` values policies see.
+    /// Time zero of this server, for the `Time` values policies see: the last whole second
+    /// of the wall clock before it started, so that every server's `Time` is in the same
+    /// phase within a second (a phased disk, `sched::ShareSettings::phase`, relies on it).
     epoch: Instant,
+    started: Instant,
+}
+
+/// The instant the wall clock last showed a whole second (the monotonic clock keeps the
+/// phase from then on; clocks kept by NTP agree within a millisecond or so across nodes).
+fn second_aligned_epoch() -> Instant {
+    let now = Instant::now();
+    let into_second = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(std::time::Duration::ZERO, |d| std::time::Duration::from_nanos(d.subsec_nanos() as u64));
+    now.checked_sub(into_second).unwrap_or(now)
 }
 
 impl Shared {
@@ -123,7 +136,7 @@ impl Shared {
         ServerStats {
             node: self.config.node,
             version: VERSION.to_string(),
-            uptime_secs: self.epoch.elapsed().as_secs_f64(),
+            uptime_secs: self.started.elapsed().as_secs_f64(),
             disk: self.config.disk,
             fault: d.model.as_ref().and_then(|m| m.fault()),
             scheduler: self.config.scheduler,
@@ -181,7 +194,8 @@ pub async fn run(
         counters: Counters::default(),
         node_load: Mutex::new(None),
         link,
-        epoch: Instant::now(),
+        epoch: second_aligned_epoch(),
+        started: Instant::now(),
     });
     let driver = tokio::spawn(disk::run(shared.clone(), queue_depth));
     let asker = tokio::spawn(handoff::run_asker(shared.clone()));

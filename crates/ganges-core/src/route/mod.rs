@@ -73,7 +73,7 @@ pub use policy::{
 
 use crate::ids::{FragmentId, NodeId};
 use crate::layout::{Layout, REPLICAS_MAX};
-use crate::sched::{Progress, Service};
+use crate::sched::{COPY_MAX, Progress, Service};
 use crate::shape::{Piece, Shape};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
@@ -387,7 +387,13 @@ impl ReadEngine {
 
     /// What the servers should do with this consumer's request for `piece` at `node`.
     pub fn service(&self, piece: usize, node: NodeId) -> Service {
-        Service { share: self.policy.share(self.pieces[piece].fragment, node), ..self.policy.service() }
+        let fragment = self.pieces[piece].fragment;
+        let copy = self.holders[&fragment].iter().position(|n| *n == node).unwrap_or(0);
+        Service {
+            share: self.policy.share(fragment, node),
+            copy: copy.min(COPY_MAX as usize) as u8,
+            ..self.policy.service()
+        }
     }
 
     pub fn piece(&self, i: usize) -> &Piece {

@@ -246,7 +246,7 @@ impl RoutePolicy for Planned {
         ProgressMetric::Fraction
     }
     fn service(&self) -> Service {
-        Service { discipline: Discipline::Planned, runs: true, handoff: false, share: 0 }
+        Service { discipline: Discipline::Planned, runs: true, handoff: false, share: 0, copy: 0 }
     }
     fn share(&self, fragment: FragmentId, node: NodeId) -> u16 {
         // Never 0 on the wire: 0 means "no plan", and a planned stream with a tiny share must

@@ -112,7 +112,7 @@ impl RoutePolicy for ResponseRate {
     }
 
     fn service(&self) -> Service {
-        Service { discipline: Discipline::LongestQueue, runs: true, handoff: self.handoff, share: 0 }
+        Service { discipline: Discipline::LongestQueue, runs: true, handoff: self.handoff, share: 0, copy: 0 }
     }
 
     fn steals_at_end(&self) -> bool {
@@ -237,7 +237,10 @@ mod tests {
     #[test]
     fn the_servers_are_asked_for_longest_queue_runs_and_handoff_as_configured() {
         let p = ResponseRate::new(RateSettings::default(), true);
-        assert_eq!(p.service(), Service { discipline: Discipline::LongestQueue, runs: true, handoff: true, share: 0 });
+        assert_eq!(
+            p.service(),
+            Service { discipline: Discipline::LongestQueue, runs: true, handoff: true, share: 0, copy: 0 }
+        );
         assert_eq!(p.kind(), ReadPolicyKind::GdRrHandoff);
     }
 }
