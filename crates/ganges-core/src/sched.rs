@@ -146,6 +146,11 @@ pub struct Service {
     /// The copy read: 0 the primary, 1 the first backup, ...; at most `COPY_MAX`.
     #[serde(default)]
     pub copy: u8,
+    /// The consumer reads one fragment, so a phased disk's slots can make its two disks take
+    /// turns at it; one reading several at once gains nothing from slots, only waits, and a
+    /// disk serving such a stream does not phase (see [`LearnedShares`]).
+    #[serde(default)]
+    pub phased: bool,
 }
 
 /// The highest `Service::copy` (two bits on the wire); later copies count as this one.
@@ -155,8 +160,14 @@ pub const COPY_MAX: u8 = 3;
 pub const SHARE_ONE: u16 = u16::MAX;
 
 impl Service {
-    pub const FURTHEST_BEHIND: Service =
-        Service { discipline: Discipline::FurthestBehind, runs: false, handoff: false, share: 0, copy: 0 };
+    pub const FURTHEST_BEHIND: Service = Service {
+        discipline: Discipline::FurthestBehind,
+        runs: false,
+        handoff: false,
+        share: 0,
+        copy: 0,
+        phased: false,
+    };
 
     /// The share as a fraction of the disk.
     pub fn share_fraction(self) -> f64 {
@@ -164,7 +175,7 @@ impl Service {
     }
 
     /// One byte on the wire: bits 0-1 the discipline, bit 2 runs, bit 3 handoff, bits 4-5
-    /// the copy (the share travels beside it).
+    /// the copy, bit 6 phased (the share travels beside it).
     pub fn to_byte(self) -> u8 {
         (match self.discipline {
             Discipline::FurthestBehind => 0,
@@ -174,10 +185,11 @@ impl Service {
         }) | (u8::from(self.runs) << 2)
             | (u8::from(self.handoff) << 3)
             | (self.copy.min(COPY_MAX) << 4)
+            | (u8::from(self.phased) << 6)
     }
 
     pub fn from_byte(b: u8, share: u16) -> Option<Service> {
-        if b & !0b11_1111 != 0 {
+        if b & !0b111_1111 != 0 {
             return None;
         }
         let discipline = match b & 0b11 {
@@ -186,7 +198,14 @@ impl Service {
             2 => Discipline::LearnedShares,
             _ => Discipline::Planned,
         };
-        Some(Service { discipline, runs: b & 4 != 0, handoff: b & 8 != 0, share, copy: b >> 4 })
+        Some(Service {
+            discipline,
+            runs: b & 4 != 0,
+            handoff: b & 8 != 0,
+            share,
+            copy: (b >> 4) & 3,
+            phased: b & 64 != 0,
+        })
     }
 }
 
@@ -624,7 +643,10 @@ impl Scheduler for Auto {
 /// are earned by slot time, so they agree with the slots). A stream's lag lengthens its slot
 /// by half a block per block of lag each period; slots are set aside, for credits and lag
 /// alone, while a stream is `PHASE_LAG_BLOCKS` behind (a plan gone wrong) or near the end of
-/// its scan (`PHASE_END_BLOCKS` left), which must not wait for a slot.
+/// its scan (`PHASE_END_BLOCKS` left), which must not wait for a slot, and while a stream
+/// that reads several fragments at once is queued (`Service::phased` unset: its disks are
+/// not a pair that can take turns, and it would only wait for its slots; unequal logical
+/// partitions lost 3 points at four slow disks with it phased).
 pub type LearnedShares = PerStream<Shares>;
 
 /// The share disciplines' rule: learned (gd-share) or planned (gd-plan) weights, credits,
@@ -711,6 +733,8 @@ struct ShareState {
     seen: Time,
     /// The copy its requests read (`Service::copy`): the order of its phase slot.
     copy: u8,
+    /// Its requests ask for slots (`Service::phased`).
+    phased: bool,
     /// Its lag behind the mean of the server's streams at the last pick it was queued for,
     /// in blocks: a phased slot is lengthened by part of it.
     lag: f64,
@@ -805,6 +829,12 @@ impl Shares {
         self.slots().into_iter().find(|&(_, start, len)| at < start + len).map(|(k, _, _)| k)
     }
 
+    /// The period, when the disk phases now: phased settings, and every queued stream
+    /// (`queued`) asks for slots.
+    fn phase_now(&self, queued: &[StreamKey]) -> Option<Duration> {
+        self.how.phase.filter(|_| queued.iter().all(|k| self.state[k].phased))
+    }
+
     /// The credit each queued stream (`queued`) earns at this pick; together, one pick.
     /// Unphased, each earns its weight's part. Phased, each earns the part of the time since
     /// the last pick (at most a period back) that fell in its slot, and what the slot of a
@@ -812,7 +842,7 @@ impl Shares {
     fn gains(&self, queued: &[StreamKey], now: Time) -> Vec<f64> {
         let total: f64 = queued.iter().map(|k| self.state[k].weight).sum();
         let even: Vec<f64> = queued.iter().map(|k| self.state[k].weight / total).collect();
-        let (Some(period), Some(last)) = (self.how.phase, self.last_pick) else { return even };
+        let (Some(period), Some(last)) = (self.phase_now(queued), self.last_pick) else { return even };
         let p = period.as_nanos() as u64;
         let from = last.0.max(now.0.saturating_sub(p));
         if p == 0 || now.0 <= from {
@@ -868,10 +898,12 @@ impl Rule for Shares {
             credit: 0.0,
             seen: job.arrival,
             copy: job.service.copy,
+            phased: job.service.phased,
             lag: 0.0,
         });
         st.seen = st.seen.max(job.arrival);
         st.copy = job.service.copy;
+        st.phased = job.service.phased;
         if self.how.planned {
             st.weight = job.service.share_fraction().max(Self::WEIGHT_MIN);
         }
@@ -918,7 +950,7 @@ impl Rule for Shares {
         self.last_pick = Some(now);
         // Phased: the stream whose slot the middle of the next job falls in, if it has a
         // request queued and nobody is far behind (a plan gone wrong: credits and lag
-        // decide until they have caught up).
+        // decide until they have caught up) or near the end of its scan.
         let middle = now + Duration::from_nanos(self.pick_every.map_or(0, |e| (e / 2.0) as u64));
         let near_end = keys.iter().any(|k| {
             let last = s.streams[k].jobs.back().expect("queued streams have jobs");
@@ -926,7 +958,8 @@ impl Rule for Shares {
             left <= last.bytes.saturating_mul(Self::PHASE_END_BLOCKS)
         });
         let owner = self
-            .slot_owner(middle)
+            .phase_now(&keys)
+            .and_then(|_| self.slot_owner(middle))
             .filter(|k| !near_end && keys.contains(k) && lags.iter().all(|&l| l <= Self::PHASE_LAG_BLOCKS));
         // A run continues while its debt is small and it is not ahead of the others.
         let run = s.run_candidate(head).copied().filter(|k| {
@@ -1198,21 +1231,47 @@ mod tests {
             FB,
             FB_RUNS,
             LQ,
-            Service { discipline: Discipline::LongestQueue, runs: true, handoff: true, share: 0, copy: 0 },
-            Service { discipline: Discipline::LearnedShares, runs: true, handoff: false, share: 7, copy: 1 },
-            Service { discipline: Discipline::Planned, runs: true, handoff: false, share: SHARE_ONE, copy: COPY_MAX },
+            Service {
+                discipline: Discipline::LongestQueue,
+                runs: true,
+                handoff: true,
+                share: 0,
+                copy: 0,
+                phased: false,
+            },
+            Service {
+                discipline: Discipline::LearnedShares,
+                runs: true,
+                handoff: false,
+                share: 7,
+                copy: 1,
+                phased: true,
+            },
+            Service {
+                discipline: Discipline::Planned,
+                runs: true,
+                handoff: false,
+                share: SHARE_ONE,
+                copy: COPY_MAX,
+                phased: true,
+            },
         ] {
             assert_eq!(Service::from_byte(s.to_byte(), s.share), Some(s));
         }
-        assert_eq!(Service::from_byte(64, 0), None);
+        assert_eq!(Service::from_byte(128, 0), None);
     }
 
     /// Planned streams get the disk in proportion to the shares their requests carry, and a
     /// stream that falls behind gets more until it has caught up.
     #[test]
     fn planned_shares_are_kept_and_a_lagging_stream_catches_up() {
-        let planned =
-            |share: u16| Service { discipline: Discipline::Planned, runs: true, share, ..Service::FURTHEST_BEHIND };
+        let planned = |share: u16| Service {
+            discipline: Discipline::Planned,
+            runs: true,
+            share,
+            phased: true,
+            ..Service::FURTHEST_BEHIND
+        };
         // A block every 31.25 ms, as a 32 MiB/s disk serves them.
         let at = |pick: u64| Time::ZERO + Duration::from_micros(31_250) * pick as u32;
         let run = |progress_of: &dyn Fn(usize, [u64; 2]) -> [u64; 2], picks: u64| {
@@ -1323,6 +1382,7 @@ mod tests {
                         runs: true,
                         share,
                         copy,
+                        phased: true,
                         ..Service::FURTHEST_BEHIND
                     };
                     let p = progress(stream, done.get(&stream).copied().unwrap_or(0));
@@ -1409,13 +1469,8 @@ mod tests {
         let (a, b, job) = (PLANNED_A, PLANNED_B, planned_job);
         let t = Time(1_000);
         let wait = ShareSettings::PLANNED.anticipate.unwrap();
-        // Unphased, so that credits alone end a run (phased, a's slot would).
-        let unphased = || PerStream {
-            s: Streams::default(),
-            rule: Shares::new(ShareSettings { phase: None, ..ShareSettings::PLANNED }),
-        };
         // Its request comes within the wait: the run goes on, until its debt ends it.
-        let mut s = unphased();
+        let mut s = LearnedShares::planned();
         s.push(job(1, a, 0));
         s.push(job(2, b, 1));
         let first = s.pop(Time(0), Some(0)).unwrap();
@@ -1430,7 +1485,7 @@ mod tests {
         assert_eq!(s.pop(Time(3_000), Some(0)).unwrap().stream, b);
         s.assert_invariants();
         // Its request does not come: at the deadline the disk goes to b.
-        let mut s = unphased();
+        let mut s = LearnedShares::planned();
         s.push(job(1, a, 0));
         s.push(job(2, b, 1));
         assert_eq!(s.pop(Time(0), Some(0)).unwrap().stream, a);

@@ -686,8 +686,22 @@ mod tests {
     }
 
     fn service() -> impl Strategy<Value = Service> {
-        (prop::sample::select(Discipline::ALL.to_vec()), any::<bool>(), any::<bool>(), any::<u16>(), 0..=COPY_MAX)
-            .prop_map(|(discipline, runs, handoff, share, copy)| Service { discipline, runs, handoff, share, copy })
+        (
+            prop::sample::select(Discipline::ALL.to_vec()),
+            any::<bool>(),
+            any::<bool>(),
+            any::<u16>(),
+            0..=COPY_MAX,
+            any::<bool>(),
+        )
+            .prop_map(|(discipline, runs, handoff, share, copy, phased)| Service {
+                discipline,
+                runs,
+                handoff,
+                share,
+                copy,
+                phased,
+            })
     }
 
     /// Fractions that survive parts-per-billion exactly.

@@ -229,3 +229,23 @@ fn is_transient(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
         || e.kind() == std::io::ErrorKind::ConnectionAborted
 }
+
+#[cfg(test)]
+mod tests {
+    use super::second_aligned_epoch;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    /// A server's `Time` is in the wall clock's phase within a second, which is what lets
+    /// phased disks on different servers agree on their slots.
+    #[test]
+    fn server_time_keeps_the_wall_clock_s_phase_within_a_second() {
+        let epoch = second_aligned_epoch();
+        std::thread::sleep(Duration::from_millis(30));
+        let since = epoch.elapsed().subsec_nanos() as i64;
+        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() as i64;
+        // The two are read a moment apart; compare them round the second.
+        let apart = (since - wall).rem_euclid(1_000_000_000);
+        let apart = apart.min(1_000_000_000 - apart);
+        assert!(apart < 5_000_000, "{apart} ns out of phase");
+    }
+}

@@ -392,6 +392,7 @@ impl ReadEngine {
         Service {
             share: self.policy.share(fragment, node),
             copy: copy.min(COPY_MAX as usize) as u8,
+            phased: self.holders.len() == 1,
             ..self.policy.service()
         }
     }

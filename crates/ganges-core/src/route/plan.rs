@@ -24,8 +24,11 @@
 //!   larger share, so the plan corrects itself; with every disk equally fast the plan is
 //!   primaries only. It plans again when a rate moves by more than `REPLAN_CHANGE` or what is
 //!   left of a fragment by more than a block.
-//! - **Requests** carry that share (`Service::share`); servers serve by credits on the shares
-//!   (`sched::LearnedShares::planned`), with GD-5 runs and a correction for the current lag.
+//! - **Requests** carry that share (`Service::share`) and the copy they read; servers give
+//!   each stream a slot of every period as long as its share, in the same phase at every
+//!   server and backup readers first, so that a consumer's two disks take turns at it, and
+//!   serve by credits on the shares with GD-5 runs and a correction for the current lag
+//!   where no slot decides (`sched::LearnedShares::planned`).
 //! - **Routing.** Holders the plan gives (almost) nothing of a fragment are not used (with no
 //!   fault: the primary only, so no disk alternates between files); each of the rest always
 //!   has a request of ours queued, so its shares can act, and beyond that each reply pulls
@@ -246,7 +249,7 @@ impl RoutePolicy for Planned {
         ProgressMetric::Fraction
     }
     fn service(&self) -> Service {
-        Service { discipline: Discipline::Planned, runs: true, handoff: false, share: 0, copy: 0 }
+        Service { discipline: Discipline::Planned, runs: true, handoff: false, share: 0, copy: 0, phased: false }
     }
     fn share(&self, fragment: FragmentId, node: NodeId) -> u16 {
         // Never 0 on the wire: 0 means "no plan", and a planned stream with a tiny share must

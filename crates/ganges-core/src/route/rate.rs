@@ -112,7 +112,14 @@ impl RoutePolicy for ResponseRate {
     }
 
     fn service(&self) -> Service {
-        Service { discipline: Discipline::LongestQueue, runs: true, handoff: self.handoff, share: 0, copy: 0 }
+        Service {
+            discipline: Discipline::LongestQueue,
+            runs: true,
+            handoff: self.handoff,
+            share: 0,
+            copy: 0,
+            phased: false,
+        }
     }
 
     fn steals_at_end(&self) -> bool {
@@ -239,7 +246,14 @@ mod tests {
         let p = ResponseRate::new(RateSettings::default(), true);
         assert_eq!(
             p.service(),
-            Service { discipline: Discipline::LongestQueue, runs: true, handoff: true, share: 0, copy: 0 }
+            Service {
+                discipline: Discipline::LongestQueue,
+                runs: true,
+                handoff: true,
+                share: 0,
+                copy: 0,
+                phased: false
+            }
         );
         assert_eq!(p.kind(), ReadPolicyKind::GdRrHandoff);
     }

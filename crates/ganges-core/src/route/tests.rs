@@ -453,3 +453,28 @@ fn a_range_across_fragments_is_read_in_step_by_gd_plan_only() {
     assert_eq!(order(ReadPolicyKind::GdPlan, Some(8)), vec![0, 1, 2, 3, 4, 5]);
     assert_eq!(order(ReadPolicyKind::Gd, None), vec![0, 1, 2, 3, 4, 5]);
 }
+
+/// Requests say which copy they read, and a read of one fragment asks for phase slots; a
+/// read that spans two fragments does not (its disks are not a pair that can take turns).
+#[test]
+fn requests_carry_their_copy_and_only_one_fragment_reads_ask_for_slots() {
+    let e = engine(ReadPolicyKind::GdPlan, 4, 2, 1, 8);
+    let holders = e.holders[&FragmentId(1)].clone();
+    for (copy, node) in holders.iter().enumerate() {
+        let s = e.service(0, *node);
+        assert_eq!((s.copy as usize, s.phased), (copy, true), "{node}");
+    }
+    let shape = Shape::uniform(4, 4 * 4096, 4096).unwrap();
+    let layout = Layout::chained(4, 2).unwrap();
+    let pieces = shape.pieces(Partition { offset: 2 * 4096, len: 6 * 4096 }).unwrap();
+    let e = ReadEngine::new(
+        ReadPolicyKind::GdPlan.build(&PolicySettings::default()),
+        &layout,
+        &shape,
+        pieces,
+        ReadConfig::default(),
+    )
+    .unwrap();
+    let primary = e.holders[&FragmentId(0)][0];
+    assert!(!e.service(0, primary).phased);
+}
