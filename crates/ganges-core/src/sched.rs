@@ -1231,14 +1231,7 @@ mod tests {
             FB,
             FB_RUNS,
             LQ,
-            Service {
-                discipline: Discipline::LongestQueue,
-                runs: true,
-                handoff: true,
-                share: 0,
-                copy: 0,
-                phased: false,
-            },
+            Service { runs: true, handoff: true, ..LQ },
             Service {
                 discipline: Discipline::LearnedShares,
                 runs: true,

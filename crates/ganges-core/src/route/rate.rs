@@ -246,14 +246,7 @@ mod tests {
         let p = ResponseRate::new(RateSettings::default(), true);
         assert_eq!(
             p.service(),
-            Service {
-                discipline: Discipline::LongestQueue,
-                runs: true,
-                handoff: true,
-                share: 0,
-                copy: 0,
-                phased: false
-            }
+            Service { discipline: Discipline::LongestQueue, runs: true, handoff: true, ..Service::FURTHEST_BEHIND }
         );
         assert_eq!(p.kind(), ReadPolicyKind::GdRrHandoff);
     }
