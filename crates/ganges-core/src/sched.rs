@@ -203,7 +203,7 @@ impl Service {
             runs: b & 4 != 0,
             handoff: b & 8 != 0,
             share,
-            copy: (b >> 4) & 3,
+            copy: (b >> 4) & COPY_MAX,
             phased: b & 64 != 0,
         })
     }
@@ -706,10 +706,10 @@ impl ShareSettings {
     /// primary is a slow disk got its backup's slot in one window and not the next, and the
     /// slowest consumer's 500 ms rate fell to 52% of its share. Two seeks a period cost a
     /// disk that alternates about 1.6% of its time. The wait is one seek of the default disk
-    /// model: a request that comes within it saves two (away and back). It must cover a round trip
-    /// from the server to the consumer and back, which on a loaded cluster of local
-    /// processes is near a millisecond each way, not loopback's tens of microseconds: 2 ms
-    /// left gd-plan about a point lower at one and two slow disks.
+    /// model: a request that comes within it saves two (away and back). It must cover a
+    /// round trip from the server to the consumer and back, which on a loaded cluster of
+    /// local processes is near a millisecond each way, not loopback's tens of
+    /// microseconds: 2 ms left gd-plan about a point lower at one and two slow disks.
     pub const PLANNED: ShareSettings = ShareSettings {
         planned: true,
         credit_bound: 2.0,
@@ -790,12 +790,12 @@ impl Shares {
         }
     }
 
-    /// The phase slots of the period, if phased: one per stream seen recently, as long as
+    /// The phase slots of the period: one per stream seen recently, as long as
     /// its part of all their weights, laid out by copy (later copies first: under chained
     /// declustering a consumer's backup slot at one server then falls where its primary
     /// server serves the backup's other reader) and then by key. As (stream, start, length)
     /// in periods.
-    fn slots(&self) -> Vec<(StreamKey, f64, f64)> {
+    fn slots(&self) -> Vec<Slot> {
         let mut order: Vec<(&StreamKey, &ShareState)> = self.state.iter().collect();
         order.sort_by_key(|(k, st)| (std::cmp::Reverse(st.copy), **k));
         let all: f64 = order.iter().map(|(_, st)| st.weight).sum();
@@ -819,38 +819,30 @@ impl Shares {
             .collect()
     }
 
-    /// Phased: the stream whose slot holds `now`.
-    fn slot_owner(&self, now: Time) -> Option<StreamKey> {
-        let p = self.how.phase?.as_nanos() as u64;
-        if p == 0 {
-            return None;
-        }
-        let at = (now.0 % p) as f64 / p as f64;
-        self.slots().into_iter().find(|&(_, start, len)| at < start + len).map(|(k, _, _)| k)
-    }
-
-    /// The period, when the disk phases now: phased settings, and every queued stream
-    /// (`queued`) asks for slots.
-    fn phase_now(&self, queued: &[StreamKey]) -> Option<Duration> {
-        self.how.phase.filter(|_| queued.iter().all(|k| self.state[k].phased))
+    /// The period in nanoseconds, when the disk phases now: phased settings, and every
+    /// queued stream (`queued`) asks for slots.
+    fn phase_now(&self, queued: &[StreamKey]) -> Option<u64> {
+        let period = self.how.phase?.as_nanos() as u64;
+        (period > 0 && queued.iter().all(|k| self.state[k].phased)).then_some(period)
     }
 
     /// The credit each queued stream (`queued`) earns at this pick; together, one pick.
-    /// Unphased, each earns its weight's part. Phased, each earns the part of the time since
-    /// the last pick (at most a period back) that fell in its slot, and what the slot of a
-    /// stream with nothing queued would have earned goes to the others by weight.
-    fn gains(&self, queued: &[StreamKey], now: Time) -> Vec<f64> {
+    /// Unphased, each earns its weight's part. Phased (`phase`: the period and its
+    /// [`slots`](Self::slots)), each earns the part of the time since the last pick (at most a
+    /// period back) that fell in its slot, and what the slot of a stream with nothing queued
+    /// would have earned goes to the others by weight.
+    fn gains(&self, queued: &[StreamKey], now: Time, phase: Option<&(u64, Vec<Slot>)>) -> Vec<f64> {
         let total: f64 = queued.iter().map(|k| self.state[k].weight).sum();
         let even: Vec<f64> = queued.iter().map(|k| self.state[k].weight / total).collect();
-        let (Some(period), Some(last)) = (self.phase_now(queued), self.last_pick) else { return even };
-        let p = period.as_nanos() as u64;
+        let (Some((p, slots)), Some(last)) = (phase, self.last_pick) else { return even };
+        let p = *p;
         let from = last.0.max(now.0.saturating_sub(p));
-        if p == 0 || now.0 <= from {
+        if now.0 <= from {
             return even;
         }
         let span = (now.0 - from) as f64;
         let mut gains = vec![0.0; queued.len()];
-        for (k, start, len) in self.slots() {
+        for &(k, start, len) in slots {
             if let Some(i) = queued.iter().position(|q| *q == k) {
                 gains[i] = slot_overlap(from, now.0, p, start, len) / span;
             }
@@ -858,6 +850,16 @@ impl Shares {
         let unclaimed = (1.0 - gains.iter().sum::<f64>()).max(0.0);
         gains.iter().zip(even).map(|(g, e)| g + unclaimed * e).collect()
     }
+}
+
+/// A phase slot: the stream, and where in the period it starts and how long it lasts, in
+/// periods.
+type Slot = (StreamKey, f64, f64);
+
+/// The stream whose slot of a `period` (nanoseconds) holds `at`.
+fn slot_owner(slots: &[Slot], period: u64, at: Time) -> Option<StreamKey> {
+    let at = (at.0 % period) as f64 / period as f64;
+    slots.iter().find(|&&(_, start, len)| at < start + len).map(|&(k, _, _)| k)
 }
 
 /// How many nanoseconds of `[from, to)` (at most `period` long) fall in the slot that starts
@@ -929,23 +931,23 @@ impl Rule for Shares {
                 (mean - q.progress_key) / step
             })
             .collect();
-        if !self.how.planned {
-            for (k, l) in keys.iter().zip(&lags) {
-                let st = self.state.get_mut(k).expect("pushed streams have state");
+        for (k, &l) in keys.iter().zip(&lags) {
+            let st = self.state.get_mut(k).expect("pushed streams have state");
+            if !self.how.planned {
                 st.weight = (st.weight * (1.0 + Self::GAIN * l)).max(Self::WEIGHT_MIN);
             }
-        }
-        for (k, l) in keys.iter().zip(&lags) {
-            self.state.get_mut(k).expect("pushed streams have state").lag = *l;
-        }
-        for (k, gain) in keys.iter().zip(self.gains(&keys, now)) {
-            self.state.get_mut(k).expect("pushed streams have state").credit += gain;
+            st.lag = l;
         }
         if let (Some(last), Some(p)) = (self.last_pick, self.how.phase) {
             let gap = now.since(last).as_nanos() as f64;
             if gap < p.as_nanos() as f64 / 8.0 {
                 self.pick_every = Some(self.pick_every.map_or(gap, |e| e + 0.1 * (gap - e)));
             }
+        }
+        // The period and its slots, when the disk phases now.
+        let phase = self.phase_now(&keys).map(|p| (p, self.slots()));
+        for (k, gain) in keys.iter().zip(self.gains(&keys, now, phase.as_ref())) {
+            self.state.get_mut(k).expect("pushed streams have state").credit += gain;
         }
         self.last_pick = Some(now);
         // Phased: the stream whose slot the middle of the next job falls in, if it has a
@@ -957,9 +959,8 @@ impl Rule for Shares {
             let left = last.progress.total_bytes.saturating_sub(last.progress.done_bytes);
             left <= last.bytes.saturating_mul(Self::PHASE_END_BLOCKS)
         });
-        let owner = self
-            .phase_now(&keys)
-            .and_then(|_| self.slot_owner(middle))
+        let owner = phase
+            .and_then(|(p, slots)| slot_owner(&slots, p, middle))
             .filter(|k| !near_end && keys.contains(k) && lags.iter().all(|&l| l <= Self::PHASE_LAG_BLOCKS));
         // A run continues while its debt is small and it is not ahead of the others.
         let run = s.run_candidate(head).copied().filter(|k| {

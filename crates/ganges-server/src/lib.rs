@@ -108,7 +108,7 @@ fn second_aligned_epoch() -> Instant {
     let now = Instant::now();
     let into_second = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(std::time::Duration::ZERO, |d| std::time::Duration::from_nanos(d.subsec_nanos() as u64));
+        .map_or(std::time::Duration::ZERO, |d| std::time::Duration::new(0, d.subsec_nanos()));
     now.checked_sub(into_second).unwrap_or(now)
 }
 

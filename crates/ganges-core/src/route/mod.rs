@@ -388,13 +388,17 @@ impl ReadEngine {
     /// What the servers should do with this consumer's request for `piece` at `node`.
     pub fn service(&self, piece: usize, node: NodeId) -> Service {
         let fragment = self.pieces[piece].fragment;
-        let copy = self.holders[&fragment].iter().position(|n| *n == node).unwrap_or(0);
         Service {
             share: self.policy.share(fragment, node),
-            copy: copy.min(COPY_MAX as usize) as u8,
+            copy: self.copy_of(fragment, node).min(COPY_MAX as usize) as u8,
             phased: self.holders.len() == 1,
             ..self.policy.service()
         }
+    }
+
+    /// Which copy of `fragment` `node` holds: 0 the primary.
+    fn copy_of(&self, fragment: FragmentId, node: NodeId) -> usize {
+        self.holders[&fragment].iter().position(|n| *n == node).expect("requests go to holders")
     }
 
     pub fn piece(&self, i: usize) -> &Piece {
@@ -653,7 +657,7 @@ impl ReadEngine {
         self.done_pieces += 1;
         self.done_bytes += p.len as u64;
         self.advance_undelivered();
-        let copy = self.holders[&p.fragment].iter().position(|n| *n == node).expect("holder");
+        let copy = self.copy_of(p.fragment, node);
         self.stats.bytes_by_copy[copy] += p.len as u64;
         let view = view!(self, now);
         self.policy.on_reply(&view, node);

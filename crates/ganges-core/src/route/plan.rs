@@ -249,7 +249,7 @@ impl RoutePolicy for Planned {
         ProgressMetric::Fraction
     }
     fn service(&self) -> Service {
-        Service { discipline: Discipline::Planned, runs: true, handoff: false, share: 0, copy: 0, phased: false }
+        Service { discipline: Discipline::Planned, runs: true, ..Service::FURTHEST_BEHIND }
     }
     fn share(&self, fragment: FragmentId, node: NodeId) -> u16 {
         // Never 0 on the wire: 0 means "no plan", and a planned stream with a tiny share must

@@ -539,7 +539,7 @@ impl RoutePolicy for Graduated {
     fn service(&self) -> Service {
         let discipline =
             if self.kind == ReadPolicyKind::GdShare { Discipline::LearnedShares } else { Discipline::FurthestBehind };
-        Service { discipline, runs: self.runs, handoff: false, share: 0, copy: 0, phased: false }
+        Service { discipline, runs: self.runs, ..Service::FURTHEST_BEHIND }
     }
     fn steals_at_end(&self) -> bool {
         true

@@ -112,14 +112,7 @@ impl RoutePolicy for ResponseRate {
     }
 
     fn service(&self) -> Service {
-        Service {
-            discipline: Discipline::LongestQueue,
-            runs: true,
-            handoff: self.handoff,
-            share: 0,
-            copy: 0,
-            phased: false,
-        }
+        Service { discipline: Discipline::LongestQueue, runs: true, handoff: self.handoff, ..Service::FURTHEST_BEHIND }
     }
 
     fn steals_at_end(&self) -> bool {

@@ -434,18 +434,21 @@ fn every_policy_name_parses_and_settings_are_checked() {
     assert_eq!(s.validate().unwrap_err().name, "rr-slow-ratio");
 }
 
+/// A read of blocks 2 and 3 of fragment 0 (pieces 0 and 1), then all of fragment 1 (pieces 2
+/// to 5), of four fragments of four blocks, two copies.
+fn across_two_fragments(kind: ReadPolicyKind, config: ReadConfig) -> ReadEngine {
+    let shape = Shape::uniform(4, 4 * 4096, 4096).unwrap();
+    let layout = Layout::chained(4, 2).unwrap();
+    let pieces = shape.pieces(Partition { offset: 2 * 4096, len: 6 * 4096 }).unwrap();
+    ReadEngine::new(kind.build(&PolicySettings::default()), &layout, &shape, pieces, config).unwrap()
+}
+
 /// gd-plan reads a range that spans fragments (a logical partition) at the same pace in
 /// each, so its fraction done is each part's; other policies and ordered reads keep order.
 #[test]
 fn a_range_across_fragments_is_read_in_step_by_gd_plan_only() {
-    let shape = Shape::uniform(4, 4 * 4096, 4096).unwrap();
-    let layout = Layout::chained(4, 2).unwrap();
-    // Blocks 2 and 3 of fragment 0 (pieces 0 and 1), then all of fragment 1 (pieces 2 to 5).
-    let pieces = shape.pieces(Partition { offset: 2 * 4096, len: 6 * 4096 }).unwrap();
     let order = |kind: ReadPolicyKind, lookahead: Option<u32>| {
-        let config = ReadConfig { window: 8, lookahead, ..ReadConfig::default() };
-        let mut e =
-            ReadEngine::new(kind.build(&PolicySettings::default()), &layout, &shape, pieces.clone(), config).unwrap();
+        let mut e = across_two_fragments(kind, ReadConfig { window: 8, lookahead, ..ReadConfig::default() });
         drain(&mut e).iter().map(|d| d.piece).collect::<Vec<_>>()
     };
     // Places in their runs: fragment 0's at 1/4 and 3/4, fragment 1's at 1/8, 3/8, 5/8, 7/8.
@@ -464,17 +467,7 @@ fn requests_carry_their_copy_and_only_one_fragment_reads_ask_for_slots() {
         let s = e.service(0, *node);
         assert_eq!((s.copy as usize, s.phased), (copy, true), "{node}");
     }
-    let shape = Shape::uniform(4, 4 * 4096, 4096).unwrap();
-    let layout = Layout::chained(4, 2).unwrap();
-    let pieces = shape.pieces(Partition { offset: 2 * 4096, len: 6 * 4096 }).unwrap();
-    let e = ReadEngine::new(
-        ReadPolicyKind::GdPlan.build(&PolicySettings::default()),
-        &layout,
-        &shape,
-        pieces,
-        ReadConfig::default(),
-    )
-    .unwrap();
+    let e = across_two_fragments(ReadPolicyKind::GdPlan, ReadConfig::default());
     let primary = e.holders[&FragmentId(0)][0];
     assert!(!e.service(0, primary).phased);
 }
