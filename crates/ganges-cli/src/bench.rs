@@ -237,6 +237,10 @@ pub struct Row {
     pub sim_seconds: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sim_frac_layout_ideal: Option<f64>,
+    /// With `--sim` and a fault schedule: the simulated run's adaptation times, by the same
+    /// measure (no machine noise: what the policy itself does).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sim_adaptation: Vec<Adaptation>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -523,8 +527,12 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
                     if spec.sim {
                         let run = Run { manifest: &manifest, policy, partitions: &partitions[ri], faulty: &faulty };
                         let sim = simulate(spec, &run)?;
-                        r.sim_seconds = Some(sim);
-                        r.sim_frac_layout_ideal = Some(layout / sim);
+                        r.sim_seconds = Some(sim.seconds);
+                        r.sim_frac_layout_ideal = Some(layout / sim.seconds);
+                        if f > 0 && !spec.schedule.is_empty() {
+                            r.sim_adaptation =
+                                adaptation(&spec.changes(), &sim.delivered, &shares, &sim.consumer_seconds);
+                        }
                     }
                     rows.push(r);
                 }
@@ -545,8 +553,9 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
 }
 
 /// The same run in the simulator (SIM-2's cross-check): the same layout, partitions,
-/// policy, settings, window, disk model and faults, in virtual time. Returns its seconds.
-fn simulate(spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<f64> {
+/// policy, settings, window, disk model and faults, in virtual time; sampled as the real
+/// run is when faults come and go.
+fn simulate(spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<ganges_sim::scan::ScanOutcome> {
     let Some(disk) = spec.disk else {
         return fail("--sim needs the disk model (a --disk-rate)");
     };
@@ -574,12 +583,11 @@ fn simulate(spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<f64> {
         settings: spec.settings,
         window: spec.window_of(run.policy),
         start_jitter: Duration::from_micros(200),
-        sample_every: None,
+        sample_every: (!spec.schedule.is_empty()).then(|| Duration::from_millis(SAMPLE_MS)),
         time_limit: Duration::from_secs(86_400),
         seed: spec.seed,
     };
-    let out = ganges_sim::scan::run_scan(&sim).map_err(|e| CliError(format!("simulating {}: {e}", run.policy)))?;
-    Ok(out.seconds)
+    ganges_sim::scan::run_scan(&sim).map_err(|e| CliError(format!("simulating {}: {e}", run.policy)))
 }
 
 /// Each consumer's ideal rate (bytes/s) with and without the faults, in that order.
@@ -839,6 +847,7 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
         ideal_consumer_rates_free: vec![],
         sim_seconds: None,
         sim_frac_layout_ideal: None,
+        sim_adaptation: vec![],
     }
 }
 
@@ -956,16 +965,26 @@ pub fn render(report: &Report) -> String {
     }
     let adapt: Vec<&Row> = report.rows.iter().filter(|r| !r.adaptation.is_empty()).collect();
     if !adapt.is_empty() {
-        let mut t = Table::new(&["policy", "faults", "change", "at s", "adaptation s"]);
+        let sim = adapt.iter().any(|r| !r.sim_adaptation.is_empty());
+        let mut header = vec!["policy", "faults", "change", "at s", "adaptation s"];
+        if sim {
+            header.push("sim adaptation s");
+        }
+        let mut t = Table::new(&header);
+        let secs = |a: &Adaptation| a.seconds.map_or("never".into(), |s| format!("{s:.1}"));
         for r in adapt {
-            for a in &r.adaptation {
-                t.row(vec![
+            for (i, a) in r.adaptation.iter().enumerate() {
+                let mut cells = vec![
                     r.policy.to_string(),
                     r.faults.to_string(),
                     a.change.to_string(),
                     format!("{:.1}", a.at_secs),
-                    a.seconds.map_or("never".into(), |s| format!("{s:.1}")),
-                ]);
+                    secs(a),
+                ];
+                if sim {
+                    cells.push(r.sim_adaptation.get(i).map_or("-".into(), secs));
+                }
+                t.row(cells);
             }
         }
         out.push_str("adaptation: time until the slowest consumer stays within 10% of its new ideal rate\n");

@@ -3,6 +3,7 @@
 
 use crate::plot::{self, Series};
 use crate::util::{CliError, CliResult, Table};
+use ganges_core::measure::RATE_WINDOW_SAMPLES;
 use ganges_sim::scenario::{self, Job, Plan, Report, SCENARIOS, SimOptions};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -111,7 +112,23 @@ pub fn render(r: &Report) -> String {
         "delivered, MOD-1 and MOD-2: performance as a share of the unperturbed ideal (River's y axis); \
          % of MOD-2: this run against the best possible with its faults\n",
     );
-    for tl in &r.timelines {
+    for tl in r.timelines.iter().filter(|tl| !tl.changes.is_empty()) {
+        let after: Vec<String> = tl
+            .changes
+            .iter()
+            .zip(&tl.adaptation_secs)
+            .map(|(&(at, on), secs)| {
+                let change = if on { "start" } else { "stop" };
+                let secs = secs.map_or("never".into(), |s| format!("{s:.1} s"));
+                format!("{secs} after the {change} ({at:.1} s)")
+            })
+            .collect();
+        out.push_str(&format!("{}: adapted {}\n", tl.series, after.join(", ")));
+    }
+    if r.timelines.iter().any(|tl| !tl.changes.is_empty()) {
+        out.push_str("adapted: the slowest consumer stays within 10% of its new ideal rate, over 500 ms windows\n");
+    }
+    for tl in r.timelines.iter().filter(|tl| tl.changes.is_empty()) {
         let when = match tl.convergence_secs {
             Some(s) => format!("balanced from {s:.1} s on"),
             None => "never balanced".to_string(),
@@ -136,6 +153,9 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
         if !names.contains(&row.series.as_str()) {
             names.push(&row.series);
         }
+    }
+    if r.timelines.iter().any(|tl| !tl.changes.is_empty()) {
+        return draw_slowest(r, path);
     }
     if !r.timelines.is_empty() {
         let mut series = vec![];
@@ -184,4 +204,35 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
     });
     let title = format!("{}: performance against the unperturbed ideal", r.scenario);
     plot::line_chart(path, &title, &x_label, "share of unperturbed ideal", &series, 1.1)
+}
+
+/// Faults that come and go: each run's slowest consumer over 500 ms windows, as a share of
+/// its ideal rate in the phase the window began in: the adaptation measure, drawn.
+fn draw_slowest(r: &Report, path: &std::path::Path) -> CliResult<()> {
+    let w = RATE_WINDOW_SAMPLES;
+    let series: Vec<Series> = r
+        .timelines
+        .iter()
+        .map(|tl| {
+            let ticks = tl.delivered.iter().map(Vec::len).min().unwrap_or(0);
+            let points = (w..ticks)
+                .map(|k| {
+                    let t = k as f64 * tl.sample_secs;
+                    let on =
+                        tl.changes.iter().rev().find(|c| c.0 <= t - w as f64 * tl.sample_secs).is_some_and(|c| c.1);
+                    let ideal = if on { &tl.ideal_rates } else { &tl.ideal_rates_free };
+                    let slowest = (0..tl.delivered.len())
+                        .map(|c| {
+                            let d = &tl.delivered[c];
+                            (d[k] - d[k - w]) as f64 / (w as f64 * tl.sample_secs) / ideal[c]
+                        })
+                        .fold(f64::INFINITY, f64::min);
+                    (t, slowest)
+                })
+                .collect();
+            Series { name: tl.series.clone(), points, ..Default::default() }
+        })
+        .collect();
+    let title = format!("{}: the slowest consumer's rate over 500 ms, share of its ideal", r.scenario);
+    plot::line_chart(path, &title, "seconds", "share of ideal rate", &series, 1.3)
 }

@@ -287,12 +287,13 @@ fn bench_scan_over_time_with_ratios_and_block_sizes() {
         "gd",
         "--fault-schedule",
         "100ms-300ms",
+        "--sim",
         "--json",
         json.to_str().unwrap(),
         "--plot-time",
         png.to_str().unwrap(),
     ]);
-    assert!(out.contains("adapt"), "{out}");
+    assert!(out.contains("adapt") && out.contains("sim adaptation s"), "{out}");
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let rows = doc["rows"].as_array().unwrap();
     let mut seen = Vec::new();
@@ -306,6 +307,9 @@ fn bench_scan_over_time_with_ratios_and_block_sizes() {
             .map(|a| (a["at_secs"].as_f64().unwrap(), a["change"].as_str().unwrap()))
             .collect();
         assert_eq!(changes, [(0.1, "start"), (0.3, "stop")], "{r}");
+        let simulated: Vec<&str> =
+            r["sim_adaptation"].as_array().unwrap().iter().map(|a| a["change"].as_str().unwrap()).collect();
+        assert_eq!(simulated, ["start", "stop"], "the simulated run is measured the same way: {r}");
         let delivered = r["delivered"].as_array().unwrap();
         assert_eq!(delivered.len(), 4, "one series per consumer");
         for series in delivered {
@@ -321,7 +325,9 @@ fn bench_scan_over_time_with_ratios_and_block_sizes() {
 #[test]
 fn sim_lists_runs_a_scenario_and_writes_json_and_a_plot() {
     let out = ok(&["sim", "--list"]);
-    for name in ["river-fig9", "river-fig10", "river-fig11", "river-fig12", "river-fig14", "vs-convergence"] {
+    for name in
+        ["river-fig9", "river-fig10", "river-fig11", "river-fig12", "river-fig14", "vs-convergence", "fault-schedule"]
+    {
         assert!(out.contains(name), "{out}");
     }
     let dir = tempfile::tempdir().unwrap();
@@ -351,6 +357,19 @@ fn sim_lists_runs_a_scenario_and_writes_json_and_a_plot() {
     for r in rows {
         let f = r["frac_layout_ideal"].as_f64().unwrap();
         assert!(f > 0.0 && f <= 1.0, "{r}");
+    }
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    let json = dir.path().join("schedule.json");
+    let svg = dir.path().join("schedule.svg");
+    let args = ["sim", "fault-schedule", "--faults", "1", "--blocks", "128", "--json", json.to_str().unwrap()];
+    let out = ok(&[&args[..], &["--plot", svg.to_str().unwrap()]].concat());
+    assert!(out.contains("gd-plan, 1 fault: adapted") && out.contains("after the stop (6.0 s)"), "{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let timelines = doc["timelines"].as_array().unwrap();
+    assert_eq!(timelines.len(), 4, "gd, gd-pc, gd-rr and gd-plan");
+    for t in timelines {
+        assert_eq!(t["changes"], serde_json::json!([[2.0, true], [6.0, false]]), "{}", t["series"]);
+        assert_eq!(t["adaptation_secs"].as_array().unwrap().len(), 2, "{}", t["series"]);
     }
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     let err = fails(&["sim", "river-fig99"], 1);

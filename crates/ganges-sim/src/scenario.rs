@@ -10,14 +10,14 @@
 
 use crate::dq::{DqMode, DqSpec, run_dq};
 use crate::net::NetParams;
-use crate::scan::{ScanOutcome, ScanSpec, SimError, run_scan};
+use crate::scan::{FaultWindow, ScanOutcome, ScanSpec, SimError, run_scan};
 use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::dq::DqSettings;
 use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::NodeId;
 use ganges_core::layout::Layout;
-use ganges_core::measure::{ADAPTED_WITHIN, SAMPLE_SECS};
+use ganges_core::measure::{ADAPTED_WITHIN, Change, SAMPLE_SECS, adaptation_times, scheduled_ideal};
 use ganges_core::route::{PolicySettings, ReadPolicyKind};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::Shape;
@@ -30,7 +30,7 @@ pub const MB: f64 = 1e6;
 pub const RIVER_BLOCK: u64 = 8 << 10;
 
 /// The scenarios, with what each reproduces.
-pub const SCENARIOS: [(&str, &str); 6] = [
+pub const SCENARIOS: [(&str, &str); 7] = [
     ("river-fig9", "DQ: 16 producers at 40 MB/s, 16 consumers at 5 MB/s, a fault drops a consumer to 1 MB/s"),
     ("river-fig10", "GD: 16 disks at 5 MB/s, consumers at 40 MB/s, a fault drops a disk to 1 MB/s, best and worst"),
     ("river-fig11", "DQ flow control: credits per producer f = 1..32, all at 5 MB/s, faults to 1 MB/s"),
@@ -39,6 +39,10 @@ pub const SCENARIOS: [(&str, &str); 6] = [
     (
         "vs-convergence",
         "one of 4 disks loses 70% at t = 0: progress-based (gd), response-rate (gd-rr) and planned (gd-plan) over time",
+    ),
+    (
+        "fault-schedule",
+        "the bench's schedule case in virtual time: 16 disks at 32 MiB/s, slow (x0.5) from 2 s to 6 s, adaptation times",
     ),
 ];
 
@@ -80,7 +84,7 @@ pub struct Row {
     pub events: u64,
 }
 
-/// Bandwidth over time of one policy (vs-convergence).
+/// Bandwidth over time of one run (vs-convergence, fault-schedule).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Timeline {
     pub series: String,
@@ -89,8 +93,16 @@ pub struct Timeline {
     pub delivered: Vec<Vec<u64>>,
     /// Each consumer's ideal rate with the fault (bytes/s).
     pub ideal_rates: Vec<f64>,
-    /// From the fault until the slowest consumer stays within 10% of its ideal rate.
+    /// vs-convergence: from the fault until every consumer stays within 10% of the mean rate.
     pub convergence_secs: Option<f64>,
+    /// fault-schedule: when the faults came and went, each consumer's ideal rate without
+    /// them, and the adaptation time after each change (BENCHMARKS.md; `None`: never).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<Change>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ideal_rates_free: Vec<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub adaptation_secs: Vec<Option<f64>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -186,6 +198,7 @@ pub fn plan(name: &str, o: &SimOptions) -> Result<Plan, SimError> {
         "river-fig12" => fig12(o),
         "river-fig14" => fig14(o),
         "vs-convergence" => convergence(o),
+        "fault-schedule" => fault_schedule(o),
         _ => {
             let names: Vec<&str> = SCENARIOS.iter().map(|s| s.0).collect();
             Err(SimError::Invalid(format!("no scenario `{name}` (try {}; `ganges sim --list`)", names.join(", "))))
@@ -395,6 +408,8 @@ struct GdCase {
     blocks: u64,
     block_bytes: u64,
     seek: Duration,
+    /// When the faults hold; empty: the whole run.
+    schedule: Vec<FaultWindow>,
 }
 
 impl GdCase {
@@ -416,6 +431,7 @@ impl GdCase {
             blocks: o.blocks.unwrap_or(blocks).max(1),
             block_bytes: o.block_bytes.unwrap_or(RIVER_BLOCK).max(1),
             seek: Duration::ZERO,
+            schedule: vec![],
         })
     }
 
@@ -443,7 +459,7 @@ impl GdCase {
             shape,
             disk: DiskParams { rate_bytes_per_sec: self.disk_rate, seek: self.seek, queue_depth: 1 },
             faults: faulty.iter().map(|&n| (n, Fault::Factor { factor })).collect(),
-            schedule: vec![],
+            schedule: self.schedule.clone(),
             consumer_rate: Some(self.consumer_rate),
             net: NetParams::LOCAL,
             policy,
@@ -454,6 +470,16 @@ impl GdCase {
             time_limit: Duration::from_secs(10 * 86_400),
             seed,
         })
+    }
+
+    /// The schedule's changes: at each instant (seconds), faults on or off.
+    fn changes(&self) -> Vec<Change> {
+        let secs = |d: Duration| d.as_secs_f64();
+        self.schedule
+            .iter()
+            .flat_map(|w| [Some((secs(w.start), true)), w.end.map(|e| (secs(e), false))])
+            .flatten()
+            .collect()
     }
 
     /// Both ideals with these faulty disks: (MOD-1, MOD-2) seconds.
@@ -494,10 +520,16 @@ impl GdCase {
         let faulty = place(placement, self.nodes, faults, seed);
         let mut spec = self.spec(policy, &faulty, seed)?;
         spec.sample_every = sample_every;
-        let (_, free) = self.ideals(&spec, &[])?;
-        let (river, layout) = self.ideals(&spec, &faulty)?;
-        let out = run_scan(&spec)?;
+        let (river_free, free) = self.ideals(&spec, &[])?;
+        let (mut river, mut layout) = self.ideals(&spec, &faulty)?;
         let ideal_rates = spec.partitions.iter().map(|p| p.len as f64 / layout).collect();
+        if !self.schedule.is_empty() {
+            // Faults that come and go: each phase at its own ideal throughput.
+            let total = spec.shape.total_bytes() as f64;
+            river = scheduled_ideal(total, river_free, river, &self.changes());
+            layout = scheduled_ideal(total, free, layout, &self.changes());
+        }
+        let out = run_scan(&spec)?;
         let row = Row {
             series: policy.to_string(),
             x: faults as f64,
@@ -589,6 +621,7 @@ fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
         blocks,
         block_bytes: block,
         seek: Duration::from_millis(4),
+        schedule: vec![],
     };
     let mut r = Report::new(
         "vs-convergence",
@@ -618,9 +651,79 @@ fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
                 ),
                 delivered: out.delivered,
                 ideal_rates,
+                changes: vec![],
+                ideal_rates_free: vec![],
+                adaptation_secs: vec![],
             };
             Ok((row, Some(timeline)))
         }));
+    }
+    Ok(plan)
+}
+
+/// The bench's schedule case (`ganges bench scan --fragment-size 256MiB --fault-schedule
+/// 2s-6s --faults 1,4`, docs/benchmarks.md) in virtual time: the same disks, seeks, blocks,
+/// windows and policies, and the adaptation times by the same measure
+/// ([`adaptation_times`]), with no other program on the machine. What a policy does here is
+/// its own doing, so changes to it can be compared run for run.
+fn fault_schedule(o: &SimOptions) -> Result<Plan, SimError> {
+    const MIB: f64 = 1024.0 * 1024.0;
+    let nodes = o.producers.or(o.consumers).unwrap_or(16);
+    let disk_rate = positive(o.producer_rate.unwrap_or(32.0 * MIB), "the producer rate")?;
+    let block = o.block_bytes.unwrap_or(1 << 20).max(1);
+    let case = GdCase {
+        nodes,
+        disk_rate,
+        fault_rate: positive(o.fault_rate.unwrap_or(0.5 * disk_rate), "the fault rate")?,
+        consumer_rate: positive(o.consumer_rate.unwrap_or(8.0 * disk_rate), "the consumer rate")?,
+        blocks: o.blocks.unwrap_or((256.0 * MIB / block as f64) as u64).max(1),
+        block_bytes: block,
+        seek: Duration::from_millis(4),
+        schedule: vec![FaultWindow { start: Duration::from_secs(2), end: Some(Duration::from_secs(6)) }],
+    };
+    let mut r = Report::new(
+        "fault-schedule",
+        "Faults from 2 s to 6 s: adaptation after they start and after they stop (FI-3, BENCHMARKS.md)",
+        "the benchmark's target: the slowest consumer within 10% of its new ideal rate, over 500 ms windows, \
+         less than 2 s after each change",
+        "faults",
+    );
+    case.params(&mut r);
+    r.param("seek", "4 ms");
+    r.param("faults", "from 2 s to 6 s");
+    let mut plan = Plan::new(r);
+    let faults = o.faults.clone().unwrap_or_else(|| vec![1, 4]);
+    for f in faults {
+        for policy in [ReadPolicyKind::Gd, ReadPolicyKind::GdPc, ReadPolicyKind::GdRr, ReadPolicyKind::GdPlan] {
+            let (case, seed) = (case.clone(), o.seed);
+            plan.jobs.push(Box::new(move || {
+                let every = Some(Duration::from_secs_f64(SAMPLE_SECS));
+                let (row, out, ideal_rates) = case.simulate(policy, FaultLayout::Best, f, seed, every)?;
+                let spec = case.spec(policy, &[], seed)?;
+                let (_, free) = case.ideals(&spec, &[])?;
+                let ideal_rates_free: Vec<f64> = spec.partitions.iter().map(|p| p.len as f64 / free).collect();
+                let changes = case.changes();
+                let adaptation_secs = adaptation_times(
+                    &changes,
+                    &out.delivered,
+                    SAMPLE_SECS,
+                    &ideal_rates,
+                    &ideal_rates_free,
+                    &out.consumer_seconds,
+                );
+                let timeline = Timeline {
+                    series: format!("{policy}, {f} fault{}", if f == 1 { "" } else { "s" }),
+                    sample_secs: SAMPLE_SECS,
+                    convergence_secs: None,
+                    delivered: out.delivered,
+                    ideal_rates,
+                    changes,
+                    ideal_rates_free,
+                    adaptation_secs,
+                };
+                Ok((Row { series: policy.to_string(), ..row }, Some(timeline)))
+            }));
+        }
     }
     Ok(plan)
 }
@@ -724,6 +827,28 @@ mod tests {
         for t in &r.timelines {
             assert_eq!(t.delivered.len(), 4);
         }
+    }
+
+    #[test]
+    fn a_fault_schedule_is_measured_against_its_integrated_ideal_and_adaptation_times() {
+        let o = SimOptions { faults: Some(vec![1]), seed: 1, ..SimOptions::default() };
+        let r = run("fault-schedule", &o).unwrap();
+        assert_eq!(r.timelines.len(), 4, "gd, gd-pc, gd-rr, gd-plan");
+        for (row, tl) in r.rows.iter().zip(&r.timelines) {
+            assert_eq!(tl.changes, [(2.0, true), (6.0, false)]);
+            assert_eq!(tl.adaptation_secs.len(), 2);
+            // 16 fragments of 256 MiB (4096 MiB): the ideal moves at the 16 disks' rate
+            // except from 2 s to 6 s, while one is at half.
+            let (free, faulty) = (16.0 * 32.0, 15.0 * 32.0 + 16.0);
+            let ideal = scheduled_ideal(4096.0, 4096.0 / free, 4096.0 / faulty, &tl.changes);
+            assert!((row.frac_layout_ideal - ideal / row.seconds).abs() < 1e-9, "{row:?}");
+            assert!(row.frac_layout_ideal <= 1.0 + 1e-9, "{row:?}");
+        }
+        let plan = r.timelines.iter().find(|t| t.series == "gd-plan, 1 fault").unwrap();
+        let stop = plan.adaptation_secs[1].expect("gd-plan adapts after the fault stops");
+        assert!(stop < 2.0, "{stop}");
+        let gd = r.timelines.iter().find(|t| t.series == "gd, 1 fault").unwrap();
+        assert_eq!(gd.adaptation_secs, [None, None], "gd's consumers take turns: its 500 ms rates swing");
     }
 
     #[test]
