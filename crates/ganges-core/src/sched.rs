@@ -641,7 +641,7 @@ impl Scheduler for Auto {
 /// its share of both. The disk runs the stream whose slot the middle of the next job falls
 /// in, if it has a request queued; otherwise credits and lag decide, as unphased (credits
 /// are earned by slot time, so they agree with the slots). A stream's lag lengthens its slot
-/// by half a block per block of lag each period; slots are set aside, for credits and lag
+/// by a quarter of a block per block of lag each period; slots are set aside, for credits and lag
 /// alone, while a stream is `PHASE_LAG_BLOCKS` behind (a plan gone wrong) or near the end of
 /// its scan (`PHASE_END_BLOCKS` left), which must not wait for a slot, and while a stream
 /// that reads several fragments at once is queued (`Service::phased` unset: its disks are
@@ -756,8 +756,12 @@ impl Shares {
     /// A stream with this many blocks left sets the phase slots aside: the end of a scan
     /// must not wait for a slot.
     const PHASE_END_BLOCKS: u64 = 16;
-    /// Part of its lag (in blocks) a phased slot is lengthened by each period.
-    const PHASE_LAG_GAIN: f64 = 0.5;
+    /// Part of its lag (in blocks) a phased slot is lengthened by each period. Half made a
+    /// reader that caught up take a block or two a period from the other reader of the disk,
+    /// enough to put that one's 500 ms rate 10% below its share; a quarter still holds the
+    /// lag at a block or two (with `route::plan::ON_TRACK_BLOCKS`, which leaves small lags to
+    /// this term).
+    const PHASE_LAG_GAIN: f64 = 0.25;
 
     pub fn new(how: ShareSettings) -> Shares {
         Shares { how, state: BTreeMap::new(), waiting: None, last_pick: None, pick_every: None }
