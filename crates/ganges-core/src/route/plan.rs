@@ -82,6 +82,12 @@ pub const SLOW_MARGIN: f64 = 0.06;
 /// 8 blocks (with the slots' lag gain halved) in 30.2 and 27.6. On the cluster, and on the
 /// default bench: docs/benchmarks.md ("The lag a plan follows").
 pub const ON_TRACK_BLOCKS: f64 = 8.0;
+/// `ON_TRACK_BLOCKS` for a consumer that reads parts of fragments (logical partitions,
+/// GD-7). With 8 blocks for them too, the 1:2 partitions at four slow disks fell 3.6 points
+/// below equal ones in the table (92.1 against 95.7%); following every block again, 1:2 read
+/// 93.7 / 92.3 / 94.5% against 93.1 / 93.3 / 92.0% (three runs each, alternating; simulated
+/// 94.6 against 93.9%). Why the wide band costs partitions is not established.
+pub const PARTIAL_ON_TRACK_BLOCKS: f64 = 1.0;
 /// The fragments' sizes in a plan: plans are in fractions of a fragment, scaled to bytes.
 const PLAN_BYTES: f64 = (1u64 << 30) as f64;
 /// A holder planned to serve less than this fraction of a fragment is not sent requests.
@@ -175,7 +181,7 @@ impl Planned {
     /// own figure for its fragment, the progress each primary server last reported for the
     /// others. Figures within `ON_TRACK_BLOCKS` blocks of the mean count as the mean, so
     /// the jitter of healthy reads does not move reads to backups.
-    fn remaining(view: &RouteView<'_>, layout: &Layout) -> Vec<f64> {
+    fn remaining(view: &RouteView<'_>, layout: &Layout, on_track_blocks: f64) -> Vec<f64> {
         let period = Self::period(layout);
         let left: Vec<f64> = (0..period)
             .map(|f| {
@@ -189,7 +195,7 @@ impl Planned {
             })
             .collect();
         let mean = left.iter().sum::<f64>() / left.len().max(1) as f64;
-        let band = ON_TRACK_BLOCKS * view.block_fraction;
+        let band = on_track_blocks * view.block_fraction;
         left.into_iter().map(|r| if (r - mean).abs() <= band { mean } else { r }).collect()
     }
 
@@ -205,7 +211,8 @@ impl Planned {
         let remaining = if rates.iter().all(|r| *r >= fastest) {
             vec![1.0; period as usize]
         } else {
-            Self::remaining(view, layout)
+            let partial = self.parts.values().any(|p| *p < 1.0);
+            Self::remaining(view, layout, if partial { PARTIAL_ON_TRACK_BLOCKS } else { ON_TRACK_BLOCKS })
         };
         let moved = |new: &[f64], old: &[f64], by: &dyn Fn(f64, f64) -> bool| {
             new.len() != old.len() || new.iter().zip(old).any(|(n, o)| by(*n, *o))
@@ -479,6 +486,29 @@ mod tests {
         p.pick(&behind, &[NodeId(0), NodeId(1)]);
         let more = p.disk_share(FragmentId(0), NodeId(1)).unwrap();
         assert!(more > on_track + 0.1, "{on_track} then {more}");
+    }
+
+    #[test]
+    fn a_small_lag_moves_the_plan_only_for_a_reader_of_parts_of_fragments() {
+        // Every other reader is 30% through, this one 27%: three blocks behind (a block is
+        // 1% in the test view), inside ON_TRACK_BLOCKS, outside PARTIAL_ON_TRACK_BLOCKS.
+        let share_when_behind = |part: f64| {
+            let mut p = policy(4);
+            p.on_range(&BTreeMap::from([(FragmentId(0), part)]));
+            let mut n = rates(&[0.5e6, 1e6, 1e6, 1e6]);
+            p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]);
+            let on_track = p.disk_share(FragmentId(0), NodeId(1)).unwrap();
+            for i in 0..4 {
+                let s = ServerState { primary_progress: Some(0.3), ..ServerState::default() };
+                n.get_mut(&NodeId(i)).unwrap().last_state = Some(s);
+            }
+            p.pick(&RouteView { own_fraction: 0.27, ..view(&n, 0) }, &[NodeId(0), NodeId(1)]);
+            (on_track, p.disk_share(FragmentId(0), NodeId(1)).unwrap())
+        };
+        let (before, after) = share_when_behind(1.0);
+        assert!((after - before).abs() < 1e-9, "a whole fragment's reader keeps its plan: {before} then {after}");
+        let (before, after) = share_when_behind(0.5);
+        assert!(after > before, "a partition's reader is planned more: {before} then {after}");
     }
 
     #[test]
