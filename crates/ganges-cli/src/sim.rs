@@ -207,13 +207,23 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
 }
 
 /// Faults that come and go: each run's slowest consumer over 500 ms windows, as a share of
-/// its ideal rate in the phase the window began in: the adaptation measure, drawn.
+/// its ideal rate in the phase the window began in: the adaptation measure, drawn. One
+/// colour per policy, dashed from the second fault count on (series are "policy, N faults").
 fn draw_slowest(r: &Report, path: &std::path::Path) -> CliResult<()> {
     let w = RATE_WINDOW_SAMPLES;
+    let (mut policies, mut counts) = (vec![], vec![]);
     let series: Vec<Series> = r
         .timelines
         .iter()
         .map(|tl| {
+            let (policy, count) = tl.series.split_once(", ").unwrap_or((&tl.series, ""));
+            let index = |seen: &mut Vec<String>, name: &str| {
+                seen.iter().position(|s| s == name).unwrap_or_else(|| {
+                    seen.push(name.to_string());
+                    seen.len() - 1
+                })
+            };
+            let (color, dashed) = (index(&mut policies, policy), index(&mut counts, count) > 0);
             let ticks = tl.delivered.iter().map(Vec::len).min().unwrap_or(0);
             let points = (w..ticks)
                 .map(|k| {
@@ -230,7 +240,7 @@ fn draw_slowest(r: &Report, path: &std::path::Path) -> CliResult<()> {
                     (t, slowest)
                 })
                 .collect();
-            Series { name: tl.series.clone(), points, ..Default::default() }
+            Series { name: tl.series.clone(), points, color: Some(color), dashed, ..Default::default() }
         })
         .collect();
     let title = format!("{}: the slowest consumer's rate over 500 ms, share of its ideal", r.scenario);
