@@ -13,7 +13,8 @@ pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
     pub dashed: bool,
-    /// Draw in this palette colour instead of the series' own (several series as one).
+    /// Draw in this palette colour instead of the series' own (several series as one; a
+    /// dashed series is black without one).
     pub color: Option<usize>,
     /// Leave out of the legend (another series of the same colour names it).
     pub unlabelled: bool,
@@ -124,7 +125,11 @@ fn draw<DB: DrawingBackend>(
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, s) in series.iter().enumerate() {
-        let color = if s.dashed { BLACK } else { COLORS[s.color.unwrap_or(i) % COLORS.len()] };
+        // Dashed lines are models (black) unless given a colour of their own.
+        let color = match (s.dashed, s.color) {
+            (true, None) => BLACK,
+            (_, c) => COLORS[c.unwrap_or(i) % COLORS.len()],
+        };
         let style = color.stroke_width(2);
         if s.dashed {
             let drawn = chart

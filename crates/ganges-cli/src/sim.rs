@@ -224,7 +224,9 @@ fn draw_slowest(r: &Report, path: &std::path::Path) -> CliResult<()> {
                 })
             };
             let (color, dashed) = (index(&mut policies, policy), index(&mut counts, count) > 0);
-            let ticks = tl.delivered.iter().map(Vec::len).min().unwrap_or(0);
+            // Until the first consumer has all its data: a finished consumer's rate is 0.
+            let first_done = tl.delivered.iter().map(|d| d.iter().position(|v| Some(v) == d.last()).unwrap_or(0)).min();
+            let ticks = first_done.unwrap_or(0) + 1;
             let points = (w..ticks)
                 .map(|k| {
                     let t = k as f64 * tl.sample_secs;
