@@ -471,43 +471,36 @@ mod tests {
         assert_eq!(RoutePolicy::share(&p, FragmentId(2), NodeId(3)), 1, "the plan gives it nothing");
     }
 
-    #[test]
-    fn a_reader_that_fell_behind_is_planned_more_of_its_backup() {
+    /// Reader 0's planned share of its backup (disk 1, disk 0 slow) with no progress known,
+    /// and again once every other reader is 30% through and it is `own` through; it reads
+    /// `part` of fragment 0.
+    fn backup_share_on_track_then_at(part: f64, own: f64) -> (f64, f64) {
         let mut p = policy(4);
+        p.on_range(&BTreeMap::from([(FragmentId(0), part)]));
         let mut n = rates(&[0.5e6, 1e6, 1e6, 1e6]);
         p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]);
         let on_track = p.disk_share(FragmentId(0), NodeId(1)).unwrap();
-        // Every other reader is 30% through, this one 10%.
         for i in 0..4 {
             let s = ServerState { primary_progress: Some(0.3), ..ServerState::default() };
             n.get_mut(&NodeId(i)).unwrap().last_state = Some(s);
         }
-        let behind = RouteView { own_fraction: 0.1, ..view(&n, 0) };
-        p.pick(&behind, &[NodeId(0), NodeId(1)]);
-        let more = p.disk_share(FragmentId(0), NodeId(1)).unwrap();
+        p.pick(&RouteView { own_fraction: own, ..view(&n, 0) }, &[NodeId(0), NodeId(1)]);
+        (on_track, p.disk_share(FragmentId(0), NodeId(1)).unwrap())
+    }
+
+    #[test]
+    fn a_reader_that_fell_behind_is_planned_more_of_its_backup() {
+        let (on_track, more) = backup_share_on_track_then_at(1.0, 0.1);
         assert!(more > on_track + 0.1, "{on_track} then {more}");
     }
 
     #[test]
     fn a_small_lag_moves_the_plan_only_for_a_reader_of_parts_of_fragments() {
-        // Every other reader is 30% through, this one 27%: three blocks behind (a block is
-        // 1% in the test view), inside ON_TRACK_BLOCKS, outside PARTIAL_ON_TRACK_BLOCKS.
-        let share_when_behind = |part: f64| {
-            let mut p = policy(4);
-            p.on_range(&BTreeMap::from([(FragmentId(0), part)]));
-            let mut n = rates(&[0.5e6, 1e6, 1e6, 1e6]);
-            p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]);
-            let on_track = p.disk_share(FragmentId(0), NodeId(1)).unwrap();
-            for i in 0..4 {
-                let s = ServerState { primary_progress: Some(0.3), ..ServerState::default() };
-                n.get_mut(&NodeId(i)).unwrap().last_state = Some(s);
-            }
-            p.pick(&RouteView { own_fraction: 0.27, ..view(&n, 0) }, &[NodeId(0), NodeId(1)]);
-            (on_track, p.disk_share(FragmentId(0), NodeId(1)).unwrap())
-        };
-        let (before, after) = share_when_behind(1.0);
+        // Three blocks behind (a block is 1% in the test view): inside ON_TRACK_BLOCKS,
+        // outside PARTIAL_ON_TRACK_BLOCKS.
+        let (before, after) = backup_share_on_track_then_at(1.0, 0.27);
         assert!((after - before).abs() < 1e-9, "a whole fragment's reader keeps its plan: {before} then {after}");
-        let (before, after) = share_when_behind(0.5);
+        let (before, after) = backup_share_on_track_then_at(0.5, 0.27);
         assert!(after > before, "a partition's reader is planned more: {before} then {after}");
     }
 
