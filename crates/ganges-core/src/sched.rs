@@ -641,8 +641,8 @@ impl Scheduler for Auto {
 /// its share of both. The disk runs the stream whose slot the middle of the next job falls
 /// in, if it has a request queued; otherwise credits and lag decide, as unphased (credits
 /// are earned by slot time, so they agree with the slots). A stream's lag lengthens its slot
-/// by a quarter of a block per block of lag each period; slots are set aside, for credits and lag
-/// alone, while a stream is `PHASE_LAG_BLOCKS` behind (a plan gone wrong) or near the end of
+/// by a quarter of a block per block of lag each period; slots are set aside, for credits
+/// and lag alone, while a stream is `PHASE_LAG_BLOCKS` behind (a plan gone wrong) or near the end of
 /// its scan (`PHASE_END_BLOCKS` left), which must not wait for a slot, and while a stream
 /// that reads several fragments at once is queued (`Service::phased` unset: its disks are
 /// not a pair that can take turns, and it would only wait for its slots; unequal logical
@@ -756,11 +756,11 @@ impl Shares {
     /// A stream with this many blocks left sets the phase slots aside: the end of a scan
     /// must not wait for a slot.
     const PHASE_END_BLOCKS: u64 = 16;
-    /// Part of its lag (in blocks) a phased slot is lengthened by each period. Half made a
-    /// reader that caught up take a block or two a period from the other reader of the disk,
-    /// enough to put that one's 500 ms rate 10% below its share; a quarter still holds the
-    /// lag at a block or two (with `route::plan::ON_TRACK_BLOCKS`, which leaves small lags to
-    /// this term).
+    /// Part of its lag (in blocks) a phased slot is lengthened by each period. With half, a
+    /// reader three blocks behind takes 1.5 blocks a period from the disk's other reader,
+    /// 11% of a 14-block share; a quarter (with `route::plan::ON_TRACK_BLOCKS`, which leaves
+    /// lags under 8 blocks to this term) kept the most windows within 10% in the simulator
+    /// (docs/bench/plan-lag-ab.txt).
     const PHASE_LAG_GAIN: f64 = 0.25;
 
     pub fn new(how: ShareSettings) -> Shares {
