@@ -352,12 +352,10 @@ impl ReadEngine {
         pieces: impl IntoIterator<Item = (Piece, Option<Vec<NodeId>>)>,
     ) -> Range<usize> {
         let first = self.pieces.len();
-        let mut parts: BTreeMap<FragmentId, f64> = BTreeMap::new();
         for (p, only) in pieces {
-            *parts.entry(p.fragment).or_default() += p.len as f64 / shape.fragment_bytes(p.fragment).max(1) as f64;
             self.push_piece(p, only);
         }
-        self.policy.on_range(&parts);
+        self.policy.on_range(&fragment_parts(shape, &self.pieces[first..]));
         if self.policy.reads_in_step() && self.config.lookahead.is_none() {
             // Each piece's place in its fragment's run of the range, as a fraction.
             let mut runs: BTreeMap<FragmentId, (usize, usize)> = BTreeMap::new();
@@ -853,6 +851,17 @@ impl ReadEngine {
         assert!(self.done_bytes <= self.total_bytes);
         assert!(self.first_undelivered <= self.pieces.len());
     }
+}
+
+/// The part of each fragment `pieces` cover, as a fraction, summed in bytes so that a whole
+/// fragment is exactly 1 however many pieces it was cut into (gd-plan tells whole
+/// fragments from parts by it).
+fn fragment_parts(shape: &Shape, pieces: &[Piece]) -> BTreeMap<FragmentId, f64> {
+    let mut bytes: BTreeMap<FragmentId, u64> = BTreeMap::new();
+    for p in pieces {
+        *bytes.entry(p.fragment).or_default() += p.len as u64;
+    }
+    bytes.into_iter().map(|(f, b)| (f, b as f64 / shape.fragment_bytes(f).max(1) as f64)).collect()
 }
 
 #[cfg(test)]

@@ -471,3 +471,15 @@ fn requests_carry_their_copy_and_only_one_fragment_reads_ask_for_slots() {
     let primary = e.holders[&FragmentId(0)][0];
     assert!(!e.service(0, primary).phased);
 }
+
+/// A whole fragment is exactly one part however many pieces it is read in: summed as
+/// fractions, 1280 pieces of 1/1280 came to 0.99999999999998, and gd-plan took a consumer
+/// of a whole fragment for a reader of a part.
+#[test]
+fn a_fragment_read_whole_in_many_pieces_is_exactly_one_part() {
+    let shape = Shape::uniform(2, 1280 * 4096, 4096).unwrap();
+    let whole = shape.pieces(Partition { offset: 0, len: 1280 * 4096 }).unwrap();
+    assert_eq!(fragment_parts(&shape, &whole), BTreeMap::from([(FragmentId(0), 1.0)]));
+    let across = shape.pieces(Partition { offset: 640 * 4096, len: 1280 * 4096 }).unwrap();
+    assert_eq!(fragment_parts(&shape, &across), BTreeMap::from([(FragmentId(0), 0.5), (FragmentId(1), 0.5)]));
+}
