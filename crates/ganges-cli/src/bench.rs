@@ -26,7 +26,7 @@ use ganges_core::disk::Fault;
 use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::NodeId;
-use ganges_core::measure::{RATE_WINDOW_SAMPLES, SAMPLE_SECS, adaptation_times, scheduled_ideal};
+use ganges_core::measure::{Change, SAMPLE_SECS, adaptation_times, scheduled_ideal, slowest_over_time};
 use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_PLAN};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::{Partition, Shape};
@@ -42,8 +42,6 @@ use std::time::{Duration, Instant};
 
 /// Sampling period of consumer timelines (BENCHMARKS.md: every 100 ms).
 pub const SAMPLE_MS: u64 = (SAMPLE_SECS * 1000.0) as u64;
-/// The window a consumer's rate is measured over for adaptation times (BENCHMARKS.md).
-const RATE_WINDOW_MS: u64 = RATE_WINDOW_SAMPLES as u64 * SAMPLE_MS;
 
 /// Data of even and odd consumers, `even:odd` (gd-enhancements §4.3: 1:1, 1:1.5, 1:2).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -344,18 +342,11 @@ impl ScanBenchSpec {
             git_commit: git_commit(),
         }
     }
+}
 
-    /// The fault changes of a run: (time, faults on after it).
-    fn changes(&self) -> Vec<(f64, bool)> {
-        let mut out = vec![];
-        for w in &self.schedule {
-            out.push((w.start_secs, true));
-            if let Some(e) = w.end_secs {
-                out.push((e, false));
-            }
-        }
-        out
-    }
+/// The fault changes of a schedule: (time, faults on after it).
+fn changes(schedule: &[FaultWindow]) -> Vec<Change> {
+    schedule.iter().flat_map(|w| std::iter::once((w.start_secs, true)).chain(w.end_secs.map(|e| (e, false)))).collect()
 }
 
 /// Partitions of `shape` for a ratio: consumer i gets a share proportional to `even` or
@@ -522,7 +513,7 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
                     r.ideal_consumer_rates_faulty = shares.0.clone();
                     r.ideal_consumer_rates_free = shares.1.clone();
                     if f > 0 && !spec.schedule.is_empty() {
-                        r.adaptation = adaptation(&spec.changes(), &r.delivered, &shares, &r.consumer_seconds);
+                        r.adaptation = adaptation(&changes(&spec.schedule), &r.delivered, &shares, &r.consumer_seconds);
                     }
                     if spec.sim {
                         let run = Run { manifest: &manifest, policy, partitions: &partitions[ri], faulty: &faulty };
@@ -531,7 +522,7 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
                         r.sim_frac_layout_ideal = Some(layout / sim.seconds);
                         if f > 0 && !spec.schedule.is_empty() {
                             r.sim_adaptation =
-                                adaptation(&spec.changes(), &sim.delivered, &shares, &sim.consumer_seconds);
+                                adaptation(&changes(&spec.schedule), &sim.delivered, &shares, &sim.consumer_seconds);
                         }
                     }
                     rows.push(r);
@@ -626,14 +617,14 @@ fn ideals(
     if spec.schedule.is_empty() {
         return Ok((river.1, layout.1, shares));
     }
-    let changes = spec.changes();
+    let changes = changes(&spec.schedule);
     let integrate = |(t_free, t_fault): (f64, f64)| scheduled_ideal(total as f64, t_free, t_fault, &changes);
     Ok((integrate(river), integrate(layout), shares))
 }
 
 /// Adaptation time after each change (BENCHMARKS.md), measured as the simulator does.
-fn adaptation(changes: &[(f64, bool)], delivered: &[Vec<u64>], shares: &Shares, finished: &[f64]) -> Vec<Adaptation> {
-    let times = adaptation_times(changes, delivered, SAMPLE_MS as f64 / 1e3, &shares.0, &shares.1, finished);
+fn adaptation(changes: &[Change], delivered: &[Vec<u64>], shares: &Shares, finished: &[f64]) -> Vec<Adaptation> {
+    let times = adaptation_times(changes, delivered, SAMPLE_SECS, &shares.0, &shares.1, finished);
     changes
         .iter()
         .zip(times)
@@ -711,7 +702,7 @@ async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> 
     let t0 = Instant::now();
     // Faults that start and stop during the run (FI-3).
     let scheduler = (!spec.schedule.is_empty() && !run.faulty.is_empty()).then(|| {
-        let (client, faulty, changes) = (client.clone(), run.faulty.to_vec(), spec.changes());
+        let (client, faulty, changes) = (client.clone(), run.faulty.to_vec(), changes(&spec.schedule));
         let fault = spec.fault;
         tokio::spawn(async move {
             for (at, on) in changes {
@@ -1065,35 +1056,17 @@ pub fn write_outputs(
 fn time_plot(report: &Report, path: &std::path::Path) -> CliResult<()> {
     let p = &report.params;
     let faults = report.rows.iter().map(|r| r.faults).max().unwrap_or(0);
-    let w = (RATE_WINDOW_MS / SAMPLE_MS) as usize;
-    let tick = SAMPLE_MS as f64 / 1e3;
-    let changes: Vec<(f64, bool)> = p
-        .fault_schedule
-        .iter()
-        .flat_map(|fw| std::iter::once((fw.start_secs, true)).chain(fw.end_secs.map(|e| (e, false))))
-        .collect();
+    let changes = changes(&p.fault_schedule);
     let mut series = vec![];
     for r in report.rows.iter().filter(|r| r.faults == faults && !r.ideal_consumer_rates_free.is_empty()) {
-        let ticks = r.delivered.first().map_or(0, Vec::len);
-        let mut points = vec![];
-        for k in w..ticks {
-            let t = k as f64 * tick;
-            // The faults in force over the whole window; windows straddling a change skip.
-            let on_at = |x: f64| changes.iter().rev().find(|c| c.0 <= x).is_some_and(|c| c.1);
-            let on = on_at(t);
-            if on != on_at(t - w as f64 * tick) {
-                continue;
-            }
-            let ideal =
-                if on || changes.is_empty() { &r.ideal_consumer_rates_faulty } else { &r.ideal_consumer_rates_free };
-            let slowest = (0..r.delivered.len())
-                .filter(|&i| r.consumer_seconds[i] > t)
-                .map(|i| r.delivered[i][k].saturating_sub(r.delivered[i][k - w]) as f64 / (w as f64 * tick) / ideal[i])
-                .fold(f64::INFINITY, f64::min);
-            if slowest.is_finite() {
-                points.push((t, slowest));
-            }
-        }
+        let points = slowest_over_time(
+            &changes,
+            &r.delivered,
+            SAMPLE_SECS,
+            &r.ideal_consumer_rates_faulty,
+            &r.ideal_consumer_rates_free,
+            &r.consumer_seconds,
+        );
         series.push(Series { name: r.policy.to_string(), points, dashed: false, ..Default::default() });
     }
     for &(at, on) in &changes {

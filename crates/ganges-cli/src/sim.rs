@@ -3,7 +3,7 @@
 
 use crate::plot::{self, Series};
 use crate::util::{CliError, CliResult, Table};
-use ganges_core::measure::RATE_WINDOW_SAMPLES;
+use ganges_core::measure::slowest_over_time;
 use ganges_sim::scenario::{self, Job, Plan, Report, SCENARIOS, SimOptions};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -206,11 +206,10 @@ fn draw(r: &Report, path: &std::path::Path) -> CliResult<()> {
     plot::line_chart(path, &title, &x_label, "share of unperturbed ideal", &series, 1.1)
 }
 
-/// Faults that come and go: each run's slowest consumer over 500 ms windows, as a share of
-/// its ideal rate in the phase the window began in: the adaptation measure, drawn. One
+/// Faults that come and go: each run's slowest running consumer over 500 ms windows, as a
+/// share of its ideal rate in the window's phase: the adaptation measure, drawn. One
 /// colour per policy, dashed from the second fault count on (series are "policy, N faults").
 fn draw_slowest(r: &Report, path: &std::path::Path) -> CliResult<()> {
-    let w = RATE_WINDOW_SAMPLES;
     let (mut policies, mut counts) = (vec![], vec![]);
     let series: Vec<Series> = r
         .timelines
@@ -224,24 +223,14 @@ fn draw_slowest(r: &Report, path: &std::path::Path) -> CliResult<()> {
                 })
             };
             let (color, dashed) = (index(&mut policies, policy), index(&mut counts, count) > 0);
-            // Until the first consumer has all its data: a finished consumer's rate is 0.
-            let first_done = tl.delivered.iter().map(|d| d.iter().position(|v| Some(v) == d.last()).unwrap_or(0)).min();
-            let ticks = first_done.unwrap_or(0) + 1;
-            let points = (w..ticks)
-                .map(|k| {
-                    let t = k as f64 * tl.sample_secs;
-                    let on =
-                        tl.changes.iter().rev().find(|c| c.0 <= t - w as f64 * tl.sample_secs).is_some_and(|c| c.1);
-                    let ideal = if on { &tl.ideal_rates } else { &tl.ideal_rates_free };
-                    let slowest = (0..tl.delivered.len())
-                        .map(|c| {
-                            let d = &tl.delivered[c];
-                            (d[k] - d[k - w]) as f64 / (w as f64 * tl.sample_secs) / ideal[c]
-                        })
-                        .fold(f64::INFINITY, f64::min);
-                    (t, slowest)
-                })
-                .collect();
+            let points = slowest_over_time(
+                &tl.changes,
+                &tl.delivered,
+                tl.sample_secs,
+                &tl.ideal_rates,
+                &tl.ideal_rates_free,
+                &tl.finished_secs,
+            );
             Series { name: tl.series.clone(), points, color: Some(color), dashed, ..Default::default() }
         })
         .collect();

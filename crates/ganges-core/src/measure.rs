@@ -48,14 +48,8 @@ pub fn adaptation_times(
     let ticks = delivered.iter().map(Vec::len).min().unwrap_or(0);
     let w = RATE_WINDOW_SAMPLES;
     let first_finish = finished.iter().copied().fold(f64::INFINITY, f64::min);
-    let slowest_ratio = |k: usize, faults_on: bool| -> f64 {
-        let ideal = if faults_on { ideal_faulty } else { ideal_free };
-        (0..delivered.len())
-            .map(|i| {
-                let bytes = delivered[i][k].saturating_sub(delivered[i][k - w]) as f64;
-                bytes / (w as f64 * sample_secs) / ideal[i]
-            })
-            .fold(f64::INFINITY, f64::min)
+    let slowest_ratio = |k: usize, faults_on: bool| {
+        slowest_ratio(delivered, sample_secs, if faults_on { ideal_faulty } else { ideal_free }, finished, k)
     };
     changes
         .iter()
@@ -70,6 +64,46 @@ pub fn adaptation_times(
             }
             let ok = |k: usize| (slowest_ratio(k, faults_on) - 1.0).abs() <= ADAPTED_WITHIN;
             (first..=last).find(|&k| (k..=last).all(ok)).map(|k| k as f64 * sample_secs - at)
+        })
+        .collect()
+}
+
+/// The slowest consumer still reading at sample `k` (not finished before it): its rate over the `RATE_WINDOW_SAMPLES`
+/// window that ends there, as a fraction of its `ideal` rate (bytes/s). Infinite when every
+/// consumer has finished.
+fn slowest_ratio(delivered: &[Vec<u64>], sample_secs: f64, ideal: &[f64], finished: &[f64], k: usize) -> f64 {
+    let w = RATE_WINDOW_SAMPLES;
+    (0..delivered.len())
+        .filter(|&i| finished[i] >= k as f64 * sample_secs)
+        .map(|i| delivered[i][k].saturating_sub(delivered[i][k - w]) as f64 / (w as f64 * sample_secs) / ideal[i])
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The adaptation measure over a whole run, for plots: at the end of every window that lies
+/// within one phase (windows straddling a change are left out), the slowest running
+/// consumer's rate as a fraction of its ideal rate in that phase. With no `changes`, the
+/// faults hold throughout. As (seconds, fraction) points.
+pub fn slowest_over_time(
+    changes: &[Change],
+    delivered: &[Vec<u64>],
+    sample_secs: f64,
+    ideal_faulty: &[f64],
+    ideal_free: &[f64],
+    finished: &[f64],
+) -> Vec<(f64, f64)> {
+    let w = RATE_WINDOW_SAMPLES;
+    let ticks = delivered.iter().map(Vec::len).min().unwrap_or(0);
+    let on_at = |t: f64| changes.is_empty() || changes.iter().rev().find(|c| c.0 <= t).is_some_and(|c| c.1);
+    (w..ticks)
+        .filter_map(|k| {
+            let t = k as f64 * sample_secs;
+            let on = on_at(t);
+            if on != on_at(t - w as f64 * sample_secs) {
+                return None;
+            }
+            let ideal = if on { ideal_faulty } else { ideal_free };
+            let slowest = slowest_ratio(delivered, sample_secs, ideal, finished, k);
+            slowest.is_finite().then_some((t, slowest))
         })
         .collect()
 }
@@ -110,6 +144,24 @@ mod tests {
         let times = adaptation_times(&[(1.0, true)], &[a, b], 0.1, &[50.0, 50.0], &[100.0, 100.0], &[9.0, 9.0]);
         let t = times[0].expect("it adapted");
         assert!((t - 1.5).abs() < 1e-9, "a full window after 2 s: {t}");
+    }
+
+    #[test]
+    fn the_slowest_over_time_skips_windows_across_a_change_and_finished_consumers() {
+        // Two consumers at 100 B/s, ideal 100 free and 50 with the fault from 1 s to 2 s;
+        // the second finishes at 2.5 s.
+        let a = series(100.0, 100.0, 1.0, 4.0);
+        let mut b = series(100.0, 100.0, 1.0, 4.0);
+        for v in b.iter_mut().skip(25) {
+            *v = 250;
+        }
+        let points =
+            slowest_over_time(&[(1.0, true), (2.0, false)], &[a, b], 0.1, &[50.0; 2], &[100.0; 2], &[9.0, 2.5]);
+        let at = |t: f64| points.iter().find(|p| (p.0 - t).abs() < 1e-9).map(|p| p.1);
+        assert_eq!(at(0.5), Some(1.0));
+        assert_eq!(at(1.2), None, "the window 0.7 to 1.2 s straddles the fault's start");
+        assert_eq!(at(1.5), Some(2.0), "100 B/s against 50");
+        assert_eq!(at(3.0), Some(1.0), "the finished consumer's 0 B/s does not count");
     }
 
     #[test]

@@ -642,11 +642,11 @@ impl Scheduler for Auto {
 /// in, if it has a request queued; otherwise credits and lag decide, as unphased (credits
 /// are earned by slot time, so they agree with the slots). A stream's lag lengthens its slot
 /// by a quarter of a block per block of lag each period; slots are set aside, for credits
-/// and lag alone, while a stream is `PHASE_LAG_BLOCKS` behind (a plan gone wrong) or near the end of
-/// its scan (`PHASE_END_BLOCKS` left), which must not wait for a slot, and while a stream
-/// that reads several fragments at once is queued (`Service::phased` unset: its disks are
-/// not a pair that can take turns, and it would only wait for its slots; unequal logical
-/// partitions lost 3 points at four slow disks with it phased).
+/// and lag alone, while a stream is `PHASE_LAG_BLOCKS` behind (a plan gone wrong) or near
+/// the end of its scan (`PHASE_END_BLOCKS` left), which must not wait for a slot, and while
+/// a stream that reads several fragments at once is queued (`Service::phased` unset: its
+/// disks are not a pair that can take turns, and it would only wait for its slots; unequal
+/// logical partitions lost 3 points at four slow disks with it phased).
 pub type LearnedShares = PerStream<Shares>;
 
 /// The share disciplines' rule: learned (gd-share) or planned (gd-plan) weights, credits,
@@ -958,14 +958,16 @@ impl Rule for Shares {
         // request queued and nobody is far behind (a plan gone wrong: credits and lag
         // decide until they have caught up) or near the end of its scan.
         let middle = now + Duration::from_nanos(self.pick_every.map_or(0, |e| (e / 2.0) as u64));
-        let near_end = keys.iter().any(|k| {
-            let last = s.streams[k].jobs.back().expect("queued streams have jobs");
-            let left = last.progress.total_bytes.saturating_sub(last.progress.done_bytes);
-            left <= last.bytes.saturating_mul(Self::PHASE_END_BLOCKS)
-        });
+        let near_end = || {
+            keys.iter().any(|k| {
+                let last = s.streams[k].jobs.back().expect("queued streams have jobs");
+                let left = last.progress.total_bytes.saturating_sub(last.progress.done_bytes);
+                left <= last.bytes.saturating_mul(Self::PHASE_END_BLOCKS)
+            })
+        };
         let owner = phase
             .and_then(|(p, slots)| slot_owner(&slots, p, middle))
-            .filter(|k| !near_end && keys.contains(k) && lags.iter().all(|&l| l <= Self::PHASE_LAG_BLOCKS));
+            .filter(|k| keys.contains(k) && lags.iter().all(|&l| l <= Self::PHASE_LAG_BLOCKS) && !near_end());
         // A run continues while its debt is small and it is not ahead of the others.
         let run = s.run_candidate(head).copied().filter(|k| {
             let lag = keys.iter().position(|x| x == k).map_or(0.0, |i| lags[i]);

@@ -103,6 +103,9 @@ pub struct Timeline {
     pub ideal_rates_free: Vec<f64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub adaptation_secs: Vec<Option<f64>>,
+    /// fault-schedule: when each consumer finished (seconds).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub finished_secs: Vec<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -508,7 +511,7 @@ impl GdCase {
 
     /// One run and its row (series named after the policy, at x = faults); with
     /// `sample_every`, the outcome holds every consumer's delivered bytes over time. Also
-    /// each consumer's ideal rate under the faults.
+    /// each consumer's ideal rate with the faults and without.
     fn simulate(
         &self,
         policy: ReadPolicyKind,
@@ -516,18 +519,19 @@ impl GdCase {
         faults: u32,
         seed: u64,
         sample_every: Option<Duration>,
-    ) -> Result<(Row, ScanOutcome, Vec<f64>), SimError> {
+    ) -> Result<(Row, ScanOutcome, IdealRates), SimError> {
         let faulty = place(placement, self.nodes, faults, seed);
         let mut spec = self.spec(policy, &faulty, seed)?;
         spec.sample_every = sample_every;
         let (river_free, free) = self.ideals(&spec, &[])?;
         let (mut river, mut layout) = self.ideals(&spec, &faulty)?;
-        let ideal_rates = spec.partitions.iter().map(|p| p.len as f64 / layout).collect();
+        let rates = |secs: f64| spec.partitions.iter().map(|p| p.len as f64 / secs).collect();
+        let ideal_rates = IdealRates { faulty: rates(layout), free: rates(free) };
         if !self.schedule.is_empty() {
             // Faults that come and go: each phase at its own ideal throughput.
-            let total = spec.shape.total_bytes() as f64;
-            river = scheduled_ideal(total, river_free, river, &self.changes());
-            layout = scheduled_ideal(total, free, layout, &self.changes());
+            let (total, changes) = (spec.shape.total_bytes() as f64, self.changes());
+            river = scheduled_ideal(total, river_free, river, &changes);
+            layout = scheduled_ideal(total, free, layout, &changes);
         }
         let out = run_scan(&spec)?;
         let row = Row {
@@ -545,6 +549,12 @@ impl GdCase {
         };
         Ok((row, out, ideal_rates))
     }
+}
+
+/// Each consumer's rate in the layout-aware ideal (bytes/s), with the faults and without.
+struct IdealRates {
+    faulty: Vec<f64>,
+    free: Vec<f64>,
 }
 
 fn fig10(o: &SimOptions) -> Result<Plan, SimError> {
@@ -639,7 +649,7 @@ fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
         plan.jobs.push(Box::new(move || {
             // One fault, on disk 0 (the best and worst layouts agree on it).
             let every = Some(Duration::from_secs_f64(SAMPLE_SECS));
-            let (row, out, ideal_rates) = case.simulate(policy, FaultLayout::Best, 1, seed, every)?;
+            let (row, out, ideal) = case.simulate(policy, FaultLayout::Best, 1, seed, every)?;
             let timeline = Timeline {
                 series: policy.to_string(),
                 sample_secs: SAMPLE_SECS,
@@ -650,10 +660,11 @@ fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
                     &out.consumer_seconds,
                 ),
                 delivered: out.delivered,
-                ideal_rates,
+                ideal_rates: ideal.faulty,
                 changes: vec![],
                 ideal_rates_free: vec![],
                 adaptation_secs: vec![],
+                finished_secs: vec![],
             };
             Ok((row, Some(timeline)))
         }));
@@ -698,17 +709,14 @@ fn fault_schedule(o: &SimOptions) -> Result<Plan, SimError> {
             let (case, seed) = (case.clone(), o.seed);
             plan.jobs.push(Box::new(move || {
                 let every = Some(Duration::from_secs_f64(SAMPLE_SECS));
-                let (row, out, ideal_rates) = case.simulate(policy, FaultLayout::Best, f, seed, every)?;
-                let spec = case.spec(policy, &[], seed)?;
-                let (_, free) = case.ideals(&spec, &[])?;
-                let ideal_rates_free: Vec<f64> = spec.partitions.iter().map(|p| p.len as f64 / free).collect();
+                let (row, out, ideal) = case.simulate(policy, FaultLayout::Best, f, seed, every)?;
                 let changes = case.changes();
                 let adaptation_secs = adaptation_times(
                     &changes,
                     &out.delivered,
                     SAMPLE_SECS,
-                    &ideal_rates,
-                    &ideal_rates_free,
+                    &ideal.faulty,
+                    &ideal.free,
                     &out.consumer_seconds,
                 );
                 let timeline = Timeline {
@@ -716,10 +724,11 @@ fn fault_schedule(o: &SimOptions) -> Result<Plan, SimError> {
                     sample_secs: SAMPLE_SECS,
                     convergence_secs: None,
                     delivered: out.delivered,
-                    ideal_rates,
+                    ideal_rates: ideal.faulty,
                     changes,
-                    ideal_rates_free,
+                    ideal_rates_free: ideal.free,
                     adaptation_secs,
+                    finished_secs: out.consumer_seconds,
                 };
                 Ok((Row { series: policy.to_string(), ..row }, Some(timeline)))
             }));
