@@ -26,7 +26,7 @@ use ganges_core::disk::Fault;
 use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::NodeId;
-use ganges_core::measure::{Change, SAMPLE_SECS, adaptation_times, scheduled_ideal, slowest_over_time};
+use ganges_core::measure::{Change, SAMPLE_SECS, Sampled, scheduled_ideal};
 use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_PLAN};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::{Partition, Shape};
@@ -624,7 +624,15 @@ fn ideals(
 
 /// Adaptation time after each change (BENCHMARKS.md), measured as the simulator does.
 fn adaptation(changes: &[Change], delivered: &[Vec<u64>], shares: &Shares, finished: &[f64]) -> Vec<Adaptation> {
-    let times = adaptation_times(changes, delivered, SAMPLE_SECS, &shares.0, &shares.1, finished);
+    let sampled = Sampled {
+        changes,
+        delivered,
+        sample_secs: SAMPLE_SECS,
+        ideal_faulty: &shares.0,
+        ideal_free: &shares.1,
+        finished,
+    };
+    let times = sampled.adaptation_times();
     changes
         .iter()
         .zip(times)
@@ -1059,14 +1067,15 @@ fn time_plot(report: &Report, path: &std::path::Path) -> CliResult<()> {
     let changes = changes(&p.fault_schedule);
     let mut series = vec![];
     for r in report.rows.iter().filter(|r| r.faults == faults && !r.ideal_consumer_rates_free.is_empty()) {
-        let points = slowest_over_time(
-            &changes,
-            &r.delivered,
-            SAMPLE_SECS,
-            &r.ideal_consumer_rates_faulty,
-            &r.ideal_consumer_rates_free,
-            &r.consumer_seconds,
-        );
+        let points = Sampled {
+            changes: &changes,
+            delivered: &r.delivered,
+            sample_secs: SAMPLE_SECS,
+            ideal_faulty: &r.ideal_consumer_rates_faulty,
+            ideal_free: &r.ideal_consumer_rates_free,
+            finished: &r.consumer_seconds,
+        }
+        .slowest_over_time();
         series.push(Series { name: r.policy.to_string(), points, dashed: false, ..Default::default() });
     }
     for &(at, on) in &changes {

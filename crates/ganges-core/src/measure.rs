@@ -30,82 +30,85 @@ pub fn scheduled_ideal(total: f64, t_free: f64, t_fault: f64, changes: &[Change]
     t + left / if on { x_fault } else { x_free }
 }
 
-/// The adaptation time after each change: from the change to the first sample after which
-/// the slowest consumer's rate over `RATE_WINDOW_SAMPLES` stays within `ADAPTED_WITHIN` of
-/// its ideal rate for the new phase (`ideal_faulty` or `ideal_free`, bytes/s per consumer),
-/// until the next change or the first consumer finishes. `None`: it never did.
-///
-/// `delivered[i][k]` is consumer i's bytes at `k * sample_secs`; `finished[i]` its finish
-/// time in seconds.
-pub fn adaptation_times(
-    changes: &[Change],
-    delivered: &[Vec<u64>],
-    sample_secs: f64,
-    ideal_faulty: &[f64],
-    ideal_free: &[f64],
-    finished: &[f64],
-) -> Vec<Option<f64>> {
-    let ticks = delivered.iter().map(Vec::len).min().unwrap_or(0);
-    let w = RATE_WINDOW_SAMPLES;
-    let first_finish = finished.iter().copied().fold(f64::INFINITY, f64::min);
-    let slowest_ratio = |k: usize, faults_on: bool| {
-        slowest_ratio(delivered, sample_secs, if faults_on { ideal_faulty } else { ideal_free }, finished, k)
-    };
-    changes
-        .iter()
-        .enumerate()
-        .map(|(ci, &(at, faults_on))| {
-            let horizon = changes.get(ci + 1).map_or(first_finish, |c| c.0).min(first_finish);
-            // Windows wholly after the change, ending before the horizon.
-            let first = ((at / sample_secs).ceil() as usize + w).min(ticks);
-            let last = ((horizon / sample_secs).floor() as usize).min(ticks.saturating_sub(1));
-            if first > last {
-                return None;
-            }
-            let ok = |k: usize| (slowest_ratio(k, faults_on) - 1.0).abs() <= ADAPTED_WITHIN;
-            (first..=last).find(|&k| (k..=last).all(ok)).map(|k| k as f64 * sample_secs - at)
-        })
-        .collect()
+/// A run's consumers sampled over time, with what the adaptation measure compares them with.
+#[derive(Clone, Copy, Debug)]
+pub struct Sampled<'a> {
+    /// When the faults came and went.
+    pub changes: &'a [Change],
+    /// `delivered[i][k]`: consumer i's bytes at `k * sample_secs`.
+    pub delivered: &'a [Vec<u64>],
+    pub sample_secs: f64,
+    /// Each consumer's ideal rate (bytes/s) with the faults on, and with them off.
+    pub ideal_faulty: &'a [f64],
+    pub ideal_free: &'a [f64],
+    /// Each consumer's finish time in seconds.
+    pub finished: &'a [f64],
 }
 
-/// The slowest consumer still reading at sample `k` (not finished before it): its rate over the `RATE_WINDOW_SAMPLES`
-/// window that ends there, as a fraction of its `ideal` rate (bytes/s). Infinite when every
-/// consumer has finished.
-fn slowest_ratio(delivered: &[Vec<u64>], sample_secs: f64, ideal: &[f64], finished: &[f64], k: usize) -> f64 {
-    let w = RATE_WINDOW_SAMPLES;
-    (0..delivered.len())
-        .filter(|&i| finished[i] >= k as f64 * sample_secs)
-        .map(|i| delivered[i][k].saturating_sub(delivered[i][k - w]) as f64 / (w as f64 * sample_secs) / ideal[i])
-        .fold(f64::INFINITY, f64::min)
-}
+impl Sampled<'_> {
+    /// The adaptation time after each change: from the change to the first sample after
+    /// which the slowest consumer's rate over `RATE_WINDOW_SAMPLES` stays within
+    /// `ADAPTED_WITHIN` of its ideal rate for the new phase, until the next change or the
+    /// first consumer finishes. `None`: it never did.
+    pub fn adaptation_times(&self) -> Vec<Option<f64>> {
+        let (ticks, w, dt) = (self.ticks(), RATE_WINDOW_SAMPLES, self.sample_secs);
+        let first_finish = self.finished.iter().copied().fold(f64::INFINITY, f64::min);
+        self.changes
+            .iter()
+            .enumerate()
+            .map(|(ci, &(at, faults_on))| {
+                let horizon = self.changes.get(ci + 1).map_or(first_finish, |c| c.0).min(first_finish);
+                // Windows wholly after the change, ending before the horizon.
+                let first = ((at / dt).ceil() as usize + w).min(ticks);
+                let last = ((horizon / dt).floor() as usize).min(ticks.saturating_sub(1));
+                if first > last {
+                    return None;
+                }
+                let ok = |k: usize| (self.slowest_ratio(k, faults_on) - 1.0).abs() <= ADAPTED_WITHIN;
+                (first..=last).find(|&k| (k..=last).all(ok)).map(|k| k as f64 * dt - at)
+            })
+            .collect()
+    }
 
-/// The adaptation measure over a whole run, for plots: at the end of every window that lies
-/// within one phase (windows straddling a change are left out), the slowest running
-/// consumer's rate as a fraction of its ideal rate in that phase. With no `changes`, the
-/// faults hold throughout. As (seconds, fraction) points.
-pub fn slowest_over_time(
-    changes: &[Change],
-    delivered: &[Vec<u64>],
-    sample_secs: f64,
-    ideal_faulty: &[f64],
-    ideal_free: &[f64],
-    finished: &[f64],
-) -> Vec<(f64, f64)> {
-    let w = RATE_WINDOW_SAMPLES;
-    let ticks = delivered.iter().map(Vec::len).min().unwrap_or(0);
-    let on_at = |t: f64| changes.is_empty() || changes.iter().rev().find(|c| c.0 <= t).is_some_and(|c| c.1);
-    (w..ticks)
-        .filter_map(|k| {
-            let t = k as f64 * sample_secs;
-            let on = on_at(t);
-            if on != on_at(t - w as f64 * sample_secs) {
-                return None;
-            }
-            let ideal = if on { ideal_faulty } else { ideal_free };
-            let slowest = slowest_ratio(delivered, sample_secs, ideal, finished, k);
-            slowest.is_finite().then_some((t, slowest))
-        })
-        .collect()
+    /// The measure over the whole run, for plots: at the end of every window that lies
+    /// within one phase (windows straddling a change are left out), the slowest running
+    /// consumer's rate as a fraction of its ideal rate in that phase. With no `changes`, the
+    /// faults hold throughout. As (seconds, fraction) points.
+    pub fn slowest_over_time(&self) -> Vec<(f64, f64)> {
+        let (w, dt) = (RATE_WINDOW_SAMPLES, self.sample_secs);
+        let on_at =
+            |t: f64| self.changes.is_empty() || self.changes.iter().rev().find(|c| c.0 <= t).is_some_and(|c| c.1);
+        (w..self.ticks())
+            .filter_map(|k| {
+                let t = k as f64 * dt;
+                let on = on_at(t);
+                if on != on_at(t - w as f64 * dt) {
+                    return None;
+                }
+                let slowest = self.slowest_ratio(k, on);
+                slowest.is_finite().then_some((t, slowest))
+            })
+            .collect()
+    }
+
+    fn ticks(&self) -> usize {
+        self.delivered.iter().map(Vec::len).min().unwrap_or(0)
+    }
+
+    /// The slowest consumer still reading at sample `k` (not finished before it): its rate
+    /// over the `RATE_WINDOW_SAMPLES` window that ends there, as a fraction of its ideal rate
+    /// with the faults on or off. Infinite when every consumer has finished.
+    fn slowest_ratio(&self, k: usize, faults_on: bool) -> f64 {
+        let (w, dt) = (RATE_WINDOW_SAMPLES, self.sample_secs);
+        let ideal = if faults_on { self.ideal_faulty } else { self.ideal_free };
+        (0..self.delivered.len())
+            .filter(|&i| self.finished[i] >= k as f64 * dt)
+            .map(|i| {
+                let d = &self.delivered[i];
+                d[k].saturating_sub(d[k - w]) as f64 / (w as f64 * dt) / ideal[i]
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
 }
 
 #[cfg(test)]
@@ -131,6 +134,14 @@ mod tests {
             .collect()
     }
 
+    /// Consumers sampled every 100 ms whose ideal rate is 100 B/s, 50 with the faults on.
+    fn sampled<'a>(changes: &'a [Change], delivered: &'a [Vec<u64>], finished: &'a [f64]) -> Sampled<'a> {
+        const FAULTY: [f64; 2] = [50.0; 2];
+        const FREE: [f64; 2] = [100.0; 2];
+        let n = delivered.len();
+        Sampled { changes, delivered, sample_secs: 0.1, ideal_faulty: &FAULTY[..n], ideal_free: &FREE[..n], finished }
+    }
+
     #[test]
     fn adaptation_is_the_time_until_the_slowest_stays_near_its_share() {
         // Two consumers, ideal 100 B/s each free and 50 with the fault from 1 s. One drops to
@@ -141,7 +152,7 @@ mod tests {
         for (k, v) in b.iter_mut().enumerate().skip(21) {
             *v = at2 + (50.0 * (k - 20) as f64 / 10.0) as u64;
         }
-        let times = adaptation_times(&[(1.0, true)], &[a, b], 0.1, &[50.0, 50.0], &[100.0, 100.0], &[9.0, 9.0]);
+        let times = sampled(&[(1.0, true)], &[a, b], &[9.0, 9.0]).adaptation_times();
         let t = times[0].expect("it adapted");
         assert!((t - 1.5).abs() < 1e-9, "a full window after 2 s: {t}");
     }
@@ -155,8 +166,7 @@ mod tests {
         for v in b.iter_mut().skip(25) {
             *v = 250;
         }
-        let points =
-            slowest_over_time(&[(1.0, true), (2.0, false)], &[a, b], 0.1, &[50.0; 2], &[100.0; 2], &[9.0, 2.5]);
+        let points = sampled(&[(1.0, true), (2.0, false)], &[a, b], &[9.0, 2.5]).slowest_over_time();
         let at = |t: f64| points.iter().find(|p| (p.0 - t).abs() < 1e-9).map(|p| p.1);
         assert_eq!(at(0.5), Some(1.0));
         assert_eq!(at(1.2), None, "the window 0.7 to 1.2 s straddles the fault's start");
@@ -167,7 +177,7 @@ mod tests {
     #[test]
     fn never_adapting_is_none() {
         let a = series(100.0, 10.0, 1.0, 5.0);
-        let times = adaptation_times(&[(1.0, true)], &[a], 0.1, &[50.0], &[100.0], &[9.0]);
+        let times = sampled(&[(1.0, true)], &[a], &[9.0]).adaptation_times();
         assert_eq!(times, [None]);
     }
 }

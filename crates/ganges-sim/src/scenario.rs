@@ -17,7 +17,7 @@ use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::NodeId;
 use ganges_core::layout::Layout;
-use ganges_core::measure::{ADAPTED_WITHIN, Change, SAMPLE_SECS, adaptation_times, scheduled_ideal};
+use ganges_core::measure::{ADAPTED_WITHIN, Change, SAMPLE_SECS, Sampled, scheduled_ideal};
 use ganges_core::route::{PolicySettings, ReadPolicyKind};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::Shape;
@@ -675,7 +675,7 @@ fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
 /// The bench's schedule case (`ganges bench scan --fragment-size 256MiB --fault-schedule
 /// 2s-6s --faults 1,4`, docs/benchmarks.md) in virtual time: the same disks, seeks, blocks,
 /// windows and policies, and the adaptation times by the same measure
-/// ([`adaptation_times`]), with no other program on the machine. What a policy does here is
+/// ([`Sampled::adaptation_times`]), with no other program on the machine. What a policy does here is
 /// its own doing, so changes to it can be compared run for run.
 fn fault_schedule(o: &SimOptions) -> Result<Plan, SimError> {
     const MIB: f64 = 1024.0 * 1024.0;
@@ -711,14 +711,15 @@ fn fault_schedule(o: &SimOptions) -> Result<Plan, SimError> {
                 let every = Some(Duration::from_secs_f64(SAMPLE_SECS));
                 let (row, out, ideal) = case.simulate(policy, FaultLayout::Best, f, seed, every)?;
                 let changes = case.changes();
-                let adaptation_secs = adaptation_times(
-                    &changes,
-                    &out.delivered,
-                    SAMPLE_SECS,
-                    &ideal.faulty,
-                    &ideal.free,
-                    &out.consumer_seconds,
-                );
+                let adaptation_secs = Sampled {
+                    changes: &changes,
+                    delivered: &out.delivered,
+                    sample_secs: SAMPLE_SECS,
+                    ideal_faulty: &ideal.faulty,
+                    ideal_free: &ideal.free,
+                    finished: &out.consumer_seconds,
+                }
+                .adaptation_times();
                 let timeline = Timeline {
                     series: format!("{policy}, {f} fault{}", if f == 1 { "" } else { "s" }),
                     sample_secs: SAMPLE_SECS,
