@@ -473,8 +473,13 @@ fn stress_bench_avoids_the_stressed_node(kind: &str) {
     // Short of memory, or of network, node 1 is passed over for its mirror (node 3) once both
     // have reported.
     assert!(on_node1("ceft", 1) < 128, "the rule avoids the stressed node: {}", on_node1("ceft", 1));
-    let (calm, stressed) = (on_node1("ceft-adaptive", 0), on_node1("ceft-adaptive", 1));
-    assert!(stressed < calm, "the measured rates see it slow: {stressed} blocks on node 1 stressed, {calm} calm");
+    // ceft-adaptive splits the pair's 256 blocks by the rates it measures: about a third on
+    // node 1 at half its mirror's speed, a half if it did not see the stress. The bar is 40%.
+    // (Not against its calm run: on a loaded machine one slow start makes a calm node look
+    // slow for a whole short write; a fresh-clone run put 10 blocks on calm node 1, 37 on
+    // stressed.)
+    let stressed = on_node1("ceft-adaptive", 1);
+    assert!(stressed * 5 < 256 * 2, "the measured rates see it slow: {stressed} of 256 blocks on stressed node 1");
 }
 
 /// One test, so that the two benches' cgroup groups are counted one bench at a time.
