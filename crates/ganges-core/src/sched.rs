@@ -638,9 +638,10 @@ impl Scheduler for Auto {
 /// share, readers of later copies first. Under chained declustering a consumer's slot at its
 /// backup's server then comes while its primary server serves the other reader there, so
 /// one of its two disks serves it nearly all the time, and over any whole period it gets
-/// its share of both. The disk runs the stream whose slot the middle of the next job falls
-/// in, if it has a request queued; otherwise credits and lag decide, as unphased (credits
-/// are earned by slot time, so they agree with the slots). A stream's lag lengthens its slot
+/// its share of both. The disk runs the stream whose slot a point of the next job falls in
+/// (a point that moves from period to period: [`deciding_point`]), if it has a request
+/// queued; otherwise credits and lag decide, as unphased (credits are earned by slot time,
+/// so they agree with the slots). A stream's lag lengthens its slot
 /// by a quarter of a block per block of lag each period; slots are set aside, for credits
 /// and lag alone, while a stream is `PHASE_LAG_BLOCKS` behind (a plan gone wrong) or near
 /// the end of its scan (`PHASE_END_BLOCKS` left), which must not wait for a slot, and while
@@ -661,7 +662,7 @@ pub struct Shares {
     /// When the disk last chose (phased credits are earned over the time since).
     last_pick: Option<Time>,
     /// Smoothed time between picks while the disk is busy, in nanoseconds: about one job's
-    /// service time (a phased disk gives the slot of a job's middle).
+    /// service time (a phased disk gives a job to the slot that holds a point of it).
     pick_every: Option<f64>,
 }
 
@@ -860,6 +861,20 @@ impl Shares {
 /// periods.
 type Slot = (StreamKey, f64, f64);
 
+/// Where in the next job (0: its start, 1: its end) the slot that owns it is looked up, in
+/// the period that holds `now` (`period` nanoseconds): a point that moves from period to
+/// period (the golden ratio's multiples, which spread evenly), the same at every server.
+/// Looked up at the job's middle, a slot's boundary was rounded the same way every period
+/// whenever the jobs fell at the same points of each period: 1 MiB blocks at 32 MiB/s are
+/// exactly 16 to a 500 ms period, and a reader whose slots both ended just short of a job's
+/// middle lost a block every period (in the simulator's schedule case, 13 of the 14 blocks
+/// of its share, every window: `ganges sim fault-schedule`). Moved, a job across a boundary
+/// goes to each slot about as often as it overlaps it.
+fn deciding_point(now: Time, period: u64) -> f64 {
+    const GOLDEN: f64 = 0.618_033_988_749_895;
+    ((now.0 / period.max(1)) as f64 * GOLDEN).fract()
+}
+
 /// The stream whose slot of a `period` (nanoseconds) holds `at`.
 fn slot_owner(slots: &[Slot], period: u64, at: Time) -> Option<StreamKey> {
     let at = (at.0 % period) as f64 / period as f64;
@@ -954,10 +969,11 @@ impl Rule for Shares {
             self.state.get_mut(k).expect("pushed streams have state").credit += gain;
         }
         self.last_pick = Some(now);
-        // Phased: the stream whose slot the middle of the next job falls in, if it has a
+        // Phased: the stream whose slot the next job's deciding point falls in, if it has a
         // request queued and nobody is far behind (a plan gone wrong: credits and lag
         // decide until they have caught up) or near the end of its scan.
-        let middle = now + Duration::from_nanos(self.pick_every.map_or(0, |e| (e / 2.0) as u64));
+        let point = phase.as_ref().map_or(0.5, |(p, _)| deciding_point(now, *p));
+        let decides = now + Duration::from_nanos(self.pick_every.map_or(0, |e| (e * point) as u64));
         let near_end = || {
             keys.iter().any(|k| {
                 let last = s.streams[k].jobs.back().expect("queued streams have jobs");
@@ -966,7 +982,7 @@ impl Rule for Shares {
             })
         };
         let owner = phase
-            .and_then(|(p, slots)| slot_owner(&slots, p, middle))
+            .and_then(|(p, slots)| slot_owner(&slots, p, decides))
             .filter(|k| keys.contains(k) && lags.iter().all(|&l| l <= Self::PHASE_LAG_BLOCKS) && !near_end());
         // A run continues while its debt is small and it is not ahead of the others.
         let run = s.run_candidate(head).copied().filter(|k| {
@@ -1438,6 +1454,49 @@ mod tests {
             assert!((share(0, 1) - 0.4).abs() < 0.05, "W got {served:?}");
             assert!((share(1, 3) - 0.6).abs() < 0.05, "Y got {served:?}");
         }
+    }
+
+    /// A disk that takes exactly a sixteenth of a period a block, shared 40 / 60 by two
+    /// readers with level progress: W's slot ends 6.4 blocks into every period. W gets 40% of
+    /// the blocks over many periods, not the 6 a period (37.5%) of a boundary rounded the
+    /// same way each time, and 6 or 7 in every period.
+    #[test]
+    fn a_slot_boundary_inside_a_block_is_not_rounded_the_same_way_every_period() {
+        let period = ShareSettings::PLANNED.phase.expect("planned disks are phased");
+        let (w, x) = (StreamKey { conn: 1, stream: 1 }, StreamKey { conn: 2, stream: 1 });
+        let level = Progress { done_bytes: 0, total_bytes: 1 << 40, metric: ProgressMetric::Fraction };
+        let mut disk = PerStream::planned();
+        let (mut now, mut id) = (Time::ZERO, 0);
+        let mut w_per_period: BTreeMap<u64, u32> = BTreeMap::new();
+        let periods: u32 = 48;
+        while now < Time::ZERO + period * periods {
+            for (stream, share, copy) in [(w, 0.4, 1u8), (x, 0.6, 0)] {
+                while disk.s.streams.get(&stream).map_or(0, |q| q.jobs.len()) < 2 {
+                    id += 1;
+                    let service = Service {
+                        discipline: Discipline::Planned,
+                        runs: true,
+                        share: (share * SHARE_ONE as f64).round() as u16,
+                        copy,
+                        phased: true,
+                        ..Service::FURTHEST_BEHIND
+                    };
+                    let job =
+                        Job { id, stream, file: stream.conn, bytes: 1 << 20, progress: level, service, arrival: now };
+                    disk.push(job);
+                }
+            }
+            let j = disk.pop(now, None).expect("both streams have requests queued");
+            let k = now.0 / period.as_nanos() as u64;
+            if j.stream == w && k >= 2 {
+                *w_per_period.entry(k).or_default() += 1;
+            }
+            now = now + period / 16;
+        }
+        let counts: Vec<u32> = (2..u64::from(periods)).map(|k| w_per_period.get(&k).copied().unwrap_or(0)).collect();
+        let share = f64::from(counts.iter().sum::<u32>()) / (16.0 * counts.len() as f64);
+        assert!((share - 0.4).abs() < 0.01, "W got {share} of the disk: {counts:?}");
+        assert!(counts.iter().all(|n| (6..=7).contains(n)), "{counts:?}");
     }
 
     #[test]
