@@ -867,10 +867,11 @@ type Slot = (StreamKey, f64, f64);
 /// Looked up at the job's middle, a slot's boundary was rounded the same way every period
 /// whenever the jobs fell at the same points of each period: 1 MiB blocks at 32 MiB/s are
 /// exactly 16 to a 500 ms period, and a reader whose slots both ended just short of a job's
-/// middle lost a block every period (in a trace of `ganges sim fault-schedule` at four slow
-/// disks, 9 blocks of a 9.6-block slot and 4 of a 4.2-block one, period after period: 13 of
-/// the 14 of its share). Moved, a job across a boundary goes to each slot about as often as
-/// it overlaps it.
+/// middle lost a block a period while the jobs kept their places (in a trace of
+/// `ganges sim fault-schedule` at four slow disks, 9 blocks of a 9.6-block slot and 4 of a
+/// 4.2-block one in consecutive periods: 13 of the 14 of its share; two seeks a period move
+/// the jobs 8 ms a period, so there it held for a few periods at a time). Moved, a job
+/// across a boundary goes to each slot about as often as it overlaps it.
 fn deciding_point(now: Time, period: u64) -> f64 {
     const GOLDEN: f64 = 0.618_033_988_749_895;
     ((now.0 / period.max(1)) as f64 * GOLDEN).fract()
