@@ -3,7 +3,6 @@
 
 use crate::plot::{self, Series};
 use crate::util::{CliError, CliResult, Table};
-use ganges_core::measure::Sampled;
 use ganges_sim::scenario::{self, Job, Plan, Report, SCENARIOS, SimOptions};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -223,15 +222,7 @@ fn draw_slowest(r: &Report, path: &std::path::Path) -> CliResult<()> {
                 })
             };
             let (color, dashed) = (index(&mut policies, policy), index(&mut counts, count) > 0);
-            let points = Sampled {
-                changes: &tl.changes,
-                delivered: &tl.delivered,
-                sample_secs: tl.sample_secs,
-                ideal_faulty: &tl.ideal_rates,
-                ideal_free: &tl.ideal_rates_free,
-                finished: &tl.finished_secs,
-            }
-            .slowest_over_time();
+            let points = tl.sampled().slowest_over_time();
             Series { name: tl.series.clone(), points, color: Some(color), dashed, ..Default::default() }
         })
         .collect();

@@ -641,13 +641,13 @@ impl Scheduler for Auto {
 /// its share of both. The disk runs the stream whose slot a point of the next job falls in
 /// (a point that moves from period to period: [`deciding_point`]), if it has a request
 /// queued; otherwise credits and lag decide, as unphased (credits are earned by slot time,
-/// so they agree with the slots). A stream's lag lengthens its slot
-/// by a quarter of a block per block of lag each period; slots are set aside, for credits
-/// and lag alone, while a stream is `PHASE_LAG_BLOCKS` behind (a plan gone wrong) or near
-/// the end of its scan (`PHASE_END_BLOCKS` left), which must not wait for a slot, and while
-/// a stream that reads several fragments at once is queued (`Service::phased` unset: its
-/// disks are not a pair that can take turns, and it would only wait for its slots; unequal
-/// logical partitions lost 3 points at four slow disks with it phased).
+/// so they agree with the slots). A stream's lag lengthens its slot by a quarter of a block
+/// per block of lag each period; slots are set aside, for credits and lag alone, while a
+/// stream is `PHASE_LAG_BLOCKS` behind (a plan gone wrong) or near the end of its scan
+/// (`PHASE_END_BLOCKS` left), which must not wait for a slot, and while a stream that reads
+/// several fragments at once is queued (`Service::phased` unset: its disks are not a pair
+/// that can take turns, and it would only wait for its slots; unequal logical partitions
+/// lost 3 points at four slow disks with it phased).
 pub type LearnedShares = PerStream<Shares>;
 
 /// The share disciplines' rule: learned (gd-share) or planned (gd-plan) weights, credits,
@@ -974,8 +974,6 @@ impl Rule for Shares {
         // Phased: the stream whose slot the next job's deciding point falls in, if it has a
         // request queued and nobody is far behind (a plan gone wrong: credits and lag
         // decide until they have caught up) or near the end of its scan.
-        let point = phase.as_ref().map_or(0.5, |(p, _)| deciding_point(now, *p));
-        let decides = now + Duration::from_nanos(self.pick_every.map_or(0, |e| (e * point) as u64));
         let near_end = || {
             keys.iter().any(|k| {
                 let last = s.streams[k].jobs.back().expect("queued streams have jobs");
@@ -984,7 +982,10 @@ impl Rule for Shares {
             })
         };
         let owner = phase
-            .and_then(|(p, slots)| slot_owner(&slots, p, decides))
+            .and_then(|(p, slots)| {
+                let point = self.pick_every.map_or(0.0, |e| e * deciding_point(now, p));
+                slot_owner(&slots, p, now + Duration::from_nanos(point as u64))
+            })
             .filter(|k| keys.contains(k) && lags.iter().all(|&l| l <= Self::PHASE_LAG_BLOCKS) && !near_end());
         // A run continues while its debt is small and it is not ahead of the others.
         let run = s.run_candidate(head).copied().filter(|k| {
@@ -1395,16 +1396,8 @@ mod tests {
                 disk.update_progress(stream, progress(stream, done.get(&stream).copied().unwrap_or(0)));
                 while disk.s.streams.get(&stream).map_or(0, |q| q.jobs.len()) < 2 {
                     id += 1;
-                    let service = Service {
-                        discipline: Discipline::Planned,
-                        runs: true,
-                        share,
-                        copy,
-                        phased: true,
-                        ..Service::FURTHEST_BEHIND
-                    };
                     let p = progress(stream, done.get(&stream).copied().unwrap_or(0));
-                    disk.push(Job { id, stream, file: stream.conn, bytes: block, progress: p, service, arrival: now });
+                    disk.push(phased_job(id, stream, share, copy, p, now));
                 }
             }
             let j = disk.pop(now, None).expect("both streams have requests queued");
@@ -1475,17 +1468,7 @@ mod tests {
             for (stream, share, copy) in [(w, 0.4, 1u8), (x, 0.6, 0)] {
                 while disk.s.streams.get(&stream).map_or(0, |q| q.jobs.len()) < 2 {
                     id += 1;
-                    let service = Service {
-                        discipline: Discipline::Planned,
-                        runs: true,
-                        share: (share * SHARE_ONE as f64).round() as u16,
-                        copy,
-                        phased: true,
-                        ..Service::FURTHEST_BEHIND
-                    };
-                    let job =
-                        Job { id, stream, file: stream.conn, bytes: 1 << 20, progress: level, service, arrival: now };
-                    disk.push(job);
+                    disk.push(phased_job(id, stream, (share * SHARE_ONE as f64).round() as u16, copy, level, now));
                 }
             }
             let j = disk.pop(now, None).expect("both streams have requests queued");
@@ -1520,6 +1503,13 @@ mod tests {
             Service { discipline: Discipline::Planned, runs: true, share: SHARE_ONE / 2, ..Service::FURTHEST_BEHIND };
         let progress = Progress { done_bytes: 0, total_bytes: 1 << 30, metric: ProgressMetric::Fraction };
         Job { id, stream, file, bytes: 1 << 20, progress, service, arrival: Time(0) }
+    }
+
+    /// `planned_job` on `stream`'s own file, asking for a slot of `share` and reading copy
+    /// `copy`, at `progress`, queued at `now`.
+    fn phased_job(id: JobId, stream: StreamKey, share: u16, copy: u8, progress: Progress, now: Time) -> Job {
+        let j = planned_job(id, stream, stream.conn);
+        Job { service: Service { share, copy, phased: true, ..j.service }, progress, arrival: now, ..j }
     }
 
     /// A planned disk running a stream whose queue ran dry waits for its next request rather

@@ -108,6 +108,20 @@ pub struct Timeline {
     pub finished_secs: Vec<f64>,
 }
 
+impl Timeline {
+    /// The run as the adaptation measure reads it (fault-schedule timelines).
+    pub fn sampled(&self) -> Sampled<'_> {
+        Sampled {
+            changes: &self.changes,
+            delivered: &self.delivered,
+            sample_secs: self.sample_secs,
+            ideal_faulty: &self.ideal_rates,
+            ideal_free: &self.ideal_rates_free,
+            finished: &self.finished_secs,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
     pub scenario: String,
@@ -710,27 +724,18 @@ fn fault_schedule(o: &SimOptions) -> Result<Plan, SimError> {
             plan.jobs.push(Box::new(move || {
                 let every = Some(Duration::from_secs_f64(SAMPLE_SECS));
                 let (row, out, ideal) = case.simulate(policy, FaultLayout::Best, f, seed, every)?;
-                let changes = case.changes();
-                let adaptation_secs = Sampled {
-                    changes: &changes,
-                    delivered: &out.delivered,
-                    sample_secs: SAMPLE_SECS,
-                    ideal_faulty: &ideal.faulty,
-                    ideal_free: &ideal.free,
-                    finished: &out.consumer_seconds,
-                }
-                .adaptation_times();
-                let timeline = Timeline {
+                let mut timeline = Timeline {
                     series: format!("{policy}, {f} fault{}", if f == 1 { "" } else { "s" }),
                     sample_secs: SAMPLE_SECS,
                     convergence_secs: None,
                     delivered: out.delivered,
                     ideal_rates: ideal.faulty,
-                    changes,
+                    changes: case.changes(),
                     ideal_rates_free: ideal.free,
-                    adaptation_secs,
+                    adaptation_secs: vec![],
                     finished_secs: out.consumer_seconds,
                 };
+                timeline.adaptation_secs = timeline.sampled().adaptation_times();
                 Ok((Row { series: policy.to_string(), ..row }, Some(timeline)))
             }));
         }

@@ -179,7 +179,7 @@ impl Planned {
 
     /// What is left of each fragment of the layout's period, as a fraction: this consumer's
     /// own figure for its fragment, the progress each primary server last reported for the
-    /// others. Figures within `ON_TRACK_BLOCKS` blocks of the mean count as the mean, so
+    /// others. Figures within `on_track_blocks` blocks of the mean count as the mean, so
     /// the jitter of healthy reads does not move reads to backups.
     fn remaining(view: &RouteView<'_>, layout: &Layout, on_track_blocks: f64) -> Vec<f64> {
         let period = Self::period(layout);
