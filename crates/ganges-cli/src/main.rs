@@ -704,7 +704,7 @@ struct PolicyArgs {
     #[arg(long, default_value_t = RateSettings::default().return_to_primary, action = clap::ArgAction::Set)]
     rr_return_to_primary: bool,
     /// gd-plan: how often each server is asked for its disk speed
-    #[arg(long, default_value = "100ms")]
+    #[arg(long, default_value = "40ms")]
     plan_probe_interval: Dur,
 }
 

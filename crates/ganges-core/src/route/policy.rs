@@ -205,9 +205,13 @@ pub struct PlanSettings {
 
 impl Default for PlanSettings {
     fn default() -> Self {
-        // Sixteen servers: a small frame every 6 ms per consumer; a fault shows in the plan
-        // within about a tenth of a second plus the servers' own smoothing.
-        PlanSettings { probe_interval: Duration::from_millis(100) }
+        // Sixteen servers: a small frame every 2.5 ms per consumer. The answers carry both
+        // inputs of a plan, a server's disk speed and its primary reader's progress, so the
+        // interval is how old a consumer's figures may be and how far apart two consumers'
+        // plans are: every 100 ms left gd-plan 0.8 point lower with twelve slow disks of
+        // sixteen and 0.5 lower with four (ten alternating runs on the cluster, for 12% less
+        // CPU per GB; docs/benchmarks.md, "How often a plan asks").
+        PlanSettings { probe_interval: Duration::from_millis(40) }
     }
 }
 
