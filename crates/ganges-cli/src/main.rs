@@ -1279,3 +1279,21 @@ fn demo(a: DemoArgs) -> CliResult<()> {
     println!("results: {} and {}", json.display(), plot.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Parser)]
+    struct OnlyPolicies {
+        #[command(flatten)]
+        settings: PolicyArgs,
+    }
+
+    #[test]
+    fn policy_flags_default_to_the_policies_own_defaults() {
+        // The flags spell their defaults out for --help; they must say what the library does.
+        let parsed = OnlyPolicies::try_parse_from(["ganges"]).expect("no flags parse");
+        assert_eq!(parsed.settings.settings().expect("defaults are valid"), PolicySettings::default());
+    }
+}
