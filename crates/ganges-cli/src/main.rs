@@ -686,7 +686,7 @@ struct PolicyArgs {
     #[arg(long, default_value_t = PrimarySettings::default().low_watermark)]
     pc_low_watermark: f64,
     /// gd-pc: how often to ask a backup server for its primary consumer's progress
-    #[arg(long, default_value = "50ms")]
+    #[arg(long, default_value_t = Dur(PrimarySettings::default().probe_interval))]
     pc_probe_interval: Dur,
     /// gd-rr: requests kept at a server in use
     #[arg(long, default_value_t = RateSettings::default().min_outstanding)]
@@ -698,13 +698,13 @@ struct PolicyArgs {
     #[arg(long, default_value_t = RateSettings::default().slow_ratio)]
     rr_slow_ratio: f64,
     /// gd-rr: how often to ask a backup server for its disk speed
-    #[arg(long, default_value = "100ms")]
+    #[arg(long, default_value_t = Dur(RateSettings::default().probe_interval))]
     rr_probe_interval: Dur,
     /// gd-rr: give the primary its share back once it is as fast as the others again
     #[arg(long, default_value_t = RateSettings::default().return_to_primary, action = clap::ArgAction::Set)]
     rr_return_to_primary: bool,
     /// gd-plan: how often each server is asked for its disk speed
-    #[arg(long, default_value = "40ms")]
+    #[arg(long, default_value_t = Dur(PlanSettings::default().probe_interval))]
     plan_probe_interval: Dur,
 }
 
@@ -718,10 +718,10 @@ struct CeftArgs {
     #[arg(long, default_value_t = CeftThresholds::default().load_heavy)]
     ceft_load_heavy: f64,
     /// ceft: how often each node of a writer's pairs is asked for its load
-    #[arg(long, default_value = "1s")]
+    #[arg(long, default_value_t = Dur(CeftSettings::default().probe_interval))]
     ceft_probe_interval: Dur,
     /// ceft-adaptive: a node of a pair unused this long is sent one block
-    #[arg(long, default_value = "1s")]
+    #[arg(long, default_value_t = Dur(CeftSettings::default().explore_interval))]
     ceft_explore_interval: Dur,
 }
 
@@ -1288,12 +1288,16 @@ mod tests {
     struct OnlyPolicies {
         #[command(flatten)]
         settings: PolicyArgs,
+        #[command(flatten)]
+        ceft: CeftArgs,
     }
 
     #[test]
     fn policy_flags_default_to_the_policies_own_defaults() {
-        // The flags spell their defaults out for --help; they must say what the library does.
+        // Every flag takes its default from the library; read back through the flags, the
+        // defaults must be the library's own (a flag mapped to the wrong field shows here).
         let parsed = OnlyPolicies::try_parse_from(["ganges"]).expect("no flags parse");
         assert_eq!(parsed.settings.settings().expect("defaults are valid"), PolicySettings::default());
+        assert_eq!(parsed.ceft.settings(), CeftSettings::default());
     }
 }

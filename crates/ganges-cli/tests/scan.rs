@@ -82,7 +82,7 @@ async fn every_policy_delivers_every_byte_once_with_the_right_content() {
     let client = c.client().await;
     let generator = Generator::Random { seed: 42 };
     let m = Arc::new(create(&client, "d", vec![1 << 20; 4], 64 << 10, 2, generator).await);
-    let nodes: Vec<NodeId> = (0..4).map(NodeId).collect();
+    let nodes: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
     for policy in ReadPolicyKind::ALL {
         // As the benchmark does: each scan starts from servers that forgot the disk speeds
         // the scans before it measured (gd-plan plans on them; a previous policy's seeks

@@ -517,8 +517,8 @@ mod tests {
 
     #[test]
     fn every_server_is_probed_once_per_interval() {
-        let mut p = Planned::new(PlanSettings { probe_interval: std::time::Duration::from_millis(100) });
-        p.on_layout(&Layout::chained(4, 2).unwrap());
+        let mut p = policy(4);
+        p.s.probe_interval = std::time::Duration::from_millis(100);
         let n = rates(&[]);
         let mut v = view(&n, 0);
         let mut asked = vec![];
