@@ -78,7 +78,7 @@ enum Cmd {
         /// Dataset name
         name: String,
         /// Read policy: static, gd, gd-rel, gd-batch, gd-share, gd-pc, gd-pc-shrink, gd-rr,
-        /// gd-rr-handoff, mirror
+        /// gd-rr-handoff, gd-plan or mirror (the README's "Read policies" says what each does)
         #[arg(long, default_value = "gd")]
         policy: ReadPolicyKind,
         /// Requests in flight per consumer [default: 4; 6 for gd-plan]
@@ -642,7 +642,7 @@ struct BenchScanArgs {
     /// Data of even and odd consumers (logical partitions), e.g. 1:1,1:1.5,1:2
     #[arg(long, value_delimiter = ',', default_value = "1:1")]
     ratio: Vec<Ratio>,
-    /// Read policies to compare
+    /// Read policies to compare, by the names `ganges scan --policy` takes
     #[arg(long, value_delimiter = ',', default_value = "static,gd")]
     policies: Vec<ReadPolicyKind>,
     /// Requests in flight per consumer [default: 4; 6 for gd-plan]
@@ -1299,5 +1299,27 @@ mod tests {
         let parsed = OnlyPolicies::try_parse_from(["ganges"]).expect("no flags parse");
         assert_eq!(parsed.settings.settings().expect("defaults are valid"), PolicySettings::default());
         assert_eq!(parsed.ceft.settings(), CeftSettings::default());
+    }
+
+    #[test]
+    fn the_policy_flags_name_every_policy() {
+        use clap::CommandFactory;
+        let help = |sub: &str, arg: &str| -> String {
+            let cli = Cli::command();
+            let cmd = cli.find_subcommand(sub).expect("the subcommand exists");
+            let arg = cmd.get_arguments().find(|a| a.get_id() == arg).expect("the flag exists");
+            arg.get_help().expect("the flag has help").to_string()
+        };
+        // Whole words: "gd" must not pass for being part of "gd-pc".
+        let names = |help: &str| -> Vec<String> {
+            help.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).map(str::to_string).collect()
+        };
+        let (read, write) = (help("scan", "policy"), help("write", "policy"));
+        for k in ReadPolicyKind::ALL {
+            assert!(names(&read).contains(&k.to_string()), "`scan --policy` does not name {k}: {read}");
+        }
+        for k in WritePolicyKind::ALL {
+            assert!(names(&write).contains(&k.to_string()), "`write --policy` does not name {k}: {write}");
+        }
     }
 }
