@@ -697,6 +697,10 @@ struct PolicyArgs {
     /// gd-rr: a server this many times slower than the fastest gets one request at a time
     #[arg(long, default_value_t = RateSettings::default().slow_ratio)]
     rr_slow_ratio: f64,
+    /// gd-rr: every this many picks a server serves the consumer that waited longest (the
+    /// starvation guard)
+    #[arg(long, default_value_t = RateSettings::default().guard_every)]
+    rr_guard_every: u32,
     /// gd-rr: how often to ask a backup server for its disk speed
     #[arg(long, default_value_t = Dur(RateSettings::default().probe_interval))]
     rr_probe_interval: Dur,
@@ -748,6 +752,7 @@ impl PolicyArgs {
                 min_outstanding: self.rr_min_outstanding,
                 warmup_replies: self.rr_warmup_replies,
                 slow_ratio: self.rr_slow_ratio,
+                guard_every: self.rr_guard_every,
                 probe_interval: self.rr_probe_interval.0,
                 return_to_primary: self.rr_return_to_primary,
             },

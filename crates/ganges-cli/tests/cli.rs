@@ -82,6 +82,11 @@ fn a_users_session_from_local_up_to_local_down() {
     assert!(err.contains("pc-low-watermark") && err.contains("below pc-high-watermark (0.04)"), "{err}");
     let err = fails(&["scan", "ev", "--policy", "gd-rr", "--rr-slow-ratio", "0.5", "--cluster", c], 1);
     assert!(err.contains("rr-slow-ratio") && err.contains("must be above 1"), "{err}");
+    let err = fails(&["scan", "ev", "--policy", "gd-rr", "--rr-guard-every", "0", "--cluster", c], 1);
+    assert!(err.contains("rr-guard-every") && err.contains("between 1 and 255"), "{err}");
+    // A guard at every pick goes over the wire and through a handoff, and reads it all.
+    let out = ok(&["scan", "ev", "--policy", "gd-rr-handoff", "--rr-guard-every", "1", "--cluster", c]);
+    assert!(out.contains("every byte delivered exactly once"), "{out}");
     let err = fails(&["dataset", "create", "halves", "--size", "1MiB", "--layout", "mirrored", "--cluster", c], 1);
     assert!(err.contains("even number of nodes"), "{err}");
 

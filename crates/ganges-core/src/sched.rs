@@ -11,7 +11,7 @@
 //! - **longest queue** (GD-4; virtual-streams §3.1.2): no progress is used; serve the
 //!   consumer with the most requests queued here, because a consumer whose other servers are
 //!   slow sends more of its requests here. A starvation guard serves the longest-waiting
-//!   consumer every `GUARD_EVERY` picks.
+//!   consumer every `GUARD_EVERY` picks, or as often as the requests ask.
 //!
 //! and whether it wants **runs** (GD-5; virtual-streams §3.3): once a consumer is chosen, keep
 //! serving its queued requests back to back, up to `RUN_MAX`, while they are on the file
@@ -49,8 +49,11 @@ pub const RUN_MAX: u32 = 8;
 /// consumer before the one furthest behind gets the disk back.
 pub const RUN_SLACK_JOBS: f64 = 4.0;
 /// Every this many picks, longest-queue serves the consumer that has waited longest
-/// (virtual-streams §3.1.2, lesson 4: no consumer starves).
-pub const GUARD_EVERY: u32 = 8;
+/// (virtual-streams §3.1.2, lesson 4: no consumer starves), unless the requests ask for
+/// another interval (`Service::guard_every`, gd-rr's `guard_every` setting). Eight is a
+/// run's length (`RUN_MAX`): a consumer with the shorter queue waits about a run at most, a
+/// quarter second with 1 MiB blocks at 32 MiB/s.
+pub const GUARD_EVERY: u8 = 8;
 /// A primary consumer that has sent nothing for this long no longer counts as reading
 /// (its scan finished or it died), so backups may use this server freely.
 pub const PRIMARY_STALE_AFTER: Duration = Duration::from_secs(1);
@@ -151,6 +154,10 @@ pub struct Service {
     /// disk serving such a stream does not phase (see [`LearnedShares`]).
     #[serde(default)]
     pub phased: bool,
+    /// Longest queue: serve the stream that waited longest every this many picks; 0: the
+    /// server's `GUARD_EVERY`. Where streams ask for different intervals, the shortest holds.
+    #[serde(default)]
+    pub guard_every: u8,
 }
 
 /// The highest `Service::copy` (two bits on the wire); later copies count as this one.
@@ -167,6 +174,7 @@ impl Service {
         share: 0,
         copy: 0,
         phased: false,
+        guard_every: 0,
     };
 
     /// The share as a fraction of the disk.
@@ -175,7 +183,7 @@ impl Service {
     }
 
     /// One byte on the wire: bits 0-1 the discipline, bit 2 runs, bit 3 handoff, bits 4-5
-    /// the copy, bit 6 phased (the share travels beside it).
+    /// the copy, bit 6 phased (the share and the guard travel beside it).
     pub fn to_byte(self) -> u8 {
         (match self.discipline {
             Discipline::FurthestBehind => 0,
@@ -188,7 +196,7 @@ impl Service {
             | (u8::from(self.phased) << 6)
     }
 
-    pub fn from_byte(b: u8, share: u16) -> Option<Service> {
+    pub fn from_byte(b: u8, share: u16, guard_every: u8) -> Option<Service> {
         if b & !0b111_1111 != 0 {
             return None;
         }
@@ -205,6 +213,7 @@ impl Service {
             share,
             copy: (b >> 4) & COPY_MAX,
             phased: b & 64 != 0,
+            guard_every,
         })
     }
 }
@@ -534,7 +543,8 @@ impl Rule for ByQueue {
 
     fn choose(&mut self, s: &mut Streams, _now: Time, head: Option<FileKey>) -> Option<StreamKey> {
         self.picks = self.picks.wrapping_add(1);
-        if s.streams.len() > 1 && self.picks.is_multiple_of(GUARD_EVERY) {
+        let every = s.streams.values().map(|q| q.jobs[0].service.guard_every).filter(|g| *g > 0).min();
+        if s.streams.len() > 1 && self.picks.is_multiple_of(u32::from(every.unwrap_or(GUARD_EVERY))) {
             // Starvation guard: the stream whose oldest request has waited longest.
             return s.best_by(head, |q, b| {
                 (q.jobs[0].arrival != b.jobs[0].arrival).then_some(q.jobs[0].arrival < b.jobs[0].arrival)
@@ -1237,6 +1247,25 @@ mod tests {
         s.assert_invariants();
     }
 
+    /// The requests set the guard's interval (gd-rr's `guard_every`); the shortest asked for
+    /// holds.
+    #[test]
+    fn the_requests_set_the_starvation_guard() {
+        let starved_served_at = |long: u8, short: u8| -> usize {
+            let mut s = LongestQueue::default();
+            for id in 0..20 {
+                s.push(job(100 + id, 1, 1, 0, 1, ProgressMetric::Bytes, Service { guard_every: long, ..LQ }));
+            }
+            s.push(job(1, 2, 2, 0, 1, ProgressMetric::Bytes, Service { guard_every: short, ..LQ }));
+            let order: Vec<JobId> = (0..20).map(|_| s.pop(Time::ZERO, None).unwrap().id).collect();
+            order.iter().position(|id| *id == 1).expect("the starved stream is served")
+        };
+        assert_eq!(starved_served_at(3, 3), 2, "the third pick");
+        assert_eq!(starved_served_at(0, 0), usize::from(GUARD_EVERY) - 1, "0: the server's interval");
+        assert_eq!(starved_served_at(12, 2), 1, "the shortest interval asked for");
+        assert_eq!(starved_served_at(1, 0), 0, "every pick: the longest wait first");
+    }
+
     #[test]
     fn auto_dispatches_by_discipline_and_alternates_between_them() {
         let mut s = Auto::default();
@@ -1257,27 +1286,20 @@ mod tests {
             FB,
             FB_RUNS,
             LQ,
-            Service { runs: true, handoff: true, ..LQ },
-            Service {
-                discipline: Discipline::LearnedShares,
-                runs: true,
-                handoff: false,
-                share: 7,
-                copy: 1,
-                phased: true,
-            },
+            Service { runs: true, handoff: true, guard_every: 3, ..LQ },
+            Service { discipline: Discipline::LearnedShares, runs: true, share: 7, copy: 1, phased: true, ..FB },
             Service {
                 discipline: Discipline::Planned,
                 runs: true,
-                handoff: false,
                 share: SHARE_ONE,
                 copy: COPY_MAX,
                 phased: true,
+                ..FB
             },
         ] {
-            assert_eq!(Service::from_byte(s.to_byte(), s.share), Some(s));
+            assert_eq!(Service::from_byte(s.to_byte(), s.share, s.guard_every), Some(s));
         }
-        assert_eq!(Service::from_byte(128, 0), None);
+        assert_eq!(Service::from_byte(128, 0, 0), None);
     }
 
     /// Planned streams get the disk in proportion to the shares their requests carry, and a

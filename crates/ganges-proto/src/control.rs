@@ -96,6 +96,9 @@ pub struct HandedJob {
     pub total_bytes: u64,
     pub fraction: bool,
     pub service: u8,
+    /// `Service::guard_every` (the share is not carried: handoff is gd-rr's, which plans none).
+    #[serde(default)]
+    pub guard_every: u8,
     pub dataset: DatasetName,
     pub fragment: FragmentId,
     pub block: u32,

@@ -10,9 +10,9 @@
 //! | kind | message   | body |
 //! |------|-----------|------|
 //! | 0x01 | Hello     | JSON `{client, client_id}` |
-//! | 0x02 | Read      | stream u64, progress, service u8, share u16, fragment u32, block u32, start u32, len u32, name_len u8, name |
+//! | 0x02 | Read      | stream u64, progress, service u8, share u16, guard u8, fragment u32, block u32, start u32, len u32, name_len u8, name |
 //! | 0x03 | Cancel    | empty: the header's request id names the read to cancel |
-//! | 0x04 | Write     | stream u64, progress, service u8, share u16, txid u64, fragment u32, block u32, crc u32, name_len u8, name, data |
+//! | 0x04 | Write     | stream u64, progress, service u8, share u16, guard u8, txid u64, fragment u32, block u32, crc u32, name_len u8, name, data |
 //! | 0x05 | Progress  | stream u64, progress (no reply) |
 //! | 0x06 | Probe     | stream u64, progress, name_len u8, name (answered by State) |
 //! | 0x07 | Sink      | data, discarded (a network stress's traffic; no reply) |
@@ -401,8 +401,7 @@ impl Message {
             }
             Message::Read(r) => {
                 put_progress(&mut fields, r.stream, &r.progress);
-                fields.put_u8(r.service.to_byte());
-                fields.put_u16_le(r.service.share);
+                put_service(&mut fields, &r.service);
                 fields.put_u32_le(r.fragment.0);
                 fields.put_u32_le(r.block);
                 fields.put_u32_le(r.start_in_block);
@@ -441,8 +440,7 @@ impl Message {
             Message::Moved { to } | Message::Redirected { to } => fields.put_u32_le(to.0),
             Message::Write(w) => {
                 put_progress(&mut fields, w.stream, &w.progress);
-                fields.put_u8(w.service.to_byte());
-                fields.put_u16_le(w.service.share);
+                put_service(&mut fields, &w.service);
                 fields.put_u64_le(w.txid);
                 fields.put_u32_le(w.fragment.0);
                 fields.put_u32_le(w.block);
@@ -489,7 +487,7 @@ impl Message {
                 Message::WriteOk(WriteOk { queue_len, service_us, primary_progress, block })
             }
             kind::READ => {
-                need("read", &b, 45)?;
+                need("read", &b, 46)?;
                 let (stream, progress) = get_progress("read", &mut b)?;
                 let service = get_service("read", &mut b)?;
                 let fragment = FragmentId(b.get_u32_le());
@@ -548,7 +546,7 @@ impl Message {
                 if header.kind == kind::MOVED { Message::Moved { to } } else { Message::Redirected { to } }
             }
             kind::WRITE => {
-                need("write", &b, 49)?;
+                need("write", &b, 50)?;
                 let (stream, progress) = get_progress("write", &mut b)?;
                 let service = get_service("write", &mut b)?;
                 let txid = b.get_u64_le();
@@ -590,10 +588,18 @@ fn get_progress(what: &'static str, b: &mut Bytes) -> Result<(u64, Progress), Pr
     Ok((stream, Progress { done_bytes, total_bytes, metric }))
 }
 
+/// A request's service: its byte, the share and the guard (4 bytes).
+fn put_service(b: &mut BytesMut, s: &Service) {
+    b.put_u8(s.to_byte());
+    b.put_u16_le(s.share);
+    b.put_u8(s.guard_every);
+}
+
 fn get_service(what: &'static str, b: &mut Bytes) -> Result<Service, ProtoError> {
     let v = b.get_u8();
     let share = b.get_u16_le();
-    Service::from_byte(v, share).ok_or_else(|| ProtoError::malformed(what, format!("service byte {v:#04x}")))
+    let guard = b.get_u8();
+    Service::from_byte(v, share, guard).ok_or_else(|| ProtoError::malformed(what, format!("service byte {v:#04x}")))
 }
 
 /// The node-load tail of a State frame: 4 + 4 + 8 + 4 + 4 bytes.
@@ -693,14 +699,16 @@ mod tests {
             any::<u16>(),
             0..=COPY_MAX,
             any::<bool>(),
+            any::<u8>(),
         )
-            .prop_map(|(discipline, runs, handoff, share, copy, phased)| Service {
+            .prop_map(|(discipline, runs, handoff, share, copy, phased, guard_every)| Service {
                 discipline,
                 runs,
                 handoff,
                 share,
                 copy,
                 phased,
+                guard_every,
             })
     }
 

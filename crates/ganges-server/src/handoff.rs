@@ -225,7 +225,7 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
             outbox.send_untracked(origin.request_id, Message::Error(e, Some(origin)));
             continue;
         }
-        let service = Service::from_byte(hj.service, 0).unwrap_or(Service::FURTHEST_BEHIND);
+        let service = Service::from_byte(hj.service, 0, hj.guard_every).unwrap_or(Service::FURTHEST_BEHIND);
         let metric = if hj.fraction { ProgressMetric::Fraction } else { ProgressMetric::Bytes };
         let job = Job {
             id: 0,
@@ -293,6 +293,7 @@ pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64],
                 total_bytes: job.progress.total_bytes,
                 fraction: job.progress.metric == ProgressMetric::Fraction,
                 service: job.service.to_byte(),
+                guard_every: job.service.guard_every,
                 dataset: ctx.dataset.manifest.name.clone(),
                 fragment: ctx.fragment,
                 block: ctx.block,

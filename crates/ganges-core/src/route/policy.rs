@@ -174,6 +174,10 @@ pub struct RateSettings {
     pub warmup_replies: u32,
     /// A server this many times slower than the fastest gets one request at a time (lesson 5).
     pub slow_ratio: f64,
+    /// Every this many picks a server serves the consumer that has waited longest instead of
+    /// the longest queue (lesson 4: no consumer starves; `sched::LongestQueue`).
+    #[serde(default = "default_guard_every")]
+    pub guard_every: u32,
     /// How often to ask a backup server for its state (its disk speed) while sending it
     /// nothing (GD-5: no data from backups without trouble).
     pub probe_interval: Duration,
@@ -190,10 +194,15 @@ impl Default for RateSettings {
             min_outstanding: 2,
             warmup_replies: 5,
             slow_ratio: 4.0,
+            guard_every: default_guard_every(),
             probe_interval: Duration::from_millis(100),
             return_to_primary: true,
         }
     }
+}
+
+fn default_guard_every() -> u32 {
+    u32::from(crate::sched::GUARD_EVERY)
 }
 
 /// gd-plan's settings (ours; see `route::plan`).
@@ -266,6 +275,9 @@ impl PolicySettings {
         }
         if !(r.slow_ratio > 1.0 && r.slow_ratio.is_finite()) {
             return err("rr-slow-ratio", &r.slow_ratio, "must be above 1");
+        }
+        if r.guard_every == 0 || r.guard_every > u32::from(u8::MAX) {
+            return err("rr-guard-every", &r.guard_every, "must be between 1 and 255 (picks)");
         }
         if r.probe_interval.is_zero() {
             return err("rr-probe-interval", &format!("{:?}", r.probe_interval), "must be positive");

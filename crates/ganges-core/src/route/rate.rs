@@ -24,7 +24,8 @@
 //!   `return_to_primary`, once the primary's disk is as fast as the others again (within
 //!   `SETTLED`), the consumer goes back to primary-only.
 //!
-//! Lesson 4, the starvation guard, lives in `sched::LongestQueue`. Lesson 2, "artificial
+//! Lesson 4, the starvation guard, lives in `sched::LongestQueue`; its interval is the
+//! `guard_every` setting, which every request carries to the servers. Lesson 2, "artificial
 //! perturbations" to sense small differences, is the `TROUBLE` threshold's other face: we
 //! react to differences above it and ignore the rest.
 
@@ -112,7 +113,14 @@ impl RoutePolicy for ResponseRate {
     }
 
     fn service(&self) -> Service {
-        Service { discipline: Discipline::LongestQueue, runs: true, handoff: self.handoff, ..Service::FURTHEST_BEHIND }
+        Service {
+            discipline: Discipline::LongestQueue,
+            runs: true,
+            handoff: self.handoff,
+            // Validated to fit (`PolicySettings::validate`).
+            guard_every: u8::try_from(self.s.guard_every).unwrap_or(u8::MAX),
+            ..Service::FURTHEST_BEHIND
+        }
     }
 
     fn steals_at_end(&self) -> bool {
@@ -237,10 +245,17 @@ mod tests {
     #[test]
     fn the_servers_are_asked_for_longest_queue_runs_and_handoff_as_configured() {
         let p = ResponseRate::new(RateSettings::default(), true);
-        assert_eq!(
-            p.service(),
-            Service { discipline: Discipline::LongestQueue, runs: true, handoff: true, ..Service::FURTHEST_BEHIND }
-        );
+        let asked = Service {
+            discipline: Discipline::LongestQueue,
+            runs: true,
+            handoff: true,
+            guard_every: crate::sched::GUARD_EVERY,
+            ..Service::FURTHEST_BEHIND
+        };
+        assert_eq!(p.service(), asked);
         assert_eq!(p.kind(), ReadPolicyKind::GdRrHandoff);
+        // The starvation guard's interval travels with every request.
+        let p = ResponseRate::new(RateSettings { guard_every: 3, ..RateSettings::default() }, false);
+        assert_eq!(p.service(), Service { handoff: false, guard_every: 3, ..asked });
     }
 }

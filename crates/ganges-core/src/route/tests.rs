@@ -432,6 +432,11 @@ fn every_policy_name_parses_and_settings_are_checked() {
     let mut s = PolicySettings::default();
     s.rate.slow_ratio = 0.5;
     assert_eq!(s.validate().unwrap_err().name, "rr-slow-ratio");
+    for bad in [0, 256] {
+        let mut s = PolicySettings::default();
+        s.rate.guard_every = bad;
+        assert_eq!(s.validate().unwrap_err().name, "rr-guard-every");
+    }
 }
 
 /// A read of blocks 2 and 3 of fragment 0 (pieces 0 and 1), then all of fragment 1 (pieces 2
