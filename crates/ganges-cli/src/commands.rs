@@ -6,6 +6,7 @@ use ganges_client::client::Client;
 use ganges_client::cluster::ClusterFile;
 use ganges_client::dataset::{self, CopyState, CreateSpec, WriteSource, WriteSpec};
 use ganges_client::scan::{ReadOptions, open_scan};
+use ganges_client::stream::OrderedReader;
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::disk::Fault;
@@ -14,11 +15,12 @@ use ganges_core::ideal::{Spectrum, layout_ideal, river_ideal_seconds, scan_deman
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
 use ganges_core::route::ceft::CeftSettings;
-use ganges_core::shape::Shape;
+use ganges_core::shape::{Partition, Shape};
 use ganges_core::units::{ByteSize, mb_per_sec};
 use ganges_core::write::WritePolicyKind;
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::manifest::{Content, DatasetName, DatasetState};
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -141,6 +143,91 @@ pub async fn dataset_get(cluster: &Path, name: DatasetName, file: &Path) -> CliR
             format!("; {} corrupt blocks were read from other copies", report.stats.corrupt.len())
         }
     );
+    Ok(())
+}
+
+/// `ganges dataset read`: bytes `offset .. offset + len` of a dataset (to its end without a
+/// length) in order, through the ordered stream, to `out` or stdout. A reader that stops
+/// taking bytes (`| head`) ends the read quietly; a file left unfinished by an error is
+/// removed. What happened goes to stderr when the data goes to stdout.
+pub async fn dataset_read(
+    cluster: &Path,
+    name: DatasetName,
+    (offset, len): (u64, Option<u64>),
+    opts: ReadOptions,
+    buffer_blocks: u32,
+    out: Option<&Path>,
+) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let manifest = Arc::new(client.manifest(&name).await?);
+    let total = manifest.total_bytes();
+    let len = len.unwrap_or(total.saturating_sub(offset));
+    let end = offset.saturating_add(len);
+    if end > total {
+        return fail(format!("bytes {offset}..{end} are past the end of `{name}` ({total} bytes)"));
+    }
+    let policy = opts.policy;
+    let mut reader = OrderedReader::open(client, manifest, Partition { offset, len }, opts, buffer_blocks)?;
+    let mut sink: Box<dyn Write> = match out {
+        Some(path) => {
+            let file =
+                std::fs::File::create(path).map_err(|e| CliError(format!("creating {}: {e}", path.display())))?;
+            Box::new(std::io::BufWriter::new(file))
+        }
+        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+    };
+    let to = out.map_or("stdout".to_string(), |p| p.display().to_string());
+    let t0 = Instant::now();
+    let (mut done, mut held, mut closed) = (0u64, 0usize, false);
+    let copied: CliResult<()> = async {
+        loop {
+            let data = reader.read(usize::MAX).await?;
+            if data.is_empty() {
+                break;
+            }
+            held = held.max(reader.buffered_blocks());
+            match sink.write_all(&data) {
+                Ok(()) => done += data.len() as u64,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    closed = true;
+                    break;
+                }
+                Err(e) => return fail(format!("writing to {to}: {e}")),
+            }
+        }
+        match sink.flush() {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => closed = true,
+            other => other.map_err(|e| CliError(format!("writing to {to}: {e}")))?,
+        }
+        Ok(())
+    }
+    .await;
+    let report = reader.close();
+    if let Err(e) = copied {
+        if let Some(path) = out {
+            let _ = std::fs::remove_file(path);
+        }
+        return Err(e);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let moved = if closed {
+        format!("stopped when {to} was closed by its reader")
+    } else {
+        format!("{} to {to} in {secs:.2}s ({:.1} MB/s)", ByteSize(done), mb_per_sec(done, secs))
+    };
+    let corrupt = match report.stats.corrupt.len() {
+        0 => String::new(),
+        n => format!("; {n} corrupt blocks were read from other copies"),
+    };
+    let summary = format!(
+        "read `{name}` bytes {offset}..{end} in order with {policy}: {moved}, \
+         at most {held} of {buffer_blocks} blocks held out of order{corrupt}"
+    );
+    if out.is_some() {
+        println!("{summary}")
+    } else {
+        eprintln!("{summary}")
+    }
     Ok(())
 }
 

@@ -8,6 +8,7 @@ use ganges_cli::util::{CliError, CliResult, fail};
 use ganges_client::cluster::{ClusterFile, default_cluster_path, default_local_root};
 use ganges_client::dataset::WriteSource;
 use ganges_client::scan::ReadOptions;
+use ganges_client::stream::REORDER_BLOCKS_DEFAULT;
 use ganges_core::ceft::CeftThresholds;
 use ganges_core::datagen::Generator;
 use ganges_core::disk::{DiskParams, Fault};
@@ -313,6 +314,32 @@ enum DatasetCmd {
     Get {
         name: String,
         file: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Write a byte range of a dataset in order to stdout (or a file): the ordered stream,
+    /// for pipes; blocks are checked as they arrive, and memory stays within the reorder buffer
+    #[command(
+        after_help = "Examples:\n  ganges dataset read events --offset 512MiB --len 4MiB | xxd | head\n  ganges dataset read events --policy gd-plan --out events.bin"
+    )]
+    Read {
+        name: String,
+        /// First byte, as a dataset offset (a dataset written through a distributed queue is
+        /// in the order its blocks were placed; `dataset get` restores the writers' order)
+        #[arg(long, default_value = "0")]
+        offset: ByteSize,
+        /// Bytes to read [default: to the end of the dataset]
+        #[arg(long)]
+        len: Option<ByteSize>,
+        /// Read policy, by the names `ganges scan --policy` takes
+        #[arg(long, default_value = "gd")]
+        policy: ReadPolicyKind,
+        /// Blocks held out of order at most (the reorder buffer)
+        #[arg(long, default_value_t = REORDER_BLOCKS_DEFAULT)]
+        buffer_blocks: u32,
+        /// Write to this file instead of stdout
+        #[arg(long, short, value_name = "FILE")]
+        out: Option<PathBuf>,
         #[command(flatten)]
         cluster: ClusterArg,
     },
@@ -1113,6 +1140,11 @@ async fn dataset_cmd(cmd: DatasetCmd) -> CliResult<()> {
                 .await
         }
         DatasetCmd::Get { name: n, file, cluster } => commands::dataset_get(&cluster.path(), name(&n)?, &file).await,
+        DatasetCmd::Read { name: n, offset, len, policy, buffer_blocks, out, cluster } => {
+            let range = (offset.0, len.map(|l| l.0));
+            let opts = ReadOptions::new(policy);
+            commands::dataset_read(&cluster.path(), name(&n)?, range, opts, buffer_blocks, out.as_deref()).await
+        }
         DatasetCmd::Ls { staging, cluster } => commands::dataset_ls(&cluster.path(), staging).await,
         DatasetCmd::Info { name: n, json, cluster } => commands::dataset_info(&cluster.path(), name(&n)?, json).await,
         DatasetCmd::Complete { name: n, cluster } => commands::dataset_complete(&cluster.path(), name(&n)?).await,

@@ -120,6 +120,46 @@ fn a_users_session_from_local_up_to_local_down() {
     let output = root.path().join("out.bin");
     ok(&["dataset", "get", "imp", output.to_str().unwrap(), "--cluster", c]);
     assert!(std::fs::read(&output).unwrap() == data, "get returns the file byte for byte");
+    // A byte range in order: to stdout, and to a file through a one-block reorder buffer.
+    let range = ganges(&["dataset", "read", "imp", "--offset", "100000", "--len", "700001", "--cluster", c]);
+    assert!(range.status.success(), "{}", String::from_utf8_lossy(&range.stderr));
+    assert!(range.stdout == data[100_000..800_001], "read returns the range byte for byte");
+    let part = root.path().join("part.bin");
+    let p = part.to_str().unwrap();
+    let out = ok(&[
+        "dataset",
+        "read",
+        "imp",
+        "--offset",
+        "1MiB",
+        "--policy",
+        "gd-plan",
+        "--buffer-blocks",
+        "1",
+        "-o",
+        p,
+        "--cluster",
+        c,
+    ]);
+    assert!(std::fs::read(&part).unwrap() == data[1 << 20..], "to the end");
+    let held: u32 = out.split("at most ").nth(1).and_then(|t| t.split(' ').next()?.parse().ok()).expect("held blocks");
+    assert!(held <= 1 && out.contains(" of 1 blocks held out of order"), "memory within the buffer: {out}");
+    let err = fails(&["dataset", "read", "imp", "--offset", "1572871", "--len", "1", "--cluster", c], 1);
+    assert!(err.contains("past the end of `imp` (1572871 bytes)"), "{err}");
+    // A reader that stops taking bytes ends the read quietly.
+    let mut head = Command::new(common::binary())
+        .args(["dataset", "read", "imp", "--cluster", c])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 10];
+    std::io::Read::read_exact(head.stdout.as_mut().unwrap(), &mut first).unwrap();
+    assert_eq!(first, data[..10]);
+    drop(head.stdout.take());
+    let done = head.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success() && stderr.contains("closed by its reader"), "{stderr}");
 
     // Errors: one line, saying what to do, non-zero exit.
     let err = fails(&["dataset", "info", "nope", "--cluster", c], 1);
