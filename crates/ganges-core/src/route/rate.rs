@@ -64,8 +64,16 @@ impl ResponseRate {
             return;
         }
         let p = view.node(holders[0]);
-        let fastest = holders.iter().filter_map(|h| view.node(*h).disk_bytes_per_sec).fold(0.0, f64::max);
-        let (Some(disk), true) = (p.disk_bytes_per_sec, fastest > 0.0) else { return };
+        // Measured speeds where there are any: a server that has not measured its disk yet
+        // reports the speed it was configured with, which says nothing of a fault. Blended
+        // into a measured figure it made every consumer find trouble while every disk was
+        // equally slow; alone (a backup nobody reads) it is the best guess there is.
+        let speed = |h: &NodeId| {
+            let v = view.node(*h);
+            v.disk_speed().or(v.disk_bytes_per_sec)
+        };
+        let fastest = holders.iter().filter_map(speed).fold(0.0, f64::max);
+        let (Some(disk), true) = (speed(&holders[0]), fastest > 0.0) else { return };
         let slow_disk = disk < fastest * (1.0 - TROUBLE);
         // Contention shows only while we still send the primary a full share of requests.
         let contended = !self.trouble && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - TROUBLE));
@@ -171,6 +179,7 @@ mod tests {
                     latency_secs: Some(lat[i]),
                     rate_bytes_per_sec: Some(rate[i]),
                     disk_bytes_per_sec: Some(disk[i]),
+                    reported_disk_bytes_per_sec: Some(disk[i]),
                     ..NodeView::default()
                 };
                 (NodeId(i as u32), v)
@@ -207,6 +216,23 @@ mod tests {
         assert!(p.in_trouble());
         let t = p.targets(&view(&n), &H);
         assert_eq!((t[0].1, t[1].1), (4.0, 4.0), "equal answer speeds: equal shares");
+    }
+
+    /// Every disk equally slow: the backup measured its disk at the primary's speed, though
+    /// the configured speed it reported before is still in the smoothed figure. No trouble.
+    /// A backup that never measured anything (nobody reads it) counts at its configured speed.
+    #[test]
+    fn a_measured_speed_beats_a_configured_one() {
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        let mut n = nodes([16.0, 16.0], [16.0, 0.0], [0.2, 0.2], [4, 0]);
+        n.get_mut(&NodeId(1)).expect("two holders").disk_bytes_per_sec = Some(28.0);
+        for _ in 0..10 {
+            p.pick(&view(&n), &H);
+        }
+        assert!(!p.in_trouble());
+        n.get_mut(&NodeId(1)).expect("two holders").reported_disk_bytes_per_sec = None;
+        p.pick(&view(&n), &H);
+        assert!(p.in_trouble(), "unmeasured, the backup's configured 28 against a measured 16");
     }
 
     #[test]
