@@ -312,7 +312,9 @@ enum DatasetCmd {
     /// Export a dataset to a local file, in order, checked against its digest
     #[command(after_help = "Example:\n  ganges dataset get logs ./logs.copy")]
     Get {
+        /// Dataset name
         name: String,
+        /// The local file to write (replaced only once every byte is in and checked)
         file: PathBuf,
         #[command(flatten)]
         cluster: ClusterArg,
@@ -323,6 +325,7 @@ enum DatasetCmd {
         after_help = "Examples:\n  ganges dataset read events --offset 512MiB --len 4MiB | xxd | head\n  ganges dataset read events --policy gd-plan --out events.bin"
     )]
     Read {
+        /// Dataset name
         name: String,
         /// First byte, as a dataset offset (a dataset written through a distributed queue is
         /// in the order its blocks were placed; `dataset get` restores the writers' order)
