@@ -21,6 +21,7 @@ use ganges_core::write::WritePolicyKind;
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::manifest::{Content, DatasetName, DatasetState};
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -168,13 +169,14 @@ pub async fn dataset_read(
     }
     let policy = opts.policy;
     let mut reader = OrderedReader::open(client, manifest, Partition { offset, len }, opts, buffer_blocks)?;
-    let mut sink: Box<dyn Write> = match out {
-        Some(path) => {
-            let file =
-                std::fs::File::create(path).map_err(|e| CliError(format!("creating {}: {e}", path.display())))?;
-            Box::new(std::io::BufWriter::new(file))
-        }
-        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+    // Each read hands out a whole block (or what is left of one), so writes go straight to
+    // the file or to stdout's descriptor: no buffer to copy through, and not stdout's line
+    // buffering, which would split every block at its last newline byte into two writes.
+    let mut sink = match out {
+        Some(path) => std::fs::File::create(path).map_err(|e| CliError(format!("creating {}: {e}", path.display())))?,
+        None => std::fs::File::from(
+            std::io::stdout().as_fd().try_clone_to_owned().map_err(|e| CliError(format!("stdout: {e}")))?,
+        ),
     };
     let to = out.map_or("stdout".to_string(), |p| p.display().to_string());
     let t0 = Instant::now();
@@ -183,23 +185,18 @@ pub async fn dataset_read(
         loop {
             let data = reader.read(usize::MAX).await?;
             if data.is_empty() {
-                break;
+                return Ok(());
             }
             held = held.max(reader.buffered_blocks());
             match sink.write_all(&data) {
                 Ok(()) => done += data.len() as u64,
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
                     closed = true;
-                    break;
+                    return Ok(());
                 }
                 Err(e) => return fail(format!("writing to {to}: {e}")),
             }
         }
-        match sink.flush() {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => closed = true,
-            other => other.map_err(|e| CliError(format!("writing to {to}: {e}")))?,
-        }
-        Ok(())
     }
     .await;
     let report = reader.close();
