@@ -122,18 +122,19 @@ pub async fn dataset_put(
     Ok(())
 }
 
-pub async fn dataset_get(cluster: &Path, name: DatasetName, file: &Path) -> CliResult<()> {
+pub async fn dataset_get(cluster: &Path, name: DatasetName, file: &Path, opts: ReadOptions) -> CliResult<()> {
     let client = connect(cluster).await?;
     let m = client.manifest(&name).await?;
     let bar = bytes_bar(m.total_bytes(), "get");
     let started = Instant::now();
-    let (m, report) = dataset::get(&client, &name, file, Some(progress_fn(&bar))).await?;
+    let (m, report) = dataset::get(&client, &name, file, opts, Some(progress_fn(&bar))).await?;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "exported `{}` to {}: {} ({:.1}s, {:.1} MB/s), digest {} verified{}",
+        "exported `{}` to {} with {}: {} ({:.1}s, {:.1} MB/s), digest {} verified{}",
         m.name,
         file.display(),
+        opts.policy,
         ByteSize(m.total_bytes()),
         secs,
         mb_per_sec(m.total_bytes(), secs),

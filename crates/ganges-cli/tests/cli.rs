@@ -120,6 +120,12 @@ fn a_users_session_from_local_up_to_local_down() {
     let output = root.path().join("out.bin");
     ok(&["dataset", "get", "imp", output.to_str().unwrap(), "--cluster", c]);
     assert!(std::fs::read(&output).unwrap() == data, "get returns the file byte for byte");
+    let out = ok(&["dataset", "get", "imp", output.to_str().unwrap(), "--policy", "gd-plan", "--cluster", c]);
+    assert!(out.contains("with gd-plan"), "{out}");
+    assert!(std::fs::read(&output).unwrap() == data, "get replaces the file, byte for byte, with any policy");
+    let nowhere = root.path().join("no-such-dir").join("out.bin");
+    let err = fails(&["dataset", "get", "imp", nowhere.to_str().unwrap(), "--cluster", c], 1);
+    assert!(err.contains("creating") && err.contains("no-such-dir"), "{err}");
     // A byte range in order: to stdout, and to a file through a one-block reorder buffer.
     let range = ganges(&["dataset", "read", "imp", "--offset", "100000", "--len", "700001", "--cluster", c]);
     assert!(range.status.success(), "{}", String::from_utf8_lossy(&range.stderr));

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{create, start};
+use ganges_client::dataset;
 use ganges_client::scan::{Block, ReadOptions, ReadReport, ReadStream, open_scan};
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
@@ -211,6 +212,39 @@ async fn a_server_killed_during_a_scan_costs_nothing_but_time() {
     let (_, again) = scan_all(&client, &m, ReadPolicyKind::Static).await;
     assert_eq!(digest_of(&again), m.digest);
     assert!(again[1].stats.bytes_by_copy[1] == m.shape.fragment_bytes(ganges_core::FragmentId(1)));
+}
+
+/// `dataset get` reads with a consumer per fragment, all at once, and writes each block at
+/// its place: a server killed during the export costs nothing but time; a fragment with no
+/// live copy is an error, and no file (not even a partial one) is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_survives_a_killed_server_and_leaves_nothing_when_a_fragment_is_lost() {
+    let mut c = start(4, common::disk(4.0));
+    let client = c.client().await;
+    let g = Generator::Random { seed: 13 };
+    let m = create(&client, "exp", vec![2 << 20; 4], 64 << 10, 2, g).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("exp.bin");
+    let get = {
+        let (client, name, path) = (client.clone(), m.name.clone(), path.clone());
+        tokio::spawn(async move { dataset::get(&client, &name, &path, ReadOptions::default(), None).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    c.local.kill(NodeId(1));
+    let (_, report) = get.await.unwrap().unwrap();
+    assert_eq!(report.digest, m.digest, "every byte exactly once");
+    assert_eq!(report.bytes, m.total_bytes());
+    assert!(report.stats.retries > 0, "requests queued at the dead server were re-sent");
+    let mut want = vec![0u8; m.total_bytes() as usize];
+    g.fill(0, &mut want);
+    assert!(std::fs::read(&path).unwrap() == want, "the file holds the dataset byte for byte");
+    // Fragment 1's backup is on node 2: with it gone too, fragment 1 has no copy.
+    c.local.kill(NodeId(2));
+    let lost = dir.path().join("lost.bin");
+    let err = dataset::get(&client, &m.name, &lost, ReadOptions::default(), None).await.unwrap_err();
+    assert!(err.to_string().contains("no live server holds fragment1"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("exp.bin")], "nothing of the failed export is left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -347,7 +347,7 @@ async fn a_file_written_by_four_writers_reads_back_as_the_file() {
     assert_eq!(out.manifest.state, DatasetState::Complete);
     assert!(out.completion.is_some());
     let copy = dir.path().join("out.bin");
-    dataset::get(&client, &out.manifest.name, &copy, None).await.unwrap();
+    dataset::get(&client, &out.manifest.name, &copy, ReadOptions::default(), None).await.unwrap();
     assert!(std::fs::read(&copy).unwrap() == data);
     // Through a distributed queue: every block once, the short one last in its log.
     let s = WriteSpec {
@@ -360,7 +360,7 @@ async fn a_file_written_by_four_writers_reads_back_as_the_file() {
     // The servers' logs hold the blocks in their own order; `get` gives the file back.
     assert!(out.manifest.origin.is_some());
     let copy = dir.path().join("out-dq.bin");
-    dataset::get(&client, &out.manifest.name, &copy, None).await.unwrap();
+    dataset::get(&client, &out.manifest.name, &copy, ReadOptions::default(), None).await.unwrap();
     assert!(std::fs::read(&copy).unwrap() == data, "get restores the writers' order");
 }
 

@@ -8,7 +8,7 @@
 
 use crate::client::Client;
 use crate::error::{ClientError, Result};
-use crate::scan::{ReadOptions, ReadReport, ReadStream};
+use crate::scan::{ReadOptions, ReadReport, open_scan};
 use bytes::Bytes;
 use futures_util::future::join_all;
 use ganges_core::datagen::Generator;
@@ -17,9 +17,9 @@ use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
 use ganges_core::placement::Placement;
 use ganges_core::route::ceft::CeftSettings;
-use ganges_core::route::{PolicySettings, ReadPolicyKind};
+use ganges_core::route::{PolicySettings, ReadStats};
 use ganges_core::sched::{Progress, ProgressMetric, Service};
-use ganges_core::shape::{Partition, Shape};
+use ganges_core::shape::Shape;
 use ganges_core::write::WritePolicyKind;
 use ganges_proto::control::{BadBlock, ControlReply, ControlRequest};
 use ganges_proto::manifest::{Content, DatasetName, DatasetState, MANIFEST_FORMAT, Manifest, RecordFormat};
@@ -41,8 +41,9 @@ const GENERATE_CHUNK_BYTES: u64 = 16 << 20;
 const PUT_WRITES_INFLIGHT: usize = 32;
 /// Bytes per `Verify` request: a few seconds of work at most, even on a slow disk.
 const VERIFY_CHUNK_BYTES: u64 = 256 << 20;
-/// Requests in flight while exporting: a deep window for one sequential reader.
-const GET_WINDOW: u32 = 16;
+/// Blocks read and waiting for the file writer while exporting: enough to ride out a slow
+/// write, a bound on memory.
+const GET_QUEUE_BLOCKS: usize = 32;
 
 #[derive(Clone, Debug)]
 pub struct CreateSpec {
@@ -403,12 +404,16 @@ async fn send_file(
     Ok(digest)
 }
 
-/// Export a dataset to a local file, in order. The file appears only once complete and
-/// checked against the dataset's digest.
+/// Export a dataset to a local file, in order. Every fragment has its own consumer, all
+/// reading at once with `opts` (the scan's parallelism: one sequential reader would wait on
+/// one fragment's disks at a time), and each block is written at its place in the file, so
+/// no block waits for the ones before it. The file appears only once complete and checked
+/// against the dataset's digest. The report sums the consumers'.
 pub async fn get(
     client: &Arc<Client>,
     name: &DatasetName,
     path: &Path,
+    opts: ReadOptions,
     progress: Option<ProgressFn>,
 ) -> Result<(Manifest, ReadReport)> {
     let manifest = Arc::new(client.manifest(name).await?);
@@ -416,59 +421,85 @@ pub async fn get(
         ".{}.ganges-partial",
         path.file_name().map_or("out".into(), |n| n.to_string_lossy().to_string())
     ));
-    let file = std::fs::File::create(&partial).map_err(ClientError::io(format!("creating {}", partial.display())))?;
-    file.set_len(manifest.total_bytes()).map_err(ClientError::io(format!("sizing {}", partial.display())))?;
     // A DQ-written dataset is exported in the order its writers wrote it.
     if let Some(o) = &manifest.origin {
         o.validate(&manifest.shape).map_err(|e| ClientError::Invalid(format!("`{name}`: {e}")))?;
     }
-    let whole = Partition { offset: 0, len: manifest.total_bytes() };
-    let opts = ReadOptions::new(ReadPolicyKind::Gd).with_window(GET_WINDOW);
-    let mut stream = ReadStream::open(client.clone(), manifest.clone(), whole, opts)?;
+    let streams = open_scan(client, &manifest, None, opts)?;
+    let file = std::fs::File::create(&partial).map_err(ClientError::io(format!("creating {}", partial.display())))?;
+    file.set_len(manifest.total_bytes()).map_err(ClientError::io(format!("sizing {}", partial.display())))?;
     // Writes go to a thread, so disk writes overlap network reads.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Bytes)>(GET_WINDOW as usize);
-    let writer = std::thread::spawn(move || -> std::io::Result<std::fs::File> {
-        for (offset, data) in rx {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, Bytes)>(GET_QUEUE_BLOCKS);
+    let writer = std::thread::spawn(move || -> std::io::Result<()> {
+        while let Some((offset, data)) = rx.blocking_recv() {
             file.write_all_at(&data, offset)?;
         }
-        file.sync_all()?;
-        Ok(file)
+        file.sync_all()
     });
-    let result: Result<()> = async {
-        while let Some(block) = stream.next().await? {
-            let n = block.data.len() as u64;
-            let at = match &manifest.origin {
-                Some(o) => o.source_offset(&manifest.shape, block.dataset_offset).expect("validated"),
-                None => block.dataset_offset,
-            };
-            tx.send((at, block.data)).map_err(|_| ClientError::Invalid("the file writer stopped".into()))?;
-            if let Some(p) = &progress {
-                p(n);
+    let mut consumers = JoinSet::new();
+    for mut stream in streams {
+        let (tx, manifest, progress) = (tx.clone(), manifest.clone(), progress.clone());
+        consumers.spawn(async move {
+            while let Some(block) = stream.next().await? {
+                let n = block.data.len() as u64;
+                let at = match &manifest.origin {
+                    Some(o) => o.source_offset(&manifest.shape, block.dataset_offset).expect("validated"),
+                    None => block.dataset_offset,
+                };
+                tx.send((at, block.data)).await.map_err(|_| ClientError::Invalid("the file writer stopped".into()))?;
+                if let Some(p) = &progress {
+                    p(n);
+                }
             }
-        }
-        Ok(())
+            Ok::<_, ClientError>(stream.close())
+        });
     }
-    .await;
     drop(tx);
-    let written = writer.join().expect("writer thread does not panic");
-    let report = stream.close();
-    let outcome =
-        result.and_then(|()| written.map(drop).map_err(ClientError::io(format!("writing {}", partial.display()))));
-    let outcome = outcome.and_then(|()| {
-        if report.digest != manifest.digest {
-            return Err(ClientError::DigestMismatch {
-                name: name.clone(),
-                expected: manifest.digest,
-                got: report.digest,
-            });
+    let none = ReadReport {
+        policy: opts.policy.to_string(),
+        bytes: 0,
+        seconds: 0.0,
+        stats: ReadStats::default(),
+        digest: Digest::default(),
+    };
+    let mut read: Result<ReadReport> = Ok(none);
+    while let Some(joined) = consumers.join_next().await {
+        let one = match joined {
+            Ok(one) => one,
+            Err(e) if e.is_cancelled() => continue,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        read = read.and_then(|total| one.map(|one| total.merged(one)));
+        if read.is_err() {
+            // The first failure ends the export: the other consumers stop (and with them
+            // the writer, once it has what they sent).
+            consumers.abort_all();
         }
-        std::fs::rename(&partial, path).map_err(ClientError::io(format!("renaming to {}", path.display())))
-    });
-    if let Err(e) = outcome {
-        let _ = std::fs::remove_file(&partial);
-        return Err(e);
     }
-    Ok(((*manifest).clone(), report))
+    let written = tokio::task::spawn_blocking(move || writer.join().expect("writer thread does not panic"))
+        .await
+        .expect("joining the writer does not panic");
+    // A failed write (a full disk) is the cause when both failed: the readers only saw the
+    // writer stop.
+    let outcome =
+        written.map_err(ClientError::io(format!("writing {}", partial.display()))).and(read).and_then(|report| {
+            if report.digest != manifest.digest {
+                return Err(ClientError::DigestMismatch {
+                    name: name.clone(),
+                    expected: manifest.digest,
+                    got: report.digest,
+                });
+            }
+            std::fs::rename(&partial, path).map_err(ClientError::io(format!("renaming to {}", path.display())))?;
+            Ok(report)
+        });
+    match outcome {
+        Ok(report) => Ok(((*manifest).clone(), report)),
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            Err(e)
+        }
+    }
 }
 
 /// One dataset as seen across the cluster.

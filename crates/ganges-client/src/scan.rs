@@ -104,6 +104,18 @@ pub struct ReadReport {
     pub digest: Digest,
 }
 
+impl ReadReport {
+    /// Two consumers' reads of one scan as one: bytes, counters and digests add up, and the
+    /// time is the longer one's.
+    pub fn merged(mut self, other: ReadReport) -> ReadReport {
+        self.bytes += other.bytes;
+        self.seconds = self.seconds.max(other.seconds);
+        self.stats.merge(other.stats);
+        self.digest.merge(other.digest);
+        self
+    }
+}
+
 #[derive(Debug)]
 struct Outstanding {
     piece: usize,

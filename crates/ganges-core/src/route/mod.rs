@@ -199,6 +199,24 @@ impl ReadStats {
     pub fn backup_bytes(&self) -> u64 {
         self.bytes_by_copy[1..].iter().sum()
     }
+
+    /// Add another consumer's counters to these.
+    pub fn merge(&mut self, other: ReadStats) {
+        // Destructured, so that a new counter cannot be left out.
+        let ReadStats { bytes_by_copy, requests, duplicates, steals, retries, probes, moved, withdrawn, corrupt } =
+            other;
+        for (a, b) in self.bytes_by_copy.iter_mut().zip(bytes_by_copy) {
+            *a += b;
+        }
+        self.requests += requests;
+        self.duplicates += duplicates;
+        self.steals += steals;
+        self.retries += retries;
+        self.probes += probes;
+        self.moved += moved;
+        self.withdrawn += withdrawn;
+        self.corrupt.extend(corrupt);
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
