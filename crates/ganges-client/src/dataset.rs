@@ -339,13 +339,16 @@ async fn send_file(
 ) -> Result<Digest> {
     let shape = manifest.shape.clone();
     // A reader thread feeds blocks through a small bounded channel: the file is read once,
-    // sequentially, and memory holds only a few blocks.
+    // and memory holds only a few blocks. It takes the fragments' blocks in turn (block 0 of
+    // every fragment, then block 1, ...), so the writes in flight keep every server's disk
+    // busy: fragment by fragment, they all went to one fragment's holders while the other
+    // disks idled.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<(FragmentId, u32, Bytes)>>(8);
     let reader_shape = shape.clone();
     std::thread::spawn(move || {
-        for f in 0..reader_shape.fragment_count() {
-            let f = FragmentId(f);
-            for b in 0..reader_shape.blocks_in(f) {
+        let rounds = (0..reader_shape.fragment_count()).map(|f| reader_shape.blocks_in(FragmentId(f))).max();
+        for b in 0..rounds.unwrap_or(0) {
+            for f in (0..reader_shape.fragment_count()).map(FragmentId).filter(|&f| b < reader_shape.blocks_in(f)) {
                 let mut buf = vec![0u8; reader_shape.block_len(f, b) as usize];
                 let at = reader_shape.fragment_start(f) + reader_shape.block_offset(b);
                 let r = file.read_exact_at(&mut buf, at).map(|()| (f, b, Bytes::from(buf)));
