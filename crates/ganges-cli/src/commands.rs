@@ -127,7 +127,7 @@ pub async fn dataset_get(cluster: &Path, name: DatasetName, file: &Path, opts: R
     let m = client.manifest(&name).await?;
     let bar = bytes_bar(m.total_bytes(), "get");
     let started = Instant::now();
-    let (m, report) = dataset::get(&client, &name, file, opts, Some(progress_fn(&bar))).await?;
+    let (m, file, report) = dataset::get(&client, &name, file, opts, Some(progress_fn(&bar))).await?;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     println!(

@@ -126,6 +126,14 @@ fn a_users_session_from_local_up_to_local_down() {
     let nowhere = root.path().join("no-such-dir").join("out.bin");
     let err = fails(&["dataset", "get", "imp", nowhere.to_str().unwrap(), "--cluster", c], 1);
     assert!(err.contains("creating") && err.contains("no-such-dir"), "{err}");
+    // Into a folder, as cp does: a file named after the dataset.
+    let folder = root.path().join("exports");
+    std::fs::create_dir(&folder).unwrap();
+    let out = ok(&["dataset", "get", "imp", folder.to_str().unwrap(), "--cluster", c]);
+    assert!(std::fs::read(folder.join("imp")).unwrap() == data, "{out}");
+    assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 1, "nothing but the file is left in the folder");
+    let err = fails(&["dataset", "put", "dir", folder.to_str().unwrap(), "--cluster", c], 1);
+    assert!(err.contains("is not a regular file"), "{err}");
     // A byte range in order: to stdout, and to a file through a one-block reorder buffer.
     let range = ganges(&["dataset", "read", "imp", "--offset", "100000", "--len", "700001", "--cluster", c]);
     assert!(range.status.success(), "{}", String::from_utf8_lossy(&range.stderr));

@@ -231,7 +231,8 @@ async fn get_survives_a_killed_server_and_leaves_nothing_when_a_fragment_is_lost
     };
     tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     c.local.kill(NodeId(1));
-    let (_, report) = get.await.unwrap().unwrap();
+    let (_, written, report) = get.await.unwrap().unwrap();
+    assert_eq!(written, path);
     assert_eq!(report.digest, m.digest, "every byte exactly once");
     assert_eq!(report.bytes, m.total_bytes());
     assert!(report.stats.retries > 0, "requests queued at the dead server were re-sent");

@@ -27,7 +27,7 @@ use ganges_proto::msg::{Message, WriteReq};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
@@ -316,7 +316,11 @@ pub async fn put(
     progress: Option<ProgressFn>,
 ) -> Result<Manifest> {
     let file = std::fs::File::open(path).map_err(ClientError::io(format!("opening {}", path.display())))?;
-    let total = file.metadata().map_err(ClientError::io(format!("reading {}", path.display())))?.len();
+    let meta = file.metadata().map_err(ClientError::io(format!("reading {}", path.display())))?;
+    if !meta.is_file() {
+        return Err(ClientError::Invalid(format!("{} is not a regular file", path.display())));
+    }
+    let total = meta.len();
     if total == 0 {
         return Err(ClientError::Invalid(format!("{} is empty; a dataset holds at least one byte", path.display())));
     }
@@ -411,15 +415,21 @@ async fn send_file(
 /// reading at once with `opts` (the scan's parallelism: one sequential reader would wait on
 /// one fragment's disks at a time), and each block is written at its place in the file, so
 /// no block waits for the ones before it. The file appears only once complete and checked
-/// against the dataset's digest. The report sums the consumers'.
+/// against the dataset's digest. A `path` that is a folder gets a file of the dataset's name
+/// in it, as `cp` does. Returns the manifest, the file written and the consumers' reports
+/// summed.
 pub async fn get(
     client: &Arc<Client>,
     name: &DatasetName,
     path: &Path,
     opts: ReadOptions,
     progress: Option<ProgressFn>,
-) -> Result<(Manifest, ReadReport)> {
+) -> Result<(Manifest, PathBuf, ReadReport)> {
     let manifest = Arc::new(client.manifest(name).await?);
+    let path = if path.is_dir() { path.join(name.as_str()) } else { path.to_path_buf() };
+    if path.is_dir() {
+        return Err(ClientError::Invalid(format!("{} is a folder", path.display())));
+    }
     let partial = path.with_file_name(format!(
         ".{}.ganges-partial",
         path.file_name().map_or("out".into(), |n| n.to_string_lossy().to_string())
@@ -493,11 +503,11 @@ pub async fn get(
                     got: report.digest,
                 });
             }
-            std::fs::rename(&partial, path).map_err(ClientError::io(format!("renaming to {}", path.display())))?;
+            std::fs::rename(&partial, &path).map_err(ClientError::io(format!("renaming to {}", path.display())))?;
             Ok(report)
         });
     match outcome {
-        Ok(report) => Ok(((*manifest).clone(), report)),
+        Ok(report) => Ok(((*manifest).clone(), path, report)),
         Err(e) => {
             let _ = std::fs::remove_file(&partial);
             Err(e)
