@@ -317,7 +317,8 @@ enum DatasetCmd {
     Get {
         /// Dataset name
         name: String,
-        /// The local file to write (replaced only once every byte is in and checked)
+        /// The local file to write (replaced only once every byte is in and checked); a
+        /// folder: a file of the dataset's name in it
         file: PathBuf,
         /// Read policy, by the names `ganges scan --policy` takes
         #[arg(long, default_value = "gd")]
