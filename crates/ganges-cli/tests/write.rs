@@ -471,3 +471,31 @@ async fn a_full_disk_fails_the_write_by_name_and_leaves_nothing() {
     assert!(names(&client, true).await.is_empty(), "nothing visible, staging removed");
     local.stop();
 }
+
+/// Exporting onto a full local disk: the error names the file asked for, and nothing of it
+/// is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_onto_a_full_disk_fails_by_name_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&small)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIPPED: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    }
+    let _guard = Mount(small.clone());
+    let c = start(4, None);
+    let client = c.client().await;
+    let m = create(&client, "wide", vec![1 << 20; 4], 64 << 10, 2, Generator::Random { seed: 3 }).await;
+    let out = small.join("wide.bin");
+    let e =
+        dataset::get(&client, &m.name, &out, ReadOptions::default(), None).await.expect_err("4 MiB cannot fit in 1");
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("writing {}", out.display())) && msg.contains("No space left"), "{msg}");
+    assert_eq!(std::fs::read_dir(&small).unwrap().count(), 0, "nothing of the export is left");
+}

@@ -439,8 +439,12 @@ pub async fn get(
         o.validate(&manifest.shape).map_err(|e| ClientError::Invalid(format!("`{name}`: {e}")))?;
     }
     let streams = open_scan(client, &manifest, None, opts)?;
-    let file = std::fs::File::create(&partial).map_err(ClientError::io(format!("creating {}", partial.display())))?;
-    file.set_len(manifest.total_bytes()).map_err(ClientError::io(format!("sizing {}", partial.display())))?;
+    // Errors name the file asked for; the partial one beside it is never left behind.
+    let file = std::fs::File::create(&partial).map_err(ClientError::io(format!("creating {}", path.display())))?;
+    if let Err(e) = file.set_len(manifest.total_bytes()) {
+        let _ = std::fs::remove_file(&partial);
+        return Err(ClientError::io(format!("sizing {}", path.display()))(e));
+    }
     // Writes go to a thread, so disk writes overlap network reads.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, Bytes)>(GET_QUEUE_BLOCKS);
     let writer = std::thread::spawn(move || -> std::io::Result<()> {
@@ -495,7 +499,7 @@ pub async fn get(
     // A failed write (a full disk) is the cause when both failed: the readers only saw the
     // writer stop.
     let outcome =
-        written.map_err(ClientError::io(format!("writing {}", partial.display()))).and(read).and_then(|report| {
+        written.map_err(ClientError::io(format!("writing {}", path.display()))).and(read).and_then(|report| {
             if report.digest != manifest.digest {
                 return Err(ClientError::DigestMismatch {
                     name: name.clone(),
