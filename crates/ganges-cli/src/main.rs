@@ -336,8 +336,8 @@ enum DatasetCmd {
     Read {
         /// Dataset name
         name: String,
-        /// First byte, as a dataset offset (a dataset written through a distributed queue is
-        /// in the order its blocks were placed; `dataset get` restores the writers' order)
+        /// First byte (of a dataset written through a distributed queue: of the data as its
+        /// writers wrote it, which is the order it is read in, as `dataset get` exports it)
         #[arg(long, default_value = "0")]
         offset: ByteSize,
         /// Bytes to read [default: to the end of the dataset]

@@ -205,6 +205,17 @@ fn a_users_session_from_local_up_to_local_down() {
     assert!(out.contains("(dq)") && out.contains("blocks per server"), "{out}");
     let out = ok(&["scan", "qw", "--cluster", c]);
     assert!(out.contains("every byte delivered exactly once"), "{out}");
+    // Read back in the writers' order, as `dataset get` exports it, within the buffer.
+    let qw = root.path().join("qw.bin");
+    ok(&["dataset", "get", "qw", qw.to_str().unwrap(), "--cluster", c]);
+    let written = std::fs::read(&qw).unwrap();
+    let args = ["dataset", "read", "qw", "--offset", "1000000", "--len", "3MiB", "--buffer-blocks", "4"];
+    let range = ganges(&[&args[..], &["--cluster", c]].concat());
+    let said = String::from_utf8_lossy(&range.stderr);
+    assert!(range.status.success() && said.contains("in the writers' order"), "{said}");
+    assert!(range.stdout == written[1_000_000..1_000_000 + (3 << 20)], "read in the writers' order: {said}");
+    let held: usize = said.split("at most ").nth(1).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
+    assert!((1..=4).contains(&held), "{said}");
     let err = fails(&["write", "qw2", "--size", "6MiB", "--policy", "dq", "--replicas", "2", "--cluster", c], 1);
     assert!(err.contains("dq writes keep one copy"), "{err}");
     let err = fails(&["write", "gw", "--size", "3MiB", "--cluster", c], 1);

@@ -7,6 +7,8 @@
 //! - [`AsyncReader`]: submit any number of (offset, length) reads, reap them as they
 //!   complete, in any order: for random access, and for callers who fill their own pipeline.
 //!   `read(offset, len)` is the simple call on top: submit, then wait for that one.
+//! - [`WrittenOrderReader`]: a dataset written through a distributed queue, in the order its
+//!   writers wrote it, within a buffer bound like the ordered reader's.
 //! - [`blocking`]: the same simple call for programs without an async runtime.
 
 use crate::client::Client;
@@ -237,6 +239,10 @@ impl AsyncReader {
         }
     }
 
+    pub fn close(self) -> crate::scan::ReadReport {
+        self.stream.close()
+    }
+
     /// Read `len` bytes at `offset` and wait for them. Reads completed meanwhile for other
     /// tickets stay to be reaped.
     pub async fn read(&mut self, offset: u64, len: u64) -> Result<Bytes> {
@@ -254,6 +260,111 @@ impl AsyncReader {
             self.done.push((t, b));
         }
         Ok(result)
+    }
+}
+
+/// A byte range of a dataset written through a distributed queue, in the order its writers
+/// wrote it (DQ-1). The servers' logs hold the blocks in the order their disks took them, and
+/// the manifest's origin map says where each written block went: each block of the range is
+/// looked up there and read at random (an [`AsyncReader`]), at most `buffer_blocks` at once,
+/// so the next blocks are read from every server holding them; they are handed out in order.
+#[derive(Debug)]
+pub struct WrittenOrderReader {
+    reader: AsyncReader,
+    /// Where each written block is stored (dataset offset), in written order.
+    starts: Vec<u64>,
+    block: u64,
+    buffer_blocks: usize,
+    /// Reads in flight, by the written offset they start at, and those done ahead of their
+    /// turn.
+    in_flight: HashMap<Ticket, u64>,
+    early: BTreeMap<u64, Bytes>,
+    current: Bytes,
+    /// Written offsets: the next read to submit, the next byte to hand out, the end.
+    submit_at: u64,
+    next: u64,
+    end: u64,
+}
+
+impl WrittenOrderReader {
+    /// Read `range` (offsets in the data as written) in that order, with at most
+    /// `buffer_blocks` blocks read and not yet handed out.
+    pub fn open(
+        client: Arc<Client>,
+        manifest: Arc<Manifest>,
+        range: Partition,
+        opts: ReadOptions,
+        buffer_blocks: u32,
+    ) -> Result<WrittenOrderReader> {
+        if buffer_blocks == 0 {
+            return Err(ClientError::Invalid("an ordered reader needs a buffer of at least one block".into()));
+        }
+        let Some(origin) = &manifest.origin else {
+            return Err(ClientError::Invalid(format!(
+                "`{}` was not written through a distributed queue: its order is the dataset's own",
+                manifest.name
+            )));
+        };
+        origin.validate(&manifest.shape).map_err(|e| ClientError::Invalid(format!("`{}`: {e}", manifest.name)))?;
+        let end = range.offset.saturating_add(range.len);
+        if end > manifest.total_bytes() {
+            return Err(ClientError::Invalid(format!(
+                "bytes {}..{end} are past the end of `{}` ({} bytes)",
+                range.offset,
+                manifest.name,
+                manifest.total_bytes()
+            )));
+        }
+        Ok(WrittenOrderReader {
+            starts: origin.block_starts(&manifest.shape),
+            block: manifest.shape.block_bytes() as u64,
+            reader: AsyncReader::open(client, manifest, opts)?,
+            buffer_blocks: buffer_blocks as usize,
+            in_flight: HashMap::new(),
+            early: BTreeMap::new(),
+            current: Bytes::new(),
+            submit_at: range.offset,
+            next: range.offset,
+            end,
+        })
+    }
+
+    /// Blocks read (or being read) and not yet handed out: at most the buffer bound.
+    pub fn buffered_blocks(&self) -> usize {
+        self.in_flight.len() + self.early.len()
+    }
+
+    /// The next bytes in written order, at most `max` (never more than a block). Empty at
+    /// the end of the range.
+    pub async fn read(&mut self, max: usize) -> Result<Bytes> {
+        while self.current.is_empty() && self.next < self.end {
+            while self.buffered_blocks() < self.buffer_blocks && self.submit_at < self.end {
+                let (k, within) = (self.submit_at / self.block, self.submit_at % self.block);
+                let piece_end = ((k + 1) * self.block).min(self.end);
+                let ticket = self.reader.submit(self.starts[k as usize] + within, piece_end - self.submit_at)?;
+                self.in_flight.insert(ticket, self.submit_at);
+                self.submit_at = piece_end;
+            }
+            if let Some(b) = self.early.remove(&self.next) {
+                self.current = b;
+                continue;
+            }
+            let Some((ticket, data)) = self.reader.reap().await? else {
+                return Err(ClientError::Invalid(format!(
+                    "read ended at written byte {} before the range did",
+                    self.next
+                )));
+            };
+            let at = self.in_flight.remove(&ticket).expect("every reaped read was submitted");
+            self.early.insert(at, data);
+        }
+        let out = self.current.split_to(max.min(self.current.len()));
+        self.next += out.len() as u64;
+        Ok(out)
+    }
+
+    pub fn close(self) -> crate::scan::ReadReport {
+        self.reader.close()
     }
 }
 

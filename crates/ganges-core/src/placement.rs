@@ -207,6 +207,21 @@ impl Origin {
         let k = *self.blocks.get(f.index())?.get((within / bb) as usize)?;
         Some(k * bb + within % bb)
     }
+
+    /// The other way: for each block of the data as written, in that order, the dataset
+    /// offset it is stored at (the map validated). Written bytes at `s` are at
+    /// `starts[s / block_bytes] + s % block_bytes`.
+    pub fn block_starts(&self, shape: &Shape) -> Vec<u64> {
+        let bb = shape.block_bytes() as u64;
+        let mut starts = vec![0; shape.total_blocks() as usize];
+        for (f, blocks) in self.blocks.iter().enumerate() {
+            let at = shape.fragment_start(FragmentId(f as u32));
+            for (b, &k) in blocks.iter().enumerate() {
+                starts[k as usize] = at + b as u64 * bb;
+            }
+        }
+        starts
+    }
 }
 
 #[cfg(test)]
@@ -265,6 +280,12 @@ mod tests {
         assert_eq!(o.source_offset(&shape, 2 * 4096 + 99), Some(3 * 4096 + 99));
         assert_eq!(o.source_offset(&shape, 2 * 4096 + 100), Some(4096));
         assert_eq!(o.source_offset(&shape, 3 * 4096 + 100), None);
+        let starts = o.block_starts(&shape);
+        assert_eq!(starts, vec![4096, 2 * 4096 + 100, 0, 2 * 4096]);
+        for s in (0..3 * 4096 + 100).step_by(37) {
+            let stored = starts[s as usize / 4096] + s % 4096;
+            assert_eq!(o.source_offset(&shape, stored), Some(s), "written byte {s}");
+        }
         let twice = Origin { blocks: vec![vec![2, 0, 3], vec![0]] };
         assert_eq!(twice.validate(&shape), Err(OriginError::Index(0)));
         let short_early = Origin { blocks: vec![vec![2, 0, 1], vec![3]] };
