@@ -293,9 +293,11 @@ impl WrittenOrderReader {
         client: Arc<Client>,
         manifest: Arc<Manifest>,
         range: Partition,
-        opts: ReadOptions,
+        mut opts: ReadOptions,
         buffer_blocks: u32,
     ) -> Result<WrittenOrderReader> {
+        // Every block it may hold can be in flight: the next blocks are on different servers.
+        opts.window = buffer_blocks;
         if buffer_blocks == 0 {
             return Err(ClientError::Invalid("an ordered reader needs a buffer of at least one block".into()));
         }
