@@ -7,10 +7,12 @@ mod common;
 use common::{create, start};
 use ganges_client::dataset::{self, WriteOutcome, WriteSource, WriteSpec};
 use ganges_client::scan::{Block, ReadOptions, ReadReport, open_scan};
+use ganges_client::stream::WrittenOrderReader;
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::route::ReadPolicyKind;
+use ganges_core::shape::Partition;
 use ganges_core::write::WritePolicyKind;
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::manifest::{DatasetName, DatasetState, Manifest};
@@ -362,6 +364,26 @@ async fn a_file_written_by_four_writers_reads_back_as_the_file() {
     let copy = dir.path().join("out-dq.bin");
     dataset::get(&client, &out.manifest.name, &copy, ReadOptions::default(), None).await.unwrap();
     assert!(std::fs::read(&copy).unwrap() == data, "get restores the writers' order");
+    // So does the written-order reader, over any range (here up to the short last block),
+    // holding no more blocks than its buffer.
+    let m = Arc::new(out.manifest.clone());
+    for (from, buffer) in [(0, 3), (len - 100_000, 1)] {
+        let range = Partition { offset: from, len: len - from };
+        let mut r = WrittenOrderReader::open(client.clone(), m.clone(), range, ReadOptions::default(), buffer).unwrap();
+        let mut got = vec![];
+        loop {
+            let b = r.read(5000).await.unwrap();
+            assert!(r.buffered_blocks() <= buffer as usize);
+            if b.is_empty() {
+                break;
+            }
+            got.extend_from_slice(&b);
+        }
+        assert!(got == data[from as usize..], "written order from byte {from}");
+    }
+    let past = Partition { offset: len - 10, len: 11 };
+    let err = WrittenOrderReader::open(client.clone(), m, past, ReadOptions::default(), 4).unwrap_err();
+    assert!(err.to_string().contains("past the end"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
