@@ -460,22 +460,27 @@ impl Drop for Mount {
     }
 }
 
+/// A tmpfs of `size` (`mount`'s form: `2m`) on `dir`, for a real ENOSPC; `None` (the test
+/// skips) where mounting needs a root this user is not.
+fn tmpfs(dir: &std::path::Path, size: &str) -> Option<Mount> {
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIPPED: mounting a tmpfs needs root (CI runs as root)");
+    }
+    mounted.then(|| Mount(dir.to_path_buf()))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_the_write_by_name_and_leaves_nothing() {
     // Node 1's data directory is a 2 MiB tmpfs: a real ENOSPC, not a simulated one.
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("node-1").join("data");
     std::fs::create_dir_all(&data).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
-        .arg(&data)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("SKIPPED: mounting a tmpfs needs root (CI runs as root)");
-        return;
-    }
-    let _guard = Mount(data.clone());
+    let Some(_guard) = tmpfs(&data, "2m") else { return };
     let spec_ = ganges_cli::local::LocalSpec {
         nodes: 4,
         root: root.path().to_path_buf(),
@@ -501,16 +506,7 @@ async fn get_onto_a_full_disk_fails_by_name_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let small = dir.path().join("small");
     std::fs::create_dir(&small).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-        .arg(&small)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("SKIPPED: mounting a tmpfs needs root (CI runs as root)");
-        return;
-    }
-    let _guard = Mount(small.clone());
+    let Some(_guard) = tmpfs(&small, "1m") else { return };
     let c = start(4, None);
     let client = c.client().await;
     let m = create(&client, "wide", vec![1 << 20; 4], 64 << 10, 2, Generator::Random { seed: 3 }).await;
