@@ -328,8 +328,10 @@ enum DatasetCmd {
     },
     /// Write a byte range of a dataset in order to stdout (or a file): the ordered stream,
     /// for pipes; blocks are checked as they arrive, and memory stays within the reorder
-    /// buffer. One reader, so one fragment's disks at a time: `dataset get` copies a whole
-    /// dataset to a file faster, reading every fragment at once
+    /// buffer. A dataset written through a distributed queue reads in its writers' order,
+    /// from every server at once; any other with one reader, so one fragment's disks at a
+    /// time: `dataset get` copies a whole dataset to a file faster, reading every fragment
+    /// at once
     #[command(
         after_help = "Examples:\n  ganges dataset read events --offset 512MiB --len 4MiB | xxd | head\n  ganges dataset read events --offset 1GiB --len 64MiB --policy gd-plan --out part.bin"
     )]

@@ -296,11 +296,11 @@ impl WrittenOrderReader {
         mut opts: ReadOptions,
         buffer_blocks: u32,
     ) -> Result<WrittenOrderReader> {
-        // Every block it may hold can be in flight: the next blocks are on different servers.
-        opts.window = buffer_blocks;
         if buffer_blocks == 0 {
             return Err(ClientError::Invalid("an ordered reader needs a buffer of at least one block".into()));
         }
+        // Every block it may hold can be in flight: the next blocks are on different servers.
+        opts.window = buffer_blocks;
         let Some(origin) = &manifest.origin else {
             return Err(ClientError::Invalid(format!(
                 "`{}` was not written through a distributed queue: its order is the dataset's own",
