@@ -24,6 +24,14 @@ use std::sync::Arc;
 /// so a slow server holding the next block does not stop the others from working ahead.
 pub const REORDER_BLOCKS_DEFAULT: u32 = 8;
 
+/// An in-order reader's buffer bound must let it hold the block it waits for.
+fn check_buffer(buffer_blocks: u32) -> Result<()> {
+    if buffer_blocks == 0 {
+        return Err(ClientError::Invalid("an ordered reader needs a buffer of at least one block".into()));
+    }
+    Ok(())
+}
+
 /// The bytes of a partition, in order.
 #[derive(Debug)]
 pub struct OrderedReader {
@@ -46,9 +54,7 @@ impl OrderedReader {
         mut opts: ReadOptions,
         buffer_blocks: u32,
     ) -> Result<OrderedReader> {
-        if buffer_blocks == 0 {
-            return Err(ClientError::Invalid("an ordered reader needs a buffer of at least one block".into()));
-        }
+        check_buffer(buffer_blocks)?;
         opts.lookahead = Some(buffer_blocks);
         opts.window = opts.window.min(buffer_blocks);
         let stream = ReadStream::open(client, manifest, partition, opts)?;
@@ -296,9 +302,7 @@ impl WrittenOrderReader {
         mut opts: ReadOptions,
         buffer_blocks: u32,
     ) -> Result<WrittenOrderReader> {
-        if buffer_blocks == 0 {
-            return Err(ClientError::Invalid("an ordered reader needs a buffer of at least one block".into()));
-        }
+        check_buffer(buffer_blocks)?;
         // Every block it may hold can be in flight: the next blocks are on different servers.
         opts.window = buffer_blocks;
         let Some(origin) = &manifest.origin else {
