@@ -312,15 +312,7 @@ impl WrittenOrderReader {
             )));
         };
         origin.validate(&manifest.shape).map_err(|e| ClientError::Invalid(format!("`{}`: {e}", manifest.name)))?;
-        let end = range.offset.saturating_add(range.len);
-        if end > manifest.total_bytes() {
-            return Err(ClientError::Invalid(format!(
-                "bytes {}..{end} are past the end of `{}` ({} bytes)",
-                range.offset,
-                manifest.name,
-                manifest.total_bytes()
-            )));
-        }
+        manifest.shape.check_partition(range)?;
         Ok(WrittenOrderReader {
             starts: origin.block_starts(&manifest.shape),
             block: manifest.shape.block_bytes() as u64,
@@ -331,7 +323,7 @@ impl WrittenOrderReader {
             current: Bytes::new(),
             submit_at: range.offset,
             next: range.offset,
-            end,
+            end: range.offset + range.len,
         })
     }
 
