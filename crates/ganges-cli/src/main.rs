@@ -8,7 +8,6 @@ use ganges_cli::util::{CliError, CliResult, fail};
 use ganges_client::cluster::{ClusterFile, default_cluster_path, default_local_root};
 use ganges_client::dataset::WriteSource;
 use ganges_client::scan::ReadOptions;
-use ganges_client::stream::REORDER_BLOCKS_DEFAULT;
 use ganges_core::ceft::CeftThresholds;
 use ganges_core::datagen::Generator;
 use ganges_core::disk::{DiskParams, Fault};
@@ -329,9 +328,9 @@ enum DatasetCmd {
     /// Write a byte range of a dataset in order to stdout (or a file): the ordered stream,
     /// for pipes; blocks are checked as they arrive, and memory stays within the reorder
     /// buffer. A dataset written through a distributed queue reads in its writers' order,
-    /// from every server at once; any other with one reader, so one fragment's disks at a
-    /// time: `dataset get` copies a whole dataset to a file faster, reading every fragment
-    /// at once
+    /// from every server at once; any other reads every fragment the buffer reaches at once
+    /// (more with a larger `--buffer-blocks`); `dataset get` copies a whole dataset to a
+    /// file faster still, reading every fragment at once
     #[command(
         after_help = "Examples:\n  ganges dataset read events --offset 512MiB --len 4MiB | xxd | head\n  ganges dataset read events --offset 1GiB --len 64MiB --policy gd-plan --out part.bin"
     )]
@@ -348,9 +347,10 @@ enum DatasetCmd {
         /// Read policy, by the names `ganges scan --policy` takes
         #[arg(long, default_value = "gd")]
         policy: ReadPolicyKind,
-        /// Blocks held out of order at most (the reorder buffer)
-        #[arg(long, default_value_t = REORDER_BLOCKS_DEFAULT)]
-        buffer_blocks: u32,
+        /// Blocks read ahead and not yet written out, at most (the reorder buffer; the more,
+        /// the more fragments are read at once) [default: 64 MiB of blocks]
+        #[arg(long)]
+        buffer_blocks: Option<u32>,
         /// Write to this file instead of stdout
         #[arg(long, short, value_name = "FILE")]
         out: Option<PathBuf>,

@@ -157,7 +157,7 @@ fn a_users_session_from_local_up_to_local_down() {
     ]);
     assert!(std::fs::read(&part).unwrap() == data[1 << 20..], "to the end");
     let held: u32 = out.split("at most ").nth(1).and_then(|t| t.split(' ').next()?.parse().ok()).expect("held blocks");
-    assert!(held <= 1 && out.contains(" of 1 blocks held out of order"), "memory within the buffer: {out}");
+    assert!(held <= 1 && out.contains(" of 1 blocks buffered"), "memory within the buffer: {out}");
     let err = fails(&["dataset", "read", "imp", "--offset", "1572871", "--len", "1", "--cluster", c], 1);
     assert!(err.contains("past the end of `imp` (1572871 bytes)"), "{err}");
     // A reader that stops taking bytes ends the read quietly.

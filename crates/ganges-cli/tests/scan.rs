@@ -344,6 +344,58 @@ async fn the_ordered_reader_hands_out_records_of_any_size_in_order_within_its_bu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ordered_reader_reads_every_fragment_its_buffer_reaches_at_once_and_outlasts_a_frozen_server() {
+    use ganges_client::stream::OrderedReader;
+    let c = start(4, common::disk(16.0));
+    let client = c.client().await;
+    let g = Generator::Random { seed: 31 };
+    // Fragments of 13, 10, 16 and 3 blocks, none a whole number of blocks.
+    let m = Arc::new(create(&client, "ahead", vec![200_000, 150_000, 250_000, 40_000], 16 << 10, 2, g).await);
+    let whole = Partition { offset: 0, len: m.total_bytes() };
+    let read_all = |buffer: u32, policy: ReadPolicyKind, freeze: Option<u32>| {
+        let (client, m) = (client.clone(), m.clone());
+        let pid = freeze.map(|n| c.local.pid(NodeId(n)).unwrap());
+        let opts = ReadOptions { stall_timeout: std::time::Duration::from_millis(500), ..ReadOptions::new(policy) };
+        async move {
+            let mut r = OrderedReader::open(client, m, whole, opts, buffer).unwrap();
+            // A frozen server keeps its connections and answers nothing: what it holds of
+            // ours is given up after the stall timeout and read from the other copies.
+            if let Some(pid) = pid {
+                assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGSTOP));
+            }
+            let mut got = Vec::new();
+            loop {
+                let b = r.read(usize::MAX).await.unwrap();
+                assert!(r.buffered_blocks() <= buffer as usize, "the buffer stays within its bound");
+                if b.is_empty() {
+                    break;
+                }
+                got.extend_from_slice(&b);
+            }
+            if let Some(pid) = pid {
+                ganges_cli::sys::signal(pid, ganges_cli::sys::SIGCONT);
+            }
+            let most = r.fragments_at_once();
+            (got, most, r.close())
+        }
+    };
+    let mut want = vec![0u8; whole.len as usize];
+    g.fill(0, &mut want);
+    // Three blocks reach two fragments at most; 64 reach all four from the first read.
+    let (got, most, report) = read_all(3, ReadPolicyKind::Gd, None).await;
+    assert!(got == want && most <= 2, "3 blocks: {most} fragments at once");
+    assert_eq!(report.digest, m.digest, "every fragment's stream is in the report");
+    let (got, most, _) = read_all(64, ReadPolicyKind::Gd, None).await;
+    assert!(got == want && most == 4, "64 blocks: {most} fragments at once");
+    // Static reads primaries only, so whatever comes from a backup is the frozen server's.
+    let frozen =
+        tokio::time::timeout(std::time::Duration::from_secs(60), read_all(64, ReadPolicyKind::Static, Some(2)));
+    let (got, _, report) = frozen.await.expect("a frozen server must not hang the read");
+    assert!(got == want, "the bytes in order, a server frozen");
+    assert!(report.stats.bytes_by_copy[1] > 0, "the frozen server's blocks came from backup copies");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_reads_complete_in_any_order_and_the_simple_read_waits_for_its_own() {
     use ganges_client::stream::AsyncReader;
     let c = start(3, common::disk(64.0));

@@ -105,6 +105,17 @@ pub struct ReadReport {
 }
 
 impl ReadReport {
+    /// A read of nothing.
+    pub fn empty(policy: ReadPolicyKind) -> ReadReport {
+        ReadReport {
+            policy: policy.to_string(),
+            bytes: 0,
+            seconds: 0.0,
+            stats: ReadStats::default(),
+            digest: Digest::default(),
+        }
+    }
+
     /// Two consumers' reads of one scan as one: bytes, counters and digests add up, and the
     /// time is the longer one's.
     pub fn merged(mut self, other: ReadReport) -> ReadReport {
@@ -113,6 +124,15 @@ impl ReadReport {
         self.stats.merge(other.stats);
         self.digest.merge(other.digest);
         self
+    }
+}
+
+/// Seconds from `started` to `finished` (to now while unfinished; 0 if never started).
+pub(crate) fn span_secs(started: Option<Instant>, finished: Option<Instant>) -> f64 {
+    match (started, finished) {
+        (Some(s), Some(f)) => f.duration_since(s).as_secs_f64(),
+        (Some(s), None) => s.elapsed().as_secs_f64(),
+        _ => 0.0,
     }
 }
 
@@ -460,11 +480,7 @@ impl ReadStream {
     }
 
     pub fn report(&self) -> ReadReport {
-        let seconds = match (self.started, self.finished) {
-            (Some(s), Some(f)) => f.duration_since(s).as_secs_f64(),
-            (Some(s), None) => s.elapsed().as_secs_f64(),
-            _ => 0.0,
-        };
+        let seconds = span_secs(self.started, self.finished);
         ReadReport {
             policy: self.engine.policy_kind().to_string(),
             bytes: self.engine.done_bytes(),

@@ -1,9 +1,10 @@
 //! In-order and random-access reading (virtual-streams §3.6), both on top of `ReadStream`.
 //!
 //! - [`OrderedReader`]: the bytes of a partition in order, in reads of any size (so records
-//!   of any length). Blocks that arrive early wait in a reorder buffer; the read engine never
-//!   requests more than `buffer_blocks` past the first block not yet handed out, so the
-//!   buffer, and memory, stay within that bound whatever the servers do.
+//!   of any length). Blocks that arrive early wait in a reorder buffer; no block more than
+//!   `buffer_blocks` past the first one not yet handed out is asked for, so the buffer, and
+//!   memory, stay within that bound whatever the servers do. Each fragment the buffer reaches
+//!   is read at once, by a stream of its own.
 //! - [`AsyncReader`]: submit any number of (offset, length) reads, reap them as they
 //!   complete, in any order: for random access, and for callers who fill their own pipeline.
 //!   `read(offset, len)` is the simple call on top: submit, then wait for that one.
@@ -13,12 +14,16 @@
 
 use crate::client::Client;
 use crate::error::{ClientError, Result};
-use crate::scan::{ReadOptions, ReadStream};
+use crate::scan::{ReadOptions, ReadReport, ReadStream, span_secs};
 use bytes::{Bytes, BytesMut};
+use futures_util::future::select_all;
+use ganges_core::ids::FragmentId;
 use ganges_core::shape::Partition;
 use ganges_proto::manifest::Manifest;
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Blocks an ordered reader may hold out of order unless told otherwise: two windows' worth,
 /// so a slow server holding the next block does not stop the others from working ahead.
@@ -33,20 +38,47 @@ fn check_buffer(buffer_blocks: u32) -> Result<()> {
 }
 
 /// The bytes of a partition, in order.
+///
+/// Each fragment the partition covers is read by a [`ReadStream`] of its own (with the
+/// policy's window, between that fragment's copies), and blocks are asked for in the
+/// partition's order, at most `buffer_blocks` past the first one not yet handed out. A buffer
+/// larger than what is left of the fragment being handed out lets the next fragments' servers
+/// read ahead at the same time, so an in-order read is not held to one fragment's disks.
 #[derive(Debug)]
 pub struct OrderedReader {
-    stream: ReadStream,
+    client: Arc<Client>,
+    manifest: Arc<Manifest>,
+    opts: ReadOptions,
+    /// The fragments being read, each with its stream and its blocks asked for and not yet
+    /// arrived.
+    reading: BTreeMap<FragmentId, Reading>,
+    /// What the streams of the fragments done with did.
+    closed: Vec<ReadReport>,
     /// Blocks that arrived ahead of their turn, by dataset offset.
     early: BTreeMap<u64, Bytes>,
     /// The rest of the block being handed out.
     current: Bytes,
-    /// The dataset offset of the next byte to hand out.
+    /// Dataset offsets: the next block to ask for, the next byte to hand out, the end.
+    ask_at: u64,
     next: u64,
     end: u64,
+    buffer_blocks: usize,
+    /// The most fragments read at once so far.
+    most_reading: usize,
+    /// From the first read to the last byte.
+    started: Option<Instant>,
+    finished: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Reading {
+    stream: ReadStream,
+    pending: usize,
 }
 
 impl OrderedReader {
-    /// Read `partition` in order, holding at most `buffer_blocks` blocks out of order.
+    /// Read `partition` in order, with at most `buffer_blocks` blocks asked for and not yet
+    /// handed out.
     pub fn open(
         client: Arc<Client>,
         manifest: Arc<Manifest>,
@@ -55,42 +87,96 @@ impl OrderedReader {
         buffer_blocks: u32,
     ) -> Result<OrderedReader> {
         check_buffer(buffer_blocks)?;
-        opts.lookahead = Some(buffer_blocks);
+        manifest.shape.check_partition(partition)?;
+        opts.settings.validate().map_err(|e| ClientError::Invalid(e.to_string()))?;
         opts.window = opts.window.min(buffer_blocks);
-        let stream = ReadStream::open(client, manifest, partition, opts)?;
         Ok(OrderedReader {
-            stream,
+            client,
+            manifest,
+            opts,
+            reading: BTreeMap::new(),
+            closed: vec![],
             early: BTreeMap::new(),
             current: Bytes::new(),
+            ask_at: partition.offset,
             next: partition.offset,
             end: partition.offset + partition.len,
+            buffer_blocks: buffer_blocks as usize,
+            most_reading: 0,
+            started: None,
+            finished: None,
         })
     }
 
-    /// Blocks held out of order right now (at most the buffer bound).
+    /// Blocks asked for (or arrived) and not yet handed out: at most the buffer bound.
     pub fn buffered_blocks(&self) -> usize {
-        self.early.len()
+        self.reading.values().map(|r| r.pending).sum::<usize>() + self.early.len()
+    }
+
+    /// The most fragments read at once so far: how far the buffer reached.
+    pub fn fragments_at_once(&self) -> usize {
+        self.most_reading
+    }
+
+    /// Ask for blocks in order while the buffer has room, each from its fragment's stream.
+    fn ask(&mut self) -> Result<()> {
+        let block = self.manifest.shape.block_bytes() as u64;
+        while self.ask_at < self.end && self.buffered_blocks() < self.buffer_blocks {
+            let upto = Partition { offset: self.ask_at, len: (self.end - self.ask_at).min(block) };
+            let p = self.manifest.shape.pieces(upto)?[0];
+            let reading = match self.reading.entry(p.fragment) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => {
+                    let stream = ReadStream::open_ended(self.client.clone(), self.manifest.clone(), self.opts)?;
+                    e.insert(Reading { stream, pending: 0 })
+                }
+            };
+            reading.stream.add_range(Partition { offset: p.dataset_offset, len: p.len as u64 })?;
+            reading.pending += 1;
+            self.ask_at += p.len as u64;
+        }
+        self.most_reading = self.most_reading.max(self.reading.len());
+        Ok(())
+    }
+
+    /// Wait for the next block of any fragment being read; keep it until its turn.
+    async fn receive(&mut self) -> Result<()> {
+        let waiting: Vec<_> = self
+            .reading
+            .iter_mut()
+            .filter(|(_, r)| r.pending > 0)
+            .map(|(&f, r)| Box::pin(async move { (f, r.stream.next().await) }))
+            .collect();
+        if waiting.is_empty() {
+            return Err(ClientError::Invalid(format!("read ended at byte {} before the partition did", self.next)));
+        }
+        let ((f, got), _, _) = select_all(waiting).await;
+        let Some(b) = got? else {
+            return Err(ClientError::Invalid(format!("the read of {f} ended with blocks still asked for")));
+        };
+        self.early.insert(b.dataset_offset, b.data);
+        let r = self.reading.get_mut(&f).expect("a fragment being read");
+        r.pending -= 1;
+        // A fragment all asked for and arrived is done with.
+        let fragment_end = self.manifest.shape.fragment_start(f) + self.manifest.shape.fragment_bytes(f);
+        if r.pending == 0 && fragment_end.min(self.end) <= self.ask_at {
+            self.closed.push(self.reading.remove(&f).expect("present").stream.close());
+        }
+        Ok(())
     }
 
     /// Make `current` non-empty, unless the partition is done.
     async fn fill(&mut self) -> Result<()> {
+        self.started.get_or_insert_with(Instant::now);
         while self.current.is_empty() && self.next < self.end {
-            if let Some(b) = self.early.remove(&self.next) {
-                self.current = b;
-                continue;
+            self.ask()?;
+            match self.early.remove(&self.next) {
+                Some(b) => self.current = b,
+                None => self.receive().await?,
             }
-            match self.stream.next().await? {
-                Some(b) if b.dataset_offset == self.next => self.current = b.data,
-                Some(b) => {
-                    self.early.insert(b.dataset_offset, b.data);
-                }
-                None => {
-                    return Err(ClientError::Invalid(format!(
-                        "read ended at byte {} before the partition did",
-                        self.next
-                    )));
-                }
-            }
+        }
+        if self.next >= self.end {
+            self.finished.get_or_insert_with(Instant::now);
         }
         Ok(())
     }
@@ -138,8 +224,12 @@ impl OrderedReader {
         Ok(at)
     }
 
-    pub fn close(self) -> crate::scan::ReadReport {
-        self.stream.close()
+    /// Stop reading (cancelling what is still asked for); what every fragment's stream did.
+    pub fn close(self) -> ReadReport {
+        let seconds = span_secs(self.started, self.finished);
+        let streams = self.reading.into_values().map(|r| r.stream.close());
+        let report = streams.chain(self.closed).reduce(ReadReport::merged);
+        ReadReport { seconds, ..report.unwrap_or_else(|| ReadReport::empty(self.opts.policy)) }
     }
 }
 
