@@ -11,21 +11,28 @@
 //! sampled every 100 ms, and the *adaptation time* after each change is reported
 //! (BENCHMARKS.md "Over time").
 //!
+//! With `--access random` each consumer reads as many whole blocks as its partition holds,
+//! each picked anywhere in the dataset from the seed, through the async interface; the ideals
+//! are computed for exactly those blocks.
+//!
 //! Every run also checks its own correctness: the digest of what the consumers received must
-//! equal the dataset's, or the bench fails instead of printing a number.
+//! equal the dataset's (random reads: every byte asked for must have come back, each block's
+//! checksum checked on arrival), or the bench fails instead of printing a number.
 
 use crate::local::{DiskSpec, LocalCluster, LocalSpec};
 use crate::plot::{self, Series};
 use crate::util::{CliError, CliResult, Table, fail, git_commit, process_cpu_secs, steps_bar};
+use ganges_client::ClientError;
 use ganges_client::client::Client;
 use ganges_client::dataset::{self, CreateSpec};
 use ganges_client::scan::{ReadOptions, ReadReport, ReadStream};
-use ganges_core::datagen::Generator;
+use ganges_client::stream::AsyncReader;
+use ganges_core::datagen::{Generator, mix64};
 use ganges_core::digest::Digest;
 use ganges_core::disk::Fault;
 use ganges_core::fault::{FaultLayout, place};
-use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
-use ganges_core::ids::NodeId;
+use ganges_core::ideal::{Demand, layout_ideal, river_ideal_seconds};
+use ganges_core::ids::{ConsumerId, FragmentId, NodeId};
 use ganges_core::measure::{Change, SAMPLE_SECS, Sampled, scheduled_ideal};
 use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_PLAN};
 use ganges_core::sched::SchedulerKind;
@@ -34,6 +41,7 @@ use ganges_core::units::{ByteSize, Dur, mb_per_sec};
 use ganges_proto::control::{ControlReply, ControlRequest, ServerStats};
 use ganges_proto::manifest::Manifest;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -117,6 +125,38 @@ impl FromStr for LayoutChoice {
     }
 }
 
+/// What each consumer of a bench run reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    /// Its partition, whole, through a read stream: the papers' scans.
+    Scan,
+    /// As many whole blocks as its partition holds, each anywhere in the dataset (chosen
+    /// from the seed), through the async interface with the window's reads at once: random
+    /// access, as a training-data loader that shuffles reads.
+    Random,
+}
+
+impl FromStr for Access {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "scan" => Ok(Access::Scan),
+            "random" => Ok(Access::Random),
+            _ => Err(format!("unknown access `{s}` (use scan or random)")),
+        }
+    }
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::Scan => "scan",
+            Access::Random => "random",
+        })
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ScanBenchSpec {
     pub nodes: u32,
@@ -135,6 +175,7 @@ pub struct ScanBenchSpec {
     pub window: Option<u32>,
     pub settings: PolicySettings,
     pub ratios: Vec<Ratio>,
+    pub access: Access,
     pub repeat: u32,
     /// Also run every configuration in the simulator and print both (SIM-2).
     pub sim: bool,
@@ -166,6 +207,7 @@ pub struct Params {
     pub window: Option<u32>,
     pub settings: PolicySettings,
     pub ratios: Vec<Ratio>,
+    pub access: Access,
     pub repeat: u32,
     pub policies: Vec<ReadPolicyKind>,
     pub git_commit: String,
@@ -303,6 +345,9 @@ impl ScanBenchSpec {
         if self.layout == LayoutChoice::Mirrored && (!self.nodes.is_multiple_of(2) || self.replicas != 2) {
             return fail("--layout mirrored needs an even number of nodes and 2 replicas");
         }
+        if self.sim && self.access == Access::Random {
+            return fail("--sim simulates scans only: leave out --sim or use --access scan");
+        }
         let mut last_end = 0.0f64;
         for w in &self.schedule {
             if w.start_secs < last_end {
@@ -337,6 +382,7 @@ impl ScanBenchSpec {
             window: self.window,
             settings: self.settings,
             ratios: self.ratios.clone(),
+            access: self.access,
             repeat: self.repeat,
             policies: self.policies.clone(),
             git_commit: git_commit(),
@@ -604,15 +650,17 @@ fn ideals(
             })
             .collect()
     };
-    let total = manifest.total_bytes();
-    let demands = scan_demands(&manifest.shape, partitions)?;
+    let reads = consumer_reads(spec.access, spec.seed, &manifest.shape, partitions);
+    let demands = read_demands(&manifest.shape, &reads)?;
+    let total: u64 = demands.iter().map(|d| d.bytes).sum();
     let (r_free, r_fault) = (rates(&[]), rates(faulty));
     let river = (river_ideal_seconds(total, &r_free), river_ideal_seconds(total, &r_fault));
     let layout = (
         layout_ideal(&demands, &manifest.layout, &r_free)?.seconds,
         layout_ideal(&demands, &manifest.layout, &r_fault)?.seconds,
     );
-    let share = |t: f64| partitions.iter().map(|p| p.len as f64 / t).collect::<Vec<f64>>();
+    let per_consumer: Vec<u64> = reads.iter().map(|r| r.iter().map(|p| p.len).sum()).collect();
+    let share = |t: f64| per_consumer.iter().map(|&b| b as f64 / t).collect::<Vec<f64>>();
     let shares = (share(layout.1), share(layout.0));
     if spec.schedule.is_empty() {
         return Ok((river.1, layout.1, shares));
@@ -676,34 +724,117 @@ pub(crate) async fn all_stats(client: &Client) -> CliResult<Vec<ServerStats>> {
     Ok(out)
 }
 
-/// One scan: every consumer reads its partition; returns T and the counters.
-async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<Sample> {
-    let opts = ReadOptions::new(run.policy).with_window(spec.window_of(run.policy)).with_settings(spec.settings);
-    let streams: Vec<ReadStream> = run
-        .partitions
+/// Each consumer's reads: its partition whole (a scan), or as many whole blocks of the
+/// dataset as the partition holds, each picked from `seed` (random access).
+fn consumer_reads(access: Access, seed: u64, shape: &Shape, partitions: &[Partition]) -> Vec<Vec<Partition>> {
+    if access == Access::Scan {
+        return partitions.iter().map(|p| vec![*p]).collect();
+    }
+    let blocks: Vec<Partition> = (0..shape.fragment_count())
+        .map(FragmentId)
+        .flat_map(|f| {
+            (0..shape.blocks_in(f)).map(move |b| Partition {
+                offset: shape.fragment_start(f) + shape.block_offset(b),
+                len: shape.block_len(f, b) as u64,
+            })
+        })
+        .collect();
+    let pick = |consumer: u64, k: u64| {
+        blocks[(mix64(seed.wrapping_add(mix64(consumer)).wrapping_add(k)) % blocks.len() as u64) as usize]
+    };
+    partitions
         .iter()
-        .map(|p| ReadStream::open(client.clone(), run.manifest.clone(), *p, opts))
-        .collect::<Result<_, _>>()?;
+        .zip(0..)
+        .map(|(p, i)| (0..p.len.div_ceil(shape.block_bytes() as u64)).map(|k| pick(i, k)).collect())
+        .collect()
+}
+
+/// What every consumer needs of every fragment, for the ideals.
+fn read_demands(shape: &Shape, reads: &[Vec<Partition>]) -> CliResult<Vec<Demand>> {
+    let mut bytes: BTreeMap<(u32, FragmentId), u64> = BTreeMap::new();
+    for (i, r) in (0..).zip(reads) {
+        for p in r {
+            for (f, b) in shape.partition_demand(*p)? {
+                *bytes.entry((i, f)).or_default() += b;
+            }
+        }
+    }
+    Ok(bytes.into_iter().map(|((i, fragment), bytes)| Demand { consumer: ConsumerId(i), fragment, bytes }).collect())
+}
+
+/// One consumer of a run, connected before the start (boxed: each is a kilobyte or more).
+enum Consumer {
+    Scan(Box<ReadStream>),
+    Random(Box<AsyncReader>, Vec<Partition>),
+}
+
+impl Consumer {
+    fn open(
+        client: &Arc<Client>,
+        manifest: &Arc<Manifest>,
+        access: Access,
+        reads: &[Partition],
+        opts: ReadOptions,
+    ) -> Result<Consumer, ClientError> {
+        Ok(match access {
+            Access::Scan => {
+                Consumer::Scan(Box::new(ReadStream::open(client.clone(), manifest.clone(), reads[0], opts)?))
+            }
+            Access::Random => {
+                Consumer::Random(Box::new(AsyncReader::open(client.clone(), manifest.clone(), opts)?), reads.to_vec())
+            }
+        })
+    }
+
+    /// Read everything; the report, when it ended, and the timeline: when each block
+    /// arrived and the bytes delivered by then.
+    async fn run(self, window: u32) -> Result<(ReadReport, Instant, Vec<(Instant, u64)>), ClientError> {
+        let mut marks: Vec<(Instant, u64)> = Vec::with_capacity(128);
+        let mut bytes = 0u64;
+        let report = match self {
+            Consumer::Scan(mut s) => {
+                while let Some(b) = s.next().await? {
+                    bytes += b.data.len() as u64;
+                    marks.push((Instant::now(), bytes));
+                }
+                s.close()
+            }
+            Consumer::Random(mut r, reads) => {
+                let mut reads = reads.into_iter();
+                loop {
+                    while r.pending() < window as usize
+                        && let Some(p) = reads.next()
+                    {
+                        r.submit(p.offset, p.len)?;
+                    }
+                    let Some((_, data)) = r.reap().await? else { break };
+                    bytes += data.len() as u64;
+                    marks.push((Instant::now(), bytes));
+                }
+                r.close()
+            }
+        };
+        Ok((report, Instant::now(), marks))
+    }
+}
+
+/// One run: every consumer reads its partition, or its random blocks; returns T and the
+/// counters.
+async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<Sample> {
+    let window = spec.window_of(run.policy);
+    let opts = ReadOptions::new(run.policy).with_window(window).with_settings(spec.settings);
+    let reads = consumer_reads(spec.access, spec.seed, &run.manifest.shape, run.partitions);
+    let consumers: Vec<Consumer> =
+        reads.iter().map(|r| Consumer::open(client, run.manifest, spec.access, r, opts)).collect::<Result<_, _>>()?;
     let before = all_stats(client).await?;
     let cpu_before = process_cpu_secs();
-    let barrier = Arc::new(tokio::sync::Barrier::new(streams.len() + 1));
+    let barrier = Arc::new(tokio::sync::Barrier::new(consumers.len() + 1));
     let mut tasks = vec![];
-    for mut s in streams {
+    for c in consumers {
         let barrier = barrier.clone();
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            // When each block arrived and the bytes delivered by then: the timeline.
-            let mut marks: Vec<(Instant, u64)> = Vec::with_capacity(128);
-            let mut bytes = 0u64;
-            while let Some(b) = s.next().await? {
-                bytes += b.data.len() as u64;
-                marks.push((Instant::now(), bytes));
-            }
-            Ok::<(ReadReport, Instant, Vec<(Instant, u64)>), ganges_client::ClientError>((
-                s.close(),
-                Instant::now(),
-                marks,
-            ))
+            c.run(window).await
         }));
     }
     barrier.wait().await;
@@ -741,13 +872,17 @@ async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> 
     for (r, _) in &reports {
         digest.merge(r.digest);
     }
-    if digest != run.manifest.digest {
+    let bytes: u64 = reports.iter().map(|(r, _)| r.bytes).sum();
+    if spec.access == Access::Scan && digest != run.manifest.digest {
         return fail(format!(
             "{}: the consumers' digest {digest} differs from the dataset's {}: bytes were lost or delivered twice",
             run.policy, run.manifest.digest
         ));
     }
-    let bytes: u64 = reports.iter().map(|(r, _)| r.bytes).sum();
+    let asked: u64 = reads.iter().flatten().map(|p| p.len).sum();
+    if bytes != asked {
+        return fail(format!("{}: the consumers received {bytes} bytes of the {asked} they read", run.policy));
+    }
     let slowest = reports
         .iter()
         .map(|(r, end)| mb_per_sec(r.bytes, end.duration_since(t0).as_secs_f64()))
@@ -936,8 +1071,12 @@ pub fn render(report: &Report) -> String {
         LayoutChoice::Chained => format!("{} copies", p.replicas),
         LayoutChoice::Mirrored => "mirrored groups".to_string(),
     };
+    let access = match p.access {
+        Access::Scan => "",
+        Access::Random => " (random reads)",
+    };
     let mut out = format!(
-        "scan: {} nodes, {layout}, {} fragments of {}, {} blocks, {disk}, fault {} ({} layout{}), window {}, \
+        "scan{access}: {} nodes, {layout}, {} fragments of {}, {} blocks, {disk}, fault {} ({} layout{}), window {}, \
          {} run(s) each (median), commit {}\n",
         p.nodes,
         p.nodes,

@@ -1,7 +1,7 @@
 //! `ganges`: the command line. Parsing lives here; the work lives in the library modules.
 
 use clap::{Args, Parser, Subcommand};
-use ganges_cli::bench::{self, FaultWindow, LayoutChoice, Ratio, ScanBenchSpec};
+use ganges_cli::bench::{self, Access, FaultWindow, LayoutChoice, Ratio, ScanBenchSpec};
 use ganges_cli::commands::{self, CreateArgs, ModelLayoutArgs, SizeSpec};
 use ganges_cli::local::{self, DiskSpec, LocalSpec};
 use ganges_cli::util::{CliError, CliResult, fail};
@@ -683,6 +683,11 @@ struct BenchScanArgs {
     /// Data of even and odd consumers (logical partitions), e.g. 1:1,1:1.5,1:2
     #[arg(long, value_delimiter = ',', default_value = "1:1")]
     ratio: Vec<Ratio>,
+    /// What each consumer reads: its partition whole (scan), or as many blocks picked at
+    /// random anywhere in the dataset (random: the async interface, the window's reads at
+    /// once)
+    #[arg(long, default_value = "scan")]
+    access: Access,
     /// Read policies to compare, by the names `ganges scan --policy` takes
     #[arg(long, value_delimiter = ',', default_value = "static,gd")]
     policies: Vec<ReadPolicyKind>,
@@ -1186,6 +1191,7 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
         window: a.window,
         settings: a.settings.settings()?,
         ratios: a.ratio,
+        access: a.access,
         repeat: a.repeat.max(1),
         sim: a.sim,
         root: a.root,
@@ -1304,6 +1310,7 @@ fn demo(a: DemoArgs) -> CliResult<()> {
         window: None,
         settings: PolicySettings::default(),
         ratios: vec![Ratio::EQUAL],
+        access: Access::Scan,
         repeat: 1,
         sim: false,
         root: None,

@@ -336,6 +336,29 @@ fn bench_scan_quick_writes_json_and_plots() {
 }
 
 #[test]
+fn bench_scan_random_reads_as_many_blocks_at_random_and_refuses_the_simulator() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("random.json");
+    let args = ["bench", "scan", "--quick", "--access", "random", "--policies", "static,gd"];
+    let out = ok(&[&args[..], &["--json", json.to_str().unwrap()]].concat());
+    assert!(out.contains("scan (random reads):"), "{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["params"]["access"], "random");
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "2 policies x 3 fault counts");
+    for r in rows {
+        assert_eq!(r["bytes"], 16u64 << 20, "as many bytes as the scan reads: {r}");
+        let f = r["frac_layout_ideal"].as_f64().unwrap();
+        assert!(f > 0.0 && f <= 1.0, "a run cannot beat the ideal: {r}");
+        if r["policy"] == "static" {
+            assert_eq!(r["backup_bytes_frac"], 0.0, "static reads primaries only: {r}");
+        }
+    }
+    let err = fails(&[&args[..], &["--sim"]].concat(), 1);
+    assert!(err.contains("--sim simulates scans only"), "{err}");
+}
+
+#[test]
 fn bench_scan_over_time_with_ratios_and_block_sizes() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("time.json");
