@@ -332,7 +332,7 @@ impl RoutePolicy for Planned {
         if let Some(idle) = allowed.iter().find(|n| view.outstanding_at(**n) == 0) {
             return Pick::To(*idle);
         }
-        Pick::To(self.pulls.next(allowed))
+        Pick::To(self.pulls.next(view, allowed))
     }
     fn on_reply(&mut self, _view: &RouteView<'_>, node: NodeId) {
         self.pulls.push(node);

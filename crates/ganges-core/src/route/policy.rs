@@ -489,16 +489,22 @@ impl Pulls {
         self.queue.push_back(node);
     }
 
-    /// The server the next request goes to, among `allowed`.
-    pub fn next(&mut self, allowed: &[NodeId]) -> NodeId {
+    /// The server the next request goes to, among `allowed`: the server of the oldest reply
+    /// that holds the piece, else the one with the fewest of our requests outstanding, in
+    /// turn among equals. A slow server keeps more outstanding, so reads whose pieces are
+    /// seldom on the server that just answered (random reads, a written order, a partition
+    /// across fragments) move away from it as a scan's pulls do; in turn alone, a slow
+    /// server got its half of them and the reads waited on it.
+    pub fn next(&mut self, view: &RouteView<'_>, allowed: &[NodeId]) -> NodeId {
         while let Some(n) = self.queue.pop_front() {
             if allowed.contains(&n) {
                 return n;
             }
         }
-        let n = allowed[self.round_robin % allowed.len()];
+        let first = self.round_robin % allowed.len();
         self.round_robin += 1;
-        n
+        let in_turn = allowed[first..].iter().chain(&allowed[..first]);
+        *in_turn.min_by_key(|n| view.outstanding_at(**n)).expect("a piece has holders")
     }
 }
 
@@ -563,8 +569,8 @@ impl RoutePolicy for Graduated {
     fn notifies_progress(&self) -> bool {
         true
     }
-    fn pick(&mut self, _view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
-        Pick::To(self.pulls.next(holders))
+    fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
+        Pick::To(self.pulls.next(view, holders))
     }
     fn on_reply(&mut self, _view: &RouteView<'_>, node: NodeId) {
         self.pulls.push(node);

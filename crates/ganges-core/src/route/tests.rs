@@ -488,3 +488,35 @@ fn a_fragment_read_whole_in_many_pieces_is_exactly_one_part() {
     let across = shape.pieces(Partition { offset: 640 * 4096, len: 1280 * 4096 }).unwrap();
     assert_eq!(fragment_parts(&shape, &across), BTreeMap::from([(FragmentId(0), 0.5), (FragmentId(1), 0.5)]));
 }
+
+/// Random reads: a reply seldom comes from a server holding the next piece, so GD's pull
+/// finds no taker, and the request goes to the holder with the fewest of ours outstanding. A
+/// server that never answers gets a request only while its copy's other holder has as many:
+/// not half of its fragment's, which would fill the window and stop the read.
+#[test]
+fn gd_sends_a_piece_no_reply_pulled_to_the_holder_with_fewest_outstanding() {
+    let shape = Shape::uniform(4, 100 * 4096, 4096).unwrap();
+    let layout = Layout::chained(4, 2).unwrap();
+    let config = ReadConfig::default();
+    let mut e = ReadEngine::open_ended(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, config).unwrap();
+    // Fragments 0 (on nodes 0 and 1) and 2 (on nodes 2 and 3) in turn.
+    let block = |f: u64, b: u64| shape.pieces(Partition { offset: (f * 100 + b) * 4096, len: 4096 }).unwrap()[0];
+    e.add_pieces(&shape, (0..40).flat_map(|b| [(block(0, b), None), (block(2, b), None)]));
+    let mut at_node_0 = 0;
+    loop {
+        let sends = drain(&mut e);
+        if sends.is_empty() {
+            break;
+        }
+        for s in sends {
+            if s.node == NodeId(0) {
+                at_node_0 += 1;
+            } else {
+                e.on_data(Time::ZERO, s.piece, s.node);
+            }
+        }
+        e.assert_invariants();
+    }
+    assert!(at_node_0 <= WINDOW_DEFAULT as usize / 2, "{at_node_0} requests sent to the silent node");
+    assert_eq!(e.progress().done_bytes, (80 - at_node_0 as u64) * 4096, "every other piece was read");
+}
