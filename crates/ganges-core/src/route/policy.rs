@@ -492,9 +492,9 @@ impl Pulls {
     /// The server the next request goes to, among `allowed`: the server of the oldest reply
     /// that holds the piece, else the one with the fewest of our requests outstanding, in
     /// turn among equals. A slow server keeps more outstanding, so reads whose pieces are
-    /// seldom on the server that just answered (random reads, a written order, a partition
-    /// across fragments) move away from it as a scan's pulls do; in turn alone, a slow
-    /// server got its half of them and the reads waited on it.
+    /// seldom on the server that just answered (random reads, a partition across fragments)
+    /// move away from it as a scan's pulls do; in turn alone, a slow server got its half of
+    /// them and the reads waited on it (docs/benchmarks.md, "Random reads").
     pub fn next(&mut self, view: &RouteView<'_>, allowed: &[NodeId]) -> NodeId {
         while let Some(n) = self.queue.pop_front() {
             if allowed.contains(&n) {
