@@ -26,7 +26,7 @@ use ganges_client::ClientError;
 use ganges_client::client::Client;
 use ganges_client::dataset::{self, CreateSpec};
 use ganges_client::scan::{ReadOptions, ReadReport, ReadStream};
-use ganges_client::stream::AsyncReader;
+use ganges_client::stream::{AsyncReader, RANDOM_WINDOW_DEFAULT};
 use ganges_core::datagen::{Generator, mix64};
 use ganges_core::digest::Digest;
 use ganges_core::disk::Fault;
@@ -329,7 +329,11 @@ struct Run<'a> {
 
 impl ScanBenchSpec {
     fn window_of(&self, policy: ReadPolicyKind) -> u32 {
-        self.window.unwrap_or(policy.default_window())
+        let default = match self.access {
+            Access::Scan => policy.default_window(),
+            Access::Random => RANDOM_WINDOW_DEFAULT,
+        };
+        self.window.unwrap_or(default)
     }
 
     fn validate(&self) -> CliResult<()> {
@@ -1085,7 +1089,13 @@ pub fn render(report: &Report) -> String {
         p.fault,
         p.fault_layout,
         if p.fault_schedule.is_empty() { String::new() } else { ", scheduled".into() },
-        p.window.map_or_else(|| format!("by policy ({WINDOW_DEFAULT}, gd-plan {WINDOW_PLAN})"), |w| w.to_string()),
+        p.window.map_or_else(
+            || match p.access {
+                Access::Scan => format!("by policy ({WINDOW_DEFAULT}, gd-plan {WINDOW_PLAN})"),
+                Access::Random => RANDOM_WINDOW_DEFAULT.to_string(),
+            },
+            |w| w.to_string()
+        ),
         p.repeat,
         p.git_commit
     );

@@ -233,6 +233,14 @@ impl OrderedReader {
     }
 }
 
+/// Reads in flight for random access (`ReadOptions::with_window`; the bench's `--access
+/// random` uses it unless told otherwise). A scan's window of 4 keeps its two servers busy;
+/// random reads spread over every server, and 4 per reader left disks idle now and then: 16
+/// readers on 16 servers read 83 to 86% of the ideal with no fault and 4 each, 88 to 90% with
+/// 16 each, and gd-plan 4 to 6 points more with slow disks too (docs/benchmarks.md, "Random
+/// reads").
+pub const RANDOM_WINDOW_DEFAULT: u32 = 16;
+
 /// Identifies a submitted read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Ticket(pub u64);
