@@ -81,7 +81,7 @@ enum Cmd {
         /// gd-rr-handoff, gd-plan or mirror (the README's "Read policies" says what each does)
         #[arg(long, default_value = "gd")]
         policy: ReadPolicyKind,
-        /// Requests in flight per consumer [default: 4; 6 for gd-plan; 16 with --access random]
+        /// Requests in flight per consumer [default: 4; 6 for gd-plan]
         #[arg(long)]
         window: Option<u32>,
         #[command(flatten)]
