@@ -49,9 +49,6 @@ pub struct ReadOptions {
     pub stall_timeout: Duration,
     /// The policies' tunables (watermarks, response-rate lessons).
     pub settings: PolicySettings,
-    /// If set, requests run at most this many pieces past the first undelivered one (ordered
-    /// readers use it to bound their buffer).
-    pub lookahead: Option<u32>,
 }
 
 impl ReadOptions {
@@ -76,7 +73,6 @@ impl Default for ReadOptions {
             window: WINDOW_DEFAULT,
             stall_timeout: STALL_TIMEOUT_DEFAULT,
             settings: PolicySettings::default(),
-            lookahead: None,
         }
     }
 }
@@ -200,7 +196,7 @@ impl ReadStream {
     /// A stream with nothing to read yet: `add_range` gives it work (the async interface).
     pub fn open_ended(client: Arc<Client>, manifest: Arc<Manifest>, opts: ReadOptions) -> Result<ReadStream> {
         opts.settings.validate().map_err(|e| ClientError::Invalid(e.to_string()))?;
-        let config = ReadConfig { window: opts.window, stall_timeout: opts.stall_timeout, lookahead: opts.lookahead };
+        let config = ReadConfig { window: opts.window, stall_timeout: opts.stall_timeout };
         let engine = ReadEngine::open_ended(opts.policy.build(&opts.settings), &manifest.layout, config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut s = ReadStream {

@@ -42,12 +42,10 @@
 //! **Stalls.** A server holding our requests that answers nothing for `stall_timeout` is
 //! treated as down for this read; its requests go to the other copies.
 //!
-//! **Lookahead.** Ordered readers bound how far past the first undelivered piece requests may
-//! go, so their reorder buffer stays bounded.
-//!
 //! **Request order.** Pieces are first requested in order, except that a policy may read a
 //! range that spans fragments in step, its part of each at the same pace (gd-plan does;
-//! `add_pieces`). Ordered reads always go in order.
+//! `add_pieces`). An ordered reader bounds its buffer by what it adds (the client's
+//! `OrderedReader` adds a piece at a time).
 //!
 //! **Open-ended reads.** An engine made with `open_ended` starts with no pieces; the async
 //! interface adds pieces as the caller submits reads.
@@ -127,13 +125,11 @@ pub struct ReadConfig {
     pub window: u32,
     /// See `STALL_TIMEOUT_DEFAULT`.
     pub stall_timeout: Duration,
-    /// If set, no piece more than this many past the first undelivered one is requested.
-    pub lookahead: Option<u32>,
 }
 
 impl Default for ReadConfig {
     fn default() -> Self {
-        ReadConfig { window: WINDOW_DEFAULT, stall_timeout: STALL_TIMEOUT_DEFAULT, lookahead: None }
+        ReadConfig { window: WINDOW_DEFAULT, stall_timeout: STALL_TIMEOUT_DEFAULT }
     }
 }
 
@@ -173,8 +169,6 @@ pub enum RouteError {
     Window(u32),
     #[error("a stall timeout must be positive")]
     StallTimeout,
-    #[error("a lookahead of 0 pieces could never request anything")]
-    Lookahead,
 }
 
 /// Counters of one consumer's read.
@@ -249,8 +243,6 @@ pub struct ReadEngine {
     order: Vec<usize>,
     /// The first position of `order` never requested.
     cursor: usize,
-    /// The first piece not yet delivered (for the lookahead bound).
-    first_undelivered: usize,
     retry: VecDeque<usize>,
     /// Pieces whose request a server handed to another (GD-6): the request id belongs to
     /// the first server, so it cannot be cancelled, and the end-of-scan steal leaves it be.
@@ -304,9 +296,6 @@ impl ReadEngine {
         if config.stall_timeout.is_zero() {
             return Err(RouteError::StallTimeout);
         }
-        if config.lookahead == Some(0) {
-            return Err(RouteError::Lookahead);
-        }
         let mut policy = policy;
         policy.on_layout(layout);
         Ok(ReadEngine {
@@ -318,7 +307,6 @@ impl ReadEngine {
             state: vec![],
             order: vec![],
             cursor: 0,
-            first_undelivered: 0,
             retry: VecDeque::new(),
             moved: BTreeSet::new(),
             steals: VecDeque::new(),
@@ -361,7 +349,7 @@ impl ReadEngine {
     /// Add a range of `shape`'s dataset, as its pieces (each with the holders that have it,
     /// if only some do); returns their indices. The policy is told what part of each
     /// fragment the range is. The pieces are first requested in order, unless the policy
-    /// reads in step and the read is not ordered (no lookahead): then a range that spans
+    /// reads in step: then a range that spans
     /// fragments (a logical partition, GD-7) reads its part of each at the same pace, so
     /// that its fraction done, which servers balance and plans count on, is each part's too.
     pub fn add_pieces(
@@ -374,7 +362,7 @@ impl ReadEngine {
             self.push_piece(p, only);
         }
         self.policy.on_range(&fragment_parts(shape, &self.pieces[first..]));
-        if self.policy.reads_in_step() && self.config.lookahead.is_none() {
+        if self.policy.reads_in_step() {
             // Each piece's place in its fragment's run of the range, as a fraction.
             let mut runs: BTreeMap<FragmentId, (usize, usize)> = BTreeMap::new();
             for (i, p) in self.pieces.iter().enumerate().skip(first) {
@@ -509,12 +497,6 @@ impl ReadEngine {
         Some(sent)
     }
 
-    fn advance_undelivered(&mut self) {
-        while self.first_undelivered < self.pieces.len() && self.state[self.first_undelivered] == PieceState::Done {
-            self.first_undelivered += 1;
-        }
-    }
-
     /// The next request to send, if the window has room and the policy wants one sent.
     pub fn poll_send(&mut self, now: Time) -> Result<Option<Dispatch>, RouteError> {
         self.withdraw_dropped();
@@ -538,12 +520,6 @@ impl ReadEngine {
             None if self.cursor < self.order.len() => (self.order[self.cursor], false),
             None => return Ok(None),
         };
-        if !from_retry
-            && let Some(ahead) = self.config.lookahead
-            && piece >= self.first_undelivered + ahead as usize
-        {
-            return Ok(None);
-        }
         let live = self.live_holders(piece);
         if live.is_empty() {
             let fragment = self.pieces[piece].fragment;
@@ -672,7 +648,6 @@ impl ReadEngine {
         let p = self.pieces[piece];
         self.done_pieces += 1;
         self.done_bytes += p.len as u64;
-        self.advance_undelivered();
         let copy = self.copy_of(p.fragment, node);
         self.stats.bytes_by_copy[copy] += p.len as u64;
         let view = view!(self, now);
@@ -867,7 +842,6 @@ impl ReadEngine {
         let done = self.state.iter().filter(|s| **s == PieceState::Done).count();
         assert_eq!(done, self.done_pieces);
         assert!(self.done_bytes <= self.total_bytes);
-        assert!(self.first_undelivered <= self.pieces.len());
     }
 }
 

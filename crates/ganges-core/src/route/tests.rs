@@ -320,24 +320,6 @@ fn shape_and_layout(nodes: u32, blocks: u64) -> (Shape, Layout) {
 }
 
 #[test]
-fn lookahead_bounds_how_far_requests_run_ahead_of_delivery() {
-    let (shape, layout) = shape_and_layout(2, 20);
-    let pieces = shape.pieces(shape.fragment_partitions()[0]).unwrap();
-    let config = ReadConfig { window: 16, lookahead: Some(3), ..ReadConfig::default() };
-    let mut e =
-        ReadEngine::new(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, &shape, pieces, config).unwrap();
-    let sends = drain(&mut e);
-    assert_eq!(sends.iter().map(|d| d.piece).collect::<Vec<_>>(), vec![0, 1, 2]);
-    // Pieces 1 and 2 arrive first: still nothing past piece 2, piece 0 holds the window.
-    e.on_data(Time::ZERO, 1, sends[1].node);
-    e.on_data(Time::ZERO, 2, sends[2].node);
-    assert!(drain(&mut e).is_empty());
-    e.on_data(Time::ZERO, 0, sends[0].node);
-    assert_eq!(drain(&mut e).iter().map(|d| d.piece).collect::<Vec<_>>(), vec![3, 4, 5]);
-    e.assert_invariants();
-}
-
-#[test]
 fn an_open_ended_engine_reads_pieces_as_they_are_added() {
     let (shape, layout) = shape_and_layout(2, 4);
     let mut e =
@@ -449,17 +431,16 @@ fn across_two_fragments(kind: ReadPolicyKind, config: ReadConfig) -> ReadEngine 
 }
 
 /// gd-plan reads a range that spans fragments (a logical partition) at the same pace in
-/// each, so its fraction done is each part's; other policies and ordered reads keep order.
+/// each, so its fraction done is each part's; other policies keep order.
 #[test]
 fn a_range_across_fragments_is_read_in_step_by_gd_plan_only() {
-    let order = |kind: ReadPolicyKind, lookahead: Option<u32>| {
-        let mut e = across_two_fragments(kind, ReadConfig { window: 8, lookahead, ..ReadConfig::default() });
+    let order = |kind: ReadPolicyKind| {
+        let mut e = across_two_fragments(kind, ReadConfig { window: 8, ..ReadConfig::default() });
         drain(&mut e).iter().map(|d| d.piece).collect::<Vec<_>>()
     };
     // Places in their runs: fragment 0's at 1/4 and 3/4, fragment 1's at 1/8, 3/8, 5/8, 7/8.
-    assert_eq!(order(ReadPolicyKind::GdPlan, None), vec![2, 0, 3, 4, 1, 5]);
-    assert_eq!(order(ReadPolicyKind::GdPlan, Some(8)), vec![0, 1, 2, 3, 4, 5]);
-    assert_eq!(order(ReadPolicyKind::Gd, None), vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(order(ReadPolicyKind::GdPlan), vec![2, 0, 3, 4, 1, 5]);
+    assert_eq!(order(ReadPolicyKind::Gd), vec![0, 1, 2, 3, 4, 5]);
 }
 
 /// Requests say which copy they read, and a read of one fragment asks for phase slots; a
