@@ -26,22 +26,21 @@ use ganges_client::ClientError;
 use ganges_client::client::Client;
 use ganges_client::dataset::{self, CreateSpec};
 use ganges_client::scan::{ReadOptions, ReadReport, ReadStream};
-use ganges_client::stream::{AsyncReader, RANDOM_WINDOW_DEFAULT};
+use ganges_client::stream::AsyncReader;
 use ganges_core::datagen::{Generator, mix64};
 use ganges_core::digest::Digest;
 use ganges_core::disk::Fault;
 use ganges_core::fault::{FaultLayout, place};
-use ganges_core::ideal::{Demand, layout_ideal, river_ideal_seconds};
-use ganges_core::ids::{ConsumerId, FragmentId, NodeId};
+use ganges_core::ideal::{layout_ideal, read_demands, river_ideal_seconds};
+use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::measure::{Change, SAMPLE_SECS, Sampled, scheduled_ideal};
-use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_PLAN};
+use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_PLAN, WINDOW_RANDOM};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::{Partition, Shape};
 use ganges_core::units::{ByteSize, Dur, mb_per_sec};
 use ganges_proto::control::{ControlReply, ControlRequest, ServerStats};
 use ganges_proto::manifest::Manifest;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -331,7 +330,7 @@ impl ScanBenchSpec {
     fn window_of(&self, policy: ReadPolicyKind) -> u32 {
         let default = match self.access {
             Access::Scan => policy.default_window(),
-            Access::Random => RANDOM_WINDOW_DEFAULT,
+            Access::Random => WINDOW_RANDOM,
         };
         self.window.unwrap_or(default)
     }
@@ -655,7 +654,7 @@ fn ideals(
             .collect()
     };
     let reads = consumer_reads(spec.access, spec.seed, &manifest.shape, partitions);
-    let demands = read_demands(&manifest.shape, &reads)?;
+    let demands = read_demands(&manifest.shape, reads.iter().map(Vec::as_slice))?;
     let total: u64 = demands.iter().map(|d| d.bytes).sum();
     let (r_free, r_fault) = (rates(&[]), rates(faulty));
     let river = (river_ideal_seconds(total, &r_free), river_ideal_seconds(total, &r_fault));
@@ -753,19 +752,6 @@ fn consumer_reads(access: Access, seed: u64, shape: &Shape, partitions: &[Partit
         .collect()
 }
 
-/// What every consumer needs of every fragment, for the ideals.
-fn read_demands(shape: &Shape, reads: &[Vec<Partition>]) -> CliResult<Vec<Demand>> {
-    let mut bytes: BTreeMap<(u32, FragmentId), u64> = BTreeMap::new();
-    for (i, r) in (0..).zip(reads) {
-        for p in r {
-            for (f, b) in shape.partition_demand(*p)? {
-                *bytes.entry((i, f)).or_default() += b;
-            }
-        }
-    }
-    Ok(bytes.into_iter().map(|((i, fragment), bytes)| Demand { consumer: ConsumerId(i), fragment, bytes }).collect())
-}
-
 /// One consumer of a run, connected before the start (boxed: each is a kilobyte or more).
 enum Consumer {
     Scan(Box<ReadStream>),
@@ -777,7 +763,7 @@ impl Consumer {
         client: &Arc<Client>,
         manifest: &Arc<Manifest>,
         access: Access,
-        reads: &[Partition],
+        reads: Vec<Partition>,
         opts: ReadOptions,
     ) -> Result<Consumer, ClientError> {
         Ok(match access {
@@ -785,7 +771,7 @@ impl Consumer {
                 Consumer::Scan(Box::new(ReadStream::open(client.clone(), manifest.clone(), reads[0], opts)?))
             }
             Access::Random => {
-                Consumer::Random(Box::new(AsyncReader::open(client.clone(), manifest.clone(), opts)?), reads.to_vec())
+                Consumer::Random(Box::new(AsyncReader::open(client.clone(), manifest.clone(), opts)?), reads)
             }
         })
     }
@@ -828,8 +814,11 @@ async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> 
     let window = spec.window_of(run.policy);
     let opts = ReadOptions::new(run.policy).with_window(window).with_settings(spec.settings);
     let reads = consumer_reads(spec.access, spec.seed, &run.manifest.shape, run.partitions);
-    let consumers: Vec<Consumer> =
-        reads.iter().map(|r| Consumer::open(client, run.manifest, spec.access, r, opts)).collect::<Result<_, _>>()?;
+    let asked: u64 = reads.iter().flatten().map(|p| p.len).sum();
+    let consumers: Vec<Consumer> = reads
+        .into_iter()
+        .map(|r| Consumer::open(client, run.manifest, spec.access, r, opts))
+        .collect::<Result<_, _>>()?;
     let before = all_stats(client).await?;
     let cpu_before = process_cpu_secs();
     let barrier = Arc::new(tokio::sync::Barrier::new(consumers.len() + 1));
@@ -883,7 +872,6 @@ async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> 
             run.policy, run.manifest.digest
         ));
     }
-    let asked: u64 = reads.iter().flatten().map(|p| p.len).sum();
     if bytes != asked {
         return fail(format!("{}: the consumers received {bytes} bytes of the {asked} they read", run.policy));
     }
@@ -1092,7 +1080,7 @@ pub fn render(report: &Report) -> String {
         p.window.map_or_else(
             || match p.access {
                 Access::Scan => format!("by policy ({WINDOW_DEFAULT}, gd-plan {WINDOW_PLAN})"),
-                Access::Random => RANDOM_WINDOW_DEFAULT.to_string(),
+                Access::Random => WINDOW_RANDOM.to_string(),
             },
             |w| w.to_string()
         ),

@@ -64,6 +64,11 @@ impl ReadOptions {
     pub fn with_settings(self, settings: PolicySettings) -> ReadOptions {
         ReadOptions { settings, ..self }
     }
+
+    /// Refuse settings out of range, naming the setting.
+    pub(crate) fn check(&self) -> Result<()> {
+        self.settings.validate().map_err(|e| ClientError::Invalid(e.to_string()))
+    }
 }
 
 impl Default for ReadOptions {
@@ -195,7 +200,7 @@ impl ReadStream {
 
     /// A stream with nothing to read yet: `add_range` gives it work (the async interface).
     pub fn open_ended(client: Arc<Client>, manifest: Arc<Manifest>, opts: ReadOptions) -> Result<ReadStream> {
-        opts.settings.validate().map_err(|e| ClientError::Invalid(e.to_string()))?;
+        opts.check()?;
         let config = ReadConfig { window: opts.window, stall_timeout: opts.stall_timeout };
         let engine = ReadEngine::open_ended(opts.policy.build(&opts.settings), &manifest.layout, config)?;
         let (tx, rx) = mpsc::unbounded_channel();

@@ -88,7 +88,7 @@ impl OrderedReader {
     ) -> Result<OrderedReader> {
         check_buffer(buffer_blocks)?;
         manifest.shape.check_partition(partition)?;
-        opts.settings.validate().map_err(|e| ClientError::Invalid(e.to_string()))?;
+        opts.check()?;
         opts.window = opts.window.min(buffer_blocks);
         Ok(OrderedReader {
             client,
@@ -175,9 +175,6 @@ impl OrderedReader {
                 None => self.receive().await?,
             }
         }
-        if self.next >= self.end {
-            self.finished.get_or_insert_with(Instant::now);
-        }
         Ok(())
     }
 
@@ -188,6 +185,9 @@ impl OrderedReader {
         let n = max.min(self.current.len());
         let out = self.current.split_to(n);
         self.next += n as u64;
+        if self.next >= self.end {
+            self.finished.get_or_insert_with(Instant::now);
+        }
         Ok(out)
     }
 
@@ -232,14 +232,6 @@ impl OrderedReader {
         ReadReport { seconds, ..report.unwrap_or_else(|| ReadReport::empty(self.opts.policy)) }
     }
 }
-
-/// Reads in flight for random access (`ReadOptions::with_window`; the bench's `--access
-/// random` uses it unless told otherwise). A scan's window of 4 keeps its two servers busy;
-/// random reads spread over every server, and 4 per reader left disks idle now and then: 16
-/// readers on 16 servers read 83 to 86% of the ideal with no fault and 4 each, 88 to 90% with
-/// 16 each, and gd-plan 4 to 6 points more with slow disks too (docs/benchmarks.md, "Random
-/// reads").
-pub const RANDOM_WINDOW_DEFAULT: u32 = 16;
 
 /// Identifies a submitted read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -80,13 +80,24 @@ pub struct Demand {
 
 /// The demands of a scan where consumer i reads `partitions[i]`.
 pub fn scan_demands(shape: &Shape, partitions: &[Partition]) -> Result<Vec<Demand>, ShapeError> {
-    let mut out = Vec::new();
-    for (i, p) in partitions.iter().enumerate() {
-        for (fragment, bytes) in shape.partition_demand(*p)? {
-            out.push(Demand { consumer: ConsumerId(i as u32), fragment, bytes });
+    read_demands(shape, partitions.iter().map(std::slice::from_ref))
+}
+
+/// The demands of a read where consumer i reads the ranges of `reads[i]` (random blocks,
+/// say), each fragment's bytes summed per consumer.
+pub fn read_demands<'a>(
+    shape: &Shape,
+    reads: impl IntoIterator<Item = &'a [Partition]>,
+) -> Result<Vec<Demand>, ShapeError> {
+    let mut bytes: BTreeMap<(u32, FragmentId), u64> = BTreeMap::new();
+    for (i, ranges) in (0..).zip(reads) {
+        for p in ranges {
+            for (fragment, b) in shape.partition_demand(*p)? {
+                *bytes.entry((i, fragment)).or_default() += b;
+            }
         }
     }
-    Ok(out)
+    Ok(bytes.into_iter().map(|((i, fragment), bytes)| Demand { consumer: ConsumerId(i), fragment, bytes }).collect())
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -339,6 +350,26 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn read_demands_sum_each_consumers_ranges_per_fragment() {
+        let shape = Shape::uniform(3, 4 * 4096, 4096).unwrap();
+        let block = |f: u64, b: u64| Partition { offset: (f * 4 + b) * 4096, len: 4096 };
+        // Consumer 0 reads block 1 of fragment 2 twice and a range across fragments 0 and 1;
+        // consumer 1 one block of fragment 0.
+        let across = Partition { offset: 3 * 4096, len: 2 * 4096 };
+        let reads = [vec![block(2, 1), across, block(2, 1)], vec![block(0, 0)]];
+        let d = read_demands(&shape, reads.iter().map(Vec::as_slice)).unwrap();
+        let got: Vec<(u32, u32, u64)> = d.iter().map(|d| (d.consumer.0, d.fragment.0, d.bytes)).collect();
+        assert_eq!(got, vec![(0, 0, 4096), (0, 1, 4096), (0, 2, 8192), (1, 0, 4096)]);
+        // A scan's demands are the same with one range each.
+        let parts = shape.fragment_partitions();
+        let one_each: Vec<Vec<Partition>> = parts.iter().map(|p| vec![*p]).collect();
+        assert_eq!(
+            scan_demands(&shape, &parts).unwrap(),
+            read_demands(&shape, one_each.iter().map(Vec::as_slice)).unwrap()
+        );
     }
 
     /// n fragments of `bytes` each, consumer i reads fragment i, chained layout with r copies.

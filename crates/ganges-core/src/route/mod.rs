@@ -90,6 +90,13 @@ pub const WINDOW_DEFAULT: u32 = 4;
 /// of the ideal at one slow disk and from 93.8 to 94.9% at two; with four adjacent slow
 /// disks it cost about a point (docs/benchmarks.md, gd-plan).
 pub const WINDOW_PLAN: u32 = 6;
+/// Reads in flight for random access (`ReadOptions::with_window` of an `AsyncReader`; the
+/// bench's `--access random` unless told otherwise). A scan's window of 4 keeps its two
+/// servers busy; random reads spread over every server, and 4 per reader left disks idle now
+/// and then: 16 readers on 16 servers read 83 to 86% of the ideal with no fault and 4 each,
+/// 88 to 90% with 16 each, and gd-plan 4 to 6 points more with slow disks too
+/// (docs/benchmarks.md, "Random reads").
+pub const WINDOW_RANDOM: u32 = 16;
 /// The largest window a consumer may ask for: bounds client buffers and server queues.
 pub const WINDOW_MAX: u32 = 256;
 /// How long a server may hold this consumer's requests without answering any before the
