@@ -394,10 +394,8 @@ impl Store {
     ) -> Result<(Bytes, u32)> {
         let (fragment, shape) = (copy.fragment, &ds.manifest.shape);
         let block_len = shape.block_len(fragment, block);
-        let mut buf = vec![0u8; block_len as usize];
         let corrupt = |why: String| StoreError::Corrupt { fragment, block, why };
-        copy.data
-            .read_exact_at(&mut buf, shape.block_offset(block))
+        let buf = crate::sys::read_exact_at(&copy.data, block_len as usize, shape.block_offset(block))
             .map_err(|e| corrupt(format!("reading the block: {e}")))?;
         let actual = crc32c::crc32c(&buf);
         if actual != stored {
