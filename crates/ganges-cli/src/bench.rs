@@ -509,9 +509,12 @@ async fn create_dataset(client: &Arc<Client>, spec: &ScanBenchSpec, block: u32) 
 async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliResult<Report> {
     let client = Client::connect(cluster.cluster().clone()).await?;
     let loopback = if spec.disk.is_none() {
-        let bytes = (spec.fragment_bytes * spec.nodes as u64).min(2 << 30);
+        let bytes = (spec.fragment_bytes * spec.nodes as u64).min(1 << 30);
         let block = spec.block_sizes[0] as usize;
-        Some(tokio::task::spawn_blocking(move || loopback_mb_per_sec(bytes, block)).await.expect("measure")?)
+        let best = move || -> CliResult<f64> {
+            (0..LOOPBACK_TRIES).try_fold(0.0, |best: f64, _| Ok(best.max(loopback_mb_per_sec(bytes, block)?)))
+        };
+        Some(tokio::task::spawn_blocking(best).await.expect("measure")?)
     } else {
         None
     };
@@ -977,6 +980,12 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
     }
 }
 
+/// Streams of raw loopback TCP a bench measures; it reports the fastest. A limit is a
+/// maximum: one stream, measured while the kernel was still dropping the previous run's
+/// files, gave 1.6 to 2.1 GB/s in runs whose scans moved 1.7 to 2.0, and the best of three
+/// 3.6 (2026-11-25, docs/benchmarks.md).
+pub const LOOPBACK_TRIES: usize = 3;
+
 /// Raw TCP over loopback between two threads, `chunk` bytes per write and read.
 pub fn loopback_mb_per_sec(total: u64, chunk: usize) -> CliResult<f64> {
     use std::io::{Read, Write};
@@ -1129,7 +1138,7 @@ pub fn render(report: &Report) -> String {
     if let Some(lb) = report.machine.loopback_mb_per_sec {
         let best = report.rows.iter().map(|r| r.aggregate_mb_per_sec).fold(0.0, f64::max);
         out.push_str(&format!(
-            "raw loopback TCP in this run: {lb:.1} MB/s; best scan: {best:.1} MB/s ({:.0}% of loopback)\n",
+            "raw loopback TCP in this run (best of {LOOPBACK_TRIES}): {lb:.1} MB/s; best scan: {best:.1} MB/s ({:.0}% of loopback)\n",
             best / lb * 100.0
         ));
     }
