@@ -8,13 +8,16 @@ use ganges_core::ids::NodeId;
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::manifest::{DatasetName, Manifest};
 use ganges_proto::msg::ErrorCode;
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug)]
 pub struct Client {
     cluster: ClusterFile,
     /// One per node; `None` where the server could not be reached at connect time.
     conns: Vec<Option<Arc<Connection>>>,
+    /// Nodes a stream of this client has found down and said so (`first_seen_down`).
+    said_down: Mutex<BTreeSet<NodeId>>,
 }
 
 impl Client {
@@ -43,7 +46,7 @@ impl Client {
                 tried: cluster.servers.len(),
             });
         }
-        Ok(Arc::new(Client { cluster, conns }))
+        Ok(Arc::new(Client { cluster, conns, said_down: Mutex::default() }))
     }
 
     pub fn cluster(&self) -> &ClusterFile {
@@ -61,6 +64,12 @@ impl Client {
             Some(_) => Err(ClientError::NodeDown { node }),
             None => Err(ClientError::Invalid(format!("{node} is not in the cluster file"))),
         }
+    }
+
+    /// True the first time any stream of this client finds `node` down: a read over many
+    /// fragments (every consumer of a bench, `dataset read`) says so once, not once a stream.
+    pub fn first_seen_down(&self, node: NodeId) -> bool {
+        self.said_down.lock().unwrap_or_else(|e| e.into_inner()).insert(node)
     }
 
     /// Nodes whose connection is up.
