@@ -327,9 +327,9 @@ struct Run<'a> {
 }
 
 impl ScanBenchSpec {
-    fn window_of(&self, policy: ReadPolicyKind) -> u32 {
+    fn window_of(&self, policy: ReadPolicyKind, block_bytes: u32) -> u32 {
         let default = match self.access {
-            Access::Scan => policy.default_window(),
+            Access::Scan => policy.default_window(u64::from(block_bytes)),
             Access::Random => WINDOW_RANDOM,
         };
         self.window.unwrap_or(default)
@@ -624,7 +624,7 @@ fn simulate(spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<ganges_sim::scan::
         net: ganges_sim::net::NetParams::LOCAL,
         policy: run.policy,
         settings: spec.settings,
-        window: spec.window_of(run.policy),
+        window: spec.window_of(run.policy, run.manifest.shape.block_bytes()),
         start_jitter: Duration::from_micros(200),
         sample_every: (!spec.schedule.is_empty()).then(|| Duration::from_millis(SAMPLE_MS)),
         time_limit: Duration::from_secs(86_400),
@@ -814,7 +814,7 @@ impl Consumer {
 /// One run: every consumer reads its partition, or its random blocks; returns T and the
 /// counters.
 async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<Sample> {
-    let window = spec.window_of(run.policy);
+    let window = spec.window_of(run.policy, run.manifest.shape.block_bytes());
     let opts = ReadOptions::new(run.policy).with_window(window).with_settings(spec.settings);
     let reads = consumer_reads(spec.access, spec.seed, &run.manifest.shape, run.partitions);
     let asked: u64 = reads.iter().flatten().map(|p| p.len).sum();
@@ -1088,7 +1088,7 @@ pub fn render(report: &Report) -> String {
         if p.fault_schedule.is_empty() { String::new() } else { ", scheduled".into() },
         p.window.map_or_else(
             || match p.access {
-                Access::Scan => format!("by policy ({WINDOW_DEFAULT}, gd-plan {WINDOW_PLAN})"),
+                Access::Scan => format!("by policy ({WINDOW_DEFAULT}, gd-plan {WINDOW_PLAN} MiB)"),
                 Access::Random => WINDOW_RANDOM.to_string(),
             },
             |w| w.to_string()

@@ -81,7 +81,7 @@ enum Cmd {
         /// gd-rr-handoff, gd-plan or mirror (the README's "Read policies" says what each does)
         #[arg(long, default_value = "gd")]
         policy: ReadPolicyKind,
-        /// Requests in flight per consumer [default: 4; 6 for gd-plan]
+        /// Requests in flight per consumer [default: 4; 6 MiB of blocks for gd-plan]
         #[arg(long)]
         window: Option<u32>,
         #[command(flatten)]
@@ -691,7 +691,7 @@ struct BenchScanArgs {
     /// Read policies to compare, by the names `ganges scan --policy` takes
     #[arg(long, value_delimiter = ',', default_value = "static,gd")]
     policies: Vec<ReadPolicyKind>,
-    /// Requests in flight per consumer [default: 4; 6 for gd-plan; 16 with --access random]
+    /// Requests in flight per consumer [default: 4; 6 MiB of blocks for gd-plan; 16 with --access random]
     #[arg(long)]
     window: Option<u32>,
     #[command(flatten)]

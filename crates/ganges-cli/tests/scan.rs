@@ -121,12 +121,15 @@ async fn every_policy_delivers_every_byte_once_with_the_right_content() {
 /// gd-plan learns every server's speed and plans the slow disk's deficit round the ring: the
 /// slow disk's own reader takes a large part of its fragment from the backup, and the
 /// reader furthest round the ring (whose backup is the slow disk) takes none from it.
+/// gd-plan counts its window and its end of a scan in MiB (`sched::PLAN_UNIT_BYTES`), so the
+/// fragments are 16 MiB: with 4 MiB its 6 MiB window asked for a whole fragment at once, all
+/// of it queued at the slow primary before any speed was known.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gd_plan_moves_a_slow_disk_s_reads_round_the_ring() {
     let c = start(4, common::disk(16.0));
     let client = c.client().await;
     let g = Generator::Random { seed: 43 };
-    let m = Arc::new(create(&client, "plan", vec![4 << 20; 4], 128 << 10, 2, g).await);
+    let m = Arc::new(create(&client, "plan", vec![16 << 20; 4], 128 << 10, 2, g).await);
     client
         .control(
             NodeId(0),
@@ -137,7 +140,7 @@ async fn gd_plan_moves_a_slow_disk_s_reads_round_the_ring() {
     let (blocks, reports) = scan_all(&client, &m, ReadPolicyKind::GdPlan).await;
     assert_eq!(digest_of(&reports), m.digest);
     check_content(&m, &blocks, g);
-    let backup = |i: usize| reports[i].stats.backup_bytes() as f64 / (4 << 20) as f64;
+    let backup = |i: usize| reports[i].stats.backup_bytes() as f64 / (16 << 20) as f64;
     // The plan: disk 0 at a quarter speed, 3.25 disks for 4 fragments; fragment 0's reader
     // takes 1 - 0.25 * 4 / 3.25 = 69% from disk 1; fragment 3's reader reads its backup (disk
     // 0) only to measure it.

@@ -25,9 +25,7 @@ use crate::error::{ClientError, Result};
 use bytes::Bytes;
 use ganges_core::digest::Digest;
 use ganges_core::ids::NodeId;
-use ganges_core::route::{
-    Delivery, Failure, ReadConfig, ReadEngine, ReadPolicyKind, ReadStats, STALL_TIMEOUT_DEFAULT, WINDOW_DEFAULT,
-};
+use ganges_core::route::{Delivery, Failure, ReadConfig, ReadEngine, ReadPolicyKind, ReadStats, STALL_TIMEOUT_DEFAULT};
 use ganges_core::route::{PolicySettings, ServerState};
 use ganges_core::shape::{Partition, Piece};
 use ganges_core::time::Time;
@@ -42,8 +40,9 @@ use tokio::sync::mpsc;
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReadOptions {
     pub policy: ReadPolicyKind,
-    /// Requests in flight for this consumer.
-    pub window: u32,
+    /// Requests in flight for this consumer; `None`: the policy's default for the dataset's
+    /// block size (`ReadPolicyKind::default_window`).
+    pub window: Option<u32>,
     /// A server holding this consumer's requests that answers nothing for this long is
     /// treated as down for this read (see `ganges_core::route::STALL_TIMEOUT_DEFAULT`).
     pub stall_timeout: Duration,
@@ -54,11 +53,16 @@ pub struct ReadOptions {
 impl ReadOptions {
     /// Reads by `policy`, with its default window.
     pub fn new(policy: ReadPolicyKind) -> ReadOptions {
-        ReadOptions { policy, window: policy.default_window(), ..ReadOptions::default() }
+        ReadOptions { policy, ..ReadOptions::default() }
     }
 
     pub fn with_window(self, window: u32) -> ReadOptions {
-        ReadOptions { window, ..self }
+        ReadOptions { window: Some(window), ..self }
+    }
+
+    /// Requests in flight when reading blocks of `block_bytes`.
+    pub fn window_for(&self, block_bytes: u64) -> u32 {
+        self.window.unwrap_or_else(|| self.policy.default_window(block_bytes))
     }
 
     pub fn with_settings(self, settings: PolicySettings) -> ReadOptions {
@@ -75,7 +79,7 @@ impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
             policy: ReadPolicyKind::Gd,
-            window: WINDOW_DEFAULT,
+            window: None,
             stall_timeout: STALL_TIMEOUT_DEFAULT,
             settings: PolicySettings::default(),
         }
@@ -201,7 +205,8 @@ impl ReadStream {
     /// A stream with nothing to read yet: `add_range` gives it work (the async interface).
     pub fn open_ended(client: Arc<Client>, manifest: Arc<Manifest>, opts: ReadOptions) -> Result<ReadStream> {
         opts.check()?;
-        let config = ReadConfig { window: opts.window, stall_timeout: opts.stall_timeout };
+        let window = opts.window_for(u64::from(manifest.shape.block_bytes()));
+        let config = ReadConfig { window, stall_timeout: opts.stall_timeout };
         let engine = ReadEngine::open_ended(opts.policy.build(&opts.settings), &manifest.layout, config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut s = ReadStream {
@@ -587,13 +592,19 @@ pub fn open_scan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ganges_core::route::WINDOW_PLAN;
+    use ganges_core::route::{WINDOW_DEFAULT, WINDOW_MAX, WINDOW_PLAN};
 
     #[test]
     fn each_policy_reads_with_its_own_window_unless_told() {
-        assert_eq!(ReadOptions::new(ReadPolicyKind::Gd).window, WINDOW_DEFAULT);
-        assert_eq!(ReadOptions::new(ReadPolicyKind::GdPlan).window, WINDOW_PLAN);
-        assert_eq!(ReadOptions::new(ReadPolicyKind::GdPlan).with_window(3).window, 3);
-        assert_eq!(ReadOptions::default().window, ReadOptions::new(ReadOptions::default().policy).window);
+        const MIB: u64 = 1 << 20;
+        let plan = ReadOptions::new(ReadPolicyKind::GdPlan);
+        assert_eq!(ReadOptions::new(ReadPolicyKind::Gd).window_for(MIB / 4), WINDOW_DEFAULT);
+        assert_eq!(plan.window_for(MIB), WINDOW_PLAN);
+        // gd-plan keeps its bytes in flight with smaller blocks, not with larger ones.
+        assert_eq!(plan.window_for(MIB / 4), 4 * WINDOW_PLAN);
+        assert_eq!(plan.window_for(4 * MIB), WINDOW_PLAN);
+        assert_eq!(plan.window_for(4 << 10), WINDOW_MAX);
+        assert_eq!(plan.with_window(3).window_for(MIB / 4), 3);
+        assert_eq!(ReadOptions::default(), ReadOptions::new(ReadOptions::default().policy));
     }
 }

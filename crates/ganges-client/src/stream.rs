@@ -89,7 +89,7 @@ impl OrderedReader {
         check_buffer(buffer_blocks)?;
         manifest.shape.check_partition(partition)?;
         opts.check()?;
-        opts.window = opts.window.min(buffer_blocks);
+        opts.window = Some(opts.window_for(u64::from(manifest.shape.block_bytes())).min(buffer_blocks));
         Ok(OrderedReader {
             client,
             manifest,
@@ -394,7 +394,7 @@ impl WrittenOrderReader {
     ) -> Result<WrittenOrderReader> {
         check_buffer(buffer_blocks)?;
         // Every block it may hold can be in flight: the next blocks are on different servers.
-        opts.window = buffer_blocks;
+        opts.window = Some(buffer_blocks);
         let Some(origin) = &manifest.origin else {
             return Err(ClientError::Invalid(format!(
                 "`{}` was not written through a distributed queue: its order is the dataset's own",

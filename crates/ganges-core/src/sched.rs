@@ -48,6 +48,20 @@ pub const RUN_MAX: u32 = 8;
 /// How far ahead, in its own requests' worth of progress, a furthest-behind run may take a
 /// consumer before the one furthest behind gets the disk back.
 pub const RUN_SLACK_JOBS: f64 = 4.0;
+/// The block size the planned discipline's counts (its runs, credits, debts and lags, and
+/// the end of a scan) and gd-plan's window were tuned in. A dataset of smaller blocks counts
+/// proportionally more of them ([`plan_units`]), so the schedule is the same in bytes and in
+/// time whatever the block size; larger blocks are counted as they are. Counted in blocks,
+/// with 256 KiB blocks a run of eight was 62 ms of reading instead of 250, a disk shared by
+/// two readers changed file four times as often, and gd-plan kept 1.5 MiB in flight instead
+/// of 6 (docs/benchmarks.md, "Adaptation with 256 KiB blocks").
+pub const PLAN_UNIT_BYTES: u64 = 1 << 20;
+
+/// How many blocks of `block_bytes` the planned discipline and gd-plan count for each block
+/// of their settings: `PLAN_UNIT_BYTES` over the block size, at least 1.
+pub fn plan_units(block_bytes: u64) -> f64 {
+    (PLAN_UNIT_BYTES as f64 / block_bytes.max(1) as f64).max(1.0)
+}
 /// Every this many picks, longest-queue serves the consumer that has waited longest
 /// (virtual-streams §3.1.2, lesson 4: no consumer starves), unless the requests ask for
 /// another interval (`Service::guard_every`, gd-rr's `guard_every` setting). Every second
@@ -396,11 +410,11 @@ impl Streams {
     }
 
     /// The stream a run would continue with, if its next job is on the head's file and the
-    /// run is short enough; the discipline still decides whether that is fair.
-    fn run_candidate(&self, head: Option<FileKey>) -> Option<&StreamKey> {
+    /// run is shorter than `longest` jobs; the discipline still decides whether that is fair.
+    fn run_candidate(&self, head: Option<FileKey>, longest: f64) -> Option<&StreamKey> {
         let (key, n) = self.run.as_ref()?;
         let q = self.streams.get(key)?;
-        (Self::on_head(q, head).is_some() && *n < RUN_MAX).then_some(key)
+        (Self::on_head(q, head).is_some() && f64::from(*n) < longest).then_some(key)
     }
 
     /// The best stream by `better(candidate, best_so_far)`, with the common tie-breaks.
@@ -522,7 +536,7 @@ impl Rule for ByProgress {
     }
 
     fn choose(&mut self, s: &mut Streams, _now: Time, head: Option<FileKey>) -> Option<StreamKey> {
-        if let Some(&key) = s.run_candidate(head) {
+        if let Some(&key) = s.run_candidate(head, f64::from(RUN_MAX)) {
             let q = &s.streams[&key];
             let others = s.streams.iter().filter(|(k, _)| **k != key).map(|(_, o)| o.progress_key);
             let slack = q.jobs[0].progress.key_step(q.jobs[0].bytes) * RUN_SLACK_JOBS;
@@ -556,7 +570,7 @@ impl Rule for ByQueue {
                 (q.jobs[0].arrival != b.jobs[0].arrival).then_some(q.jobs[0].arrival < b.jobs[0].arrival)
             });
         }
-        if let Some(&key) = s.run_candidate(head) {
+        if let Some(&key) = s.run_candidate(head, f64::from(RUN_MAX)) {
             return Some(key);
         }
         s.best_by(head, |q, b| (q.jobs.len() != b.jobs.len()).then_some(q.jobs.len() > b.jobs.len()))
@@ -701,6 +715,9 @@ pub struct ShareSettings {
     /// Phased credits: the period over which each stream earns its share in one slot (see
     /// [`LearnedShares`]); `None`: every pick earns each stream its share.
     pub phase: Option<Duration>,
+    /// Runs, credits, debts, leads and lags are counted in `PLAN_UNIT_BYTES` of each stream's
+    /// blocks ([`plan_units`]), not in blocks.
+    pub per_unit: bool,
 }
 
 impl ShareSettings {
@@ -711,6 +728,7 @@ impl ShareSettings {
         run_lead: f64::INFINITY,
         anticipate: None,
         phase: None,
+        per_unit: false,
     };
     /// Credits within two picks, runs one into debt (unphased, that still lets a stream of
     /// half the disk run four to six blocks: it earns half a pick each pick). With 2 ms
@@ -734,6 +752,7 @@ impl ShareSettings {
         run_lead: 1.0,
         anticipate: Some(Duration::from_millis(4)),
         phase: Some(Duration::from_millis(500)),
+        per_unit: true,
     };
 }
 
@@ -755,6 +774,9 @@ struct ShareState {
     /// Its lag behind the mean of the server's streams at the last pick it was queued for,
     /// in blocks: a phased slot is lengthened by part of it.
     lag: f64,
+    /// Its largest request, in bytes: its block size (a fragment's last block may be
+    /// shorter).
+    block: u64,
 }
 
 impl Shares {
@@ -784,16 +806,25 @@ impl Shares {
         Shares { how, state: BTreeMap::new(), waiting: None, last_pick: None, pick_every: None }
     }
 
+    /// How many of `stream`'s requests count as one block of the settings (`per_unit`).
+    fn units(&self, stream: &StreamKey) -> f64 {
+        match self.state.get(stream) {
+            Some(st) if self.how.per_unit => plan_units(st.block),
+            _ => 1.0,
+        }
+    }
+
     /// Anticipation: the stream whose run the disk was on has nothing queued, but its next
     /// request is a network round trip away (each reply pulls one); waiting for it is
     /// cheaper than a seek to another file and back. True while the disk should wait.
     fn wait_for_run(&mut self, s: &mut Streams, now: Time) -> bool {
         let Some(wait) = self.how.anticipate else { return false };
         let Some((k, n)) = s.run else { return false };
+        let units = self.units(&k);
         let idle_run = !s.streams.is_empty()
-            && n < RUN_MAX
+            && f64::from(n) < f64::from(RUN_MAX) * units
             && !s.streams.contains_key(&k)
-            && self.state.get(&k).is_some_and(|st| st.credit > -self.how.run_debt);
+            && self.state.get(&k).is_some_and(|st| st.credit > -self.how.run_debt * units);
         if !idle_run {
             return false;
         }
@@ -939,8 +970,10 @@ impl Rule for Shares {
             copy: job.service.copy,
             phased: job.service.phased,
             lag: 0.0,
+            block: job.bytes,
         });
         st.seen = st.seen.max(job.arrival);
+        st.block = st.block.max(job.bytes);
         st.copy = job.service.copy;
         st.phased = job.service.phased;
         if self.how.planned {
@@ -994,7 +1027,7 @@ impl Rule for Shares {
             keys.iter().any(|k| {
                 let last = s.streams[k].jobs.back().expect("queued streams have jobs");
                 let left = last.progress.total_bytes.saturating_sub(last.progress.done_bytes);
-                left <= last.bytes.saturating_mul(Self::PHASE_END_BLOCKS)
+                left as f64 <= last.bytes as f64 * Self::PHASE_END_BLOCKS as f64 * self.units(k)
             })
         };
         let owner = phase
@@ -1002,11 +1035,17 @@ impl Rule for Shares {
                 let point = self.pick_every.map_or(0.0, |e| e * deciding_point(now, p));
                 slot_owner(&slots, p, now + Duration::from_nanos(point as u64))
             })
-            .filter(|k| keys.contains(k) && lags.iter().all(|&l| l <= Self::PHASE_LAG_BLOCKS) && !near_end());
+            .filter(|k| {
+                keys.contains(k)
+                    && keys.iter().zip(&lags).all(|(q, &l)| l <= Self::PHASE_LAG_BLOCKS * self.units(q))
+                    && !near_end()
+            });
         // A run continues while its debt is small and it is not ahead of the others.
-        let run = s.run_candidate(head).copied().filter(|k| {
+        let longest = s.run.map_or(0.0, |(k, _)| f64::from(RUN_MAX) * self.units(&k));
+        let run = s.run_candidate(head, longest).copied().filter(|k| {
             let lag = keys.iter().position(|x| x == k).map_or(0.0, |i| lags[i]);
-            self.state[k].credit > -self.how.run_debt && lag > -self.how.run_lead
+            let units = self.units(k);
+            self.state[k].credit > -self.how.run_debt * units && lag > -self.how.run_lead * units
         });
         let key = owner.or(run).unwrap_or_else(|| {
             let priority = |i: usize| self.state[&keys[i]].credit + Self::PROPORTIONAL * lags[i];
@@ -1014,8 +1053,8 @@ impl Rule for Shares {
             keys[best]
         });
         self.state.get_mut(&key).expect("chosen stream has state").credit -= 1.0;
-        let bound = self.how.credit_bound;
         for k in &keys {
+            let bound = self.how.credit_bound * self.units(k);
             let st = self.state.get_mut(k).expect("pushed streams have state");
             st.credit = st.credit.clamp(-bound, bound);
         }
@@ -1540,6 +1579,37 @@ mod tests {
     fn phased_job(id: JobId, stream: StreamKey, share: u16, copy: u8, progress: Progress, now: Time) -> Job {
         let j = planned_job(id, stream, stream.conn);
         Job { service: Service { share, copy, phased: true, ..j.service }, progress, arrival: now, ..j }
+    }
+
+    /// Counted in 1 MiB units, a planned disk that two readers share changes file about as
+    /// often in time with 256 KiB blocks as with 1 MiB ones; counted in blocks it changed
+    /// four times as often, and paid a seek each time.
+    #[test]
+    fn a_planned_disk_changes_file_as_often_whatever_the_block_size() {
+        let changes = |block: u64| {
+            let mut disk = LearnedShares::planned();
+            let (mut now, mut id, mut head, mut changes) = (Time::ZERO, 0, None, 0u32);
+            while now < Time::ZERO + Duration::from_secs(2) {
+                for stream in [PLANNED_A, PLANNED_B] {
+                    while disk.s.streams.get(&stream).map_or(0, |q| q.jobs.len()) < 2 {
+                        id += 1;
+                        disk.push(Job { bytes: block, arrival: now, ..planned_job(id, stream, stream.conn) });
+                    }
+                }
+                let j = disk.pop(now, head).expect("both streams have requests queued");
+                changes += u32::from(head.is_some_and(|h| h != j.file));
+                head = Some(j.file);
+                now = now + Duration::from_secs_f64(block as f64 / f64::from(32u32 << 20));
+            }
+            changes
+        };
+        let (mib, quarter) = (changes(1 << 20), changes(256 << 10));
+        assert!(mib >= 8, "two readers of half the disk each take turns: {mib} changes in 2 s");
+        // 14 against 11 (43 counted in blocks).
+        assert!(
+            f64::from(quarter.abs_diff(mib)) <= 0.5 * f64::from(mib),
+            "{quarter} changes of file with 256 KiB blocks, {mib} with 1 MiB"
+        );
     }
 
     /// A planned disk running a stream whose queue ran dry waits for its next request rather

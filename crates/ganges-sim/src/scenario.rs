@@ -481,7 +481,7 @@ impl GdCase {
             net: NetParams::LOCAL,
             policy,
             settings: PolicySettings::default(),
-            window: policy.default_window(),
+            window: policy.default_window(self.block_bytes),
             start_jitter: Duration::from_micros(100),
             sample_every: None,
             time_limit: Duration::from_secs(10 * 86_400),
@@ -864,6 +864,28 @@ mod tests {
         assert!(stop < 2.0, "{stop}");
         let gd = r.timelines.iter().find(|t| t.series == "gd, 1 fault").unwrap();
         assert_eq!(gd.adaptation_secs, [None, None], "gd's consumers take turns: its 500 ms rates swing");
+    }
+
+    /// With 256 KiB blocks, whose windows leave room (docs/benchmarks.md, "How much room the
+    /// target leaves"), gd-plan adapts within the benchmark's 2 s after one and four slow disks
+    /// start and stop, on the settings tuned in 1 MiB blocks (`sched::plan_units`).
+    #[test]
+    fn gd_plan_adapts_within_two_seconds_with_256_kib_blocks() {
+        let o = SimOptions {
+            faults: Some(vec![1, 4]),
+            block_bytes: Some(256 << 10),
+            blocks: Some(1024),
+            seed: 1,
+            ..SimOptions::default()
+        };
+        let r = run("fault-schedule", &o).unwrap();
+        let plan: Vec<_> = r.timelines.iter().filter(|t| t.series.starts_with("gd-plan")).collect();
+        assert_eq!(plan.len(), 2);
+        for t in plan {
+            for (a, (at, _)) in t.adaptation_secs.iter().zip(&t.changes) {
+                assert!(a.is_some_and(|a| a < 2.0), "{}: {a:?} after the change at {at} s", t.series);
+            }
+        }
     }
 
     #[test]

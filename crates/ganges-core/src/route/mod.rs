@@ -84,7 +84,8 @@ use std::time::Duration;
 /// producer needs a few outstanding messages to pipeline), few enough that the servers'
 /// scheduler, not the queue order, decides who is served.
 pub const WINDOW_DEFAULT: u32 = 4;
-/// gd-plan's window: three per copy. Its disks anticipate the running stream's next
+/// gd-plan's window: three per copy, of 1 MiB blocks (as many bytes of smaller ones:
+/// `ReadPolicyKind::default_window`). Its disks anticipate the running stream's next
 /// request, which crosses to the consumer and back first; a request more in flight per
 /// server keeps it queued instead. On the default bench, 6 took gd-plan from 93.3 to 94.9%
 /// of the ideal at one slow disk and from 93.8 to 94.9% at two; with four adjacent slow

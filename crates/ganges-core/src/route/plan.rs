@@ -51,7 +51,7 @@ use super::policy::{Pick, PlanSettings, Pulls, ReadPolicyKind, RoutePolicy, Rout
 use crate::ideal::{Demand, plan};
 use crate::ids::{ConsumerId, FragmentId, NodeId};
 use crate::layout::Layout;
-use crate::sched::{Discipline, ProgressMetric, SHARE_ONE, Service};
+use crate::sched::{Discipline, ProgressMetric, SHARE_ONE, Service, plan_units};
 use crate::time::Time;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -72,7 +72,8 @@ pub const EQUAL_WITHIN: f64 = 0.15;
 /// 6% took gd-plan from 95.0 / 94.1 / 94.6 / 94.0% to 95.6 / 95.3 / 94.7 / 95.4% at 1, 2, 4
 /// and 8 slow disks (three runs each, averaged).
 pub const SLOW_MARGIN: f64 = 0.06;
-/// Progress within this many blocks of the mean counts as on track (see `remaining`): the
+/// Progress within this many blocks (of 1 MiB: `sched::plan_units`) of the mean counts as
+/// on track (see `remaining`): the
 /// plan moves shares for a reader only once it is further behind (or ahead) than this; a
 /// smaller lag is left to the disks' own lag terms (`sched::LearnedShares`). A plan that
 /// follows every block of lag makes each reader that caught up slow its neighbours down, and
@@ -212,7 +213,9 @@ impl Planned {
             vec![1.0; period as usize]
         } else {
             let partial = self.parts.values().any(|p| *p < 1.0);
-            Self::remaining(view, layout, if partial { PARTIAL_ON_TRACK_BLOCKS } else { ON_TRACK_BLOCKS })
+            let block_bytes = (view.block_fraction * view.total_bytes as f64).round() as u64;
+            let on_track = if partial { PARTIAL_ON_TRACK_BLOCKS } else { ON_TRACK_BLOCKS * plan_units(block_bytes) };
+            Self::remaining(view, layout, on_track)
         };
         let moved = |new: &[f64], old: &[f64], by: &dyn Fn(f64, f64) -> bool| {
             new.len() != old.len() || new.iter().zip(old).any(|(n, o)| by(*n, *o))

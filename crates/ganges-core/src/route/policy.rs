@@ -52,10 +52,15 @@ pub enum ReadPolicyKind {
 }
 
 impl ReadPolicyKind {
-    /// Requests in flight per consumer unless the caller says otherwise.
-    pub fn default_window(self) -> u32 {
+    /// Requests in flight per consumer unless the caller says otherwise, reading blocks of
+    /// `block_bytes`. gd-plan's window is `WINDOW_PLAN` blocks of 1 MiB: as many bytes in
+    /// flight with smaller blocks (`sched::plan_units`).
+    pub fn default_window(self, block_bytes: u64) -> u32 {
         match self {
-            ReadPolicyKind::GdPlan => super::WINDOW_PLAN,
+            ReadPolicyKind::GdPlan => {
+                let window = (f64::from(super::WINDOW_PLAN) * crate::sched::plan_units(block_bytes)).round();
+                (window as u32).min(super::WINDOW_MAX)
+            }
             _ => super::WINDOW_DEFAULT,
         }
     }
