@@ -264,8 +264,6 @@ impl ReadStream {
         if self.down.insert(node) {
             if self.client.first_seen_down(node) {
                 tracing::warn!(%node, dataset = %self.manifest.name, "server down; reading its share from other copies");
-            } else {
-                tracing::debug!(%node, dataset = %self.manifest.name, "server down; reading its share from other copies");
             }
             let now = self.now();
             self.engine.on_node_down(now, node);

@@ -2,9 +2,10 @@
 //! process (CPU time and memory, for stats and benchmarks), and positional reads into memory
 //! that is not zeroed first.
 
+use rustix::buffer::spare_capacity;
+use rustix::io::Errno;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 
 /// User + system CPU seconds this process has used.
 #[allow(unsafe_code)]
@@ -23,31 +24,20 @@ pub fn cpu_secs() -> f64 {
 /// Read exactly `len` bytes of `file` at `offset` into a new buffer. `FileExt::read_exact_at`
 /// needs initialised memory, so a block read through it was zeroed first and then overwritten:
 /// a memset of every block served, a few percent of a server's CPU in a profile of `bench scan`.
-/// `pread` into the buffer's spare capacity skips that.
-#[allow(unsafe_code)]
+/// `pread` into the buffer's spare capacity (rustix's, which counts as read only what the
+/// call returned) skips that.
 pub fn read_exact_at(file: &File, len: usize, offset: u64) -> io::Result<Vec<u8>> {
     let mut buf: Vec<u8> = Vec::with_capacity(len);
     while buf.len() < len {
-        let done = buf.len();
-        let at = libc::off_t::try_from(offset + done as u64)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off_t"))?;
-        let spare = &mut buf.spare_capacity_mut()[..len - done];
-        // SAFETY: pread writes at most `spare.len()` bytes into `spare`, memory this Vec owns
-        // and does not yet count as initialised; `set_len` below counts only the bytes it
-        // reports written.
-        let n = unsafe { libc::pread(file.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), at) };
-        match n {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n if n < 0 => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            // SAFETY: the first `done + n` bytes are initialised (above).
-            n => unsafe { buf.set_len(done + n as usize) },
+        let at = offset + buf.len() as u64;
+        match rustix::io::pread(file, spare_capacity(&mut buf), at) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
+    // The allocator may have given more room than asked, and the read filled it.
+    buf.truncate(len);
     Ok(buf)
 }
 

@@ -127,7 +127,7 @@ impl RoutePolicy for CeftAdaptive {
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
         let now = view.now;
         let pair = &holders[..holders.len().min(2)];
-        let block = (view.block_fraction * view.total_bytes as f64).max(1.0);
+        let block = view.block_bytes();
         // A node of the pair left unused for a while is measured again with one block.
         let stale = pair.iter().copied().find(|&h| {
             view.node(h).outstanding == 0

@@ -213,8 +213,11 @@ impl Planned {
             vec![1.0; period as usize]
         } else {
             let partial = self.parts.values().any(|p| *p < 1.0);
-            let block_bytes = (view.block_fraction * view.total_bytes as f64).round() as u64;
-            let on_track = if partial { PARTIAL_ON_TRACK_BLOCKS } else { ON_TRACK_BLOCKS * plan_units(block_bytes) };
+            let on_track = if partial {
+                PARTIAL_ON_TRACK_BLOCKS
+            } else {
+                ON_TRACK_BLOCKS * plan_units(view.block_bytes().round() as u64)
+            };
             Self::remaining(view, layout, on_track)
         };
         let moved = |new: &[f64], old: &[f64], by: &dyn Fn(f64, f64) -> bool| {

@@ -365,6 +365,11 @@ pub struct RouteView<'a> {
 }
 
 impl<'a> RouteView<'a> {
+    /// One block, in bytes (at least one).
+    pub fn block_bytes(&self) -> f64 {
+        (self.block_fraction * self.total_bytes as f64).max(1.0)
+    }
+
     /// A view for policies' unit tests: time zero, nothing done, a gigabyte partition of a
     /// hundred blocks, four in flight; tests change what they need.
     #[cfg(test)]
