@@ -476,7 +476,7 @@ fn the_demo_runs_and_says_where_its_results_are() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("demo");
     let out = ok(&["demo", "--nodes", "2", "--fragment-size", "2MiB", "--out", out_dir.to_str().unwrap()]);
-    assert!(out.contains("static") && out.contains("gd"), "{out}");
+    assert!(out.contains("static") && out.contains("gd") && out.contains("gd-plan"), "{out}");
     assert!(out.contains(&out_dir.join("demo-scan.json").display().to_string()), "{out}");
     assert!(Path::new(&out_dir.join("demo-scan.svg")).exists());
 }

@@ -30,7 +30,7 @@ pub const MB: f64 = 1e6;
 pub const RIVER_BLOCK: u64 = 8 << 10;
 
 /// The scenarios, with what each reproduces.
-pub const SCENARIOS: [(&str, &str); 7] = [
+pub const SCENARIOS: [(&str, &str); 8] = [
     ("river-fig9", "DQ: 16 producers at 40 MB/s, 16 consumers at 5 MB/s, a fault drops a consumer to 1 MB/s"),
     ("river-fig10", "GD: 16 disks at 5 MB/s, consumers at 40 MB/s, a fault drops a disk to 1 MB/s, best and worst"),
     ("river-fig11", "DQ flow control: credits per producer f = 1..32, all at 5 MB/s, faults to 1 MB/s"),
@@ -43,6 +43,10 @@ pub const SCENARIOS: [(&str, &str); 7] = [
     (
         "fault-schedule",
         "the bench's schedule case in virtual time: 16 disks at 32 MiB/s, slow (x0.5) from 2 s to 6 s, adaptation times",
+    ),
+    (
+        "bench-scan",
+        "the default scan bench in virtual time: 16 disks at 32 MiB/s, 64 MiB fragments, 0 to 16 slow (x0.5), six policies",
     ),
 ];
 
@@ -216,6 +220,7 @@ pub fn plan(name: &str, o: &SimOptions) -> Result<Plan, SimError> {
         "river-fig14" => fig14(o),
         "vs-convergence" => convergence(o),
         "fault-schedule" => fault_schedule(o),
+        "bench-scan" => bench_scan(o),
         _ => {
             let names: Vec<&str> = SCENARIOS.iter().map(|s| s.0).collect();
             Err(SimError::Invalid(format!("no scenario `{name}` (try {}; `ganges sim --list`)", names.join(", "))))
@@ -692,20 +697,8 @@ fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
 /// ([`Sampled::adaptation_times`]), with no other program on the machine. What a policy does here is
 /// its own doing, so changes to it can be compared run for run.
 fn fault_schedule(o: &SimOptions) -> Result<Plan, SimError> {
-    const MIB: f64 = 1024.0 * 1024.0;
-    let nodes = o.producers.or(o.consumers).unwrap_or(16);
-    let disk_rate = positive(o.producer_rate.unwrap_or(32.0 * MIB), "the producer rate")?;
-    let block = o.block_bytes.unwrap_or(1 << 20).max(1);
-    let case = GdCase {
-        nodes,
-        disk_rate,
-        fault_rate: positive(o.fault_rate.unwrap_or(0.5 * disk_rate), "the fault rate")?,
-        consumer_rate: positive(o.consumer_rate.unwrap_or(8.0 * disk_rate), "the consumer rate")?,
-        blocks: o.blocks.unwrap_or((256.0 * MIB / block as f64) as u64).max(1),
-        block_bytes: block,
-        seek: Duration::from_millis(4),
-        schedule: vec![FaultWindow { start: Duration::from_secs(2), end: Some(Duration::from_secs(6)) }],
-    };
+    let window = FaultWindow { start: Duration::from_secs(2), end: Some(Duration::from_secs(6)) };
+    let case = bench_case(o, 256 << 20, vec![window])?;
     let mut r = Report::new(
         "fault-schedule",
         "Faults from 2 s to 6 s: adaptation after they start and after they stop (FI-3, BENCHMARKS.md)",
@@ -738,6 +731,61 @@ fn fault_schedule(o: &SimOptions) -> Result<Plan, SimError> {
                 timeline.adaptation_secs = timeline.sampled().adaptation_times();
                 Ok((Row { series: policy.to_string(), ..row }, Some(timeline)))
             }));
+        }
+    }
+    Ok(plan)
+}
+
+/// The bench's disks (`ganges bench scan`'s defaults): 16 at 32 MiB/s with a 4 ms seek, slow
+/// ones at half speed, fragments of `fragment_bytes` in 1 MiB blocks; the options override each.
+fn bench_case(o: &SimOptions, fragment_bytes: u64, schedule: Vec<FaultWindow>) -> Result<GdCase, SimError> {
+    let disk_rate = positive(o.producer_rate.unwrap_or(32.0 * (1 << 20) as f64), "the producer rate")?;
+    let block = o.block_bytes.unwrap_or(1 << 20).max(1);
+    Ok(GdCase {
+        nodes: o.producers.or(o.consumers).unwrap_or(16),
+        disk_rate,
+        fault_rate: positive(o.fault_rate.unwrap_or(0.5 * disk_rate), "the fault rate")?,
+        consumer_rate: positive(o.consumer_rate.unwrap_or(8.0 * disk_rate), "the consumer rate")?,
+        blocks: o.blocks.unwrap_or(fragment_bytes / block).max(1),
+        block_bytes: block,
+        seek: Duration::from_millis(4),
+        schedule,
+    })
+}
+
+/// The default `ganges bench scan` in virtual time: 16 disks, 64 MiB fragments, the slow disks
+/// placed as the bench places them (best layout) and slow from the start, the policies of
+/// docs/benchmarks.md's headline table. The same runs the bench's `--sim` makes next to a
+/// cluster's, without the cluster: a change to a policy can be tried over many seeds in
+/// seconds, each run its own doing, with no other program on the machine.
+fn bench_scan(o: &SimOptions) -> Result<Plan, SimError> {
+    let case = bench_case(o, 64 << 20, vec![])?;
+    let mut r = Report::new(
+        "bench-scan",
+        "The default scan benchmark in virtual time (BENCHMARKS.md): every policy against both ideals",
+        "the benchmark's target: the best robust policy at 95% of the layout-aware ideal (% of MOD-2) or more \
+         at every fault count",
+        "faults",
+    );
+    case.params(&mut r);
+    r.param("seek", "4 ms");
+    let mut plan = Plan::new(r);
+    // The bench's fault counts, those the disks allow.
+    let faults = match o.faults {
+        Some(_) => faults_for(o, case.nodes)?,
+        None => [0, 1, 2, 4, 8, 12, 16].into_iter().filter(|&f| f <= case.nodes).collect(),
+    };
+    for f in faults {
+        for policy in [
+            ReadPolicyKind::Static,
+            ReadPolicyKind::Gd,
+            ReadPolicyKind::GdShare,
+            ReadPolicyKind::GdPc,
+            ReadPolicyKind::GdRr,
+            ReadPolicyKind::GdPlan,
+        ] {
+            let (case, seed) = (case.clone(), o.seed);
+            plan.row(move || case.run(policy, FaultLayout::Best, f, seed, &policy.to_string(), f as f64));
         }
     }
     Ok(plan)
@@ -886,6 +934,29 @@ mod tests {
                 assert!(a.is_some_and(|a| a < 2.0), "{}: {a:?} after the change at {at} s", t.series);
             }
         }
+    }
+
+    /// The default bench in virtual time: static falls to the slow disk, gd-plan reads only
+    /// primaries with no fault and meets the benchmark's 95% with one slow disk.
+    #[test]
+    fn the_default_bench_in_virtual_time_holds_the_targets_of_its_table() {
+        let o = SimOptions { faults: Some(vec![0, 1]), seed: 1, ..SimOptions::default() };
+        let r = run("bench-scan", &o).unwrap();
+        assert_eq!(r.rows.len(), 12, "six policies at two fault counts");
+        let at = |policy: &str, faults: u32| r.rows.iter().find(|x| x.series == policy && x.faults == faults).unwrap();
+        // 64 MiB on a disk at half of 32 MiB/s: 4 s, against the ideal's 1024 MiB over
+        // 15.5 disks.
+        let slow = at("static", 1);
+        assert!((slow.seconds - 4.0).abs() < 0.05, "{slow:?}");
+        assert!((slow.frac_layout_ideal - 1024.0 / (15.5 * 32.0) / 4.0).abs() < 0.01, "{slow:?}");
+        let free = at("gd-plan", 0);
+        assert_eq!(free.backup_bytes_frac, 0.0, "{free:?}");
+        assert!(free.frac_layout_ideal > 0.98, "{free:?}");
+        let one = at("gd-plan", 1);
+        assert_eq!(one.fault_nodes, [0]);
+        assert!(one.frac_layout_ideal >= 0.95, "{one:?}");
+        let o = SimOptions { faults: Some(vec![17]), ..o };
+        assert!(matches!(run("bench-scan", &o), Err(SimError::Invalid(m)) if m.contains("17 faults")));
     }
 
     #[test]
