@@ -280,6 +280,15 @@ pub struct Row {
     /// measure (no machine noise: what the policy itself does).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sim_adaptation: Vec<Adaptation>,
+    /// With `--sim`: where the simulated run's time went, to set beside the real run's
+    /// `consumer_seconds`, `disk_busy_frac` and `seeks` (a disk's share of the time passes 1 by
+    /// up to a read where it starts one the scan no longer needs before the last consumer's end).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sim_consumer_seconds: Vec<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sim_disk_busy_frac: Vec<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim_seeks: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -572,6 +581,9 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
                         let sim = simulate(spec, &run)?;
                         r.sim_seconds = Some(sim.seconds);
                         r.sim_frac_layout_ideal = Some(layout / sim.seconds);
+                        r.sim_consumer_seconds = sim.consumer_seconds.clone();
+                        r.sim_disk_busy_frac = sim.disk_busy_secs.iter().map(|b| b / sim.seconds).collect();
+                        r.sim_seeks = Some(sim.seeks);
                         if f > 0 && !spec.schedule.is_empty() {
                             r.sim_adaptation =
                                 adaptation(&changes(&spec.schedule), &sim.delivered, &shares, &sim.consumer_seconds);
@@ -977,6 +989,9 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
         sim_seconds: None,
         sim_frac_layout_ideal: None,
         sim_adaptation: vec![],
+        sim_consumer_seconds: vec![],
+        sim_disk_busy_frac: vec![],
+        sim_seeks: None,
     }
 }
 

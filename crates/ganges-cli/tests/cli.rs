@@ -403,6 +403,16 @@ fn bench_scan_over_time_with_ratios_and_block_sizes() {
         let simulated: Vec<&str> =
             r["sim_adaptation"].as_array().unwrap().iter().map(|a| a["change"].as_str().unwrap()).collect();
         assert_eq!(simulated, ["start", "stop"], "the simulated run is measured the same way: {r}");
+        // Where the simulated run's time went, beside the real run's.
+        let finished = r["sim_consumer_seconds"].as_array().unwrap();
+        assert_eq!(finished.len(), 4, "{r}");
+        let slowest = finished.iter().map(|s| s.as_f64().unwrap()).fold(0.0, f64::max);
+        assert!((slowest - r["sim_seconds"].as_f64().unwrap()).abs() < 1e-6, "{r}");
+        // A share of the run's time, over 1 by up to a read (here 1 MiB, 31 ms of a 0.3 s run)
+        // where a disk starts one the scan no longer needs before the last consumer's end.
+        let busy = r["sim_disk_busy_frac"].as_array().unwrap();
+        assert!(busy.len() == 4 && busy.iter().all(|b| (0.0..1.25).contains(&b.as_f64().unwrap())), "{r}");
+        assert!(r["sim_seeks"].as_u64().is_some(), "{r}");
         let delivered = r["delivered"].as_array().unwrap();
         assert_eq!(delivered.len(), 4, "one series per consumer");
         for series in delivered {
