@@ -86,6 +86,14 @@ pub struct Row {
     pub frac_layout_ideal: f64,
     pub backup_bytes_frac: f64,
     pub events: u64,
+    /// GD scans: seeks all the modelled disks paid, and pieces the end-of-scan steal moved
+    /// (0 for the distributed queue).
+    pub seeks: u64,
+    pub steals: u64,
+    /// GD scans: when each consumer took its last byte (seconds); where a run's time went,
+    /// with the seeks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub consumer_seconds: Vec<f64>,
 }
 
 /// Bandwidth over time of one run (vs-convergence, fault-schedule).
@@ -336,6 +344,9 @@ impl DqCase {
             frac_layout_ideal: faulty / out.seconds,
             backup_bytes_frac: 0.0,
             events: out.events,
+            seeks: 0,
+            steals: 0,
+            consumer_seconds: vec![],
         })
     }
 }
@@ -565,6 +576,9 @@ impl GdCase {
             frac_layout_ideal: layout / out.seconds,
             backup_bytes_frac: out.backup_bytes as f64 / out.bytes.max(1) as f64,
             events: out.events,
+            seeks: out.seeks,
+            steals: out.steals,
+            consumer_seconds: out.consumer_seconds.clone(),
         };
         Ok((row, out, ideal_rates))
     }
@@ -951,10 +965,16 @@ mod tests {
         assert!((slow.frac_layout_ideal - 1024.0 / (15.5 * 32.0) / 4.0).abs() < 0.01, "{slow:?}");
         let free = at("gd-plan", 0);
         assert_eq!(free.backup_bytes_frac, 0.0, "{free:?}");
+        assert_eq!(free.seeks, 0, "each disk reads one file: {free:?}");
         assert!(free.frac_layout_ideal > 0.98, "{free:?}");
         let one = at("gd-plan", 1);
         assert_eq!(one.fault_nodes, [0]);
         assert!(one.frac_layout_ideal >= 0.95, "{one:?}");
+        // Disks that serve two readers switch between their files.
+        assert!(one.seeks > 0, "{one:?}");
+        assert_eq!(one.consumer_seconds.len(), 16);
+        let last = one.consumer_seconds.iter().copied().fold(0.0, f64::max);
+        assert!((last - one.seconds).abs() < 1e-9, "{one:?}");
         let o = SimOptions { faults: Some(vec![17]), ..o };
         assert!(matches!(run("bench-scan", &o), Err(SimError::Invalid(m)) if m.contains("17 faults")));
     }
