@@ -252,8 +252,10 @@ fn default_faults(n: u32) -> Vec<u32> {
     v
 }
 
-fn faults_for(o: &SimOptions, n: u32) -> Result<Vec<u32>, SimError> {
-    let f = o.faults.clone().unwrap_or_else(|| default_faults(n));
+/// The fault counts to run over `n` components: the ones asked for, each at most `n`, or the
+/// scenario's own (`default`), those of them `n` allows.
+fn faults_for(o: &SimOptions, n: u32, default: Vec<u32>) -> Result<Vec<u32>, SimError> {
+    let Some(f) = o.faults.clone() else { return Ok(default.into_iter().filter(|&k| k <= n).collect()) };
     if let Some(bad) = f.iter().find(|&&k| k > n) {
         return Err(SimError::Invalid(format!("{bad} faults on {n} components")));
     }
@@ -363,7 +365,7 @@ fn fig9(o: &SimOptions) -> Result<Plan, SimError> {
     let credits = DqSettings::for_consumers(case.consumers);
     r.param("credits per producer", format!("{} ({} per consumer)", credits.total_credits, credits.per_consumer));
     let mut plan = Plan::new(r);
-    for f in faults_for(o, case.consumers)? {
+    for f in faults_for(o, case.consumers, default_faults(case.consumers))? {
         for (mode, series) in [(DqMode::Dq, "dq"), (DqMode::Static, "static")] {
             let (case, seed) = (case.clone(), o.seed);
             plan.row(move || case.run(mode, credits, f, seed, series));
@@ -385,7 +387,7 @@ fn fig11(o: &SimOptions) -> Result<Plan, SimError> {
     let mut plan = Plan::new(r);
     for total in [1, 2, 4, 8, 16, 32] {
         let credits = DqSettings::with_total(case.consumers, total);
-        for f in faults_for(o, case.consumers)? {
+        for f in faults_for(o, case.consumers, default_faults(case.consumers))? {
             let (case, seed) = (case.clone(), o.seed);
             plan.row(move || case.run(DqMode::Dq, credits, f, seed, &format!("f={total}")));
         }
@@ -418,7 +420,7 @@ fn fig14(o: &SimOptions) -> Result<Plan, SimError> {
             case.params(&mut r);
         }
         let credits = DqSettings::for_consumers(case.consumers);
-        for f in faults_for(o, case.consumers)? {
+        for f in faults_for(o, case.consumers, default_faults(case.consumers))? {
             runs.push((case.clone(), credits, f, format!("consumers {} MB/s", c / MB)));
         }
     }
@@ -603,7 +605,7 @@ fn fig10(o: &SimOptions) -> Result<Plan, SimError> {
     );
     case.params(&mut r);
     let mut plan = Plan::new(r);
-    for f in faults_for(o, case.nodes)? {
+    for f in faults_for(o, case.nodes, default_faults(case.nodes))? {
         for (policy, placement, series) in [
             (ReadPolicyKind::Gd, FaultLayout::Best, "gd best"),
             (ReadPolicyKind::Gd, FaultLayout::Worst, "gd worst"),
@@ -629,7 +631,7 @@ fn fig12(o: &SimOptions) -> Result<Plan, SimError> {
         Some(b) => vec![b * nodes],
         None => vec![32, 128, 512, 2048, 8192, 32_768, 131_072],
     };
-    let faults = o.faults.clone().unwrap_or_else(|| vec![1]);
+    let faults = faults_for(o, nodes as u32, vec![1])?;
     let mut runs = vec![];
     for (i, &total) in totals.iter().enumerate() {
         let case = GdCase::from(&SimOptions { blocks: Some((total / nodes).max(1)), ..o.clone() }, 1)?;
@@ -724,7 +726,7 @@ fn fault_schedule(o: &SimOptions) -> Result<Plan, SimError> {
     r.param("seek", "4 ms");
     r.param("faults", "from 2 s to 6 s");
     let mut plan = Plan::new(r);
-    let faults = o.faults.clone().unwrap_or_else(|| vec![1, 4]);
+    let faults = faults_for(o, case.nodes, vec![1, 4])?;
     for f in faults {
         for policy in [ReadPolicyKind::Gd, ReadPolicyKind::GdPc, ReadPolicyKind::GdRr, ReadPolicyKind::GdPlan] {
             let (case, seed) = (case.clone(), o.seed);
@@ -784,12 +786,7 @@ fn bench_scan(o: &SimOptions) -> Result<Plan, SimError> {
     case.params(&mut r);
     r.param("seek", "4 ms");
     let mut plan = Plan::new(r);
-    // The bench's fault counts, those the disks allow.
-    let faults = match o.faults {
-        Some(_) => faults_for(o, case.nodes)?,
-        None => [0, 1, 2, 4, 8, 12, 16].into_iter().filter(|&f| f <= case.nodes).collect(),
-    };
-    for f in faults {
+    for f in faults_for(o, case.nodes, vec![0, 1, 2, 4, 8, 12, 16])? {
         for policy in [
             ReadPolicyKind::Static,
             ReadPolicyKind::Gd,
@@ -1003,5 +1000,10 @@ mod tests {
         assert!(run("river-fig9", &o).is_err());
         let o = SimOptions { producer_rate: Some(-1.0), ..small() };
         assert!(run("river-fig10", &o).is_err());
+        // Every scenario checks the fault counts asked for, its own default or not.
+        for name in ["river-fig12", "fault-schedule", "bench-scan"] {
+            let o = SimOptions { faults: Some(vec![9]), ..small() };
+            assert!(matches!(run(name, &o), Err(SimError::Invalid(m)) if m.contains("9 faults on 8")), "{name}");
+        }
     }
 }
