@@ -252,6 +252,8 @@ pub struct Row {
     pub seeks: u64,
     pub duplicates: u64,
     pub steals: u64,
+    /// Last blocks sent to a second server at the end of the scan.
+    pub hedges: u64,
     pub retries: u64,
     /// Requests servers handed to one another (GD-6).
     pub handed_off: u64,
@@ -318,6 +320,7 @@ struct Sample {
     seeks: u64,
     duplicates: u64,
     steals: u64,
+    hedges: u64,
     retries: u64,
     handed_off: u64,
     peak_rss: u64,
@@ -905,6 +908,7 @@ async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> 
         seeks: delta(|s| s.disk_stats.seeks),
         duplicates: reports.iter().map(|(r, _)| r.stats.duplicates).sum(),
         steals: reports.iter().map(|(r, _)| r.stats.steals).sum(),
+        hedges: reports.iter().map(|(r, _)| r.stats.hedges).sum(),
         retries: reports.iter().map(|(r, _)| r.stats.retries).sum(),
         handed_off: delta(|s| s.handed_off),
         peak_rss: after.iter().map(|s| s.peak_rss_bytes).max().unwrap_or(0),
@@ -976,6 +980,7 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
         seeks: m.seeks,
         duplicates: m.duplicates,
         steals: m.steals,
+        hedges: m.hedges,
         retries: m.retries,
         handed_off: m.handed_off,
         server_peak_rss_bytes: m.peak_rss,

@@ -89,6 +89,7 @@ pub struct ScanOutcome {
     pub disk_busy_secs: Vec<f64>,
     pub handed_off: u64,
     pub steals: u64,
+    pub hedges: u64,
     pub duplicates: u64,
     /// Requests sent by all consumers.
     pub requests: u64,
@@ -658,6 +659,7 @@ impl<'a> Sim<'a> {
             disk_busy_secs: disks.iter().map(|d| d.busy_secs).collect(),
             handed_off: self.servers.iter().map(|s| s.handed_off).sum(),
             steals: stats(|s| s.steals),
+            hedges: stats(|s| s.hedges),
             duplicates: stats(|s| s.duplicates),
             requests: stats(|s| s.requests),
             events: self.ev.processed(),

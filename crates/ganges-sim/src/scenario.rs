@@ -86,10 +86,11 @@ pub struct Row {
     pub frac_layout_ideal: f64,
     pub backup_bytes_frac: f64,
     pub events: u64,
-    /// GD scans: seeks all the modelled disks paid, and pieces the end-of-scan steal moved
-    /// (0 for the distributed queue).
+    /// GD scans: seeks all the modelled disks paid, pieces the end-of-scan steal moved and
+    /// last pieces it hedged (0 for the distributed queue).
     pub seeks: u64,
     pub steals: u64,
+    pub hedges: u64,
     /// GD scans: when each consumer took its last byte (seconds); where a run's time went,
     /// with the seeks.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -348,6 +349,7 @@ impl DqCase {
             events: out.events,
             seeks: 0,
             steals: 0,
+            hedges: 0,
             consumer_seconds: vec![],
         })
     }
@@ -580,6 +582,7 @@ impl GdCase {
             events: out.events,
             seeks: out.seeks,
             steals: out.steals,
+            hedges: out.hedges,
             consumer_seconds: out.consumer_seconds.clone(),
         };
         Ok((row, out, ideal_rates))

@@ -21,17 +21,22 @@
 //! | `ceft` (writes) | CW-1 | CEFT-PVFS's rule on the pair's reported loads | furthest behind |
 //! | `ceft-adaptive` (writes) | CW-1, ours | the copy that would finish first by measured rates | furthest behind |
 //!
-//! **End-of-scan steal.** When every piece has been requested, a server that replies and has
-//! nothing more of this consumer's takes over one piece still queued at another server that
-//! also holds it; the engine sends it there and cancels it at the old server (river §6.2's
-//! end-of-run effect). It takes the last piece sent to the server with the most of ours, if
-//! that server has two or more, or if the piece is expected back from it (sent plus that
-//! server's smoothed latency) later than this server would answer one more request (a block of
-//! another consumer's and ours, at its disk's measured speed), or if the piece is overdue:
-//! outstanding for twice that server's usual reply time and twice this server's answer, it is
-//! queued behind other consumers (a backup whose planned share is small serves a reader about
-//! once a second), not on the disk. A request a server handed to another (GD-6) is never
-//! stolen: its id belongs to the first server, so it could not be cancelled. A cancel that
+//! **End-of-scan steal and hedge.** When every piece has been requested, a server that
+//! replies and has nothing more of this consumer's takes on one piece still queued at another
+//! server that also holds it (river §6.2's end-of-run effect): the last piece sent to the
+//! server with the most of ours. If that server has two or more of ours, the piece is moved:
+//! sent here and cancelled there. If it is our last piece there, the engine can only guess
+//! when that server will serve it, so it hedges instead: it sends the piece here too, keeps
+//! the request there, takes whichever answer comes first and cancels the other. It hedges
+//! when the piece is expected back (sent plus that server's smoothed latency) later than this
+//! server would answer one more request (a block of another consumer's and ours, at its
+//! disk's measured speed), or when it is late: outstanding for longer than that server's
+//! usual reply time and this server's answer, so queued behind other consumers rather than
+//! on the disk (a backup whose planned share is small serves a reader about once a period).
+//! A wrong guess then costs this consumer nothing and the other disk at most one block, where
+//! a wrong move cost the consumer the whole wait at the new server (docs/benchmarks.md,
+//! "Hedging the last block"). A request a server handed to another (GD-6) is never stolen or
+//! hedged: its id belongs to the first server, so it could not be cancelled. A cancel that
 //! arrives too late yields a duplicate, which the engine drops and counts: every piece is
 //! delivered exactly once.
 //!
@@ -187,6 +192,8 @@ pub struct ReadStats {
     pub requests: u64,
     pub duplicates: u64,
     pub steals: u64,
+    /// Last pieces sent to a second server at the end of a scan (module docs).
+    pub hedges: u64,
     pub retries: u64,
     pub probes: u64,
     /// Requests a server handed to another server (GD-6).
@@ -205,14 +212,25 @@ impl ReadStats {
     /// Add another consumer's counters to these.
     pub fn merge(&mut self, other: ReadStats) {
         // Destructured, so that a new counter cannot be left out.
-        let ReadStats { bytes_by_copy, requests, duplicates, steals, retries, probes, moved, withdrawn, corrupt } =
-            other;
+        let ReadStats {
+            bytes_by_copy,
+            requests,
+            duplicates,
+            steals,
+            hedges,
+            retries,
+            probes,
+            moved,
+            withdrawn,
+            corrupt,
+        } = other;
         for (a, b) in self.bytes_by_copy.iter_mut().zip(bytes_by_copy) {
             *a += b;
         }
         self.requests += requests;
         self.duplicates += duplicates;
         self.steals += steals;
+        self.hedges += hedges;
         self.retries += retries;
         self.probes += probes;
         self.moved += moved;
@@ -229,12 +247,6 @@ enum PieceState {
     InFlight(Vec<(NodeId, Time)>),
     Done,
 }
-
-/// At the end of a scan, a piece outstanding at a server for this many times its usual reply
-/// time there, and what an idle server would take, is queued behind other consumers, not on
-/// the disk: it is stolen even when it is the last of ours there (module docs, end-of-scan
-/// steal).
-const OVERDUE: f64 = 2.0;
 
 /// One consumer's read. See the module docs.
 #[derive(Debug)]
@@ -255,7 +267,11 @@ pub struct ReadEngine {
     /// Pieces whose request a server handed to another (GD-6): the request id belongs to
     /// the first server, so it cannot be cancelled, and the end-of-scan steal leaves it be.
     moved: BTreeSet<usize>,
+    /// Steals and hedges to send, whatever the window: a steal replaces a request whose cancel
+    /// is on its way, and a hedge is a last piece's second copy, sent when nothing else is.
     steals: VecDeque<Dispatch>,
+    /// Pieces hedged at the end of the scan: in flight at two servers until one answers.
+    hedged: BTreeSet<usize>,
     /// The policy's drop epoch requests were last checked against, and the requests being
     /// taken back from holders it dropped (cancel sent; the piece is sent again when the
     /// server confirms).
@@ -318,6 +334,7 @@ impl ReadEngine {
             retry: VecDeque::new(),
             moved: BTreeSet::new(),
             steals: VecDeque::new(),
+            hedged: BTreeSet::new(),
             checked_epoch: 0,
             withdrawing: BTreeSet::new(),
             cancels: VecDeque::new(),
@@ -493,8 +510,9 @@ impl ReadEngine {
                 }
             }
         } else if self.state[piece] == PieceState::Done {
-            // A late duplicate, or a late cancel of a delivered piece: it was counted.
-            was_there = true;
+            // A late duplicate, or a late cancel of a delivered piece: it was counted, unless
+            // the server was given up since (`on_node_down` wrote its late copies off).
+            was_there = !self.down.contains(&node);
         }
         if !was_there {
             return None;
@@ -509,7 +527,6 @@ impl ReadEngine {
     pub fn poll_send(&mut self, now: Time) -> Result<Option<Dispatch>, RouteError> {
         self.withdraw_dropped();
         if let Some(s) = self.steals.pop_front() {
-            // Steals replace a request already counted against the window.
             self.mark_sent(now, s.piece, s.node);
             return Ok(Some(s));
         }
@@ -643,6 +660,12 @@ impl ReadEngine {
     pub fn on_data(&mut self, now: Time, piece: usize, node: NodeId) -> Delivery {
         self.heard.insert(node, now);
         let sent = self.release(piece, node);
+        if sent.is_none() && self.down.contains(&node) {
+            // A server given up for a stall answered after all: its pieces were asked of
+            // other copies, which deliver them.
+            self.stats.duplicates += 1;
+            return Delivery::Duplicate;
+        }
         assert!(sent.is_some(), "data for piece {piece} from {node}, which was never asked for it");
         let len = self.pieces[piece].len as u64;
         self.note_reply(now, node, sent.flatten(), len);
@@ -651,7 +674,13 @@ impl ReadEngine {
             return Delivery::Duplicate;
         }
         // A piece in flight at two servers was stolen, and the steal already cancelled the
-        // old copy; if that cancel loses the race, the late reply finds the piece Done.
+        // old copy, or it was hedged, and the other copy is cancelled now; if a cancel loses
+        // the race, the late reply finds the piece Done.
+        if self.hedged.remove(&piece)
+            && let PieceState::InFlight(others) = &self.state[piece]
+        {
+            self.cancels.extend(others.iter().map(|&(n, _)| Dispatch { piece, node: n }));
+        }
         self.state[piece] = PieceState::Done;
         let p = self.pieces[piece];
         self.done_pieces += 1;
@@ -748,6 +777,12 @@ impl ReadEngine {
         for piece in stuck {
             self.on_failure(now, piece, node, Failure::Unavailable);
         }
+        // What is left counted there are late copies of delivered pieces (a steal's or a
+        // hedge's other request, its cancel unanswered): they will never be answered now.
+        if let Some(v) = self.nodes.get_mut(&node) {
+            self.inflight -= v.outstanding;
+            v.outstanding = 0;
+        }
         self.steals.retain(|s| s.node != node);
         self.cancels.retain(|s| s.node != node);
         self.notify.remove(&node);
@@ -779,8 +814,9 @@ impl ReadEngine {
         stalled
     }
 
-    /// End-of-scan steal (module docs): `node` just replied; if it has nothing more of ours
-    /// and everything has been requested, move one piece queued elsewhere to it.
+    /// End-of-scan steal and hedge (module docs): `node` just replied; if it has nothing more
+    /// of ours and everything has been requested, move one piece queued elsewhere to it, or
+    /// send it there too.
     fn maybe_steal(&mut self, now: Time, node: NodeId) {
         if !self.policy.steals_at_end()
             || self.cursor < self.pieces.len()
@@ -794,7 +830,8 @@ impl ReadEngine {
         let mut best: Option<(u32, usize, NodeId, Time)> = None;
         for i in (0..self.pieces.len()).rev() {
             let PieceState::InFlight(nodes) = &self.state[i] else { continue };
-            // Not one being taken back (`withdraw_dropped`): it is on its way out already.
+            // Not one being taken back (`withdraw_dropped`): it is on its way out already. Not
+            // one in flight at two servers: stolen or hedged already.
             if nodes.len() != 1
                 || nodes[0].0 == node
                 || self.bad.contains(&(i, node))
@@ -812,22 +849,27 @@ impl ReadEngine {
             }
         }
         let Some((load, piece, from, sent)) = best else { return };
-        // Worth it when the other server still has a queue of ours behind this piece, or,
-        // for our last piece there, when it is expected back later than this server, which
-        // has nothing of ours, would take to answer (a piece already on the other's disk is
-        // expected soon, and stealing it would only read it twice), or when it is overdue
-        // there: queued behind other consumers, not on the disk.
-        let waited = now.since(sent).as_secs_f64();
-        let latency = |n: NodeId| self.nodes.get(&n).and_then(|v| v.latency_secs);
-        let worth = load >= 2
-            || match (latency(from), self.one_more(node, piece)) {
-                (Some(there), Some(here)) => there - waited > here || waited > OVERDUE * there.max(here),
-                (None, Some(here)) => waited > OVERDUE * here,
-                (_, None) => false,
-            };
-        if worth {
+        if load >= 2 {
+            // The other server still has a queue of ours behind this piece: move it.
             self.stats.steals += 1;
             self.cancels.push_back(Dispatch { piece, node: from });
+            self.steals.push_back(Dispatch { piece, node });
+            return;
+        }
+        // Our last piece there: hedge when it is expected back later than this server, which
+        // has nothing of ours, would take to answer (a piece already on the other's disk is
+        // expected soon, and a second copy would only read it twice), or when it is late
+        // there: queued behind other consumers, not on the disk.
+        let waited = now.since(sent).as_secs_f64();
+        let latency = self.nodes.get(&from).and_then(|v| v.latency_secs);
+        let worth = match (latency, self.one_more(node, piece)) {
+            (Some(there), Some(here)) => there - waited > here || waited > there.max(here),
+            (None, Some(here)) => waited > here,
+            (_, None) => false,
+        };
+        if worth {
+            self.stats.hedges += 1;
+            self.hedged.insert(piece);
             self.steals.push_back(Dispatch { piece, node });
         }
     }
