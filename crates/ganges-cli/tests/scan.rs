@@ -319,6 +319,40 @@ async fn a_server_that_hangs_mid_scan_is_given_up_after_the_stall_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_that_resumes_mid_scan_has_its_late_answers_dropped() {
+    // Given up after the stall timeout, the server resumes (a stopped process continued)
+    // while the scan still reads its share from the backups: it answers the requests it held,
+    // which the consumers already asked of other copies. Those answers are dropped, and every
+    // byte still arrives exactly once.
+    let c = start(4, common::disk(4.0));
+    let client = c.client().await;
+    let g = Generator::Random { seed: 12 };
+    let m = Arc::new(create(&client, "resume", vec![6 << 20; 4], 64 << 10, 2, g).await);
+    let pid = c.local.pid(NodeId(1)).unwrap();
+    let opts = ReadOptions {
+        stall_timeout: std::time::Duration::from_millis(500),
+        ..ReadOptions::new(ReadPolicyKind::Static)
+    };
+    let scan = {
+        let (client, m) = (client.clone(), m.clone());
+        tokio::spawn(async move { scan_with(&client, &m, opts).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGSTOP));
+    // Given up at about 0.6 s; consumer 1 has some 5.5 MiB left, which its backup (node 2)
+    // reads after its own consumer's, until about 3 s.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGCONT));
+    let done = tokio::time::timeout(std::time::Duration::from_secs(30), scan).await;
+    let (blocks, reports) = done.expect("the scan must not hang").expect("the scan must not panic");
+    assert_eq!(digest_of(&reports), m.digest);
+    check_content(&m, &blocks, g);
+    let late = reports[1].stats.duplicates;
+    assert!(late > 0, "the resumed server's answers reached consumer 1 and were dropped");
+    assert!(reports[1].stats.bytes_by_copy[1] > 0, "consumer 1 finished from its backup copy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ordered_reader_hands_out_records_of_any_size_in_order_within_its_buffer() {
     use ganges_client::stream::OrderedReader;
     let c = start(3, common::disk(64.0));
