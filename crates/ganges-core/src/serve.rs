@@ -394,4 +394,148 @@ mod tests {
         let r = q.report(1, Time::ZERO);
         assert_eq!((r.disk_bytes_per_sec, r.disk_measured), (Some(500_000.0), true), "measured");
     }
+
+    mod any_sequence {
+        use super::*;
+        use crate::sched::Discipline;
+        use proptest::prelude::*;
+        use std::collections::BTreeSet;
+
+        /// One step: (what, connection, stream, a number for the step to use, milliseconds on).
+        type Op = (u8, u64, u64, u16, u8);
+
+        /// A read's context, with a tag to tell reads apart when one has no request id.
+        #[derive(Debug, Clone, Copy)]
+        struct Tagged {
+            conn: u64,
+            request: Option<u64>,
+            tag: u64,
+        }
+
+        impl ReadContext for Tagged {
+            fn conn(&self) -> u64 {
+                self.conn
+            }
+            fn request_id(&self) -> Option<u64> {
+                self.request
+            }
+        }
+
+        /// Each stream's service, fixed for the run: its discipline and options from `seed`.
+        fn service(seed: u16) -> Service {
+            Service {
+                discipline: Discipline::ALL[seed as usize % 4],
+                runs: seed & 4 != 0,
+                handoff: seed & 8 != 0,
+                share: if seed & 16 != 0 { seed | 1 } else { 0 },
+                copy: (seed >> 5) as u8 % 2,
+                phased: seed & 128 != 0,
+                guard_every: (seed >> 8) as u8 % 4,
+            }
+        }
+
+        fn run(ops: &[Op], seeds: &[u16]) {
+            let model = DiskModel::new(DiskParams {
+                rate_bytes_per_sec: 1_000_000.0,
+                seek: Duration::from_millis(4),
+                queue_depth: 1,
+            });
+            let mut q: ServerQueue<Tagged> = ServerQueue::new(SchedulerKind::Auto.build(), Some(model));
+            let mut now = Time::ZERO;
+            let mut next_request = 0u64;
+            // Reads queued (connection, request): each must leave exactly once.
+            let mut live: BTreeSet<(u64, u64)> = BTreeSet::new();
+            let mut done: BTreeMap<StreamKey, u64> = BTreeMap::new();
+            let key = |conn, stream| StreamKey { conn, stream };
+            for &(what, conn, stream, n, ms) in ops {
+                now = now + Duration::from_millis(ms as u64);
+                let k = key(conn, stream);
+                match what {
+                    0..=2 => {
+                        next_request += 1;
+                        let svc = service(seeds[(conn * 3 + stream) as usize % seeds.len()]);
+                        let d = *done.get(&k).unwrap_or(&0);
+                        let job = Job {
+                            id: 0,
+                            stream: k,
+                            file: conn * 10 + stream,
+                            bytes: 1000,
+                            progress: Progress {
+                                done_bytes: d,
+                                total_bytes: 1_000_000,
+                                metric: ProgressMetric::Fraction,
+                            },
+                            service: svc,
+                            arrival: now,
+                        };
+                        // Every eighth read was handed over by a peer: it has no request id.
+                        let request = (n % 8 != 0).then_some(next_request);
+                        q.enqueue(job, Tagged { conn, request, tag: next_request });
+                        live.insert((conn, next_request));
+                    }
+                    3 => {
+                        // A cancel names a read by request id; one handed over has none (its
+                        // tag then names nothing here, and the cancel must find nothing).
+                        let want = live.iter().nth(n as usize % live.len().max(1)).copied();
+                        if let Some((c, r)) = want {
+                            match q.cancel(c, r) {
+                                Some(ctx) => assert!(ctx.request == Some(r) && live.remove(&(c, ctx.tag))),
+                                None => assert!(!q.has_request(c, r)),
+                            }
+                        }
+                    }
+                    4 if n % 4 == 0 => {
+                        let dropped = q.drop_connection(conn);
+                        let before = live.len();
+                        live.retain(|(c, _)| *c != conn);
+                        assert_eq!(dropped, before - live.len(), "every read of connection {conn}");
+                    }
+                    4 => {
+                        for (job, ctx) in q.hand_off(n as usize % 4, |j, _| j.service.handoff) {
+                            assert!(job.service.handoff);
+                            assert!(live.remove(&(ctx.conn, ctx.tag)), "handed off once");
+                        }
+                    }
+                    _ => {
+                        if let Some(p) = q.pop(now) {
+                            assert!(live.remove(&(p.ctx.conn, p.ctx.tag)), "served once");
+                            *done.entry(p.job.stream).or_default() += p.job.bytes;
+                            let d = done[&p.job.stream];
+                            q.note_progress(p.job.stream, Progress { done_bytes: d, ..p.job.progress }, now);
+                        } else if !q.is_empty() {
+                            let t = q.wake_at().expect("a queue that serves nothing now says when");
+                            assert!(t > now, "a wake-up in the past would spin");
+                        }
+                    }
+                }
+                assert_eq!(q.len(), live.len());
+            }
+            // The rest is served, in bounded time.
+            for _ in 0..10 * live.len() + 10 {
+                if q.is_empty() {
+                    break;
+                }
+                match q.pop(now) {
+                    Some(p) => assert!(live.remove(&(p.ctx.conn, p.ctx.tag)), "served once"),
+                    None => now = q.wake_at().expect("a queue that serves nothing now says when"),
+                }
+            }
+            assert!(q.is_empty() && live.is_empty(), "{} reads never served", live.len());
+        }
+
+        proptest! {
+            /// Any mix of disciplines, runs, shares, phases and handoff, and any sequence of
+            /// arrivals, cancels, closed connections, handoffs, progress and pops: every read
+            /// leaves the queue exactly once (served, cancelled, dropped or handed off), the
+            /// queue's length is what came in less what went out, and a queue holding reads
+            /// serves one now or names a later time to try again.
+            #[test]
+            fn every_read_leaves_the_queue_once(
+                ops in prop::collection::vec((0u8..7, 0u64..4, 0u64..3, any::<u16>(), 0u8..30), 1..300),
+                seeds in prop::collection::vec(any::<u16>(), 1..12),
+            ) {
+                run(&ops, &seeds);
+            }
+        }
+    }
 }
