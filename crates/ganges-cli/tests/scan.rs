@@ -292,13 +292,21 @@ async fn a_corrupt_block_is_never_delivered_and_is_reported() {
     assert_eq!((s.bad[0].0, s.bad[0].1.block), (NodeId(0), 2));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_that_hangs_mid_scan_is_given_up_after_the_stall_timeout() {
+/// A static scan of four fragments of `fragment` bytes on four servers, with server 1 frozen
+/// (SIGSTOP) 100 ms in and a 500 ms stall timeout; continued `resume_after` later, while the
+/// scan runs, or else once it is done. The scan must neither hang nor panic, and every byte
+/// must arrive once. Returns each consumer's report.
+async fn scan_with_a_frozen_server(
+    name: &str,
+    seed: u64,
+    fragment: u64,
+    resume_after: Option<std::time::Duration>,
+) -> Vec<ReadReport> {
     // A frozen server keeps its connections open and answers nothing: not a crash, a hang.
     let c = start(4, common::disk(4.0));
     let client = c.client().await;
-    let g = Generator::Random { seed: 11 };
-    let m = Arc::new(create(&client, "hang", vec![2 << 20; 4], 64 << 10, 2, g).await);
+    let g = Generator::Random { seed };
+    let m = Arc::new(create(&client, name, vec![fragment; 4], 64 << 10, 2, g).await);
     let pid = c.local.pid(NodeId(1)).unwrap();
     let opts = ReadOptions {
         stall_timeout: std::time::Duration::from_millis(500),
@@ -310,46 +318,33 @@ async fn a_server_that_hangs_mid_scan_is_given_up_after_the_stall_timeout() {
     };
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGSTOP));
+    if let Some(after) = resume_after {
+        tokio::time::sleep(after).await;
+        assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGCONT));
+    }
     let done = tokio::time::timeout(std::time::Duration::from_secs(30), scan).await;
     ganges_cli::sys::signal(pid, ganges_cli::sys::SIGCONT);
-    let (blocks, reports) = done.expect("the scan must not hang on a frozen server").unwrap();
+    let (blocks, reports) = done.expect("the scan must not hang on a frozen server").expect("nor panic");
     assert_eq!(digest_of(&reports), m.digest);
     check_content(&m, &blocks, g);
     assert!(reports[1].stats.bytes_by_copy[1] > 0, "consumer 1 finished from its backup copy");
+    reports
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_hangs_mid_scan_is_given_up_after_the_stall_timeout() {
+    scan_with_a_frozen_server("hang", 11, 2 << 20, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_server_that_resumes_mid_scan_has_its_late_answers_dropped() {
-    // Given up after the stall timeout, the server resumes (a stopped process continued)
-    // while the scan still reads its share from the backups: it answers the requests it held,
-    // which the consumers already asked of other copies. Those answers are dropped, and every
-    // byte still arrives exactly once.
-    let c = start(4, common::disk(4.0));
-    let client = c.client().await;
-    let g = Generator::Random { seed: 12 };
-    let m = Arc::new(create(&client, "resume", vec![6 << 20; 4], 64 << 10, 2, g).await);
-    let pid = c.local.pid(NodeId(1)).unwrap();
-    let opts = ReadOptions {
-        stall_timeout: std::time::Duration::from_millis(500),
-        ..ReadOptions::new(ReadPolicyKind::Static)
-    };
-    let scan = {
-        let (client, m) = (client.clone(), m.clone());
-        tokio::spawn(async move { scan_with(&client, &m, opts).await })
-    };
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGSTOP));
-    // Given up at about 0.6 s; consumer 1 has some 5.5 MiB left, which its backup (node 2)
-    // reads after its own consumer's, until about 3 s.
-    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
-    assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGCONT));
-    let done = tokio::time::timeout(std::time::Duration::from_secs(30), scan).await;
-    let (blocks, reports) = done.expect("the scan must not hang").expect("the scan must not panic");
-    assert_eq!(digest_of(&reports), m.digest);
-    check_content(&m, &blocks, g);
-    let late = reports[1].stats.duplicates;
-    assert!(late > 0, "the resumed server's answers reached consumer 1 and were dropped");
-    assert!(reports[1].stats.bytes_by_copy[1] > 0, "consumer 1 finished from its backup copy");
+    // Given up after the stall timeout (at about 0.6 s), the server resumes (a stopped
+    // process continued) while consumer 1 still reads its share, some 5.5 MiB, from its
+    // backup (node 2, after its own consumer's; until about 3 s). The resumed server answers
+    // the requests it held, which consumer 1 already asked of node 2: those answers are
+    // dropped.
+    let reports = scan_with_a_frozen_server("resume", 12, 6 << 20, Some(std::time::Duration::from_millis(800))).await;
+    assert!(reports[1].stats.duplicates > 0, "the resumed server's answers reached consumer 1 and were dropped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
