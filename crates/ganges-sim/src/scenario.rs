@@ -92,10 +92,15 @@ pub struct Row {
     pub steals: u64,
     pub hedges: u64,
     /// GD scans: when each consumer took its last byte (seconds); where a run's time went,
-    /// with the seeks.
+    /// with the seeks. Left out above `CONSUMER_SECONDS_MAX` consumers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub consumer_seconds: Vec<f64>,
 }
+
+/// The most consumers whose finish times a scenario row lists: at 4096 they made
+/// `river-fig10 --producers 4096` write 3.9 MB of JSON (42 rows), for a run whose time is
+/// its seconds anyway.
+pub const CONSUMER_SECONDS_MAX: usize = 1024;
 
 /// Bandwidth over time of one run (vs-convergence, fault-schedule).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -583,7 +588,11 @@ impl GdCase {
             seeks: out.seeks,
             steals: out.steals,
             hedges: out.hedges,
-            consumer_seconds: out.consumer_seconds.clone(),
+            consumer_seconds: if out.consumer_seconds.len() <= CONSUMER_SECONDS_MAX {
+                out.consumer_seconds.clone()
+            } else {
+                vec![]
+            },
         };
         Ok((row, out, ideal_rates))
     }
