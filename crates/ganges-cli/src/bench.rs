@@ -273,24 +273,26 @@ pub struct Row {
     /// Each consumer's rate in the layout-aware ideal, with the faults on and off (bytes/s).
     pub ideal_consumer_rates_faulty: Vec<f64>,
     pub ideal_consumer_rates_free: Vec<f64>,
-    /// With `--sim`: the same run in the simulator, its time and fraction of the ideal.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sim_seconds: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sim_frac_layout_ideal: Option<f64>,
-    /// With `--sim` and a fault schedule: the simulated run's adaptation times, by the same
-    /// measure (no machine noise: what the policy itself does).
+    /// With `--sim`: the same run in the simulator (its `sim_*` keys beside the real run's).
+    #[serde(flatten)]
+    pub sim: Option<Simulated>,
+}
+
+/// A bench row's run in the simulator (`--sim`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Simulated {
+    pub sim_seconds: f64,
+    pub sim_frac_layout_ideal: f64,
+    /// With a fault schedule: the simulated run's adaptation times, by the same measure (no
+    /// machine noise: what the policy itself does).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sim_adaptation: Vec<Adaptation>,
-    /// With `--sim`: where the simulated run's time went, to set beside the real run's
-    /// `consumer_seconds`, `disk_busy_frac` and `seeks` (a disk's share of the time passes 1 by
-    /// up to a read where it starts one the scan no longer needs before the last consumer's end).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Where the simulated run's time went, to set beside the real run's `consumer_seconds`,
+    /// `disk_busy_frac` and `seeks` (a disk's share of the time passes 1 by up to a read where
+    /// it starts one the scan no longer needs before the last consumer's end).
     pub sim_consumer_seconds: Vec<f64>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sim_disk_busy_frac: Vec<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sim_seeks: Option<u64>,
+    pub sim_seeks: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -582,15 +584,19 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
                     if spec.sim {
                         let run = Run { manifest: &manifest, policy, partitions: &partitions[ri], faulty: &faulty };
                         let sim = simulate(spec, &run)?;
-                        r.sim_seconds = Some(sim.seconds);
-                        r.sim_frac_layout_ideal = Some(layout / sim.seconds);
-                        r.sim_consumer_seconds = sim.consumer_seconds.clone();
-                        r.sim_disk_busy_frac = sim.disk_busy_secs.iter().map(|b| b / sim.seconds).collect();
-                        r.sim_seeks = Some(sim.seeks);
-                        if f > 0 && !spec.schedule.is_empty() {
-                            r.sim_adaptation =
-                                adaptation(&changes(&spec.schedule), &sim.delivered, &shares, &sim.consumer_seconds);
-                        }
+                        let sim_adaptation = if f > 0 && !spec.schedule.is_empty() {
+                            adaptation(&changes(&spec.schedule), &sim.delivered, &shares, &sim.consumer_seconds)
+                        } else {
+                            vec![]
+                        };
+                        r.sim = Some(Simulated {
+                            sim_seconds: sim.seconds,
+                            sim_frac_layout_ideal: layout / sim.seconds,
+                            sim_adaptation,
+                            sim_disk_busy_frac: sim.disk_busy_secs.iter().map(|b| b / sim.seconds).collect(),
+                            sim_seeks: sim.seeks,
+                            sim_consumer_seconds: sim.consumer_seconds,
+                        });
                     }
                     rows.push(r);
                 }
@@ -991,12 +997,7 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
         adaptation: vec![],
         ideal_consumer_rates_faulty: vec![],
         ideal_consumer_rates_free: vec![],
-        sim_seconds: None,
-        sim_frac_layout_ideal: None,
-        sim_adaptation: vec![],
-        sim_consumer_seconds: vec![],
-        sim_disk_busy_frac: vec![],
-        sim_seeks: None,
+        sim: None,
     }
 }
 
@@ -1053,7 +1054,7 @@ pub fn render(report: &Report) -> String {
         header.push("ratio");
     }
     header.extend(["faults", "seconds", "MB/s", "slowest MB/s", "% river", "% layout", "backup %", "cpu s/GB"]);
-    let sim = report.rows.iter().any(|r| r.sim_frac_layout_ideal.is_some());
+    let sim = report.rows.iter().any(|r| r.sim.is_some());
     if sim {
         header.extend(["sim % layout", "sim - real"]);
     }
@@ -1078,7 +1079,7 @@ pub fn render(report: &Report) -> String {
             format!("{:.2}", r.cpu_seconds_per_gb),
         ]);
         if sim {
-            let s = r.sim_frac_layout_ideal.unwrap_or(f64::NAN);
+            let s = r.sim.as_ref().map_or(f64::NAN, |s| s.sim_frac_layout_ideal);
             cells.extend([pct(s), format!("{:+.1}", (s - r.frac_layout_ideal) * 100.0)]);
         }
         t.row(cells);
@@ -1130,7 +1131,10 @@ pub fn render(report: &Report) -> String {
     }
     let adapt: Vec<&Row> = report.rows.iter().filter(|r| !r.adaptation.is_empty()).collect();
     if !adapt.is_empty() {
-        let sim = adapt.iter().any(|r| !r.sim_adaptation.is_empty());
+        fn sim_adaptation(r: &Row) -> &[Adaptation] {
+            r.sim.as_ref().map_or(&[], |s| &s.sim_adaptation)
+        }
+        let sim = adapt.iter().any(|r| !sim_adaptation(r).is_empty());
         let mut header = vec!["policy", "faults", "change", "at s", "adaptation s"];
         if sim {
             header.push("sim adaptation s");
@@ -1147,7 +1151,7 @@ pub fn render(report: &Report) -> String {
                     secs(a),
                 ];
                 if sim {
-                    cells.push(r.sim_adaptation.get(i).map_or("-".into(), secs));
+                    cells.push(sim_adaptation(r).get(i).map_or("-".into(), secs));
                 }
                 t.row(cells);
             }

@@ -286,7 +286,7 @@ mod tests {
         }
     }
 
-    fn queue() -> ServerQueue<Ctx> {
+    fn queue<C: ReadContext>() -> ServerQueue<C> {
         let model = DiskModel::new(DiskParams {
             rate_bytes_per_sec: 1_000_000.0,
             seek: Duration::from_millis(4),
@@ -387,7 +387,7 @@ mod tests {
 
     #[test]
     fn reports_the_measured_rate_once_there_is_one() {
-        let mut q = queue();
+        let mut q = queue::<Ctx>();
         let r = q.report(1, Time::ZERO);
         assert_eq!((r.disk_bytes_per_sec, r.disk_measured), (Some(1_000_000.0), false), "configured");
         q.finished(500, Duration::from_millis(1));
@@ -435,21 +435,15 @@ mod tests {
         }
 
         fn run(ops: &[Op], seeds: &[u16]) {
-            let model = DiskModel::new(DiskParams {
-                rate_bytes_per_sec: 1_000_000.0,
-                seek: Duration::from_millis(4),
-                queue_depth: 1,
-            });
-            let mut q: ServerQueue<Tagged> = ServerQueue::new(SchedulerKind::Auto.build(), Some(model));
+            let mut q: ServerQueue<Tagged> = queue();
             let mut now = Time::ZERO;
             let mut next_request = 0u64;
             // Reads queued (connection, request): each must leave exactly once.
             let mut live: BTreeSet<(u64, u64)> = BTreeSet::new();
             let mut done: BTreeMap<StreamKey, u64> = BTreeMap::new();
-            let key = |conn, stream| StreamKey { conn, stream };
             for &(what, conn, stream, n, ms) in ops {
                 now = now + Duration::from_millis(ms as u64);
-                let k = key(conn, stream);
+                let k = StreamKey { conn, stream };
                 match what {
                     0..=2 => {
                         next_request += 1;
