@@ -653,8 +653,9 @@ impl Scheduler for Auto {
 /// measured rate and the layout: see `ideal::plan`), so the shares are right from the first
 /// request instead of learnt; the lag term still corrects what the plan got wrong. Planned
 /// runs may go deeper into debt, and the disk *anticipates*: when the stream it is running
-/// has nothing queued, it waits up to `ShareSettings::anticipate` for that stream's next request (a reply
-/// pulls one within a round trip) before seeking to another file. [`ShareSettings`] holds
+/// has nothing queued, it waits up to `ShareSettings::anticipate` for that stream's next
+/// request (a reply pulls one within a round trip) before seeking to another file, within a
+/// run of `RUN_MAX` or, phased (below), within the stream's slot. [`ShareSettings`] holds
 /// everything that differs between the two.
 ///
 /// **Phased** (planned streams, ours): a disk that alternates between two readers' files
@@ -694,6 +695,9 @@ pub struct Shares {
     /// Smoothed time between picks while the disk is busy, in nanoseconds: about one job's
     /// service time (a phased disk gives a job to the slot that holds a point of it).
     pick_every: Option<f64>,
+    /// The slots were in force at the last pick between streams: the disk phased, no
+    /// stream was far behind and none near the end of its scan.
+    slots_decide: bool,
 }
 
 /// What sets learned and planned shares apart.
@@ -803,7 +807,7 @@ impl Shares {
     const PHASE_LAG_GAIN: f64 = 0.25;
 
     pub fn new(how: ShareSettings) -> Shares {
-        Shares { how, state: BTreeMap::new(), waiting: None, last_pick: None, pick_every: None }
+        Shares { how, state: BTreeMap::new(), waiting: None, last_pick: None, pick_every: None, slots_decide: false }
     }
 
     /// How many of `stream`'s requests count as one block of the settings (`per_unit`).
@@ -816,13 +820,18 @@ impl Shares {
 
     /// Anticipation: the stream whose run the disk was on has nothing queued, but its next
     /// request is a network round trip away (each reply pulls one); waiting for it is
-    /// cheaper than a seek to another file and back. True while the disk should wait.
+    /// cheaper than a seek to another file and back. True while the disk should wait: while
+    /// the run is shorter than `RUN_MAX`, or, whatever its length, while the slots decide
+    /// and the stream's slot holds `now`. Runs ended by `RUN_MAX` alone inside the running
+    /// stream's slot gave the other reader one block there and cost two seeks (a third of
+    /// the one-block detours in a trace of `ganges sim bench-scan` at one slow disk), and
+    /// left the slot's reader a block short in that period.
     fn wait_for_run(&mut self, s: &mut Streams, now: Time) -> bool {
         let Some(wait) = self.how.anticipate else { return false };
         let Some((k, n)) = s.run else { return false };
         let units = self.units(&k);
         let idle_run = !s.streams.is_empty()
-            && f64::from(n) < f64::from(RUN_MAX) * units
+            && (f64::from(n) < f64::from(RUN_MAX) * units || self.owns_slot(s, k, now))
             && !s.streams.contains_key(&k)
             && self.state.get(&k).is_some_and(|st| st.credit > -self.how.run_debt * units);
         if !idle_run {
@@ -840,6 +849,15 @@ impl Shares {
                 false
             }
         }
+    }
+
+    /// Whether the slots were in force at the last pick between streams and `k`, a phased
+    /// stream with nothing queued, owns the slot that holds `now`.
+    fn owns_slot(&self, s: &Streams, k: StreamKey, now: Time) -> bool {
+        let queued: Vec<StreamKey> = s.streams.keys().copied().collect();
+        self.slots_decide
+            && self.state.get(&k).is_some_and(|st| st.phased)
+            && self.phase_now(&queued).is_some_and(|p| slot_owner(&self.slots(), p, now) == Some(k))
     }
 
     /// The phase slots of the period: one per stream seen recently, as long as
@@ -1030,16 +1048,17 @@ impl Rule for Shares {
                 left as f64 <= last.bytes as f64 * Self::PHASE_END_BLOCKS as f64 * self.units(k)
             })
         };
+        let slots_decide = phase.is_some()
+            && keys.iter().zip(&lags).all(|(q, &l)| l <= Self::PHASE_LAG_BLOCKS * self.units(q))
+            && !near_end();
         let owner = phase
+            .filter(|_| slots_decide)
             .and_then(|(p, slots)| {
                 let point = self.pick_every.map_or(0.0, |e| e * deciding_point(now, p));
                 slot_owner(&slots, p, now + Duration::from_nanos(point as u64))
             })
-            .filter(|k| {
-                keys.contains(k)
-                    && keys.iter().zip(&lags).all(|(q, &l)| l <= Self::PHASE_LAG_BLOCKS * self.units(q))
-                    && !near_end()
-            });
+            .filter(|k| keys.contains(k));
+        self.slots_decide = slots_decide;
         // A run continues while its debt is small and it is not ahead of the others.
         let longest = s.run.map_or(0.0, |(k, _)| f64::from(RUN_MAX) * self.units(&k));
         let run = s.run_candidate(head, longest).copied().filter(|k| {
@@ -1644,6 +1663,51 @@ mod tests {
         assert_eq!(s.pop(t + wait / 2, Some(0)), None, "still waiting");
         assert_eq!(s.pop(t + wait, Some(0)).unwrap().stream, b);
         s.assert_invariants();
+    }
+
+    /// Inside the running stream's phase slot the disk waits for its next request however
+    /// long the run has been; where the slots do not decide (here: near the end of the
+    /// scan), a run of `RUN_MAX` ends as before. W has 70% of the disk (its slot: the first
+    /// 350 ms of every 500 ms, 11 blocks of 31.25 ms), X 30%.
+    #[test]
+    fn a_planned_disk_waits_for_the_slot_s_reader_past_the_longest_run() {
+        let period = ShareSettings::PLANNED.phase.expect("planned disks are phased");
+        let wait = ShareSettings::PLANNED.anticipate.expect("planned disks anticipate");
+        let block = period / 16;
+        let (w, x) = (PLANNED_A, PLANNED_B);
+        let share = |f: f64| (f * SHARE_ONE as f64).round() as u16;
+        // From the start of a period W runs `RUN_MAX` blocks of a scan of `total` bytes, to
+        // 250 ms, and its queue is then empty; X has requests queued.
+        let run = |total: u64| {
+            let progress = Progress { done_bytes: 0, total_bytes: total, metric: ProgressMetric::Fraction };
+            let start = Time::ZERO + period * 4;
+            let mut disk = LearnedShares::planned();
+            let mut id = 0;
+            for _ in 0..RUN_MAX {
+                id += 1;
+                disk.push(phased_job(id, w, share(0.7), 1, progress, start));
+            }
+            for _ in 0..2 {
+                id += 1;
+                disk.push(phased_job(id, x, share(0.3), 0, progress, start));
+            }
+            let mut now = start;
+            for _ in 0..RUN_MAX {
+                assert_eq!(disk.pop(now, Some(w.conn)).expect("W is queued").stream, w, "at {now:?}");
+                now = now + block;
+            }
+            (disk, now, id, progress)
+        };
+        let (mut disk, now, id, progress) = run(1 << 40);
+        assert_eq!(disk.pop(now, Some(w.conn)), None, "W's slot lasts to 350 ms");
+        assert_eq!(disk.wake_at(), Some(now + wait));
+        disk.push(phased_job(id + 1, w, share(0.7), 1, progress, now + wait / 2));
+        assert_eq!(disk.pop(now + wait / 2, Some(w.conn)).expect("W's request came").stream, w);
+        disk.assert_invariants();
+        // Ten blocks left: the slots are set aside, and X is served at once.
+        let (mut disk, now, _, _) = run(10 << 20);
+        assert_eq!(disk.pop(now, Some(w.conn)).expect("X is queued").stream, x);
+        disk.assert_invariants();
     }
 
     /// A disk waiting for the running stream's next request whose other requests are then
