@@ -831,9 +831,9 @@ impl Shares {
         let Some((k, n)) = s.run else { return false };
         let units = self.units(&k);
         let idle_run = !s.streams.is_empty()
-            && (f64::from(n) < f64::from(RUN_MAX) * units || self.owns_slot(s, k, now))
             && !s.streams.contains_key(&k)
-            && self.state.get(&k).is_some_and(|st| st.credit > -self.how.run_debt * units);
+            && self.state.get(&k).is_some_and(|st| st.credit > -self.how.run_debt * units)
+            && (f64::from(n) < f64::from(RUN_MAX) * units || self.owns_slot(s, k, now));
         if !idle_run {
             return false;
         }
