@@ -647,6 +647,7 @@ fn simulate(spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<ganges_sim::scan::
         settings: spec.settings,
         window: spec.window_of(run.policy, run.manifest.shape.block_bytes()),
         start_jitter: Duration::from_micros(200),
+        start_phase: ganges_sim::scan::start_phase(spec.seed),
         sample_every: (!spec.schedule.is_empty()).then(|| Duration::from_millis(SAMPLE_MS)),
         time_limit: Duration::from_secs(86_400),
         seed: spec.seed,

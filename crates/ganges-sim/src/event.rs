@@ -49,6 +49,11 @@ impl<E> Default for Events<E> {
 }
 
 impl<E> Events<E> {
+    /// An empty queue whose clock starts at `now`.
+    pub fn starting_at(now: Time) -> Self {
+        Events { now, ..Events::default() }
+    }
+
     /// The virtual time of the event being processed (or of the last one).
     pub fn now(&self) -> Time {
         self.now

@@ -508,6 +508,7 @@ impl GdCase {
             settings: PolicySettings::default(),
             window: policy.default_window(self.block_bytes),
             start_jitter: Duration::from_micros(100),
+            start_phase: crate::scan::start_phase(seed),
             sample_every: None,
             time_limit: Duration::from_secs(10 * 86_400),
             seed,
