@@ -278,6 +278,13 @@ pub struct Row {
     pub sim: Option<Simulated>,
 }
 
+impl Row {
+    /// The simulated run's adaptation times (none without `--sim` or a fault schedule).
+    fn sim_adaptation(&self) -> &[Adaptation] {
+        self.sim.as_ref().map_or(&[], |s| &s.sim_adaptation)
+    }
+}
+
 /// A bench row's run in the simulator (`--sim`).
 #[derive(Clone, Debug, Serialize)]
 pub struct Simulated {
@@ -1132,10 +1139,7 @@ pub fn render(report: &Report) -> String {
     }
     let adapt: Vec<&Row> = report.rows.iter().filter(|r| !r.adaptation.is_empty()).collect();
     if !adapt.is_empty() {
-        fn sim_adaptation(r: &Row) -> &[Adaptation] {
-            r.sim.as_ref().map_or(&[], |s| &s.sim_adaptation)
-        }
-        let sim = adapt.iter().any(|r| !sim_adaptation(r).is_empty());
+        let sim = adapt.iter().any(|r| !r.sim_adaptation().is_empty());
         let mut header = vec!["policy", "faults", "change", "at s", "adaptation s"];
         if sim {
             header.push("sim adaptation s");
@@ -1152,7 +1156,7 @@ pub fn render(report: &Report) -> String {
                     secs(a),
                 ];
                 if sim {
-                    cells.push(sim_adaptation(r).get(i).map_or("-".into(), secs));
+                    cells.push(r.sim_adaptation().get(i).map_or("-".into(), secs));
                 }
                 t.row(cells);
             }

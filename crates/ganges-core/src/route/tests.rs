@@ -540,6 +540,7 @@ fn gd_sends_a_piece_no_reply_pulled_to_the_holder_with_fewest_outstanding() {
 mod any_server_behaviour {
     use super::*;
     use proptest::prelude::*;
+    use rand::distr::weighted::WeightedIndex;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -610,19 +611,9 @@ mod any_server_behaviour {
                 e.on_node_down(now, n);
             } else {
                 // A server answers the oldest request it holds; faster servers more often.
-                let total: u32 = (0..NODES as usize).filter(|&n| !queues[n].is_empty()).map(|n| speed[n]).sum();
-                if total == 0 {
-                    continue;
-                }
-                let mut pick = rng.random_range(0..total);
-                let n = (0..NODES as usize)
-                    .filter(|&n| !queues[n].is_empty())
-                    .find(|&n| {
-                        let hit = pick < speed[n];
-                        pick = pick.saturating_sub(speed[n]);
-                        hit
-                    })
-                    .unwrap();
+                let weights = queues.iter().zip(&speed).map(|(q, &s)| if q.is_empty() { 0 } else { s });
+                let Ok(busy) = WeightedIndex::new(weights) else { continue };
+                let n = rng.sample(&busy);
                 let piece = queues[n].remove(0);
                 let node = NodeId(n as u32);
                 let state =
