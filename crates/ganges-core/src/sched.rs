@@ -821,19 +821,22 @@ impl Shares {
     /// Anticipation: the stream whose run the disk was on has nothing queued, but its next
     /// request is a network round trip away (each reply pulls one); waiting for it is
     /// cheaper than a seek to another file and back. True while the disk should wait: while
-    /// the run is shorter than `RUN_MAX`, or, whatever its length, while the slots decide
-    /// and the stream's slot holds `now`. Runs ended by `RUN_MAX` alone inside the running
-    /// stream's slot gave the other reader one block there and cost two seeks (a third of
-    /// the one-block detours in a trace of `ganges sim bench-scan` at one slow disk), and
-    /// left the slot's reader a block short in that period.
+    /// the run is shorter than `RUN_MAX` and not deep in debt, or, whatever its length and
+    /// its credit, while the slots decide and the stream's slot holds `now`. Runs ended by
+    /// `RUN_MAX` alone inside the running stream's slot gave the other reader one block
+    /// there and cost two seeks (a third of the one-block detours in a trace of `ganges sim
+    /// bench-scan` at one slow disk), and left the slot's reader a block short in that
+    /// period. The slot's owner is served whatever its credit (`choose`), so it is waited
+    /// for whatever its credit too: a stream that caught up by its lag outside its slot
+    /// carries a debt into it, where it earns what it takes and so keeps the debt, and
+    /// without the wait it lost a block of its slot at every gap in its requests.
     fn wait_for_run(&mut self, s: &mut Streams, now: Time) -> bool {
         let Some(wait) = self.how.anticipate else { return false };
         let Some((k, n)) = s.run else { return false };
         let units = self.units(&k);
-        let idle_run = !s.streams.is_empty()
-            && !s.streams.contains_key(&k)
-            && self.state.get(&k).is_some_and(|st| st.credit > -self.how.run_debt * units)
-            && (f64::from(n) < f64::from(RUN_MAX) * units || self.owns_slot(s, k, now));
+        let in_run = f64::from(n) < f64::from(RUN_MAX) * units
+            && self.state.get(&k).is_some_and(|st| st.credit > -self.how.run_debt * units);
+        let idle_run = !s.streams.is_empty() && !s.streams.contains_key(&k) && (in_run || self.owns_slot(s, k, now));
         if !idle_run {
             return false;
         }
@@ -1667,7 +1670,8 @@ mod tests {
 
     /// Inside the running stream's phase slot the disk waits for its next request however
     /// long the run has been; where the slots do not decide (here: near the end of the
-    /// scan), a run of `RUN_MAX` ends as before. W has 70% of the disk (its slot: the first
+    /// scan), a run of `RUN_MAX` ends as before; deep in debt, W is waited for all the same.
+    /// W has 70% of the disk (its slot: the first
     /// 350 ms of every 500 ms, 11 blocks of 31.25 ms), X 30%.
     #[test]
     fn a_planned_disk_waits_for_the_slot_s_reader_past_the_longest_run() {
@@ -1704,6 +1708,12 @@ mod tests {
         disk.push(phased_job(id + 1, w, share(0.7), 1, progress, now + wait / 2));
         assert_eq!(disk.pop(now + wait / 2, Some(w.conn)).expect("W's request came").stream, w);
         disk.assert_invariants();
+        // W deep in debt (it caught up on X's time before its slot): its slot still holds.
+        let (mut disk, now, _, _) = run(1 << 40);
+        let bound = ShareSettings::PLANNED.credit_bound;
+        disk.rule.state.get_mut(&w).expect("W has state").credit = -bound;
+        assert_eq!(disk.pop(now, Some(w.conn)), None, "W's slot holds whatever its credit");
+        assert_eq!(disk.wake_at(), Some(now + wait));
         // Ten blocks left: the slots are set aside, and X is served at once.
         let (mut disk, now, _, _) = run(10 << 20);
         assert_eq!(disk.pop(now, Some(w.conn)).expect("X is queued").stream, x);
