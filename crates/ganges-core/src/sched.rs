@@ -821,15 +821,16 @@ impl Shares {
     /// Anticipation: the stream whose run the disk was on has nothing queued, but its next
     /// request is a network round trip away (each reply pulls one); waiting for it is
     /// cheaper than a seek to another file and back. True while the disk should wait: while
-    /// the run is shorter than `RUN_MAX` and not deep in debt, or, whatever its length and
-    /// its credit, while the slots decide and the stream's slot holds `now`. Runs ended by
-    /// `RUN_MAX` alone inside the running stream's slot gave the other reader one block
-    /// there and cost two seeks (a third of the one-block detours in a trace of `ganges sim
-    /// bench-scan` at one slow disk), and left the slot's reader a block short in that
-    /// period. The slot's owner is served whatever its credit (`choose`), so it is waited
-    /// for whatever its credit too: a stream that caught up by its lag outside its slot
-    /// carries a debt into it, where it earns what it takes and so keeps the debt, and
-    /// without the wait it lost a block of its slot at every gap in its requests.
+    /// the run is shorter than `RUN_MAX` and the stream's credit above the run debt, or,
+    /// whatever the run's length and the credit, while the slots decide and the stream's slot
+    /// holds `now`. Runs ended by `RUN_MAX` alone inside the running stream's slot gave the
+    /// other reader one block there and cost two seeks (a third of the one-block detours in
+    /// a trace of `ganges sim bench-scan` at one slow disk), and left the slot's reader a
+    /// block short in that period. The slot's owner is served whatever its credit
+    /// (`choose`), so it is waited for whatever its credit too: a stream that caught up by
+    /// its lag outside its slot carries a debt into it, where it earns what it takes and so
+    /// keeps the debt, and without the wait it lost a block of its slot at every gap in its
+    /// requests.
     fn wait_for_run(&mut self, s: &mut Streams, now: Time) -> bool {
         let Some(wait) = self.how.anticipate else { return false };
         let Some((k, n)) = s.run else { return false };
@@ -1671,8 +1672,8 @@ mod tests {
     /// Inside the running stream's phase slot the disk waits for its next request however
     /// long the run has been; where the slots do not decide (here: near the end of the
     /// scan), a run of `RUN_MAX` ends as before; deep in debt, W is waited for all the same.
-    /// W has 70% of the disk (its slot: the first
-    /// 350 ms of every 500 ms, 11 blocks of 31.25 ms), X 30%.
+    /// W has 70% of the disk (its slot: the first 350 ms of every 500 ms, 11 blocks of
+    /// 31.25 ms), X 30%.
     #[test]
     fn a_planned_disk_waits_for_the_slot_s_reader_past_the_longest_run() {
         let period = ShareSettings::PLANNED.phase.expect("planned disks are phased");
