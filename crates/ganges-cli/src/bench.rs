@@ -965,9 +965,9 @@ async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> 
             .zip(&before)
             .map(|(a, b)| (a.disk_stats.busy_secs - b.disk_stats.busy_secs) / seconds)
             .collect(),
-        phase: run.phase,
         disk_seeks: after.iter().zip(&before).map(|(a, b)| a.disk_stats.seeks - b.disk_stats.seeks).collect(),
         delivered: sample_timelines(&timelines, t0, t_end),
+        phase: run.phase,
     })
 }
 
