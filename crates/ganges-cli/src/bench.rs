@@ -351,18 +351,22 @@ struct Run<'a> {
     phase: Option<Duration>,
 }
 
-/// Where in the wall clock's second the `n`th timed run of an invocation starts, if it
-/// waits for a point at all: a gd-plan run does. gd-plan's servers lay their slots out in
-/// 500 ms periods from whole seconds of the wall clock, and how a scan fares at one slow disk
-/// depends on where in the period it starts (93.8 to 96.7% of the ideal over the simulator's
-/// seeded starts); left to the setup's timing, every invocation started its runs at the same
-/// few points, and the figure was a sample of those (docs/benchmarks.md, "One slow disk
-/// depends on where the run falls in the servers' period"). Drawn from the seed, the runs
-/// sample the period evenly, and the first starts where `ganges sim` starts the same seed's
-/// scan, as the row's simulated run (`--sim`) does.
-fn run_phase(seed: u64, policy: ReadPolicyKind, n: u64) -> Option<Duration> {
-    const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
-    (policy == ReadPolicyKind::GdPlan).then(|| ganges_sim::scan::start_phase(seed.wrapping_add(n.wrapping_mul(GOLDEN))))
+/// Where in the wall clock's second a run of `policy` starts, if it waits for a point at
+/// all: the next of the invocation's seeded `phases` when the policy's servers lay phase
+/// slots out from whole seconds (gd-plan's, `Discipline::phase_period`). How such a scan
+/// fares at one slow disk depends on where in the period it starts (93.8 to 96.7% of the
+/// ideal over the simulator's seeded starts); left to the setup's timing, every invocation
+/// started its runs at the same few points, and the figure was a sample of those
+/// (docs/benchmarks.md, "One slow disk depends on where the run falls in the servers'
+/// period"). Drawn from the seed, the runs sample the period evenly, and the first starts
+/// where `ganges sim` starts the same seed's scan, as the row's simulated run (`--sim`) does.
+fn run_phase(
+    policy: ReadPolicyKind,
+    settings: &PolicySettings,
+    phases: &mut impl Iterator<Item = Duration>,
+) -> Option<Duration> {
+    policy.build(settings).service().discipline.phase_period()?;
+    phases.next()
 }
 
 /// How long from `now` until the wall clock next shows `phase` into a second.
@@ -569,7 +573,7 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
         spec.block_sizes.len() * spec.repeat as usize * spec.faults.len() * spec.ratios.len() * spec.policies.len();
     let bar = steps_bar(runs as u64, "scan");
     let mut rows = vec![];
-    let mut timed = 0u64;
+    let mut phases = ganges_sim::scan::start_phases(spec.seed);
     for &block in &spec.block_sizes {
         let manifest = create_dataset(&client, spec, block).await?;
         // One untimed scan first: the first scan after a create pays for fresh buffers, thread
@@ -593,8 +597,7 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
                         let at_start = if spec.schedule.is_empty() { &faulty[..] } else { &[] };
                         set_faults(&client, spec, at_start).await?;
                         bar.set_message(format!("{policy}, {f} faults"));
-                        let phase = run_phase(spec.seed, policy, timed);
-                        timed += 1;
+                        let phase = run_phase(policy, &spec.settings, &mut phases);
                         let run = Run { manifest: &manifest, policy, partitions: parts, faulty: &faulty, phase };
                         samples[fi][ri][pi].push(run_once(&client, spec, &run).await?);
                         bar.inc(1);
@@ -1298,7 +1301,7 @@ fn time_plot(report: &Report, path: &std::path::Path) -> CliResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{SystemTime, UNIX_EPOCH};
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn a_run_waits_for_its_point_of_the_second() {
@@ -1307,17 +1310,18 @@ mod tests {
         assert_eq!(until_phase(at(5.1), ms(200)), ms(100));
         assert_eq!(until_phase(at(5.3), ms(200)), ms(900), "past it: the next second's");
         assert_eq!(until_phase(at(5.2), ms(200)), Duration::ZERO);
-        assert!(until_phase(SystemTime::now(), ms(700)) < Duration::from_secs(1));
+        assert_eq!(until_phase(at(5.1), ms(1200)), ms(100), "a phase is a point of any second");
     }
 
     #[test]
     fn gd_plan_runs_start_at_seeded_points_and_the_first_where_the_simulator_does() {
-        let plan = ReadPolicyKind::GdPlan;
-        assert_eq!(run_phase(7, plan, 0), Some(ganges_sim::scan::start_phase(7)));
-        let phases: Vec<Duration> = (0..8).map(|n| run_phase(7, plan, n).expect("gd-plan waits")).collect();
+        let (plan, settings) = (ReadPolicyKind::GdPlan, PolicySettings::default());
+        let mut series = ganges_sim::scan::start_phases(7);
+        assert_eq!(run_phase(ReadPolicyKind::Gd, &settings, &mut series), None, "gd does not phase: at once");
+        assert_eq!(run_phase(plan, &settings, &mut series), Some(ganges_sim::scan::start_phase(7)));
+        let phases: Vec<Duration> = (0..7).map(|_| run_phase(plan, &settings, &mut series).expect("waits")).collect();
         assert!(phases.iter().all(|p| *p < Duration::from_secs(1)));
         let distinct: std::collections::BTreeSet<_> = phases.iter().collect();
         assert_eq!(distinct.len(), phases.len(), "every run its own point: {phases:?}");
-        assert_eq!(run_phase(7, ReadPolicyKind::Gd, 0), None, "policies that do not phase start at once");
     }
 }

@@ -144,6 +144,16 @@ impl Discipline {
     pub const ALL: [Discipline; 4] =
         [Discipline::FurthestBehind, Discipline::LongestQueue, Discipline::LearnedShares, Discipline::Planned];
 
+    /// The period a server's phase slots repeat with under this discipline, counted from
+    /// whole seconds of the wall clock (see [`LearnedShares`]); `None`: no slots, so where in
+    /// the second a scan starts does not matter to it.
+    pub fn phase_period(self) -> Option<Duration> {
+        match self {
+            Discipline::Planned => ShareSettings::PLANNED.phase,
+            _ => None,
+        }
+    }
+
     fn build(self) -> Box<dyn Scheduler> {
         match self {
             Discipline::FurthestBehind => Box::<FurthestBehind>::default(),

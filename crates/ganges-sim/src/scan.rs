@@ -219,8 +219,14 @@ struct Sim<'a> {
 /// done within 70 ms of each other, where the cluster's runs vary by a point or two and
 /// finish over 130 to 150 ms; from seeded phases, 95.0 to 96.6% and 60 to 150 ms.
 pub fn start_phase(seed: u64) -> Duration {
+    start_phases(seed).next().expect("the phases never end")
+}
+
+/// The start phases of a series of scans drawn from `seed`, [`start_phase`] first: the
+/// cluster bench starts its runs at them, so that they sample the servers' periods evenly.
+pub fn start_phases(seed: u64) -> impl Iterator<Item = Duration> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
-    Duration::from_nanos(rng.random_range(0..1_000_000_000))
+    std::iter::repeat_with(move || Duration::from_nanos(rng.random_range(0..1_000_000_000)))
 }
 
 /// Run one simulated scan.
@@ -794,6 +800,10 @@ mod tests {
         assert_eq!(start_phase(7), start_phase(7));
         assert_ne!(start_phase(7), start_phase(8));
         assert!(start_phase(7) < Duration::from_secs(1));
+        let series: Vec<Duration> = start_phases(7).take(8).collect();
+        assert_eq!(series[0], start_phase(7), "a series starts where the seed's scan does");
+        assert!(series.iter().all(|p| *p < Duration::from_secs(1)));
+        assert_eq!(series.iter().collect::<std::collections::BTreeSet<_>>().len(), 8, "{series:?}");
     }
 
     #[test]
