@@ -112,9 +112,11 @@ pub const USE_FRACTION: f64 = 0.02;
 /// serves it, and waits a round trip for the next (anticipation), idle, at every slot of
 /// every period. With two, the next is already queued when the disk finishes one. On the
 /// cluster (docs/benchmarks.md, "Two requests queued at each disk a plan uses") two took
-/// gd-plan at one slow disk from 94.8 to 95.7% (alternating runs, seeded starts), and left
-/// four and twelve slow disks where they were; three read as two. The simulator, whose
-/// round trips are shorter, reads the same with one or two.
+/// gd-plan at one slow disk from 94.9 to 95.7% (82 runs each, alternating, seeded starts)
+/// and left four and twelve slow disks and the 1:2 partitions where they were; three read
+/// as two. The simulator, whose round trips are shorter, reads the same with one or two.
+/// A reply whose freed request this rule placed leaves its pull for a later request
+/// (`Pulls`); taking the pull there instead read 0.4 point lower at one slow disk.
 pub const QUEUED_PER_HOLDER: u32 = 2;
 
 #[derive(Debug)]

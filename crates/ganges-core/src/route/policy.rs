@@ -484,6 +484,10 @@ pub struct Graduated {
     pulls: Pulls,
 }
 
+/// Replies a consumer keeps that have not yet pulled a request ([`Pulls::push`]): far more
+/// than a window, so only a long scan's leftovers are dropped.
+pub const PULLS_MAX: usize = 256;
+
 /// Servers whose reply has not yet pulled a request, oldest first, with a round-robin
 /// fallback: the GD pull rule, shared by the GD policies.
 #[derive(Debug, Default)]
@@ -493,9 +497,14 @@ pub struct Pulls {
 }
 
 impl Pulls {
-    /// A reply from `node` pulls the next request to it. Bounded: one entry per reply,
-    /// consumed by the request that reply frees.
+    /// A reply from `node` pulls the next request to it: one entry per reply, consumed by
+    /// the next request the pull rule places. A policy that places some requests by another
+    /// rule (gd-plan's two queued at each holder) leaves entries behind, which later
+    /// requests follow; at most `PULLS_MAX` are kept, the newest.
     pub fn push(&mut self, node: NodeId) {
+        if self.queue.len() >= PULLS_MAX {
+            self.queue.pop_front();
+        }
         self.queue.push_back(node);
     }
 

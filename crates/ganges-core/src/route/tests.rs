@@ -664,3 +664,18 @@ mod any_server_behaviour {
         assert!(all.steals > 0 && all.hedges > 0 && all.duplicates > 0, "{all:?}");
     }
 }
+
+#[test]
+fn pulls_keep_the_newest_replies_up_to_their_bound() {
+    let mut pulls = policy::Pulls::default();
+    pulls.push(NodeId(0));
+    for _ in 0..policy::PULLS_MAX {
+        pulls.push(NodeId(1));
+    }
+    let nodes = BTreeMap::new();
+    let view = RouteView::test(&nodes);
+    // Node 0's reply, the oldest, was dropped to keep the bound: every request follows node 1.
+    for _ in 0..policy::PULLS_MAX {
+        assert_eq!(pulls.next(&view, &[NodeId(0), NodeId(1)]), NodeId(1));
+    }
+}
