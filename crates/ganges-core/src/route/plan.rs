@@ -116,7 +116,8 @@ pub const USE_FRACTION: f64 = 0.02;
 /// and left four and twelve slow disks and the 1:2 partitions where they were; three read
 /// as two. The simulator, whose round trips are shorter, reads the same with one or two.
 /// A reply whose freed request this rule placed leaves its pull for a later request
-/// (`Pulls`); taking the pull there instead read 0.4 point lower at one slow disk.
+/// (`Pulls`); taking the pull there instead read 0.4 point lower at one slow disk. A
+/// consumer that reads several fragments at once keeps one (`Planned::queued_per_holder`).
 pub const QUEUED_PER_HOLDER: u32 = 2;
 
 #[derive(Debug)]
@@ -184,6 +185,14 @@ impl Planned {
     /// Planned fraction of `fragment` that `node` serves, if there is a plan.
     pub fn fraction(&self, fragment: FragmentId, node: NodeId) -> Option<f64> {
         self.planned(fragment, node).map(|p| p.1)
+    }
+
+    /// `QUEUED_PER_HOLDER` for a consumer that reads one fragment; one for a consumer that
+    /// reads several at once (logical partitions), whose servers give it no slots
+    /// (`Service::phased`), so that a second request has no slot start to wait for, and
+    /// whose three or four holders would take the whole window at two each.
+    fn queued_per_holder(&self) -> u32 {
+        if self.parts.len() > 1 { 1 } else { QUEUED_PER_HOLDER }
     }
 
     fn planned(&self, fragment: FragmentId, node: NodeId) -> Option<(f64, f64)> {
@@ -363,7 +372,7 @@ impl RoutePolicy for Planned {
         // Every holder the plan uses keeps a request of ours queued, so its shares can act,
         // then a second (`QUEUED_PER_HOLDER`); beyond that, replies pull requests to the
         // servers that answer.
-        for depth in 1..=QUEUED_PER_HOLDER {
+        for depth in 1..=self.queued_per_holder() {
             if let Some(short) = allowed.iter().find(|n| view.outstanding_at(**n) < depth) {
                 return Pick::To(*short);
             }
@@ -473,6 +482,18 @@ mod tests {
         // Beyond that, replies pull requests.
         let both = servers(SLOW_FIRST, &[2, 2]);
         assert_eq!(p.pick(&view(&both, 0), &[NodeId(0), NodeId(1)]), Pick::To(NodeId(0)));
+    }
+
+    #[test]
+    fn a_reader_of_several_fragments_keeps_one_request_queued_at_each_holder() {
+        let mut p = policy(4);
+        p.on_range(&BTreeMap::from([(FragmentId(0), 0.25), (FragmentId(1), 1.0)]));
+        let n = servers(SLOW_FIRST, &[1, 1]);
+        p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]);
+        // Both holders of fragment 0 have one of ours: the reply from disk 1 pulls the next
+        // there (a reader of one fragment would fill disk 0 to two first).
+        p.on_reply(&view(&n, 0), NodeId(1));
+        assert_eq!(p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]), Pick::To(NodeId(1)));
     }
 
     #[test]
