@@ -32,9 +32,10 @@
 //!   where no slot decides (`sched::LearnedShares::planned`).
 //! - **Routing.** Holders the plan gives (almost) nothing of a fragment are not used (with no
 //!   fault: the primary only, so no disk alternates between files); each of the rest always
-//!   has two requests of ours queued (`QUEUED_PER_HOLDER`), so its shares can act and its
-//!   slot for us does not wait a round trip after the first block, and beyond that each
-//!   reply pulls the next request to the server that sent it, as in GD.
+//!   has two requests of ours queued (`QUEUED_PER_HOLDER`; one for a reader of several
+//!   fragments at once), so its shares can act and its slot for us does not wait a round
+//!   trip after the first block, and beyond that each reply pulls the next request to the
+//!   server that sent it, as in GD.
 //!
 //! Every consumer computes the same plan from nearly the same rates; shares are normalised
 //! by the servers over the streams they actually have, so a consumer alone at a server gets
@@ -113,11 +114,13 @@ pub const USE_FRACTION: f64 = 0.02;
 /// every period. With two, the next is already queued when the disk finishes one. On the
 /// cluster (docs/benchmarks.md, "Two requests queued at each disk a plan uses") two took
 /// gd-plan at one slow disk from 94.9 to 95.7% (82 runs each, alternating, seeded starts)
-/// and left four and twelve slow disks and the 1:2 partitions where they were; three read
-/// as two. The simulator, whose round trips are shorter, reads the same with one or two.
+/// and left four and twelve slow disks where they were; three read as two. The simulator,
+/// whose round trips are shorter, reads the same with one or two.
 /// A reply whose freed request this rule placed leaves its pull for a later request
 /// (`Pulls`); taking the pull there instead read 0.4 point lower at one slow disk. A
-/// consumer that reads several fragments at once keeps one (`Planned::queued_per_holder`).
+/// consumer that reads several fragments at once keeps one (`Planned::queued_per_holder`):
+/// with two, 1:1.5 partitions read 0.7 point lower at four slow disks and 1:2 ones 0.15
+/// lower (22 runs each, docs/bench/ratios-queued-ab.txt).
 pub const QUEUED_PER_HOLDER: u32 = 2;
 
 #[derive(Debug)]
