@@ -369,10 +369,11 @@ fn run_phase(
     phases.next()
 }
 
-/// How long from `now` until the wall clock next shows `phase` into a second.
+/// How long from `now` until the wall clock next shows `phase` into a second, the phase the
+/// servers' slots keep (`ganges_server::into_wall_second`).
 fn until_phase(now: std::time::SystemTime, phase: Duration) -> Duration {
     const SECOND: u64 = 1_000_000_000;
-    let into = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::from(d.subsec_nanos()));
+    let into = u64::from(ganges_server::into_wall_second(now).subsec_nanos());
     Duration::from_nanos((phase.as_nanos() as u64 % SECOND + SECOND - into) % SECOND)
 }
 

@@ -102,14 +102,18 @@ pub struct Shared {
     started: Instant,
 }
 
+/// How far into its second the wall clock is at `at`: the phase a server's `Time` keeps
+/// (`second_aligned_epoch`), and so where in their periods phased disks are.
+pub fn into_wall_second(at: std::time::SystemTime) -> std::time::Duration {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(std::time::Duration::ZERO, |d| std::time::Duration::new(0, d.subsec_nanos()))
+}
+
 /// The instant the wall clock last showed a whole second (the monotonic clock keeps the
 /// phase from then on; clocks kept by NTP agree within a millisecond or so across nodes).
 fn second_aligned_epoch() -> Instant {
     let now = Instant::now();
-    let into_second = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(std::time::Duration::ZERO, |d| std::time::Duration::new(0, d.subsec_nanos()));
-    now.checked_sub(into_second).unwrap_or(now)
+    now.checked_sub(into_wall_second(std::time::SystemTime::now())).unwrap_or(now)
 }
 
 impl Shared {

@@ -127,6 +127,7 @@ macro_rules! view {
             total_bytes: $e.total_bytes,
             window: $e.config.window,
             fragment: None,
+            phased: $e.phased(),
         }
     };
 }
@@ -414,13 +415,19 @@ impl ReadEngine {
         self.policy.kind()
     }
 
+    /// Whether this consumer's requests ask its servers for phase slots: it reads one
+    /// fragment, so its two disks are a pair that can take turns (`Service::phased`).
+    fn phased(&self) -> bool {
+        self.holders.len() == 1
+    }
+
     /// What the servers should do with this consumer's request for `piece` at `node`.
     pub fn service(&self, piece: usize, node: NodeId) -> Service {
         let fragment = self.pieces[piece].fragment;
         Service {
             share: self.policy.share(fragment, node),
             copy: self.copy_of(fragment, node).min(COPY_MAX as usize) as u8,
-            phased: self.holders.len() == 1,
+            phased: self.phased(),
             ..self.policy.service()
         }
     }

@@ -118,7 +118,7 @@ pub const USE_FRACTION: f64 = 0.02;
 /// whose round trips are shorter, reads the same with one or two.
 /// A reply whose freed request this rule placed leaves its pull for a later request
 /// (`Pulls`); taking the pull there instead read 0.4 point lower at one slow disk. A
-/// consumer that reads several fragments at once keeps one (`Planned::queued_per_holder`):
+/// consumer that reads several fragments at once, which its servers do not phase, keeps one:
 /// with two, 1:1.5 partitions read 0.7 point lower at four slow disks and 1:2 ones 0.15
 /// lower (22 runs each, docs/bench/ratios-queued-ab.txt).
 pub const QUEUED_PER_HOLDER: u32 = 2;
@@ -188,14 +188,6 @@ impl Planned {
     /// Planned fraction of `fragment` that `node` serves, if there is a plan.
     pub fn fraction(&self, fragment: FragmentId, node: NodeId) -> Option<f64> {
         self.planned(fragment, node).map(|p| p.1)
-    }
-
-    /// `QUEUED_PER_HOLDER` for a consumer that reads one fragment; one for a consumer that
-    /// reads several at once (logical partitions), whose servers give it no slots
-    /// (`Service::phased`), so that a second request has no slot start to wait for, and
-    /// whose three or four holders would take the whole window at two each.
-    fn queued_per_holder(&self) -> u32 {
-        if self.parts.len() > 1 { 1 } else { QUEUED_PER_HOLDER }
     }
 
     fn planned(&self, fragment: FragmentId, node: NodeId) -> Option<(f64, f64)> {
@@ -373,9 +365,12 @@ impl RoutePolicy for Planned {
         let planned: Vec<NodeId> = holders.iter().copied().filter(used).collect();
         let allowed = if planned.is_empty() { &holders[..1] } else { &planned[..] };
         // Every holder the plan uses keeps a request of ours queued, so its shares can act,
-        // then a second (`QUEUED_PER_HOLDER`); beyond that, replies pull requests to the
-        // servers that answer.
-        for depth in 1..=self.queued_per_holder() {
+        // then a second (`QUEUED_PER_HOLDER`) if its servers phase us (`RouteView::phased`);
+        // beyond that, replies pull requests to the servers that answer. A consumer that
+        // reads several fragments at once gets no slots, so a second request has no slot
+        // start to wait for, and its three or four holders would take its whole window.
+        let queued = if view.phased { QUEUED_PER_HOLDER } else { 1 };
+        for depth in 1..=queued {
             if let Some(short) = allowed.iter().find(|n| view.outstanding_at(**n) < depth) {
                 return Pick::To(*short);
             }
@@ -492,11 +487,12 @@ mod tests {
         let mut p = policy(4);
         p.on_range(&BTreeMap::from([(FragmentId(0), 0.25), (FragmentId(1), 1.0)]));
         let n = servers(SLOW_FIRST, &[1, 1]);
-        p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]);
+        let unphased = RouteView { phased: false, ..view(&n, 0) };
+        p.pick(&unphased, &[NodeId(0), NodeId(1)]);
         // Both holders of fragment 0 have one of ours: the reply from disk 1 pulls the next
         // there (a reader of one fragment would fill disk 0 to two first).
-        p.on_reply(&view(&n, 0), NodeId(1));
-        assert_eq!(p.pick(&view(&n, 0), &[NodeId(0), NodeId(1)]), Pick::To(NodeId(1)));
+        p.on_reply(&unphased, NodeId(1));
+        assert_eq!(p.pick(&unphased, &[NodeId(0), NodeId(1)]), Pick::To(NodeId(1)));
     }
 
     #[test]

@@ -362,6 +362,9 @@ pub struct RouteView<'a> {
     pub window: u32,
     /// The fragment of the piece being placed (in `pick`).
     pub fragment: Option<FragmentId>,
+    /// This consumer's requests ask its servers for phase slots (`Service::phased`): it
+    /// reads one fragment, so its disks are a pair that can take turns.
+    pub phased: bool,
 }
 
 impl<'a> RouteView<'a> {
@@ -382,6 +385,7 @@ impl<'a> RouteView<'a> {
             total_bytes: 1 << 30,
             window: 4,
             fragment: None,
+            phased: true,
         }
     }
 
