@@ -380,7 +380,7 @@ fn until_phase(now: std::time::SystemTime, phase: Duration) -> Duration {
 impl ScanBenchSpec {
     fn window_of(&self, policy: ReadPolicyKind, block_bytes: u32) -> u32 {
         let default = match self.access {
-            Access::Scan => policy.default_window(u64::from(block_bytes)),
+            Access::Scan => policy.default_window(u64::from(block_bytes), &self.settings),
             Access::Random => WINDOW_RANDOM,
         };
         self.window.unwrap_or(default)

@@ -344,7 +344,7 @@ pub async fn dataset_info(cluster: &Path, name: DatasetName, json: bool) -> CliR
             Content::Imported { source } => format!("imported from {source}"),
         }
     );
-    println!("checksum   {} per block; digest {}", m.checksum, m.digest);
+    println!("checksum   {} per {}; digest {}", m.checksum, ByteSize(u64::from(m.shape.check_bytes())), m.digest);
     let mut t = Table::new(&["fragment", "bytes", "copy", "node", "state", "blocks"]);
     for c in &info.copies {
         t.row(vec![

@@ -756,6 +756,9 @@ struct PolicyArgs {
     /// gd-plan: how often each server is asked for its disk speed
     #[arg(long, default_value_t = Dur(PlanSettings::default().probe_interval))]
     plan_probe_interval: Dur,
+    /// gd-plan: read blocks in pieces of at most this size (a multiple of 64KiB)
+    #[arg(long, default_value_t = ByteSize(PlanSettings::default().piece_bytes as u64))]
+    plan_piece: ByteSize,
 }
 
 /// CW-1's settings (the ceft write policies), each named as in errors about it.
@@ -802,7 +805,10 @@ impl PolicyArgs {
                 probe_interval: self.rr_probe_interval.0,
                 return_to_primary: self.rr_return_to_primary,
             },
-            plan: PlanSettings { probe_interval: self.plan_probe_interval.0 },
+            plan: PlanSettings {
+                probe_interval: self.plan_probe_interval.0,
+                piece_bytes: u32::try_from(self.plan_piece.0).unwrap_or(u32::MAX),
+            },
             ceft: CeftSettings::default(),
         };
         s.validate().map_err(|e| CliError(format!("--{}: {e}", e.name)))?;

@@ -23,7 +23,7 @@ use crate::conn::Event;
 use crate::dataset::ProgressFn;
 use crate::error::{ClientError, Result};
 use bytes::Bytes;
-use ganges_core::digest::Digest;
+use ganges_core::digest::{BlockFolder, Digest};
 use ganges_core::ids::NodeId;
 use ganges_core::route::{Delivery, Failure, ReadConfig, ReadEngine, ReadPolicyKind, ReadStats, STALL_TIMEOUT_DEFAULT};
 use ganges_core::route::{PolicySettings, ServerState};
@@ -62,7 +62,7 @@ impl ReadOptions {
 
     /// Requests in flight when reading blocks of `block_bytes`.
     pub fn window_for(&self, block_bytes: u64) -> u32 {
-        self.window.unwrap_or_else(|| self.policy.default_window(block_bytes))
+        self.window.unwrap_or_else(|| self.policy.default_window(block_bytes, &self.settings))
     }
 
     pub fn with_settings(self, settings: PolicySettings) -> ReadOptions {
@@ -185,7 +185,8 @@ pub struct ReadStream {
     stall_timeout: Duration,
     started: Option<Instant>,
     finished: Option<Instant>,
-    digest: Digest,
+    /// What was delivered, folded by block (gd-plan reads a block in pieces).
+    digest: BlockFolder,
     down: BTreeSet<NodeId>,
 }
 
@@ -225,7 +226,7 @@ impl ReadStream {
             stall_timeout: opts.stall_timeout,
             started: None,
             finished: None,
-            digest: Digest::default(),
+            digest: BlockFolder::default(),
             down: BTreeSet::new(),
         };
         for n in 0..s.client.nodes() {
@@ -404,7 +405,7 @@ impl ReadStream {
                         continue;
                     }
                     if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
-                        self.digest.add(p.dataset_offset, p.len, crc);
+                        self.fold(&p, crc);
                         return Ok(Some(Block {
                             dataset_offset: p.dataset_offset,
                             data,
@@ -424,7 +425,7 @@ impl ReadStream {
                     let crc = w.crcs[&o.piece];
                     w.placed.push((o.piece, o.node, crc));
                     if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
-                        self.digest.add(p.dataset_offset, p.len, crc);
+                        self.fold(&p, crc);
                         return Ok(Some(Block {
                             dataset_offset: p.dataset_offset,
                             data: Bytes::new(),
@@ -494,8 +495,15 @@ impl ReadStream {
             bytes: self.engine.done_bytes(),
             seconds,
             stats: self.engine.stats().clone(),
-            digest: self.digest,
+            digest: self.digest.finish(),
         }
+    }
+
+    /// Fold a delivered piece, whose CRC32C is `crc`, into the digest.
+    fn fold(&mut self, p: &Piece, crc: u32) {
+        let shape = &self.manifest.shape;
+        let block_offset = p.dataset_offset - u64::from(p.start_in_block);
+        self.digest.add(block_offset, shape.block_len(p.fragment, p.block), p.start_in_block, p.len, crc);
     }
 
     /// Stop reading: cancel what is still queued at servers. Returns the report.
@@ -597,11 +605,16 @@ mod tests {
         const MIB: u64 = 1 << 20;
         let plan = ReadOptions::new(ReadPolicyKind::GdPlan);
         assert_eq!(ReadOptions::new(ReadPolicyKind::Gd).window_for(MIB / 4), WINDOW_DEFAULT);
-        assert_eq!(plan.window_for(MIB), WINDOW_PLAN);
-        // gd-plan keeps its bytes in flight with smaller blocks, not with larger ones.
+        // gd-plan keeps its bytes in flight with smaller blocks or pieces, not with larger
+        // ones: 1 MiB blocks are read in pieces of 256 KiB.
+        assert_eq!(plan.window_for(MIB), 4 * WINDOW_PLAN);
         assert_eq!(plan.window_for(MIB / 4), 4 * WINDOW_PLAN);
-        assert_eq!(plan.window_for(4 * MIB), WINDOW_PLAN);
+        assert_eq!(plan.window_for(MIB / 8), 8 * WINDOW_PLAN);
         assert_eq!(plan.window_for(4 << 10), WINDOW_MAX);
+        let mut whole = PolicySettings::default();
+        whole.plan.piece_bytes = 16 << 20;
+        let plan_whole = plan.with_settings(whole);
+        assert_eq!((plan_whole.window_for(MIB), plan_whole.window_for(4 * MIB)), (WINDOW_PLAN, WINDOW_PLAN));
         assert_eq!(plan.with_window(3).window_for(MIB / 4), 3);
         assert_eq!(ReadOptions::default(), ReadOptions::new(ReadOptions::default().policy));
     }

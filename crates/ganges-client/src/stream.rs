@@ -73,6 +73,8 @@ pub struct OrderedReader {
 #[derive(Debug)]
 struct Reading {
     stream: ReadStream,
+    /// Requests asked for and not yet arrived: a block's pieces, when the policy reads
+    /// blocks in pieces (gd-plan).
     pending: usize,
 }
 
@@ -108,9 +110,11 @@ impl OrderedReader {
         })
     }
 
-    /// Blocks asked for (or arrived) and not yet handed out: at most the buffer bound.
+    /// Blocks asked for (or arrived) past the bytes being handed out, and not yet handed
+    /// out: at most the buffer bound.
     pub fn buffered_blocks(&self) -> usize {
-        self.reading.values().map(|r| r.pending).sum::<usize>() + self.early.len()
+        let ahead = self.ask_at - self.next - self.current.len() as u64;
+        ahead.div_ceil(u64::from(self.manifest.shape.block_bytes())) as usize
     }
 
     /// The most fragments read at once so far: how far the buffer reached.
@@ -131,8 +135,8 @@ impl OrderedReader {
                     e.insert(Reading { stream, pending: 0 })
                 }
             };
-            reading.stream.add_range(Partition { offset: p.dataset_offset, len: p.len as u64 })?;
-            reading.pending += 1;
+            let asked = reading.stream.add_range(Partition { offset: p.dataset_offset, len: p.len as u64 })?;
+            reading.pending += asked.len();
             self.ask_at += p.len as u64;
         }
         self.most_reading = self.most_reading.max(self.reading.len());

@@ -33,6 +33,7 @@
 //! - [`measure`]: figures from a run's samples (adaptation times, ideals over phases).
 
 pub mod ceft;
+pub mod crc;
 pub mod datagen;
 pub mod digest;
 pub mod disk;

@@ -2,9 +2,11 @@
 //!
 //! A dataset is a logical byte space cut into fragments in order; fragment i starts where
 //! fragment i - 1 ends. Each fragment is cut into blocks of `block_bytes` (the last one may be
-//! short); a block is the unit of transfer and of checksumming. A consumer reads a
-//! [`Partition`], an (offset, length) of the dataset, which maps onto [`Piece`]s: the part of
-//! one block that falls inside the partition.
+//! short); a block is the unit of transfer. Each block is checksummed in units of
+//! [`CHECK_BYTES`] (the whole block, if smaller), so a read of part of a block reads and
+//! checks only the units it touches. A consumer reads a [`Partition`], an (offset, length) of
+//! the dataset, which maps onto [`Piece`]s: the part of one block that falls inside the
+//! partition.
 
 use crate::ids::FragmentId;
 use serde::{Deserialize, Serialize};
@@ -15,6 +17,11 @@ pub const BLOCK_BYTES_MIN: u32 = 4 << 10;
 /// Largest block: bounds every buffer and frame; larger blocks also hurt GD's ability to
 /// balance near the end of a scan (river §6.2).
 pub const BLOCK_BYTES_MAX: u32 = 16 << 20;
+/// Bytes each stored checksum covers (the block, if it is smaller). A server reads and checks
+/// whole units, so a request for part of a block costs the disk about its own length: gd-plan
+/// reads 1 MiB blocks in pieces of 256 KiB (`route::plan::PIECE_BYTES`), and a 4 KiB record
+/// costs a 64 KiB read, not a whole block. One CRC32C per 64 KiB is 0.006% of the data.
+pub const CHECK_BYTES: u32 = 64 << 10;
 /// Most fragments in one dataset: bounds manifests and per-dataset state on servers.
 pub const FRAGMENTS_MAX: usize = 1 << 16;
 
@@ -84,9 +91,30 @@ pub struct Piece {
 }
 
 impl Piece {
-    /// Whether the piece is a whole block (so the stored block checksum covers it).
+    /// Whether the piece is a whole block (writers write whole blocks).
     pub fn is_whole_block(&self, shape: &Shape) -> bool {
         self.start_in_block == 0 && self.len == shape.block_len(self.fragment, self.block)
+    }
+
+    /// The piece cut where its block's multiples of `most` bytes fall: pieces of at most
+    /// `most` bytes that tile it, in order (the piece itself when it fits).
+    pub fn split(self, most: u32) -> impl Iterator<Item = Piece> {
+        let most = most.max(1);
+        let end = self.start_in_block + self.len;
+        let mut at = self.start_in_block;
+        std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let to = ((at / most + 1).saturating_mul(most)).min(end);
+                let p = Piece {
+                    start_in_block: at,
+                    len: to - at,
+                    dataset_offset: self.dataset_offset + (at - self.start_in_block) as u64,
+                    ..self
+                };
+                at = to;
+                p
+            })
+        })
     }
 }
 
@@ -177,6 +205,34 @@ impl Shape {
         let size = self.fragment_bytes(f);
         assert!(start < size, "block {b} is past the end of {f}");
         (size - start).min(self.block_bytes as u64) as u32
+    }
+
+    /// The bytes each stored checksum covers: [`CHECK_BYTES`], or the block if it is smaller.
+    pub fn check_bytes(&self) -> u32 {
+        self.block_bytes.min(CHECK_BYTES)
+    }
+
+    /// Checksums of a whole block; block `b`'s are the `b`th run of this many in its copy's
+    /// checksum file (only a fragment's last block may have fewer).
+    pub fn checks_per_block(&self) -> u32 {
+        self.block_bytes.div_ceil(self.check_bytes())
+    }
+
+    /// Checksums of block `b` of fragment `f`.
+    pub fn checks_in(&self, f: FragmentId, b: u32) -> u32 {
+        self.block_len(f, b).div_ceil(self.check_bytes())
+    }
+
+    /// Where block `b`'s checksums are in fragment `f`'s checksum file, in checksums.
+    pub fn checks_of(&self, f: FragmentId, b: u32) -> std::ops::Range<usize> {
+        let first = b as usize * self.checks_per_block() as usize;
+        first..first + self.checks_in(f, b) as usize
+    }
+
+    /// Checksums of the first `blocks` blocks of fragment `f`: its checksum file's length, in
+    /// checksums, when they are all of it.
+    pub fn checks_upto(&self, f: FragmentId, blocks: u32) -> usize {
+        blocks.checked_sub(1).map_or(0, |last| self.checks_of(f, last).end)
     }
 
     /// The fragment holding dataset offset `offset`, and the offset inside it.
@@ -275,6 +331,44 @@ mod tests {
         assert_eq!(s.locate(9_999), Some((FragmentId(0), 9_999)));
         assert_eq!(s.locate(14_096), None);
         assert_eq!(s.total_blocks(), 4);
+    }
+
+    proptest! {
+        #[test]
+        fn split_pieces_tile_the_piece_on_multiples(start in 0u32..(1 << 20), len in 1u32..(1 << 20), most in 1u32..(300 << 10)) {
+            let p = Piece { fragment: FragmentId(3), block: 7, start_in_block: start, len, dataset_offset: 1 << 40 };
+            let parts: Vec<Piece> = p.split(most).collect();
+            prop_assert_eq!(parts.iter().map(|q| q.len as u64).sum::<u64>(), len as u64);
+            let mut at = (start, p.dataset_offset);
+            for q in &parts {
+                prop_assert_eq!((q.fragment, q.block), (p.fragment, p.block));
+                prop_assert_eq!((q.start_in_block, q.dataset_offset), at);
+                prop_assert!(q.len >= 1 && q.len <= most);
+                let end = q.start_in_block + q.len;
+                // Every cut but the piece's own end is at a multiple of `most`.
+                prop_assert!(end == start + len || end % most == 0);
+                at = (end, q.dataset_offset + q.len as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn checksums_cover_units_of_a_block() {
+        // Small blocks: one checksum each.
+        let s = Shape::new(vec![10_000, 4096], 4096).unwrap();
+        assert_eq!((s.check_bytes(), s.checks_per_block()), (4096, 1));
+        assert_eq!(s.checks_upto(FragmentId(0), 3), 3);
+        assert_eq!(s.checks_upto(FragmentId(0), 0), 0);
+        // 1 MiB blocks: 16 units; a last block of 100 KiB + 1 byte has 2.
+        let s = Shape::new(vec![(2 << 20) + (100 << 10) + 1], 1 << 20).unwrap();
+        assert_eq!((s.check_bytes(), s.checks_per_block()), (CHECK_BYTES, 16));
+        assert_eq!(s.checks_in(FragmentId(0), 2), 2);
+        assert_eq!(s.checks_upto(FragmentId(0), 2), 32);
+        assert_eq!(s.checks_upto(FragmentId(0), 3), 34);
+        assert_eq!(s.checks_of(FragmentId(0), 2), 32..34);
+        // A block that is not a multiple of the unit: the last unit is short.
+        let s = Shape::new(vec![96 << 10], 96 << 10).unwrap();
+        assert_eq!((s.checks_per_block(), s.checks_in(FragmentId(0), 0)), (2, 2));
     }
 
     #[test]

@@ -51,8 +51,8 @@ pub enum ControlRequest {
     /// Check blocks `[block_from, block_to)` of this node's copy of `fragment` against their
     /// checksums (a bounded piece of work, so no request runs for long).
     Verify { name: DatasetName, fragment: FragmentId, block_from: u32, block_to: u32 },
-    /// The stored per-block checksums of this node's copy of a fragment (committed, or the
-    /// staging copy of `txid`).
+    /// The CRC32C of each block of this node's copy of a fragment (committed, or the staging
+    /// copy of `txid`), from its stored checksums.
     Checksums { name: DatasetName, fragment: FragmentId, txid: Option<u64> },
     /// Replica completion (GW-2): bring this node's copy of `fragment` of an incomplete
     /// dataset every block it lacks, read from the servers holding them (`peers` says where

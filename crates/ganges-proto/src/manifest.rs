@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// The manifest format this build writes and reads.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// The manifest format this build writes and reads. 2: the checksum files hold a CRC32C per
+/// 64 KiB of each block (`ganges_core::shape::CHECK_BYTES`); 1 held one per block.
+pub const MANIFEST_FORMAT: u32 = 2;
 /// Longest dataset name: keeps paths and request frames short.
 pub const NAME_MAX: usize = 128;
 
@@ -117,9 +118,10 @@ pub struct Manifest {
     /// exported in that order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
-    /// Always "crc32c": one CRC32C per block, checked on every read.
+    /// Always "crc32c": one CRC32C per checksum unit of each block (`Shape::check_bytes`),
+    /// checked on every read.
     pub checksum: String,
-    /// The dataset digest (see `ganges_core::digest`), from the per-block checksums.
+    /// The dataset digest (see `ganges_core::digest`), from the blocks' checksums.
     pub digest: Digest,
     pub created_unix_secs: u64,
 }

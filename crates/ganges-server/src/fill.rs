@@ -139,8 +139,8 @@ pub async fn fill(
         }
     }
     let store = shared.store.clone();
-    let f2 = files.clone();
-    tokio::task::spawn_blocking(move || store.sync_fill(&f2))
+    let (d2, f2) = (ds.clone(), files.clone());
+    tokio::task::spawn_blocking(move || store.sync_fill(&d2, &f2))
         .await
         .map_err(|e| StoreError::BadRequest(format!("sync task failed: {e}")))??;
     tracing::info!(node = %shared.config.node, dataset = %name, %fragment, blocks, bytes = done, "copy filled");

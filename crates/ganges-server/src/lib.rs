@@ -1,8 +1,8 @@
 //! ganges-server: the storage server, one per disk (`ganges serve`).
 //!
 //! Modules:
-//! - [`store`]: datasets on disk: manifests, fragment-copy files, per-block CRC32C, staging
-//!   and the atomic commit rule.
+//! - [`store`]: datasets on disk: manifests, fragment-copy files, a CRC32C per 64 KiB of
+//!   each block, staging and the atomic commit rule.
 //! - [`disk`]: the driver that runs queued reads through the pure scheduler and disk model of
 //!   ganges-core, really reading the bytes and holding each reply until the modelled disk
 //!   would have finished it.

@@ -4,7 +4,8 @@
 //! <data_dir>/node.json                          which node this directory belongs to
 //! <data_dir>/datasets/<name>/manifest.json      immutable, identical on every holder
 //! <data_dir>/datasets/<name>/f00003.c1.data     copy 1 of fragment 3: the bytes
-//! <data_dir>/datasets/<name>/f00003.c1.crc      its CRC32C per block, u32 little-endian
+//! <data_dir>/datasets/<name>/f00003.c1.crc      its CRC32C per 64 KiB of each block
+//!                                               (`Shape::checks_of`), u32 little-endian
 //! <data_dir>/staging/<name>.<txid>/...          a dataset being written (same files)
 //! <data_dir>/trash/...                          removals in progress
 //! ```
@@ -15,8 +16,10 @@
 //! name exists. Readers only ever open `datasets/`. A staging folder with a manifest is
 //! *prepared*; the client commits on every node only after every node prepared.
 //!
-//! Every block read is checked against its stored checksum; a block that fails is never
-//! sent (the client reads it from another copy).
+//! Every byte read is checked against its stored checksum; a read reads the checksum units it
+//! touches (`ganges_core::shape::CHECK_BYTES`), not the whole block, so a piece of a block
+//! costs the disk about its own length. A read that fails its check is never sent (the client
+//! reads it from another copy).
 //!
 //! All methods here block on file I/O: callers run them on tokio's blocking pool.
 
@@ -93,8 +96,9 @@ pub struct CopyFiles {
     pub copy: u32,
     data: File,
     crc: File,
-    /// A committed copy's checksums, read once when the dataset is opened, so a read costs
-    /// one syscall (empty for a copy being written: its transaction keeps them).
+    /// A committed copy's checksums (each block's units in turn: `Shape::checks_of`), read
+    /// once when the dataset is opened, so a read costs one syscall (empty for a copy being
+    /// written: its transaction keeps them).
     crcs: Vec<u32>,
     /// Identifies this file to the disk model (a seek is charged when it changes).
     pub key: FileKey,
@@ -128,13 +132,17 @@ struct Txn {
     manifest: Manifest,
     dir: PathBuf,
     copies: BTreeMap<FragmentId, CopyFiles>,
-    /// The checksum of each block of each local copy written so far (`None`: not yet). Kept
-    /// here and written to the checksum files once, at `prepare`: one syscall per block less.
-    crcs: Mutex<BTreeMap<FragmentId, Vec<Option<u32>>>>,
+    /// The checksum of each block of each local copy written so far, and of each of its
+    /// units (`None`: not yet). Kept here and written to the checksum files once, at
+    /// `prepare`: one syscall per block less.
+    crcs: Mutex<BTreeMap<FragmentId, Vec<Option<BlockSums>>>>,
     /// Each local copy is a log of `APPEND` writes (DQ-1): its blocks, in slot order, as
     /// the disk wrote them; the staged fragment size is only a capacity.
     append: Option<Mutex<BTreeMap<FragmentId, Log>>>,
 }
+
+/// A written block's CRC32C, and its units' (`Shape::check_bytes`).
+type BlockSums = (u32, Vec<u32>);
 
 /// An append-mode copy: slots handed out so far, their bytes, and the short block if any
 /// (only the last block of a fragment may be short).
@@ -241,12 +249,29 @@ pub struct FillFiles {
     pub copy: u32,
     data: File,
     crc: File,
-    /// Checksums of the blocks filled so far, written to the checksum file by `sync_fill`.
-    filled: Mutex<Vec<(u32, u32)>>,
+    /// Checksums of the blocks filled so far (one per unit), written to the checksum file by
+    /// `sync_fill`.
+    filled: Mutex<Vec<(u32, Vec<u32>)>>,
     pub key: FileKey,
 }
 
-/// Every checksum of a copy's checksum file, in block order.
+/// The CRC32C of each checksum unit of `data`, a block (`Shape::check_bytes`).
+fn unit_crcs(data: &[u8], unit: u32) -> Vec<u32> {
+    data.chunks(unit as usize).map(crc32c::crc32c).collect()
+}
+
+/// The CRC32C of consecutive units whose CRCs are `crcs`: `unit` bytes each but the last,
+/// `len` bytes in all.
+fn combine_units(crcs: &[u32], unit: u32, len: u32) -> u32 {
+    let mut left = len;
+    crcs.iter().fold(0, |acc, &c| {
+        let n = left.min(unit);
+        left -= n;
+        ganges_core::crc::combine(acc, c, u64::from(n))
+    })
+}
+
+/// Every checksum of a copy's checksum file, in order.
 fn read_crcs(file: &File) -> io::Result<Vec<u32>> {
     let mut raw = vec![0u8; file.metadata()?.len() as usize];
     file.read_exact_at(&mut raw, 0)?;
@@ -371,18 +396,17 @@ impl Store {
     }
 
     /// Read `len` bytes at `start` of block `block` of this node's copy of `fragment`,
-    /// after checking the whole block against its stored checksum. Returns the bytes and
-    /// their CRC32C.
+    /// after checking the checksum units they fall in. Returns the bytes and their CRC32C.
     pub fn read(&self, ds: &Dataset, fragment: FragmentId, block: u32, start: u32, len: u32) -> Result<(Bytes, u32)> {
         let copy = ds.copy(fragment)?;
-        let Some(&stored) = copy.crcs.get(block as usize) else {
+        let Some(stored) = copy.crcs.get(ds.manifest.shape.checks_of(fragment, block)) else {
             return Err(StoreError::Corrupt { fragment, block, why: "its checksum is missing".into() });
         };
         self.read_checked(ds, copy, block, start, len, stored)
     }
 
-    /// Read a block of `copy` and check it against `stored`; returns the bytes asked for and
-    /// their CRC32C.
+    /// Read the checksum units of a block of `copy` that hold `[start, start + len)` and check
+    /// them against `stored` (the block's); returns the bytes asked for and their CRC32C.
     fn read_checked(
         &self,
         ds: &Dataset,
@@ -390,20 +414,30 @@ impl Store {
         block: u32,
         start: u32,
         len: u32,
-        stored: u32,
+        stored: &[u32],
     ) -> Result<(Bytes, u32)> {
         let (fragment, shape) = (copy.fragment, &ds.manifest.shape);
-        let block_len = shape.block_len(fragment, block);
+        let (unit, block_len) = (shape.check_bytes(), shape.block_len(fragment, block));
         let corrupt = |why: String| StoreError::Corrupt { fragment, block, why };
-        let buf = crate::sys::read_exact_at(&copy.data, block_len as usize, shape.block_offset(block))
+        let (first, last) = (start / unit, (start + len).div_ceil(unit));
+        let (from, to) = (first * unit, (last * unit).min(block_len));
+        let buf = crate::sys::read_exact_at(&copy.data, (to - from) as usize, shape.block_offset(block) + from as u64)
             .map_err(|e| corrupt(format!("reading the block: {e}")))?;
-        let actual = crc32c::crc32c(&buf);
-        if actual != stored {
-            return Err(corrupt(format!("stored {stored:08x}, computed {actual:08x}")));
+        let stored = &stored[first as usize..last as usize];
+        for (i, (chunk, &want)) in buf.chunks(unit as usize).zip(stored).enumerate() {
+            let actual = crc32c::crc32c(chunk);
+            if actual != want {
+                let at = from + i as u32 * unit;
+                return Err(corrupt(format!(
+                    "bytes [{at}, {}): stored {want:08x}, computed {actual:08x}",
+                    at + chunk.len() as u32
+                )));
+            }
         }
-        let whole = start == 0 && len == block_len;
-        let bytes = Bytes::from(buf).slice(start as usize..(start + len) as usize);
-        let crc = if whole { stored } else { crc32c::crc32c(&bytes) };
+        let bytes = Bytes::from(buf).slice((start - from) as usize..(start - from + len) as usize);
+        // Whole units: their stored CRCs make the reply's without another pass over the bytes.
+        let crc =
+            if (start, start + len) == (from, to) { combine_units(stored, unit, len) } else { crc32c::crc32c(&bytes) };
         Ok((bytes, crc))
     }
 
@@ -536,7 +570,7 @@ impl Store {
             };
             let blocks = manifest.shape.blocks_in(fragment);
             let data = open("data", manifest.shape.fragment_bytes(fragment))?;
-            let crc = open("crc", blocks as u64 * 4)?;
+            let crc = open("crc", manifest.shape.checks_upto(fragment, blocks) as u64 * 4)?;
             let key = file_key(manifest.id, fragment);
             copies.insert(fragment, CopyFiles { fragment, copy, data, crc, crcs: vec![], key });
             crcs.insert(fragment, vec![None; blocks as usize]);
@@ -563,21 +597,31 @@ impl Store {
         })
     }
 
+    /// Write a block whose CRC32C, checked, is `crc`, and keep its checksums.
     fn put_block(&self, txn: &Txn, copy: &CopyFiles, block: u32, data: &[u8], crc: u32) -> Result<()> {
         let shape = &txn.manifest.shape;
         let what = || format!("writing {} block {block}", copy.fragment);
         copy.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what()))?;
-        txn.crcs.lock().expect("txn lock").get_mut(&copy.fragment).expect("local copy")[block as usize] = Some(crc);
+        let sums = unit_crcs(data, shape.check_bytes());
+        txn.crcs.lock().expect("txn lock").get_mut(&copy.fragment).expect("local copy")[block as usize] =
+            Some((crc, sums));
         Ok(())
     }
 
-    /// Write the checksums of each local copy's first `blocks` blocks (a block never written
-    /// gets 0, which no read accepts) and make the copy durable.
-    fn persist(&self, txn: &Txn, blocks: impl Fn(FragmentId) -> u32) -> Result<()> {
+    /// Write the checksums of each local copy's first `blocks` blocks of `shape` (a block
+    /// never written gets 0s, which no read accepts) and make the copy durable.
+    fn persist(&self, txn: &Txn, shape: &Shape, blocks: impl Fn(FragmentId) -> u32) -> Result<()> {
         let crcs = txn.crcs.lock().expect("txn lock");
         for (f, c) in &txn.copies {
-            let raw: Vec<u8> =
-                crcs[f][..blocks(*f) as usize].iter().flat_map(|v| v.unwrap_or(0).to_le_bytes()).collect();
+            let raw: Vec<u8> = crcs[f][..blocks(*f) as usize]
+                .iter()
+                .enumerate()
+                .flat_map(|(b, sums)| match sums {
+                    Some((_, sums)) => sums.clone(),
+                    None => vec![0; shape.checks_in(*f, b as u32) as usize],
+                })
+                .flat_map(u32::to_le_bytes)
+                .collect();
             let what = format!("writing the checksums of {f}");
             c.crc.write_all_at(&raw, 0).map_err(self.map_write_err(what.clone()))?;
             c.crc.set_len(raw.len() as u64).map_err(self.map_write_err(what))?;
@@ -752,20 +796,20 @@ impl Store {
         }
         let what = format!("filling {fragment} block {block}");
         files.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what))?;
-        files.filled.lock().expect("fill lock").push((block, crc));
+        files.filled.lock().expect("fill lock").push((block, unit_crcs(data, shape.check_bytes())));
         Ok(())
     }
 
     /// Write the filled blocks' checksums into the copy's checksum file (read, patched and
     /// written whole: one write, not one per block) and make the copy durable.
-    pub fn sync_fill(&self, files: &FillFiles) -> Result<()> {
+    pub fn sync_fill(&self, ds: &Dataset, files: &FillFiles) -> Result<()> {
         let f = files.fragment;
         let mut crcs = read_crcs(&files.crc).map_err(io_err(format!("reading the checksums of {f}")))?;
-        for &(b, crc) in files.filled.lock().expect("fill lock").iter() {
-            let Some(slot) = crcs.get_mut(b as usize) else {
-                return Err(StoreError::Corrupt { fragment: f, block: b, why: "the checksum file is short".into() });
+        for (b, sums) in files.filled.lock().expect("fill lock").iter() {
+            let Some(slots) = crcs.get_mut(ds.manifest.shape.checks_of(f, *b)) else {
+                return Err(StoreError::Corrupt { fragment: f, block: *b, why: "the checksum file is short".into() });
             };
-            *slot = crc;
+            slots.copy_from_slice(sums);
         }
         let raw: Vec<u8> = crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
         let what = format!("writing the checksums of {f}");
@@ -808,7 +852,8 @@ impl Store {
         sync_dir(dir).map_err(io_err("syncing the dataset folder"))
     }
 
-    /// The stored checksums of this node's copy of `fragment` (staged, or committed).
+    /// The CRC32C of each block of this node's copy of `fragment` (staged, or committed),
+    /// from its stored checksums.
     pub fn checksums(&self, name: &DatasetName, fragment: FragmentId, txid: Option<u64>) -> Result<Vec<u32>> {
         match txid {
             Some(txid) => {
@@ -818,25 +863,24 @@ impl Store {
                 crcs[&fragment]
                     .iter()
                     .enumerate()
-                    .map(|(b, c)| {
-                        c.ok_or_else(|| StoreError::Incomplete(format!("{fragment} block {b} has not been written")))
+                    .map(|(b, sums)| match sums {
+                        Some((crc, _)) => Ok(*crc),
+                        None => Err(StoreError::Incomplete(format!("{fragment} block {b} has not been written"))),
                     })
                     .collect()
             }
             None => {
                 let ds = self.dataset(name)?;
                 let copy = ds.copy(fragment)?;
+                let shape = &ds.manifest.shape;
                 // The file as it is on disk now (verify compares it across copies).
                 let crcs = read_crcs(&copy.crc).map_err(io_err(format!("reading checksums of {fragment}")))?;
-                let blocks = ds.manifest.shape.blocks_in(fragment) as usize;
-                if crcs.len() < blocks {
-                    return Err(StoreError::Corrupt {
-                        fragment,
-                        block: crcs.len() as u32,
-                        why: "its checksum is missing".into(),
-                    });
-                }
-                Ok(crcs[..blocks].to_vec())
+                (0..shape.blocks_in(fragment))
+                    .map(|block| match crcs.get(shape.checks_of(fragment, block)) {
+                        Some(sums) => Ok(combine_units(sums, shape.check_bytes(), shape.block_len(fragment, block))),
+                        None => Err(StoreError::Corrupt { fragment, block, why: "its checksum is missing".into() }),
+                    })
+                    .collect()
             }
         }
     }
@@ -866,7 +910,7 @@ impl Store {
                 }
             }
         }
-        self.persist(&txn, |f| manifest.shape.blocks_in(f))?;
+        self.persist(&txn, &manifest.shape, |f| manifest.shape.blocks_in(f))?;
         self.write_manifest(&txn.dir, manifest)
     }
 
@@ -902,7 +946,7 @@ impl Store {
                 txn.copies[f].data.set_len(want).map_err(self.map_write_err(what))?;
             }
         }
-        self.persist(txn, |f| logs[&f].slots)?;
+        self.persist(txn, &manifest.shape, |f| logs[&f].slots)?;
         self.write_manifest(&txn.dir, manifest)
     }
 
@@ -1006,8 +1050,8 @@ impl Store {
             }
             let len = shape.block_len(fragment, block);
             report.blocks += 1;
-            let checked = match stored.get(block as usize) {
-                Some(&crc) => self.read_checked(&ds, files, block, 0, len, crc),
+            let checked = match stored.get(shape.checks_of(fragment, block)) {
+                Some(sums) => self.read_checked(&ds, files, block, 0, len, sums),
                 None => Err(StoreError::Corrupt { fragment, block, why: "its checksum is missing".into() }),
             };
             match checked {
@@ -1110,6 +1154,52 @@ mod tests {
         let report = store.verify_all(&m.name).unwrap();
         assert_eq!(report.bad.len(), 1);
         assert_eq!((report.bad[0].fragment, report.bad[0].block), (FragmentId(0), 1));
+    }
+
+    #[test]
+    fn a_read_of_part_of_a_block_checks_only_the_units_it_touches() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let mut m = manifest("units", 2);
+        // Blocks of 256 KiB, four units each; the last block of 75,712 bytes has two.
+        m.shape = Shape::uniform(2, 600_000, 256 << 10).unwrap();
+        staged(&store, &m, 1);
+        store.prepare(1, &m).unwrap();
+        store.commit(1, &m.name).unwrap();
+        let f = FragmentId(0);
+        let data = fs::read(dir.path().join("datasets/units").join(copy_file_name(f, 0, "data"))).unwrap();
+        let crcs = store.checksums(&m.name, f, None).unwrap();
+        assert_eq!(crcs.len(), 3);
+        for (b, crc) in crcs.iter().enumerate() {
+            let at = b * (256 << 10);
+            let len = m.shape.block_len(f, b as u32) as usize;
+            assert_eq!(*crc, crc32c::crc32c(&data[at..at + len]), "block {b}: its units combine to its CRC");
+        }
+        // A byte flipped in the third unit of block 1.
+        let path = dir.path().join("datasets/units").join(copy_file_name(f, 0, "data"));
+        let mut bytes = data.clone();
+        bytes[(256 << 10) + (130 << 10) + 7] ^= 1;
+        fs::write(&path, bytes).unwrap();
+        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let ds = store.dataset(&m.name).unwrap();
+        let at = 256 << 10;
+        for (start, len) in [(0u32, 128u32 << 10), (3 << 16, 1 << 16), (100, 5000), ((3 << 16) + 1, (1 << 16) - 1)] {
+            let (got, crc) = store.read(&ds, f, 1, start, len).unwrap();
+            let want = &data[at + start as usize..at + (start + len) as usize];
+            assert_eq!(&got[..], want, "[{start}, +{len})");
+            assert_eq!(crc, crc32c::crc32c(want), "[{start}, +{len})");
+        }
+        for (start, len) in [(0u32, 256u32 << 10), (128 << 10, 1), ((128 << 10) - 1, 2)] {
+            let err = store.read(&ds, f, 1, start, len).unwrap_err();
+            assert!(
+                matches!(&err, StoreError::Corrupt { block: 1, why, .. } if why.contains("[131072, 196608)")),
+                "[{start}, +{len}): {err}"
+            );
+        }
+        let (got, crc) = store.read(&ds, f, 2, 60_000, 15_712).unwrap();
+        assert_eq!((&got[..], crc), (&data[(512 << 10) + 60_000..], crc32c::crc32c(&data[(512 << 10) + 60_000..])));
+        let report = store.verify_all(&m.name).unwrap();
+        assert_eq!(report.bad.iter().map(|b| (b.fragment, b.block)).collect::<Vec<_>>(), vec![(f, 1)]);
     }
 
     #[test]

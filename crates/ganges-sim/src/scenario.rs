@@ -506,7 +506,7 @@ impl GdCase {
             net: NetParams::LOCAL,
             policy,
             settings: PolicySettings::default(),
-            window: policy.default_window(self.block_bytes),
+            window: policy.default_window(self.block_bytes, &PolicySettings::default()),
             start_jitter: Duration::from_micros(100),
             start_phase: crate::scan::start_phase(seed),
             sample_every: None,

@@ -373,9 +373,9 @@ impl ReadEngine {
     }
 
     /// Add a range of `shape`'s dataset, as its pieces (each with the holders that have it,
-    /// if only some do); returns their indices. The policy is told what part of each
-    /// fragment the range is. The pieces are first requested in order, unless the policy
-    /// reads in step: then a range that spans
+    /// if only some do), each cut to the policy's longest request (`piece_bytes`); returns
+    /// their indices. The policy is told what part of each fragment the range is. The pieces
+    /// are first requested in order, unless the policy reads in step: then a range that spans
     /// fragments (a logical partition, GD-7) reads its part of each at the same pace, so
     /// that its fraction done, which servers balance and plans count on, is each part's too.
     pub fn add_pieces(
@@ -384,8 +384,11 @@ impl ReadEngine {
         pieces: impl IntoIterator<Item = (Piece, Option<Vec<NodeId>>)>,
     ) -> Range<usize> {
         let first = self.pieces.len();
+        let most = self.policy.piece_bytes().unwrap_or(u32::MAX);
         for (p, only) in pieces {
-            self.push_piece(p, only);
+            for part in p.split(most) {
+                self.push_piece(part, only.clone());
+            }
         }
         self.policy.on_range(&fragment_parts(shape, &self.pieces[first..]));
         if self.policy.reads_in_step() {

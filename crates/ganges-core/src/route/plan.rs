@@ -36,6 +36,10 @@
 //!   fragments at once), so its shares can act and its slot for us does not wait a round
 //!   trip after the first block, and beyond that each reply pulls the next request to the
 //!   server that sent it, as in GD.
+//! - **Pieces.** A block is read in pieces of `PlanSettings::piece_bytes` (256 KiB), each a
+//!   request of its own: the servers check them against their own checksum units
+//!   (`shape::CHECK_BYTES`), so a piece costs the disk its own length, and a slot's boundary
+//!   and a consumer's rate over a window are rounded to a piece instead of a block.
 //!
 //! Every consumer computes the same plan from nearly the same rates; shares are normalised
 //! by the servers over the streams they actually have, so a consumer alone at a server gets
@@ -329,6 +333,9 @@ impl RoutePolicy for Planned {
     }
     fn notifies_progress(&self) -> bool {
         true
+    }
+    fn piece_bytes(&self) -> Option<u32> {
+        Some(self.s.piece_bytes)
     }
     fn reads_in_step(&self) -> bool {
         true

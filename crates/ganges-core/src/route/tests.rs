@@ -450,6 +450,45 @@ fn every_policy_name_parses_and_settings_are_checked() {
         s.rate.guard_every = bad;
         assert_eq!(s.validate().unwrap_err().name, "rr-guard-every");
     }
+    for bad in [0, 4096, (64 << 10) + 1, 32 << 20] {
+        let mut s = PolicySettings::default();
+        s.plan.piece_bytes = bad;
+        assert_eq!(s.validate().unwrap_err().name, "plan-piece");
+    }
+}
+
+#[test]
+fn gd_plan_reads_a_block_in_pieces_and_the_others_read_it_whole() {
+    const MIB: u32 = 1 << 20;
+    const Q: u32 = 256 << 10;
+    let shape = Shape::uniform(4, 3 * MIB as u64 + 100_000, MIB).unwrap();
+    let layout = Layout::chained(4, 2).unwrap();
+    // From the middle of block 0 of fragment 1 to its end (block 3 is short).
+    let part = Partition { offset: shape.fragment_start(FragmentId(1)) + 300_000, len: 3 * MIB as u64 - 200_000 };
+    let read = |kind: ReadPolicyKind| {
+        let pieces = shape.pieces(part).unwrap();
+        let mut e =
+            ReadEngine::new(kind.build(&PolicySettings::default()), &layout, &shape, pieces, ReadConfig::default())
+                .unwrap();
+        let mut read = vec![];
+        drain(&mut e);
+        while !e.is_done() {
+            let s = sends_pending(&mut e);
+            assert_eq!(e.on_data(Time::ZERO, s.piece, s.node), Delivery::New);
+            let p = e.piece(s.piece);
+            read.push((p.block, p.start_in_block, p.len));
+            drain(&mut e);
+        }
+        assert_eq!(e.total_bytes(), part.len);
+        read.sort();
+        read
+    };
+    let whole = vec![(0, 300_000, MIB - 300_000), (1, 0, MIB), (2, 0, MIB), (3, 0, 100_000)];
+    assert_eq!(read(ReadPolicyKind::Gd), whole);
+    let mut pieces = vec![(0, 300_000, 2 * Q - 300_000), (0, 2 * Q, Q), (0, 3 * Q, Q)];
+    pieces.extend([1, 2].into_iter().flat_map(|b| (0..4).map(move |i| (b, i * Q, Q))));
+    pieces.push((3, 0, 100_000));
+    assert_eq!(read(ReadPolicyKind::GdPlan), pieces);
 }
 
 /// A read of blocks 2 and 3 of fragment 0 (pieces 0 and 1), then all of fragment 1 (pieces 2
