@@ -10,7 +10,7 @@ use ganges_client::scan::{Block, ReadOptions, ReadReport, ReadStream, open_scan}
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::disk::Fault;
-use ganges_core::ids::NodeId;
+use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::Partition;
 use ganges_proto::control::ControlRequest;
@@ -373,6 +373,35 @@ async fn the_ordered_reader_hands_out_records_of_any_size_in_order_within_its_bu
         g.fill(part.offset, &mut want);
         assert!(got == want, "{policy}: the bytes in order");
     }
+    // gd-plan reads 512 KiB blocks in two pieces each: the same bytes, the same bound, and a
+    // digest that counts each block once, as the dataset's does.
+    let m = Arc::new(create(&client, "ord-pieces", vec![1_300_000, 900_000, 1_700_000], 512 << 10, 2, g).await);
+    let whole = Partition { offset: 0, len: m.total_bytes() };
+    let mut r =
+        OrderedReader::open(client.clone(), m.clone(), whole, ReadOptions::new(ReadPolicyKind::GdPlan), 2).unwrap();
+    let mut got = Vec::new();
+    let mut size = 1usize;
+    loop {
+        let rec = r.read_exact(size).await.unwrap();
+        assert!(r.buffered_blocks() <= 2, "the reorder buffer stays within its bound");
+        if rec.is_empty() {
+            break;
+        }
+        got.extend_from_slice(&rec);
+        size = size * 7 % 300_000 + 13;
+    }
+    let mut want = vec![0u8; whole.len as usize];
+    g.fill(0, &mut want);
+    assert!(got == want, "gd-plan: the bytes in order");
+    let report = r.close();
+    let shape = &m.shape;
+    let pieces: u64 = (0..shape.fragment_count())
+        .flat_map(|f| (0..shape.blocks_in(FragmentId(f))).map(move |b| shape.block_len(FragmentId(f), b)))
+        .map(|len| u64::from(len.div_ceil(256 << 10)))
+        .sum();
+    assert_eq!((shape.total_blocks(), pieces), (9, 16));
+    assert!(report.stats.requests >= pieces, "every block was read in pieces of 256 KiB at most");
+    assert_eq!(report.digest, m.digest, "the pieces fold into the dataset's digest");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,7 +91,10 @@ impl OrderedReader {
         check_buffer(buffer_blocks)?;
         manifest.shape.check_partition(partition)?;
         opts.check()?;
-        opts.window = Some(opts.window_for(u64::from(manifest.shape.block_bytes())).min(buffer_blocks));
+        // No more in flight than the buffer holds: its blocks' pieces, read in pieces.
+        let block = u64::from(manifest.shape.block_bytes());
+        let per_block = block.div_ceil(opts.policy.request_bytes(block, &opts.settings)) as u32;
+        opts.window = Some(opts.window_for(block).min(buffer_blocks.saturating_mul(per_block)));
         Ok(OrderedReader {
             client,
             manifest,

@@ -59,12 +59,18 @@ impl ReadPolicyKind {
     pub fn default_window(self, block_bytes: u64, settings: &PolicySettings) -> u32 {
         match self {
             ReadPolicyKind::GdPlan => {
-                let request = block_bytes.min(u64::from(settings.plan.piece_bytes));
+                let request = self.request_bytes(block_bytes, settings);
                 let window = (f64::from(super::WINDOW_PLAN) * crate::sched::plan_units(request)).round();
                 (window as u32).min(super::WINDOW_MAX)
             }
             _ => super::WINDOW_DEFAULT,
         }
+    }
+
+    /// The longest request this policy makes with `settings`, reading blocks of
+    /// `block_bytes` (`RoutePolicy::piece_bytes`).
+    pub fn request_bytes(self, block_bytes: u64, settings: &PolicySettings) -> u64 {
+        self.build(settings).piece_bytes().map_or(block_bytes, |p| block_bytes.min(u64::from(p)))
     }
 
     pub const ALL: [ReadPolicyKind; 11] = [
