@@ -17,6 +17,7 @@
 use crate::ids::NodeId;
 use crate::sched::JobId;
 use crate::time::Time;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// The fewest requests worth handing off (the paper's "minimum number of requests
@@ -106,42 +107,60 @@ impl Asker {
     }
 }
 
-/// A server's bandwidth as it serves: bytes over disk-busy time of its last `READS` reads.
-/// Servers note it down as they go ("servers periodically note down its available
+/// A server's bandwidth as it serves: bytes over disk-busy time of its last `WINDOW_BYTES`
+/// of reads. Servers note it down as they go ("servers periodically note down its available
 /// bandwidth") and trade it in handoffs, and gd-plan plans on it.
 ///
 /// A window, not an exponential average: a disk that turns slow is measured at its new
-/// speed once `READS` reads have run at it (half a second for a disk halved to 16 MiB/s,
-/// with 1 MiB blocks). The average of the last ten reads' rates it replaces had gone 57%
-/// of the way 0.6 s after such a fault and still read 17.0 MiB/s after 1.7 s, and every
-/// plan made meanwhile gave the slow disk more than it could serve (docs/benchmarks.md,
-/// faults that come and go).
-#[derive(Debug, Default, Clone, Copy)]
+/// speed once a window of reads has run at it (half a second for a disk halved to 16 MiB/s).
+/// The average of the last ten reads' rates it replaces had gone 57% of the way 0.6 s after
+/// such a fault and still read 17.0 MiB/s after 1.7 s, and every plan made meanwhile gave
+/// the slow disk more than it could serve (docs/benchmarks.md, faults that come and go).
+/// Counted in bytes, not reads, so that it means the same whatever the requests' size: it
+/// was the last eight reads, and when gd-plan came to read 256 KiB pieces, eight of them
+/// let one seek move the rate by 6%, and the first piece alone, seek included, made a
+/// disk after another policy's run look 34% slow (docs/benchmarks.md, "Blocks read in
+/// pieces").
+#[derive(Debug, Clone)]
 pub struct RateMeter {
-    /// The last reads' bytes and busy seconds, a ring; `len` of them are filled.
-    reads: [(u64, f64); RateMeter::READS],
-    next: usize,
-    len: usize,
+    /// The last reads' bytes and busy seconds, newest last, holding at least
+    /// `WINDOW_BYTES` once that much was read.
+    reads: VecDeque<(u64, f64)>,
+    /// Their sums.
+    bytes: u64,
+    secs: f64,
+}
+
+impl Default for RateMeter {
+    fn default() -> Self {
+        RateMeter { reads: VecDeque::new(), bytes: 0, secs: 0.0 }
+    }
 }
 
 impl RateMeter {
-    /// Reads in the window: enough that a seek in one of them moves the rate by under 2%
-    /// (4 ms against 8 blocks of 31 ms), few enough to follow a fault within half a second.
-    pub const READS: usize = 8;
+    /// Bytes in the window: enough that a seek moves the rate by under 2% (4 ms against 8 MiB
+    /// at 32 MiB/s), few enough to follow a fault within half a second.
+    pub const WINDOW_BYTES: u64 = 8 << 20;
+    /// No rate before this much was read: one read, seek included, is not a disk's speed.
+    pub const FIRST_BYTES: u64 = 1 << 20;
 
     pub fn note(&mut self, bytes: u64, busy: Duration) {
         let secs = busy.as_secs_f64();
         if secs <= 0.0 {
             return;
         }
-        self.reads[self.next] = (bytes, secs);
-        self.next = (self.next + 1) % Self::READS;
-        self.len = (self.len + 1).min(Self::READS);
+        self.reads.push_back((bytes, secs));
+        (self.bytes, self.secs) = (self.bytes + bytes, self.secs + secs);
+        while let Some(&(b, s)) = self.reads.front()
+            && self.bytes - b >= Self::WINDOW_BYTES
+        {
+            self.reads.pop_front();
+            (self.bytes, self.secs) = (self.bytes - b, (self.secs - s).max(0.0));
+        }
     }
 
     pub fn rate(&self) -> Option<f64> {
-        let (bytes, secs) = self.reads[..self.len].iter().fold((0u64, 0.0), |(b, s), (rb, rs)| (b + rb, s + rs));
-        (self.len > 0).then(|| bytes as f64 / secs)
+        (self.bytes >= Self::FIRST_BYTES && self.secs > 0.0).then(|| self.bytes as f64 / self.secs)
     }
 }
 
@@ -196,28 +215,35 @@ mod tests {
     }
 
     #[test]
-    fn the_rate_meter_is_bytes_over_busy_time_of_the_last_reads() {
+    fn the_rate_meter_is_bytes_over_busy_time_of_the_last_window_of_bytes() {
+        const MIB: u64 = 1 << 20;
         let mut m = RateMeter::default();
         assert_eq!(m.rate(), None);
-        m.note(1000, Duration::ZERO);
+        m.note(MIB, Duration::ZERO);
         assert_eq!(m.rate(), None, "a read that took no time says nothing");
-        // Bytes over time, not a mean of rates: 3000 bytes in 2 s.
-        m.note(1000, Duration::from_secs(1));
-        m.note(2000, Duration::from_secs(1));
-        assert!((m.rate().unwrap() - 1500.0).abs() < 1e-9);
+        // Not before a MiB: a 256 KiB read with a seek is not the disk's speed.
+        m.note(MIB / 4, Duration::from_millis(12));
+        assert_eq!(m.rate(), None);
+        // Bytes over time, not a mean of rates.
+        m.note(MIB / 4, Duration::from_millis(8));
+        m.note(MIB / 2, Duration::from_millis(20));
+        assert!((m.rate().unwrap() - MIB as f64 / 0.040).abs() < 1e-3);
         // A disk that turns half as fast is measured at its new speed after a window of
-        // reads, exactly, and not before.
-        let mut m = RateMeter::default();
-        for _ in 0..100 {
-            m.note(1000, Duration::from_millis(10));
-        }
-        for i in 1..=RateMeter::READS {
-            m.note(1000, Duration::from_millis(20));
-            let r = m.rate().unwrap();
-            if i < RateMeter::READS {
-                assert!(r > 50_000.0, "{i} reads in: {r}");
-            } else {
-                assert!((r - 50_000.0).abs() < 1e-6, "{r}");
+        // bytes, exactly, and not before, whatever the reads' size.
+        for read in [MIB, MIB / 4, 64 << 10] {
+            let mut m = RateMeter::default();
+            for _ in 0..100 {
+                m.note(read, Duration::from_secs_f64(read as f64 / 32e6));
+            }
+            let reads = RateMeter::WINDOW_BYTES / read;
+            for i in 1..=reads {
+                m.note(read, Duration::from_secs_f64(read as f64 / 16e6));
+                let r = m.rate().unwrap();
+                if i < reads {
+                    assert!(r > 16.01e6, "{i} reads of {read} in: {r}");
+                } else {
+                    assert!((r - 16e6).abs() < 1.0, "{r}");
+                }
             }
         }
     }

@@ -390,9 +390,13 @@ mod tests {
         let mut q = queue::<Ctx>();
         let r = q.report(1, Time::ZERO);
         assert_eq!((r.disk_bytes_per_sec, r.disk_measured), (Some(1_000_000.0), false), "configured");
-        q.finished(500, Duration::from_millis(1));
+        q.finished(1 << 19, Duration::from_millis(1));
         let r = q.report(1, Time::ZERO);
-        assert_eq!((r.disk_bytes_per_sec, r.disk_measured), (Some(500_000.0), true), "measured");
+        assert_eq!((r.disk_bytes_per_sec, r.disk_measured), (Some(1_000_000.0), false), "half a MiB is no measure");
+        q.finished(1 << 19, Duration::from_millis(1));
+        let r = q.report(1, Time::ZERO);
+        assert!(r.disk_measured, "measured");
+        assert!((r.disk_bytes_per_sec.unwrap() - (1u64 << 20) as f64 / 0.002).abs() < 1e-3);
     }
 
     mod any_sequence {

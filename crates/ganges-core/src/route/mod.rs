@@ -645,10 +645,18 @@ impl ReadEngine {
     /// A reply of `bytes` spent `service_us` on the server's disk: its disk speed.
     pub fn on_service(&mut self, node: NodeId, bytes: u64, service_us: u32) {
         if service_us > 0 {
-            let r = bytes as f64 / (service_us as f64 * 1e-6);
+            let secs = service_us as f64 * 1e-6;
             let v = self.nodes.entry(node).or_default();
-            v.replied_disk_bytes_per_sec = Some(v.replied_disk_bytes_per_sec.map_or(r, |o| o + EWMA_NEW * (r - o)));
-            self.smooth_disk_rate(node, r);
+            // A MiB at a time (`PLAN_UNIT_BYTES`), whatever the requests' size: a single
+            // 256 KiB piece with a seek shows a disk a third slower than it is.
+            let (b, s) = (v.replied_pending.0 + bytes, v.replied_pending.1 + secs);
+            v.replied_pending = (b, s);
+            if b >= crate::sched::PLAN_UNIT_BYTES {
+                let r = b as f64 / s;
+                v.replied_disk_bytes_per_sec = Some(v.replied_disk_bytes_per_sec.map_or(r, |o| o + EWMA_NEW * (r - o)));
+                v.replied_pending = (0, 0.0);
+            }
+            self.smooth_disk_rate(node, bytes as f64 / secs);
         }
     }
 

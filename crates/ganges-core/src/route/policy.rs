@@ -368,8 +368,11 @@ pub struct NodeView {
     /// The server's disk speed as the server itself last reported it having measured it (its
     /// bytes over busy time of its last reads, every consumer's), bytes/s.
     pub reported_disk_bytes_per_sec: Option<f64>,
-    /// The server's disk speed from its replies to us only, smoothed (bytes/s).
+    /// The server's disk speed from its replies to us only, smoothed over each MiB of them
+    /// (bytes/s).
     pub replied_disk_bytes_per_sec: Option<f64>,
+    /// Bytes and disk seconds of the replies not yet in `replied_disk_bytes_per_sec`.
+    pub replied_pending: (u64, f64),
 }
 
 impl NodeView {
