@@ -347,6 +347,22 @@ async fn a_frozen_server_that_resumes_mid_scan_has_its_late_answers_dropped() {
     assert!(reports[1].stats.duplicates > 0, "the resumed server's answers reached consumer 1 and were dropped");
 }
 
+/// Everything `r` hands out, in records of changing sizes (up to `largest`) across block
+/// boundaries, checking at each that its reorder buffer stays within `bound` blocks.
+async fn read_records(r: &mut ganges_client::stream::OrderedReader, bound: usize, largest: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut size = 1usize;
+    loop {
+        let rec = r.read_exact(size).await.unwrap();
+        assert!(r.buffered_blocks() <= bound, "the reorder buffer stays within its bound");
+        if rec.is_empty() {
+            return got;
+        }
+        got.extend_from_slice(&rec);
+        size = size * 7 % largest + 13;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ordered_reader_hands_out_records_of_any_size_in_order_within_its_buffer() {
     use ganges_client::stream::OrderedReader;
@@ -357,18 +373,7 @@ async fn the_ordered_reader_hands_out_records_of_any_size_in_order_within_its_bu
     let part = Partition { offset: 12_345, len: 500_000 };
     for policy in [ReadPolicyKind::Gd, ReadPolicyKind::GdPc, ReadPolicyKind::GdRr] {
         let mut r = OrderedReader::open(client.clone(), m.clone(), part, ReadOptions::new(policy), 3).unwrap();
-        let mut got = Vec::new();
-        let mut size = 1usize;
-        loop {
-            // Records of changing sizes, across block boundaries.
-            let rec = r.read_exact(size).await.unwrap();
-            assert!(r.buffered_blocks() <= 3, "the reorder buffer stays within its bound");
-            if rec.is_empty() {
-                break;
-            }
-            got.extend_from_slice(&rec);
-            size = size * 7 % 40_000 + 13;
-        }
+        let got = read_records(&mut r, 3, 40_000).await;
         let mut want = vec![0u8; part.len as usize];
         g.fill(part.offset, &mut want);
         assert!(got == want, "{policy}: the bytes in order");
@@ -377,19 +382,9 @@ async fn the_ordered_reader_hands_out_records_of_any_size_in_order_within_its_bu
     // digest that counts each block once, as the dataset's does.
     let m = Arc::new(create(&client, "ord-pieces", vec![1_300_000, 900_000, 1_700_000], 512 << 10, 2, g).await);
     let whole = Partition { offset: 0, len: m.total_bytes() };
-    let mut r =
-        OrderedReader::open(client.clone(), m.clone(), whole, ReadOptions::new(ReadPolicyKind::GdPlan), 2).unwrap();
-    let mut got = Vec::new();
-    let mut size = 1usize;
-    loop {
-        let rec = r.read_exact(size).await.unwrap();
-        assert!(r.buffered_blocks() <= 2, "the reorder buffer stays within its bound");
-        if rec.is_empty() {
-            break;
-        }
-        got.extend_from_slice(&rec);
-        size = size * 7 % 300_000 + 13;
-    }
+    let opts = ReadOptions::new(ReadPolicyKind::GdPlan);
+    let mut r = OrderedReader::open(client.clone(), m.clone(), whole, opts, 2).unwrap();
+    let got = read_records(&mut r, 2, 300_000).await;
     let mut want = vec![0u8; whole.len as usize];
     g.fill(0, &mut want);
     assert!(got == want, "gd-plan: the bytes in order");
