@@ -19,7 +19,7 @@ pub const BLOCK_BYTES_MIN: u32 = 4 << 10;
 pub const BLOCK_BYTES_MAX: u32 = 16 << 20;
 /// Bytes each stored checksum covers (the block, if it is smaller). A server reads and checks
 /// whole units, so a request for part of a block costs the disk about its own length: gd-plan
-/// reads 1 MiB blocks in pieces of 256 KiB (`route::plan::PIECE_BYTES`), and a 4 KiB record
+/// reads 1 MiB blocks in pieces of 256 KiB (`route::PlanSettings::piece_bytes`), and a 4 KiB record
 /// costs a 64 KiB read, not a whole block. One CRC32C per 64 KiB is 0.006% of the data.
 pub const CHECK_BYTES: u32 = 64 << 10;
 /// Most fragments in one dataset: bounds manifests and per-dataset state on servers.

@@ -255,9 +255,11 @@ pub struct FillFiles {
     pub key: FileKey,
 }
 
-/// The CRC32C of each checksum unit of `data`, a block (`Shape::check_bytes`).
-fn unit_crcs(data: &[u8], unit: u32) -> Vec<u32> {
-    data.chunks(unit as usize).map(crc32c::crc32c).collect()
+/// The CRC32C of `data`, a block, and of each of its checksum units (`Shape::check_bytes`),
+/// in one pass over the bytes: the block's is its units' combined.
+fn block_sums(data: &[u8], unit: u32) -> BlockSums {
+    let units: Vec<u32> = data.chunks(unit as usize).map(crc32c::crc32c).collect();
+    (combine_units(&units, unit, data.len() as u32), units)
 }
 
 /// The CRC32C of consecutive units whose CRCs are `crcs`: `unit` bytes each but the last,
@@ -597,14 +599,12 @@ impl Store {
         })
     }
 
-    /// Write a block whose CRC32C, checked, is `crc`, and keep its checksums.
-    fn put_block(&self, txn: &Txn, copy: &CopyFiles, block: u32, data: &[u8], crc: u32) -> Result<()> {
+    /// Write a block whose checksums (`block_sums`) are `sums`, and keep them.
+    fn put_block(&self, txn: &Txn, copy: &CopyFiles, block: u32, data: &[u8], sums: BlockSums) -> Result<()> {
         let shape = &txn.manifest.shape;
         let what = || format!("writing {} block {block}", copy.fragment);
         copy.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what()))?;
-        let sums = unit_crcs(data, shape.check_bytes());
-        txn.crcs.lock().expect("txn lock").get_mut(&copy.fragment).expect("local copy")[block as usize] =
-            Some((crc, sums));
+        txn.crcs.lock().expect("txn lock").get_mut(&copy.fragment).expect("local copy")[block as usize] = Some(sums);
         Ok(())
     }
 
@@ -613,15 +613,13 @@ impl Store {
     fn persist(&self, txn: &Txn, shape: &Shape, blocks: impl Fn(FragmentId) -> u32) -> Result<()> {
         let crcs = txn.crcs.lock().expect("txn lock");
         for (f, c) in &txn.copies {
-            let raw: Vec<u8> = crcs[f][..blocks(*f) as usize]
-                .iter()
-                .enumerate()
-                .flat_map(|(b, sums)| match sums {
-                    Some((_, sums)) => sums.clone(),
-                    None => vec![0; shape.checks_in(*f, b as u32) as usize],
-                })
-                .flat_map(u32::to_le_bytes)
-                .collect();
+            let mut raw: Vec<u8> = Vec::with_capacity(shape.checks_upto(*f, blocks(*f)) * 4);
+            for (b, sums) in crcs[f][..blocks(*f) as usize].iter().enumerate() {
+                match sums {
+                    Some((_, units)) => raw.extend(units.iter().flat_map(|c| c.to_le_bytes())),
+                    None => raw.resize(raw.len() + shape.checks_in(*f, b as u32) as usize * 4, 0),
+                }
+            }
             let what = format!("writing the checksums of {f}");
             c.crc.write_all_at(&raw, 0).map_err(self.map_write_err(what.clone()))?;
             c.crc.set_len(raw.len() as u64).map_err(self.map_write_err(what))?;
@@ -648,8 +646,7 @@ impl Store {
             let len = shape.block_len(fragment, block) as usize;
             let offset = shape.fragment_start(fragment) + shape.block_offset(block);
             generator.fill(offset, &mut buf[..len]);
-            let crc = crc32c::crc32c(&buf[..len]);
-            self.put_block(&txn, copy, block, &buf[..len], crc)?;
+            self.put_block(&txn, copy, block, &buf[..len], block_sums(&buf[..len], shape.check_bytes()))?;
         }
         Ok(())
     }
@@ -675,7 +672,8 @@ impl Store {
         let (txn, fragment) = (&w.txn, w.fragment);
         let copy = &txn.copies[&fragment];
         let shape = &txn.manifest.shape;
-        if crc32c::crc32c(data) != crc {
+        let sums = block_sums(data, shape.check_bytes());
+        if sums.0 != crc {
             return Err(StoreError::BadRequest(format!(
                 "{fragment} block {block} arrived with a bad checksum; send it again"
             )));
@@ -700,10 +698,10 @@ impl Store {
                 }
                 slot
             };
-            self.put_block(txn, copy, slot, data, crc)?;
+            self.put_block(txn, copy, slot, data, sums)?;
             return Ok(slot);
         }
-        self.put_block(txn, copy, block, data, crc)?;
+        self.put_block(txn, copy, block, data, sums)?;
         Ok(block)
     }
 
@@ -787,7 +785,8 @@ impl Store {
         if block >= shape.blocks_in(fragment) || data.len() != shape.block_len(fragment, block) as usize {
             return Err(StoreError::BadRequest(format!("{fragment} block {block}: wrong block or size")));
         }
-        if crc32c::crc32c(data) != crc {
+        let (actual, units) = block_sums(data, shape.check_bytes());
+        if actual != crc {
             return Err(StoreError::Corrupt {
                 fragment,
                 block,
@@ -796,7 +795,7 @@ impl Store {
         }
         let what = format!("filling {fragment} block {block}");
         files.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what))?;
-        files.filled.lock().expect("fill lock").push((block, unit_crcs(data, shape.check_bytes())));
+        files.filled.lock().expect("fill lock").push((block, units));
         Ok(())
     }
 
