@@ -35,7 +35,6 @@ use ganges_core::ideal::{layout_ideal, read_demands, river_ideal_seconds};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::measure::{Change, SAMPLE_SECS, Sampled, scheduled_ideal};
 use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_PLAN, WINDOW_RANDOM};
-use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::{Partition, Shape};
 use ganges_core::units::{ByteSize, Dur, mb_per_sec};
 use ganges_proto::control::{ControlReply, ControlRequest, ServerStats};
@@ -505,12 +504,8 @@ impl BenchCluster {
             }
         };
         let local = LocalSpec {
-            nodes: self.nodes,
-            root,
-            disk: self.disk,
-            scheduler: SchedulerKind::Auto,
-            binary: self.binary.clone(),
             node_groups: self.node_groups.clone(),
+            ..LocalSpec::new(self.nodes, root, self.disk, self.binary.clone())
         };
         let cluster = LocalCluster::start(&local)?;
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -301,7 +301,7 @@ async fn bench_on_cluster(
                 let kind = *kind;
                 for n in nodes {
                     let leave = spec.fragment_bytes / 4;
-                    let addr = cluster.cluster().servers[n.0 as usize].addr;
+                    let addr = &cluster.cluster().servers[n.0 as usize].addr;
                     stressors.extend(crate::stress::start(&spec.binary, kind, &g.group(n.0), addr, leave)?);
                 }
                 if !nodes.is_empty() {

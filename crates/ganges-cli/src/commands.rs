@@ -4,7 +4,7 @@ use crate::bench::LayoutChoice;
 use crate::util::{CliError, CliResult, Table, bytes_bar, fail, progress_fn};
 use bytes::Bytes;
 use ganges_client::client::Client;
-use ganges_client::cluster::ClusterFile;
+use ganges_client::cluster::{ClusterFile, ServerEntry};
 use ganges_client::dataset::{self, CopyState, CreateSpec, WriteSource, WriteSpec};
 use ganges_client::scan::{ReadOptions, ReadReport, open_scan};
 use ganges_client::stream::{OrderedReader, WrittenOrderReader};
@@ -23,7 +23,7 @@ use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::manifest::{Content, DatasetName, DatasetState};
 use std::io::Write;
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -577,24 +577,59 @@ pub async fn scan(cluster: &Path, name: DatasetName, opts: ReadOptions) -> CliRe
     Ok(())
 }
 
-pub async fn fault_set(cluster: &Path, nodes: &[u32], fault: Fault) -> CliResult<()> {
-    fault.validate()?;
+pub async fn fault_set(
+    cluster: &Path,
+    nodes: &[u32],
+    model: Option<Fault>,
+    real: ganges_proto::control::RealFaults,
+) -> CliResult<()> {
+    if let Some(f) = model {
+        f.validate()?;
+    }
+    real.validate().map_err(CliError)?;
     let client = connect(cluster).await?;
     for &n in nodes {
         if n >= client.nodes() {
             return fail(format!("node {n} is not in the cluster (nodes 0..{})", client.nodes()));
         }
-        client.control(NodeId(n), ControlRequest::SetFault { fault: Some(fault) }).await?;
-        println!("node {n}: {fault}");
+    }
+    for &n in nodes {
+        let node = NodeId(n);
+        if let Some(fault) = model {
+            client.control(node, ControlRequest::SetFault { fault: Some(fault) }).await?;
+            println!("node {n}: {fault}");
+        }
+        if !real.is_none() {
+            // Real faults are set whole: merge these into those in force.
+            let stats = server_stats(&client, node).await?;
+            if real.kernel_read_bytes_per_sec.is_some() && !stats.direct_io {
+                eprintln!(
+                    "warning: node {n} reads through the page cache (no --direct-io), which may answer reads the kernel \
+                     throttle never sees"
+                );
+            }
+            let faults = stats.real_faults.merged(&real);
+            client.control(node, ControlRequest::SetRealFaults { faults: faults.clone() }).await?;
+            println!("node {n}: {faults}");
+        }
     }
     Ok(())
+}
+
+async fn server_stats(client: &Client, node: NodeId) -> CliResult<ganges_proto::control::ServerStats> {
+    match client.control(node, ControlRequest::Stats).await? {
+        ControlReply::Stats { stats } => Ok(stats),
+        other => fail(format!("{node} answered stats with {other:?}")),
+    }
 }
 
 pub async fn fault_clear(cluster: &Path, nodes: Option<Vec<u32>>) -> CliResult<()> {
     let client = connect(cluster).await?;
     let nodes = nodes.unwrap_or_else(|| client.live_nodes().iter().map(|n| n.0).collect());
     for n in nodes {
-        client.control(NodeId(n), ControlRequest::SetFault { fault: None }).await?;
+        let node = NodeId(n);
+        client.control(node, ControlRequest::SetFault { fault: None }).await?;
+        client.control(node, ControlRequest::SetRealFaults { faults: Default::default() }).await?;
     }
     println!("faults cleared");
     Ok(())
@@ -603,27 +638,108 @@ pub async fn fault_clear(cluster: &Path, nodes: Option<Vec<u32>>) -> CliResult<(
 pub async fn fault_show(cluster: &Path) -> CliResult<()> {
     let client = connect(cluster).await?;
     let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
-    let mut t = Table::new(&["node", "disk", "fault", "effective rate"]);
+    let mut t = Table::new(&["node", "disk", "model fault", "effective rate", "real faults"]);
     for (node, r) in client.control_all(&all, &ControlRequest::Stats).await {
         match r {
             Ok(ControlReply::Stats { stats }) => {
-                let disk = stats.disk.map_or("real file system".into(), |d| {
-                    format!("{}/s, seek {:.1}ms", ByteSize(d.rate_bytes_per_sec as u64), d.seek.as_secs_f64() * 1e3)
-                });
+                let disk = stats.disk.map_or(
+                    if stats.direct_io { "real, direct I/O".into() } else { "real file system".into() },
+                    |d| {
+                        format!("{}/s, seek {:.1}ms", ByteSize(d.rate_bytes_per_sec as u64), d.seek.as_secs_f64() * 1e3)
+                    },
+                );
                 let eff = stats.disk.map_or("-".into(), |d| {
                     let f = stats.fault.map_or(1.0, |f| f.rate_fraction());
                     format!("{}/s", ByteSize((d.rate_bytes_per_sec * f) as u64))
                 });
-                t.row(vec![node.0.to_string(), disk, stats.fault.map_or("none".into(), |f| f.to_string()), eff]);
+                t.row(vec![
+                    node.0.to_string(),
+                    disk,
+                    stats.fault.map_or("none".into(), |f| f.to_string()),
+                    eff,
+                    stats.real_faults.to_string(),
+                ]);
             }
-            _ => t.row(vec![node.0.to_string(), "unreachable".into(), "-".into(), "-".into()]),
+            _ => t.row(vec![node.0.to_string(), "unreachable".into(), "-".into(), "-".into(), "-".into()]),
         }
     }
     print!("{}", t.render());
     Ok(())
 }
 
-pub async fn local_status(cluster: &Path) -> CliResult<()> {
+/// What `ganges cluster init` is asked to write.
+#[derive(Debug)]
+pub struct ClusterInit {
+    pub hosts: Vec<String>,
+    pub out: PathBuf,
+    pub secret_file: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub listen_any: bool,
+    pub tls: bool,
+}
+
+/// Write a cluster file for servers on `hosts`, with a new secret (an existing secret file
+/// is kept), and with `tls` a CA and a certificate per server.
+pub fn cluster_init(a: &ClusterInit) -> CliResult<()> {
+    if a.out.exists() {
+        return fail(format!("{} exists; remove it first, or pass --out elsewhere", a.out.display()));
+    }
+    let dir = a.out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+    std::fs::create_dir_all(&dir)?;
+    let servers: Vec<ServerEntry> = a
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(k, h)| {
+            let mut e = ServerEntry::new(NodeId(k as u32), h.clone());
+            e.data_dir = a.data_dir.clone();
+            if a.listen_any {
+                let port = h.rsplit_once(':').map_or("7070", |(_, p)| p);
+                e.listen = Some(format!("0.0.0.0:{port}"));
+            }
+            e
+        })
+        .collect();
+    let mut file = ClusterFile::new(servers)?;
+    file.path = a.out.clone();
+    // Paths inside the cluster file are relative to it when they sit beside it.
+    let relative = |p: &Path| p.strip_prefix(&dir).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf());
+    let secret_path = a.secret_file.clone().unwrap_or_else(|| dir.join("secret"));
+    if secret_path.exists() {
+        ganges_net::Secret::load(&secret_path).map_err(|e| CliError(e.to_string()))?;
+        println!("using the existing secret {}", secret_path.display());
+    } else {
+        ganges_net::Secret::generate(&secret_path).map_err(|e| CliError(e.to_string()))?;
+        println!("wrote a new cluster secret to {} (mode 0600)", secret_path.display());
+    }
+    file.security.secret_file = Some(relative(&secret_path));
+    if a.tls {
+        let tls_dir = dir.join("tls");
+        let certs = ganges_net::tls::generate(&tls_dir, &a.hosts).map_err(|e| CliError(e.to_string()))?;
+        file.tls = Some(ganges_client::cluster::TlsSection {
+            ca: relative(&certs.ca_cert),
+            cert_dir: Some(relative(&tls_dir)),
+        });
+        println!(
+            "wrote a cluster CA and {} server certificates to {} (keys mode 0600; ca.key signs new ones)",
+            a.hosts.len(),
+            tls_dir.display()
+        );
+    }
+    file.save(&a.out)?;
+    println!("wrote {} with {} servers", a.out.display(), a.hosts.len());
+    println!(
+        "copy it{} to every machine, then on machine K run: ganges serve --cluster {} --node K{}",
+        if a.tls { ", the secret and tls/" } else { " and the secret" },
+        a.out.display(),
+        if a.data_dir.is_none() { " --data-dir DIR" } else { "" }
+    );
+    Ok(())
+}
+
+/// Every server of a cluster (local or not): address, state, security, datasets, faults,
+/// and its node's load.
+pub async fn cluster_status(cluster: &Path) -> CliResult<()> {
     let file = ClusterFile::load(cluster)?;
     if let Some(l) = &file.local {
         let alive = crate::sys::alive(l.supervisor_pid);
@@ -639,6 +755,7 @@ pub async fn local_status(cluster: &Path) -> CliResult<()> {
         "node",
         "address",
         "state",
+        "security",
         "datasets",
         "fault",
         "reads",
@@ -671,8 +788,19 @@ pub async fn local_status(cluster: &Path) -> CliResult<()> {
                     s.node.0.to_string(),
                     s.addr.to_string(),
                     "up".into(),
+                    match (st.secret, st.tls) {
+                        (true, true) => "secret+tls".into(),
+                        (true, false) => "secret".into(),
+                        (false, true) => "tls".into(),
+                        (false, false) => "none".into(),
+                    },
                     st.datasets.to_string(),
-                    st.fault.map_or("none".into(), |f| f.to_string()),
+                    match (st.fault, st.real_faults.is_none()) {
+                        (None, true) => "none".into(),
+                        (Some(f), true) => f.to_string(),
+                        (None, false) => st.real_faults.to_string(),
+                        (Some(f), false) => format!("{f}; {}", st.real_faults),
+                    },
                     st.reads.to_string(),
                     ByteSize(st.read_bytes).to_string(),
                     ByteSize(st.rss_bytes).to_string(),
@@ -691,6 +819,7 @@ pub async fn local_status(cluster: &Path) -> CliResult<()> {
                     "-".into(),
                     "-".into(),
                     "-".into(),
+                    "-".into(),
                 ]
                 .into_iter()
                 .chain(node_load_cells(None))
@@ -700,8 +829,8 @@ pub async fn local_status(cluster: &Path) -> CliResult<()> {
     }
     print!("{}", t.render());
     println!("cpu % is the node's least busy CPU; free net and disk are the rates the node could still take (CW-1).");
-    if client.is_err() {
-        return fail(format!("no server of {} is reachable; start one with `ganges local up`", cluster.display()));
+    if let Err(e) = client {
+        return fail(format!("{}: {e}", cluster.display()));
     }
     Ok(())
 }

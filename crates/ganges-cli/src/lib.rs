@@ -18,6 +18,7 @@ pub mod bench;
 pub mod bench_write;
 pub mod commands;
 pub mod local;
+pub mod netns;
 pub mod plot;
 pub mod sim;
 pub mod stress;

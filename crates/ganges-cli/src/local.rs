@@ -1,20 +1,21 @@
-//! Local clusters: N `ganges serve` child processes on 127.0.0.1, one data directory and one
-//! disk model each (DESIGN.md "The embedded default"). The demo, the benchmarks and the
-//! integration tests all run on one.
+//! Local clusters: N `ganges serve` child processes on this machine, one data directory and
+//! one disk model (or the real disk) each, on 127.0.0.1 or, with `netns`, each in a network
+//! namespace of its own (`crate::netns`). The demo, the benchmarks and the integration tests
+//! all run on one.
 //!
 //! Every server is started with PR_SET_PDEATHSIG, so it dies with the process that started
 //! it: a killed test, bench or supervisor leaves no server behind. `ganges local up` starts a
 //! small detached *supervisor* process that owns the servers and waits for
 //! `ganges local down` (SIGTERM); the supervisor is what the servers' lives are tied to.
 
+use crate::netns::Network;
 use crate::sys;
 use crate::util::{CliError, CliResult, fail};
+use ganges_client::Client;
 use ganges_client::cluster::{ClusterFile, LocalInfo, ServerEntry};
 use ganges_core::ids::NodeId;
 use ganges_core::sched::SchedulerKind;
 use ganges_proto::control::{ControlReply, ControlRequest, Peer};
-use ganges_proto::frame::{FrameHeader, HEADER_BYTES};
-use ganges_proto::msg::{Hello, Message};
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -46,10 +47,38 @@ pub struct LocalSpec {
     pub binary: PathBuf,
     /// Each server its own node (`crate::stress`); `None`: the servers share the machine.
     pub node_groups: Option<crate::stress::NodeSpec>,
+    /// Each server in a network namespace of its own, with its own address on a bridge
+    /// (`crate::netns`; needs root). Such servers are not on loopback, so they get a secret.
+    pub netns: bool,
+    /// The servers read and write with direct I/O (`ganges serve --direct-io`).
+    pub direct_io: bool,
+    /// Give the cluster a secret (`ROOT/secret`) even on loopback.
+    pub secret: bool,
 }
 
 impl LocalSpec {
-    fn serve_args(&self, node: u32) -> Vec<String> {
+    /// A cluster of `nodes` servers under `root`, each with the disk model `disk` (or the
+    /// real file system), sharing this machine's loopback.
+    pub fn new(nodes: u32, root: PathBuf, disk: Option<DiskSpec>, binary: PathBuf) -> LocalSpec {
+        LocalSpec {
+            nodes,
+            root,
+            disk,
+            scheduler: SchedulerKind::Auto,
+            binary,
+            node_groups: None,
+            netns: false,
+            direct_io: false,
+            secret: false,
+        }
+    }
+
+    /// The cluster secret's file, if the cluster has one.
+    pub fn secret_path(&self) -> Option<PathBuf> {
+        (self.secret || self.netns).then(|| self.root.join("secret"))
+    }
+
+    fn serve_args(&self, node: u32, listen: &str) -> Vec<String> {
         let mut args = vec![
             "serve".to_string(),
             "--node".into(),
@@ -57,7 +86,7 @@ impl LocalSpec {
             "--data-dir".into(),
             self.root.join(format!("node-{node}")).join("data").display().to_string(),
             "--listen".into(),
-            "127.0.0.1:0".into(),
+            listen.to_string(),
             "--scheduler".into(),
             self.scheduler.to_string(),
         ];
@@ -71,6 +100,12 @@ impl LocalSpec {
                 d.queue_depth.to_string(),
             ]),
             None => args.extend(["--disk-rate".into(), "off".into()]),
+        }
+        if self.direct_io {
+            args.push("--direct-io".into());
+        }
+        if let Some(s) = self.secret_path() {
+            args.extend(["--secret-file".into(), s.display().to_string()]);
         }
         if let Some(n) = &self.node_groups {
             args.extend([
@@ -123,12 +158,14 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// A running local cluster. Dropping it stops every server.
+/// A running local cluster. Dropping it stops every server (and removes its network).
 #[derive(Debug)]
 pub struct LocalCluster {
     spec: LocalSpec,
     children: Vec<Option<Child>>,
     cluster: ClusterFile,
+    /// The namespaces' bridge (`--netns`); dropped after the servers stop.
+    network: Option<Network>,
 }
 
 impl LocalCluster {
@@ -136,28 +173,51 @@ impl LocalCluster {
         if spec.nodes == 0 {
             return fail("a cluster needs at least one node (--nodes 1 or more)");
         }
-        let mut children = Vec::new();
+        std::fs::create_dir_all(&spec.root)?;
+        if let Some(path) = spec.secret_path()
+            && !path.exists()
+        {
+            ganges_net::Secret::generate(&path).map_err(|e| CliError(e.to_string()))?;
+        }
+        let network = if spec.netns { Some(Network::create(spec.nodes, std::process::id())?) } else { None };
+        // Owned from here on, so an early return below stops the servers already started.
+        let empty = ClusterFile::new(vec![ServerEntry::new(NodeId(0), "127.0.0.1:0")])?;
+        let mut cluster = LocalCluster { spec: spec.clone(), children: vec![], cluster: empty, network };
         let mut outs = Vec::new();
         for node in 0..spec.nodes {
             let log_path = spec.log_path(node);
             std::fs::create_dir_all(log_path.parent().expect("has a parent"))?;
             let log = std::fs::File::create(&log_path)?;
-            let mut cmd = Command::new(&spec.binary);
-            cmd.args(spec.serve_args(node)).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+            let mut cmd = match &cluster.network {
+                // nsenter enters the network namespace only and then runs the server in its
+                // own process, so the server keeps the machine's view of cgroups and files.
+                Some(net) => {
+                    let host = &net.hosts[node as usize];
+                    let mut c = Command::new("nsenter");
+                    c.arg(format!("--net={}", host.netns_path()))
+                        .arg("--")
+                        .arg(&spec.binary)
+                        .args(spec.serve_args(node, &host.addr()));
+                    c
+                }
+                None => {
+                    let mut c = Command::new(&spec.binary);
+                    c.args(spec.serve_args(node, "127.0.0.1:0"));
+                    c
+                }
+            };
+            cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
             sys::tie_to_parent(&mut cmd, false);
             let mut child = cmd.spawn().map_err(|e| CliError(format!("starting {}: {e}", spec.binary.display())))?;
             outs.push(child.stdout.take().expect("piped"));
-            children.push(Some(child));
+            cluster.children.push(Some(child));
         }
-        // Owned from here on, so an early return below stops the servers already started.
-        let empty = ClusterFile { servers: vec![], local: None, path: spec.root.join("cluster.toml") };
-        let mut cluster = LocalCluster { spec: spec.clone(), children, cluster: empty };
         let mut servers = Vec::new();
         let deadline = Instant::now() + READY_TIMEOUT;
         for (node, out) in outs.into_iter().enumerate() {
             let left = deadline.saturating_duration_since(Instant::now());
             match first_line(out, left).as_deref().and_then(parse_ready) {
-                Some((n, addr)) if n == node as u32 => servers.push(ServerEntry { node: NodeId(n), addr }),
+                Some((n, addr)) if n == node as u32 => servers.push(ServerEntry::new(NodeId(n), addr.to_string())),
                 _ => {
                     let log = spec.log_path(node as u32);
                     return fail(format!(
@@ -168,8 +228,12 @@ impl LocalCluster {
                 }
             }
         }
+        if let Some(net) = &cluster.network {
+            net.release_names();
+        }
         let mut file = ClusterFile::new(servers)?;
         file.path = spec.root.join("cluster.toml");
+        file.security.secret_file = spec.secret_path();
         tell_peers(&file)?;
         cluster.cluster = file;
         Ok(cluster)
@@ -241,41 +305,41 @@ impl LocalCluster {
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         self.stop();
+        // The servers are gone, and their namespaces with them; then the bridge.
+        self.network.take();
     }
 }
 
-/// Tell every server where the others are (request handoff needs it). Plain blocking
-/// sockets: a cluster may be started from synchronous or asynchronous code.
+/// Tell every server where the others are (request handoff needs it), through the
+/// cluster's own transport (its secret, if it has one).
 fn tell_peers(file: &ClusterFile) -> CliResult<()> {
-    let peers: Vec<Peer> = file.servers.iter().map(|s| Peer { node: s.node, addr: s.addr }).collect();
-    for s in &file.servers {
-        let req = ControlRequest::SetPeers { peers: peers.clone() };
-        blocking_control(s.addr, req).map_err(|e| CliError(format!("telling {} its peers: {e}", s.node)))?;
+    let peers: Vec<Peer> = file.servers.iter().map(|s| Peer { node: s.node, addr: s.addr.clone() }).collect();
+    let nodes: Vec<NodeId> = file.servers.iter().map(|s| s.node).collect();
+    let req = ControlRequest::SetPeers { peers };
+    for (node, r) in blocking_control_all(file, &nodes, req)? {
+        r.map_err(|e| CliError(format!("telling {node} its peers: {e}")))?;
     }
     Ok(())
 }
 
-/// One control request over a fresh connection, blocking.
-pub fn blocking_control(addr: SocketAddr, req: ControlRequest) -> std::io::Result<ControlReply> {
-    use std::io::Write;
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let hello = Message::Hello(Hello { client: "ganges local".into(), client_id: 0 });
-    s.write_all(&hello.encode(1).to_vec())?;
-    s.write_all(&Message::Control(req).encode(2).to_vec())?;
-    loop {
-        let mut h = [0u8; HEADER_BYTES];
-        s.read_exact(&mut h)?;
-        let header = FrameHeader::parse(&h).map_err(std::io::Error::other)?;
-        let mut body = vec![0u8; header.body_len];
-        s.read_exact(&mut body)?;
-        match Message::decode(&header, body.into()).map_err(std::io::Error::other)? {
-            Message::HelloOk(_) => continue,
-            Message::ControlOk(r) => return Ok(*r),
-            Message::Error(e, _) => return Err(std::io::Error::other(e.to_string())),
-            other => return Err(std::io::Error::other(format!("unexpected kind {:#04x}", other.kind()))),
-        }
-    }
+/// One control request to each of `nodes`, from synchronous code (or from inside a runtime:
+/// it runs on a thread of its own with a runtime of its own).
+pub fn blocking_control_all(
+    file: &ClusterFile,
+    nodes: &[NodeId],
+    req: ControlRequest,
+) -> CliResult<Vec<(NodeId, ganges_client::Result<ControlReply>)>> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async {
+                let client = Client::connect(file.clone()).await?;
+                Ok(client.control_all(nodes, &req).await)
+            })
+        })
+        .join()
+        .expect("the control thread does not panic")
+    })
 }
 
 /// The supervisor of `ganges local up`: start the servers, publish the cluster file, wait
@@ -288,6 +352,8 @@ pub fn supervise(spec: &LocalSpec, cluster_path: &Path, foreground: bool) -> Cli
         supervisor_pid: std::process::id(),
         disk_rate_bytes_per_sec: spec.disk.map(|d| d.rate_bytes_per_sec),
         seek_ms: spec.disk.map_or(0.0, |d| d.seek.as_secs_f64() * 1e3),
+        netns: spec.netns,
+        direct_io: spec.direct_io,
     });
     file.save(cluster_path)?;
     if foreground {

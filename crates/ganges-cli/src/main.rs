@@ -62,6 +62,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: LocalCmd,
     },
+    /// Set up a cluster of your own machines, and see how it is doing
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
     /// Create, import, export, list, check and remove datasets
     Dataset {
         #[command(subcommand)]
@@ -116,6 +121,56 @@ enum Cmd {
     /// Load one node of a local cluster until killed (`bench write --stress` starts these)
     #[command(hide = true)]
     Stress(StressArgs),
+    /// A competing reader on a server's disk (`fault set --competing-reader` starts these)
+    #[command(hide = true)]
+    Compete {
+        #[arg(long)]
+        file: PathBuf,
+        #[arg(long)]
+        share: f64,
+        /// The server's pid: the reader dies with it
+        #[arg(long)]
+        parent: u32,
+        /// The server's throttle group, to share its cap
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// Write a cluster file (and a new cluster secret, and with --tls a CA and a certificate
+    /// per server) for servers on the given hosts
+    #[command(
+        after_help = "Examples:\n  ganges cluster init --hosts node0:7070,node1:7070,node2:7070 --data-dir /data/ganges\n  ganges cluster init --hosts 10.0.0.1:7070,10.0.0.2:7070 --tls --out /etc/ganges/cluster.toml\n\nThen on each machine K: ganges serve --cluster cluster.toml --node K"
+    )]
+    Init {
+        /// The servers' addresses (host:port), node 0 first
+        #[arg(long, value_delimiter = ',', required = true)]
+        hosts: Vec<String>,
+        /// Where to write the cluster file
+        #[arg(long, default_value = "cluster.toml")]
+        out: PathBuf,
+        /// The secret file [default: `secret` beside the cluster file]; an existing one is kept
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+        /// Each server's data directory, recorded in the cluster file
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Each server listens on every address at its port (0.0.0.0), not only on its host's
+        #[arg(long)]
+        listen_any: bool,
+        /// Also make a CA and a certificate per server (in `tls/` beside the cluster file),
+        /// and encrypt every connection
+        #[arg(long)]
+        tls: bool,
+    },
+    /// Show each server of a cluster: address, state, security, datasets, faults, load
+    #[command(after_help = "Example:\n  ganges cluster status --cluster /etc/ganges/cluster.toml")]
+    Status {
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -134,9 +189,9 @@ struct StressArgs {
     /// memory: what to leave free on the node
     #[arg(long, default_value = "16MiB")]
     leave: ByteSize,
-    /// network: the server whose link to load
+    /// network: the server whose link to load (host:port)
     #[arg(long)]
-    target: Option<std::net::SocketAddr>,
+    target: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -144,17 +199,35 @@ struct ServeArgs {
     /// This server's node number in the cluster
     #[arg(long)]
     node: u32,
-    /// Where this server keeps its datasets
+    /// Where this server keeps its datasets [default: the cluster file's data_dir of this node]
     #[arg(long, value_name = "DIR")]
-    data_dir: PathBuf,
-    /// Address to listen on (loopback only; port 0 picks a free port)
-    #[arg(long, default_value = "127.0.0.1:0")]
-    listen: std::net::SocketAddr,
+    data_dir: Option<PathBuf>,
+    /// Address to listen on (port 0 picks a free port); an address that is not loopback needs
+    /// a cluster secret [default: the cluster file's listen, else addr, of this node; else
+    /// 127.0.0.1:0]
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
     #[command(flatten)]
     disk: DiskArgs,
-    /// The cluster file, to know the other servers (for request handoff)
+    /// The cluster file: this server's address, data directory, secret and certificates, and
+    /// the other servers (for request handoff)
     #[arg(long, value_name = "FILE")]
     cluster: Option<PathBuf>,
+    /// The cluster secret [default: $GANGES_SECRET_FILE, else the cluster file's]
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+    /// TLS: this server's certificate (PEM) [default: the cluster file's cert_dir/node-K.pem]
+    #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// TLS: this server's private key (PEM)
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// TLS: the cluster's CA, trusted when this server connects to others
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Read and write data with direct I/O (O_DIRECT), so the page cache does not hide the disk
+    #[arg(long)]
+    direct_io: bool,
     /// Server-side scheduler: auto (each request's own discipline) or fifo
     #[arg(long, default_value = "auto")]
     scheduler: SchedulerKind,
@@ -251,6 +324,30 @@ struct LocalUpArgs {
     /// Stay in the foreground; Ctrl-C stops the cluster
     #[arg(long)]
     foreground: bool,
+    /// Each server in a network namespace of its own, with its own address on a bridge, so
+    /// traffic crosses a real (virtual) network and `fault set --link-rate` can slow one
+    /// server's link (needs root; the cluster gets a secret)
+    #[arg(long)]
+    netns: bool,
+    /// Servers read and write with direct I/O (needs a data folder on a disk, not a tmpfs)
+    #[arg(long)]
+    direct_io: bool,
+    /// Give the cluster a secret even on loopback (every connection proves it)
+    #[arg(long)]
+    secret: bool,
+}
+
+impl LocalUpArgs {
+    /// The flags a detached supervisor is started with, for the same cluster.
+    fn to_args(&self) -> Vec<String> {
+        let mut args = self.disk.to_args();
+        for (on, flag) in [(self.netns, "--netns"), (self.direct_io, "--direct-io"), (self.secret, "--secret")] {
+            if on {
+                args.push(flag.into());
+            }
+        }
+        args
+    }
 }
 
 /// Like `DiskArgs`, but local clusters model a disk by default.
@@ -484,24 +581,42 @@ struct DatasetCreateArgs {
 
 #[derive(Subcommand, Debug)]
 enum FaultCmd {
-    /// Slow down the modelled disk of one or more servers
+    /// Slow down servers at run time: their modelled disk, or for real (the kernel's
+    /// block-I/O throttle, a competing reader, a shaped link)
     #[command(
-        after_help = "Examples:\n  ganges fault set --node 3 --factor 0.5\n  ganges fault set --node 0,8 --competing-share 0.5"
+        after_help = "Examples:\n  ganges fault set --node 3 --factor 0.5                 (the disk model)\n  ganges fault set --node 0,8 --competing-share 0.5\n  ganges fault set --node 3 --kernel-read-rate 50MiB/s   (real: the kernel caps the server's reads)\n  ganges fault set --node 3 --competing-reader 0.5       (real: a process reading the same disk)\n  ganges fault set --node 3 --link-rate 40MiB/s          (real: tc on the server's own link; local up --netns)"
     )]
     Set {
         /// Node(s), comma-separated
         #[arg(long, value_delimiter = ',', required = true)]
         node: Vec<u32>,
-        /// Fraction of its peak the disk still delivers, in (0, 1]
-        #[arg(long, conflicts_with = "competing_share", required_unless_present = "competing_share")]
+        /// Disk model: the fraction of its peak the disk still delivers, in (0, 1]
+        #[arg(long, conflicts_with = "competing_share")]
         factor: Option<f64>,
-        /// Share of the disk a competing reader takes, in [0, 1)
+        /// Disk model: the share of the disk a modelled competing reader takes, in [0, 1)
         #[arg(long)]
         competing_share: Option<f64>,
+        /// Real: the kernel caps the server's reads from its disk at this rate (cgroup blkio
+        /// or io.max; give the server --direct-io so the page cache does not hide it)
+        #[arg(long, value_name = "RATE")]
+        kernel_read_rate: Option<Rate>,
+        /// Real: the kernel caps the server's writes to its disk at this rate
+        #[arg(long, value_name = "RATE")]
+        kernel_write_rate: Option<Rate>,
+        /// Real: a process reads another file on the server's disk at this share of the
+        /// rate it measures alone, in (0, 1] (1: as fast as it can)
+        #[arg(long, value_name = "SHARE")]
+        competing_reader: Option<f64>,
+        /// Real: tc shapes the server's link to this rate, both ways (its own address only)
+        #[arg(long, value_name = "RATE")]
+        link_rate: Option<Rate>,
+        /// Real: tc delays the server's link by this much each way (needs netem)
+        #[arg(long, value_name = "DURATION")]
+        link_delay: Option<Dur>,
         #[command(flatten)]
         cluster: ClusterArg,
     },
-    /// Remove faults (from every server, or the ones named)
+    /// Remove faults, modelled and real (from every server, or the ones named)
     #[command(after_help = "Example:\n  ganges fault clear")]
     Clear {
         #[arg(long, value_delimiter = ',')]
@@ -509,7 +624,7 @@ enum FaultCmd {
         #[command(flatten)]
         cluster: ClusterArg,
     },
-    /// Show every server's disk model and fault
+    /// Show every server's disk, and the faults in force on it
     #[command(after_help = "Example:\n  ganges fault show")]
     Show {
         #[command(flatten)]
@@ -939,13 +1054,36 @@ fn run(cli: Cli) -> CliResult<()> {
         }
         Cmd::Fault { cmd } => runtime()?.block_on(async {
             match cmd {
-                FaultCmd::Set { node, factor, competing_share, cluster } => {
-                    let fault = match (factor, competing_share) {
-                        (Some(factor), None) => Fault::Factor { factor },
-                        (None, Some(share)) => Fault::Competing { share },
-                        _ => return fail("give --factor or --competing-share"),
+                FaultCmd::Set {
+                    node,
+                    factor,
+                    competing_share,
+                    kernel_read_rate,
+                    kernel_write_rate,
+                    competing_reader,
+                    link_rate,
+                    link_delay,
+                    cluster,
+                } => {
+                    let model = match (factor, competing_share) {
+                        (Some(factor), None) => Some(Fault::Factor { factor }),
+                        (None, Some(share)) => Some(Fault::Competing { share }),
+                        _ => None,
                     };
-                    commands::fault_set(&cluster.path(), &node, fault).await
+                    let real = ganges_proto::control::RealFaults {
+                        kernel_read_bytes_per_sec: kernel_read_rate.map(|r| r.0.round() as u64),
+                        kernel_write_bytes_per_sec: kernel_write_rate.map(|r| r.0.round() as u64),
+                        competing_reader,
+                        link_bytes_per_sec: link_rate.map(|r| r.0.round() as u64),
+                        link_delay_us: link_delay.map(|d| d.0.as_micros() as u64),
+                    };
+                    if model.is_none() && real.is_none() {
+                        return fail(
+                            "give a fault: --factor or --competing-share (the disk model), or --kernel-read-rate, \
+                             --kernel-write-rate, --competing-reader, --link-rate or --link-delay (real)",
+                        );
+                    }
+                    commands::fault_set(&cluster.path(), &node, model, real).await
                 }
                 FaultCmd::Clear { node, cluster } => commands::fault_clear(&cluster.path(), node).await,
                 FaultCmd::Show { cluster } => commands::fault_show(&cluster.path()).await,
@@ -971,27 +1109,42 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Demo(a) => demo(a),
         Cmd::Sim(a) => sim(a),
         Cmd::Stress(a) => ganges_cli::stress::run(a.kind, &a.cgroup, a.threads, a.node_memory.0, a.leave.0, a.target),
+        Cmd::Cluster { cmd: ClusterCmd::Init { hosts, out, secret_file, data_dir, listen_any, tls } } => {
+            commands::cluster_init(&commands::ClusterInit { hosts, out, secret_file, data_dir, listen_any, tls })
+        }
+        Cmd::Cluster { cmd: ClusterCmd::Status { cluster } } => {
+            runtime()?.block_on(commands::cluster_status(&cluster.path()))
+        }
+        Cmd::Compete { file, share, parent, cgroup } => {
+            ganges_server::realfault::compete(&file, share, parent, cgroup.as_deref())
+                .map_err(|e| CliError(format!("competing reader on {}: {e}", file.display())))
+        }
     }
 }
 
 fn serve(a: ServeArgs) -> CliResult<()> {
+    let node = NodeId(a.node);
+    let file = a.cluster.as_deref().map(ClusterFile::load).transpose()?;
+    let entry = file.as_ref().map(|f| f.server(node).cloned()).transpose()?;
     // The other servers, for request handoff; local clusters send them once all are up.
-    let peers = match &a.cluster {
-        Some(path) => ClusterFile::load(path)?
-            .servers
+    let peers = file.as_ref().map_or(vec![], |f| {
+        f.servers
             .iter()
-            .filter(|s| s.node.0 != a.node)
-            .map(|s| ganges_proto::control::Peer { node: s.node, addr: s.addr })
-            .collect(),
-        None => vec![],
-    };
-    if !a.listen.ip().is_loopback() {
-        return fail(format!(
-            "{} is not a loopback address; this release serves on loopback only (non-loopback \
-             binds need the cluster-secret handshake, which is not built yet)",
-            a.listen
-        ));
-    }
+            .filter(|s| s.node != node)
+            .map(|s| ganges_proto::control::Peer { node: s.node, addr: s.addr.clone() })
+            .collect()
+    });
+    let listen = a
+        .listen
+        .clone()
+        .or_else(|| entry.as_ref().map(|e| e.listen.clone().unwrap_or_else(|| e.addr.clone())))
+        .unwrap_or_else(|| "127.0.0.1:0".into());
+    let data_dir = a
+        .data_dir
+        .clone()
+        .or_else(|| entry.as_ref().and_then(|e| e.data_dir.clone()))
+        .ok_or_else(|| CliError(format!("give --data-dir, or a cluster file whose {node} has a data_dir")))?;
+    let transport = serve_transport(&a, file.as_ref(), node)?;
     let disk = a.disk.spec()?.map(|d| DiskParams {
         rate_bytes_per_sec: d.rate_bytes_per_sec,
         seek: d.seek,
@@ -1006,19 +1159,32 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         memory_bytes: a.node_memory.map(|m| m.0),
     };
     let config = ganges_server::ServerConfig {
-        node: NodeId(a.node),
-        data_dir: a.data_dir,
+        node,
+        data_dir,
         disk,
         scheduler: a.scheduler,
         peers,
         node_sampling,
         model_link: a.model_link,
+        direct_io: a.direct_io,
+        helper: binary().ok(),
+        transport,
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(16).build()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(a.listen).await?;
+        let listener = tokio::net::TcpListener::bind(listen.as_str())
+            .await
+            .map_err(|e| CliError(format!("listening on {listen}: {e}")))?;
         let addr = listener.local_addr()?;
-        tracing::info!(node = a.node, %addr, disk = ?config.disk, "serving");
+        tracing::info!(
+            node = a.node,
+            %addr,
+            disk = ?config.disk,
+            direct_io = config.direct_io,
+            secret = config.transport.has_secret(),
+            tls = config.transport.has_tls(),
+            "serving"
+        );
         let shutdown = async {
             use tokio::signal::unix::{SignalKind, signal};
             let mut term = signal(SignalKind::terminate()).expect("signal handler");
@@ -1039,6 +1205,42 @@ fn serve(a: ServeArgs) -> CliResult<()> {
     })
 }
 
+/// How a server secures its connections: the secret from --secret-file, $GANGES_SECRET_FILE
+/// or the cluster file; TLS from --tls-cert/--tls-key/--tls-ca or the cluster file's [tls].
+fn serve_transport(a: &ServeArgs, file: Option<&ClusterFile>, node: NodeId) -> CliResult<ganges_net::Transport> {
+    let env_secret =
+        std::env::var_os(ganges_client::cluster::SECRET_FILE_ENV).filter(|p| !p.is_empty()).map(PathBuf::from);
+    let secret_path = a.secret_file.clone().or(env_secret).or_else(|| file.and_then(|f| f.secret_path()));
+    let secret = secret_path.map(|p| ganges_net::Secret::load(&p)).transpose().map_err(|e| CliError(e.to_string()))?;
+    let mut t = ganges_net::Transport::plain().with_secret(secret);
+    let tls = match (&a.tls_cert, &a.tls_key, &a.tls_ca) {
+        (Some(cert), Some(key), Some(ca)) => Some((cert.clone(), key.clone(), ca.clone())),
+        _ => match file {
+            Some(f) => match (f.tls_files(node)?, &f.tls) {
+                (Some((cert, key)), Some(section)) => Some((cert, key, f.resolve(&section.ca))),
+                _ => None,
+            },
+            None => None,
+        },
+    };
+    if let Some((cert, key, ca)) = tls {
+        let tls_err = |e: ganges_net::tls::TlsError| CliError(e.to_string());
+        t = t
+            .with_tls_server(ganges_net::tls::server_config(&cert, &key).map_err(tls_err)?)
+            .with_tls_client(ganges_net::tls::client_config(&ca).map_err(tls_err)?);
+    }
+    Ok(t)
+}
+
+fn local_spec(a: &LocalUpArgs, root: PathBuf) -> CliResult<LocalSpec> {
+    Ok(LocalSpec {
+        netns: a.netns,
+        direct_io: a.direct_io,
+        secret: a.secret,
+        ..LocalSpec::new(a.nodes, root, a.disk.spec()?, binary()?)
+    })
+}
+
 fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
     match cmd {
         LocalCmd::Up(a) => {
@@ -1054,14 +1256,12 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
                     l.supervisor_pid
                 ));
             }
-            let spec = LocalSpec {
-                nodes: a.nodes,
-                root: root.clone(),
-                disk: a.disk.spec()?,
-                scheduler: SchedulerKind::Auto,
-                binary: binary()?,
-                node_groups: None,
-            };
+            if a.netns
+                && let Some(why) = ganges_cli::netns::unavailable()
+            {
+                return fail(why);
+            }
+            let spec = local_spec(&a, root.clone())?;
             if a.foreground {
                 return local::supervise(&spec, &cluster_path, true);
             }
@@ -1073,17 +1273,19 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
                 "--root".into(),
                 root.display().to_string(),
             ];
-            args.extend(a.disk.to_args());
+            args.extend(a.to_args());
             let pid = local::up_detached(&spec, &args)?;
             let file = ClusterFile::load(&cluster_path)?;
             println!(
-                "{} servers up on {} ({}), supervisor pid {pid}",
+                "{} servers up at {} ({}{}{}), supervisor pid {pid}",
                 file.servers.len(),
-                file.servers.iter().map(|s| s.addr.port().to_string()).collect::<Vec<_>>().join(","),
+                file.servers.iter().map(|s| s.addr.as_str()).collect::<Vec<_>>().join(" "),
                 match spec.disk {
                     Some(d) => format!("disk model {}/s, seek {:?}", ByteSize(d.rate_bytes_per_sec as u64), d.seek),
                     None => "real file system".into(),
-                }
+                },
+                if spec.direct_io { ", direct I/O" } else { "" },
+                if spec.secret_path().is_some() { ", cluster secret" } else { "" },
             );
             println!("cluster file: {}", cluster_path.display());
             if cluster_path != default_cluster_path() {
@@ -1105,17 +1307,10 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
         }
         LocalCmd::Supervise(a) => {
             let root = a.root.clone().unwrap_or_else(default_local_root);
-            let spec = LocalSpec {
-                nodes: a.nodes,
-                root: root.clone(),
-                disk: a.disk.spec()?,
-                scheduler: SchedulerKind::Auto,
-                binary: binary()?,
-                node_groups: None,
-            };
+            let spec = local_spec(&a, root.clone())?;
             local::supervise(&spec, &root.join("cluster.toml"), false)
         }
-        LocalCmd::Status { cluster } => runtime()?.block_on(commands::local_status(&cluster.path())),
+        LocalCmd::Status { cluster } => runtime()?.block_on(commands::cluster_status(&cluster.path())),
         LocalCmd::Down { cluster } => {
             let path = cluster.path();
             let file = ClusterFile::load(&path)?;

@@ -100,7 +100,7 @@ pub struct NodeGroups {
 }
 
 /// Send a server bytes it drops, as fast as its link takes them.
-fn flood(addr: std::net::SocketAddr) -> std::io::Result<()> {
+fn flood(addr: &str) -> std::io::Result<()> {
     use ganges_proto::msg::{Hello, Message};
     use std::io::Write;
     let mut s = std::net::TcpStream::connect(addr)?;
@@ -172,13 +172,7 @@ impl Drop for Stressor {
 
 /// Start `ganges stress KIND` in `group`, the node of the server at `addr` (a disk stress is
 /// a fault set on the server: `None`); a memory stress leaves `leave` bytes of the node free.
-pub fn start(
-    binary: &Path,
-    kind: StressKind,
-    group: &str,
-    addr: std::net::SocketAddr,
-    leave: u64,
-) -> CliResult<Option<Stressor>> {
+pub fn start(binary: &Path, kind: StressKind, group: &str, addr: &str, leave: u64) -> CliResult<Option<Stressor>> {
     let args: Vec<String> = match kind {
         StressKind::Disk => return Ok(None),
         StressKind::Cpu => vec!["--threads".into(), CPU_THREADS.to_string()],
@@ -202,13 +196,13 @@ pub fn run(
     threads: u32,
     node_memory: u64,
     leave: u64,
-    target: Option<std::net::SocketAddr>,
+    target: Option<String>,
 ) -> CliResult<()> {
     node::join_cgroup(group)?;
     match kind {
         StressKind::Network => {
             let Some(addr) = target else { return fail("a network stress needs --target ADDR (its server)") };
-            return flood(addr).map_err(|e| CliError(format!("network stress on {addr}: {e}")));
+            return flood(&addr).map_err(|e| CliError(format!("network stress on {addr}: {e}")));
         }
         StressKind::Cpu => {
             for _ in 0..threads.max(1) {

@@ -62,21 +62,17 @@ async fn a_cpu_stress_saturates_its_own_node_and_no_other() {
     let groups = NodeGroups::create(2).unwrap();
     let root = tempfile::tempdir().unwrap();
     let spec = LocalSpec {
-        nodes: 2,
-        root: root.path().to_path_buf(),
-        disk: common::disk(32.0),
-        scheduler: ganges_core::sched::SchedulerKind::Auto,
-        binary: common::binary(),
         node_groups: Some(stress::NodeSpec {
             cgroup_parent: groups.parent.clone(),
             memory_bytes: stress::NODE_MEMORY,
             link_bytes_per_sec: None,
         }),
+        ..LocalSpec::new(2, root.path().to_path_buf(), common::disk(32.0), common::binary())
     };
     let local = LocalCluster::start(&spec).unwrap();
     let client = Client::connect(local.cluster().clone()).await.unwrap();
-    let addr = local.cluster().servers[1].addr;
-    let burner = stress::start(&common::binary(), StressKind::Cpu, &groups.group(1), addr, 1 << 20).unwrap();
+    let addr = local.cluster().servers[1].addr.clone();
+    let burner = stress::start(&common::binary(), StressKind::Cpu, &groups.group(1), &addr, 1 << 20).unwrap();
     tokio::time::sleep(stress::SETTLE).await;
     let (idle, hot) = (node_load(&client, NodeId(0)).await.unwrap(), node_load(&client, NodeId(1)).await.unwrap());
     // The paper's rule calls a node saturated at 99% of every CPU and a load above 2.

@@ -15,14 +15,14 @@ use ganges_core::shape::Partition;
 use ganges_proto::frame::{FrameHeader, HEADER_BYTES};
 use ganges_proto::msg::{ErrorCode, Hello, Message, ReadReq, kind};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Send raw bytes; return the error frame the server answers with, and whether it then
 /// closed the connection.
-fn raw(addr: SocketAddr, bytes: &[u8]) -> (Option<ErrorCode>, bool) {
-    let mut s = TcpStream::connect(addr).unwrap();
+fn raw(addr: String, bytes: &[u8]) -> (Option<ErrorCode>, bool) {
+    let mut s = TcpStream::connect(addr.as_str()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(bytes).unwrap();
     let mut code = None;
@@ -47,13 +47,17 @@ fn hello() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
     let c = start(1, None);
-    let addr = c.local.cluster().servers[0].addr;
+    let addr = c.local.cluster().servers[0].addr.clone();
     let client = c.client().await;
     create(&client, "ok", vec![100_000], 16 << 10, 1, Generator::Random { seed: 1 }).await;
 
     // Garbage: a header with a wrong version.
-    let (code, closed) =
-        tokio::task::spawn_blocking(move || raw(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")).await.unwrap();
+    let (code, closed) = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || raw(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    })
+    .await
+    .unwrap();
     assert!(closed);
     assert!(
         matches!(code, Some(ErrorCode::UnsupportedVersion | ErrorCode::FrameTooLarge | ErrorCode::BadFrame)),
@@ -64,7 +68,12 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
     let mut big = [0u8; HEADER_BYTES];
     FrameHeader::write(kind::READ, 7, 0, &mut big);
     big[0..4].copy_from_slice(&(1u32 << 30).to_le_bytes());
-    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &big)).await.unwrap();
+    let (code, closed) = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || raw(addr, &big)
+    })
+    .await
+    .unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::FrameTooLarge), true));
 
     // A read before hello.
@@ -79,14 +88,24 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
         len: 10,
     });
     let bytes = read.encode(2).to_vec();
-    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes)).await.unwrap();
+    let (code, closed) = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || raw(addr, &bytes)
+    })
+    .await
+    .unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::ProtocolViolation), true));
 
     // A kind only servers send, after a proper hello.
     let mut bytes = hello();
     let ack = ganges_proto::msg::WriteOk { queue_len: 0, service_us: 0, primary_progress: None, block: 0 };
     bytes.extend(Message::WriteOk(ack).encode(3).to_vec());
-    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes)).await.unwrap();
+    let (code, closed) = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || raw(addr, &bytes)
+    })
+    .await
+    .unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::ProtocolViolation), true));
 
     // A truncated body of a fixed-layout message.
@@ -95,13 +114,23 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
     FrameHeader::write(kind::READ, 4, 5, &mut h);
     bytes.extend_from_slice(&h);
     bytes.extend_from_slice(&[1, 2, 3, 4, 5]);
-    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes)).await.unwrap();
+    let (code, closed) = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || raw(addr, &bytes)
+    })
+    .await
+    .unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::BadFrame), true));
 
     // A second hello.
     let mut bytes = hello();
     bytes.extend(hello());
-    let (code, closed) = tokio::task::spawn_blocking(move || raw(addr, &bytes)).await.unwrap();
+    let (code, closed) = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || raw(addr, &bytes)
+    })
+    .await
+    .unwrap();
     assert_eq!((code, closed), (Some(ErrorCode::ProtocolViolation), true));
 
     // The client connected before all that still works, and so does a new one.
@@ -202,7 +231,7 @@ async fn request_errors_are_typed_and_keep_the_connection() {
 async fn a_cluster_file_naming_no_running_server_says_what_to_do() {
     // Bind and drop a listener: nothing listens on that port now.
     let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let file = ClusterFile::new(vec![ServerEntry { node: NodeId(0), addr }]).unwrap();
+    let file = ClusterFile::new(vec![ServerEntry::new(NodeId(0), addr.to_string())]).unwrap();
     let err = Client::connect(file).await.unwrap_err();
     assert!(matches!(err, ClientError::NoServers { .. }));
     assert!(err.to_string().contains("ganges local up"), "{err}");

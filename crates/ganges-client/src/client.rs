@@ -28,12 +28,19 @@ impl Client {
         // over one of its requests from another server (GD-6).
         let client_id = rand::random::<u64>() | 1;
         let registry = Arc::new(Registry::default());
-        let attempts = cluster.servers.iter().map(|s| Connection::connect(s.node, s.addr, client_id, registry.clone()));
+        let transport = cluster.transport()?;
+        let attempts = cluster
+            .servers
+            .iter()
+            .map(|s| Connection::connect(&transport, s.node, &s.addr, client_id, registry.clone()));
         let results = join_all(attempts).await;
         let mut conns = Vec::with_capacity(results.len());
         for r in results {
             match r {
                 Ok(c) => conns.push(Some(c)),
+                // A server that refuses us (a wrong secret, TLS required) will refuse every
+                // retry too: say so now, instead of reading around it as if it were down.
+                Err(e @ ClientError::Refused { .. }) => return Err(e),
                 Err(e) => {
                     tracing::warn!(%e, "server unreachable");
                     conns.push(None);

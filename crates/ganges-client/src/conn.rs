@@ -16,21 +16,17 @@
 
 use crate::error::{ClientError, Result};
 use ganges_core::ids::NodeId;
+use ganges_net::{HandshakeError, Transport};
 use ganges_proto::control::{ControlReply, ControlRequest};
-use ganges_proto::io::{READ_BUFFER_BYTES, read_frame, write_frame};
+use ganges_proto::io::{read_frame, write_frame};
 use ganges_proto::msg::{Encoded, Hello, Message, Origin};
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 
-/// How long to wait for a server to accept and answer `Hello`: long enough for a loaded
-/// machine, short enough that a dead address does not stall a command.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub use ganges_net::transport::CONNECT_TIMEOUT;
 
 /// A reply (or failure) for a tagged request.
 #[derive(Debug)]
@@ -93,7 +89,7 @@ impl Registry {
 #[derive(Debug)]
 pub struct Connection {
     node: NodeId,
-    addr: SocketAddr,
+    addr: String,
     /// Frames to the writer task. Unbounded: callers bound what they put in flight.
     tx: mpsc::UnboundedSender<Encoded>,
     pending: Arc<Mutex<Pending>>,
@@ -101,22 +97,23 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connect, say hello as `client_id`, and check the server is the node the cluster file
+    /// Connect through `transport` (TLS and the cluster secret's handshake, as the cluster
+    /// has them), say hello as `client_id`, and check the server is the node the cluster file
     /// says. Replies that name another server's requests are routed through `registry`.
     pub async fn connect(
+        transport: &Transport,
         node: NodeId,
-        addr: SocketAddr,
+        addr: &str,
         client_id: u64,
         registry: Arc<Registry>,
     ) -> Result<Arc<Connection>> {
-        let fail = |why: String| ClientError::Connect { node, addr, why };
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
-            .await
-            .map_err(|_| fail("timed out".into()))?
-            .map_err(|e| fail(e.to_string()))?;
-        let _ = stream.set_nodelay(true);
-        let (rd, mut wr) = stream.into_split();
-        let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
+        let fail = |why: String| ClientError::Connect { node, addr: addr.to_string(), why };
+        let refused = |err| ClientError::Refused { node, addr: addr.to_string(), err };
+        let stream = transport.connect(addr).await.map_err(|e| match e {
+            HandshakeError::Refused(err) => refused(err),
+            e => fail(e.to_string()),
+        })?;
+        let (mut rd, mut wr) = (stream.rd, stream.wr);
         let client = format!("ganges-client/{}", env!("CARGO_PKG_VERSION"));
         let hello = Message::Hello(Hello { client, client_id });
         let handshake = async {
@@ -131,7 +128,7 @@ impl Connection {
                     "it answers as {}, but the cluster file says {node}; the cluster file is stale",
                     ok.node
                 ))),
-                Message::Error(e, _) => Err(fail(e.to_string())),
+                Message::Error(e, _) => Err(refused(e)),
                 other => Err(fail(format!("unexpected reply to hello: kind {:#04x}", other.kind()))),
             }
         };
@@ -177,15 +174,15 @@ impl Connection {
                 w.deliver(node, Err(ClientError::NodeDown { node }));
             }
         });
-        Ok(Arc::new(Connection { node, addr, tx, pending, next_id: AtomicU64::new(1) }))
+        Ok(Arc::new(Connection { node, addr: addr.to_string(), tx, pending, next_id: AtomicU64::new(1) }))
     }
 
     pub fn node(&self) -> NodeId {
         self.node
     }
 
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+    pub fn addr(&self) -> &str {
+        &self.addr
     }
 
     pub fn is_closed(&self) -> bool {

@@ -1138,7 +1138,7 @@ pub async fn complete(client: &Arc<Client>, name: &DatasetName) -> Result<Comple
             .cluster()
             .servers
             .iter()
-            .map(|s| ganges_proto::control::Peer { node: s.node, addr: s.addr })
+            .map(|s| ganges_proto::control::Peer { node: s.node, addr: s.addr.clone() })
             .collect();
         let mut fills = vec![];
         for f in 0..manifest.shape.fragment_count() {

@@ -4,7 +4,6 @@ use ganges_core::digest::Digest;
 use ganges_core::ids::NodeId;
 use ganges_proto::manifest::DatasetName;
 use ganges_proto::msg::WireError;
-use std::net::SocketAddr;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -14,7 +13,11 @@ pub enum ClientError {
     )]
     NoServers { cluster: String, tried: usize },
     #[error("{node} at {addr} is unreachable: {why}")]
-    Connect { node: NodeId, addr: SocketAddr, why: String },
+    Connect { node: NodeId, addr: String, why: String },
+    /// The server refused the connection with a typed error (a wrong or missing cluster
+    /// secret, TLS required, too many failed handshakes).
+    #[error("{node} at {addr} refused the connection: {err}")]
+    Refused { node: NodeId, addr: String, err: WireError },
     #[error("{node} is down (its connection is closed)")]
     NodeDown { node: NodeId },
     #[error("{node} did not answer `{op}` within {secs} s; it may be hung")]
@@ -50,7 +53,7 @@ impl ClientError {
     /// The server's error code, if a server answered with an error.
     pub fn code(&self) -> Option<ganges_proto::msg::ErrorCode> {
         match self {
-            ClientError::Server { err, .. } => Some(err.code),
+            ClientError::Server { err, .. } | ClientError::Refused { err, .. } => Some(err.code),
             _ => None,
         }
     }

@@ -21,6 +21,13 @@ pub enum ControlRequest {
     Stats,
     /// Set (or with `None`, clear) the disk model's fault.
     SetFault { fault: Option<Fault> },
+    /// Make these faults real on the server's machine (FI-2), replacing those in force:
+    /// every field that is `None` is off. `RealFaults::default()` clears them all.
+    SetRealFaults { faults: RealFaults },
+    /// Measure the server's disk with direct I/O: write a calibration file of `bytes` (once,
+    /// kept for later calibrations), then read it for up to `seconds`. (A link is timed by
+    /// the client: `Sink` frames, then `Stats`, whose `sink_bytes` says what arrived.)
+    Calibrate { bytes: u64, seconds: f64 },
     /// Forget the disk bandwidth measured so far, so the next reads measure it afresh, as on
     /// a server just started. The bench sends it before every run, so that no run starts
     /// from the rates the last run's faults left behind.
@@ -76,11 +83,108 @@ pub enum ControlRequest {
     },
 }
 
-/// A server's address, as servers tell each other.
+/// Faults a server makes real on its own machine (FI-2). Each is off when `None`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RealFaults {
+    /// The kernel's block-I/O controller caps the server process's reads from the device
+    /// holding its data directory (cgroup v1 `blkio`, or v2 `io.max`), bytes per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_read_bytes_per_sec: Option<u64>,
+    /// The same for writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_write_bytes_per_sec: Option<u64>,
+    /// A process reads another large file on the same device (gd-enhancements §4.1), at
+    /// this share of the rate it measures reading alone (1: as fast as it can); it shares the
+    /// server's kernel cap when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub competing_reader: Option<f64>,
+    /// `tc` shapes the server's link, both directions, to this rate in bytes per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_bytes_per_sec: Option<u64>,
+    /// `tc` delays the server's link by this much each way (needs the kernel's netem).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_delay_us: Option<u64>,
+}
+
+impl RealFaults {
+    pub fn is_none(&self) -> bool {
+        *self == RealFaults::default()
+    }
+
+    /// Check every value before anything is applied.
+    pub fn validate(&self) -> Result<(), String> {
+        for (what, v) in [
+            ("--kernel-read-rate", self.kernel_read_bytes_per_sec),
+            ("--kernel-write-rate", self.kernel_write_bytes_per_sec),
+            ("--link-rate", self.link_bytes_per_sec),
+        ] {
+            if v == Some(0) {
+                return Err(format!("{what} must be above 0 (clear the fault instead)"));
+            }
+        }
+        if let Some(s) = self.competing_reader
+            && !(s > 0.0 && s <= 1.0)
+        {
+            return Err(format!("--competing-reader must be in (0, 1], not {s}"));
+        }
+        Ok(())
+    }
+
+    /// Every field `other` sets, over these.
+    pub fn merged(&self, other: &RealFaults) -> RealFaults {
+        RealFaults {
+            kernel_read_bytes_per_sec: other.kernel_read_bytes_per_sec.or(self.kernel_read_bytes_per_sec),
+            kernel_write_bytes_per_sec: other.kernel_write_bytes_per_sec.or(self.kernel_write_bytes_per_sec),
+            competing_reader: other.competing_reader.or(self.competing_reader),
+            link_bytes_per_sec: other.link_bytes_per_sec.or(self.link_bytes_per_sec),
+            link_delay_us: other.link_delay_us.or(self.link_delay_us),
+        }
+    }
+}
+
+impl std::fmt::Display for RealFaults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let mut parts = vec![];
+        if let Some(r) = self.kernel_read_bytes_per_sec {
+            parts.push(format!("kernel reads {:.1} MiB/s", mib(r)));
+        }
+        if let Some(w) = self.kernel_write_bytes_per_sec {
+            parts.push(format!("kernel writes {:.1} MiB/s", mib(w)));
+        }
+        if let Some(s) = self.competing_reader {
+            parts.push(format!("competing reader {s}"));
+        }
+        if let Some(l) = self.link_bytes_per_sec {
+            parts.push(format!("link {:.1} MiB/s", mib(l)));
+        }
+        if let Some(d) = self.link_delay_us {
+            parts.push(format!("link delay {:.1} ms", d as f64 / 1e3));
+        }
+        if parts.is_empty() {
+            return f.write_str("none");
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// What `Calibrate` measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Direct reads of the calibration file, bytes per second.
+    pub read_bytes_per_sec: f64,
+    /// Direct writes of it (measured only when the file was written by this request).
+    pub write_bytes_per_sec: Option<f64>,
+    /// Bytes read, and the seconds they took.
+    pub read_bytes: u64,
+    pub seconds: f64,
+}
+
+/// A server's address (`host:port`), as servers tell each other.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Peer {
     pub node: NodeId,
-    pub addr: std::net::SocketAddr,
+    pub addr: String,
 }
 
 /// A queued read handed from a busy server to an idle one (GD-6): everything the idle
@@ -124,6 +228,8 @@ impl ControlRequest {
         match self {
             ControlRequest::Stats => "stats",
             ControlRequest::SetFault { .. } => "set-fault",
+            ControlRequest::SetRealFaults { .. } => "set-real-faults",
+            ControlRequest::Calibrate { .. } => "calibrate",
             ControlRequest::ForgetRate => "forget-rate",
             ControlRequest::ListDatasets { .. } => "list-datasets",
             ControlRequest::GetManifest { .. } => "get-manifest",
@@ -177,6 +283,9 @@ pub enum ControlReply {
         blocks: u64,
         bytes: u64,
     },
+    Calibrated {
+        calibration: Calibration,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -204,6 +313,24 @@ pub struct ServerStats {
     pub cancelled: u64,
     pub corrupt_blocks: u64,
     pub protocol_errors: u64,
+    /// Connections refused at the handshake: a wrong or missing cluster secret, a plain
+    /// client at a TLS server, too many failures from one address, too slow.
+    #[serde(default)]
+    pub handshake_failures: u64,
+    /// Real faults in force on the server's machine (FI-2).
+    #[serde(default)]
+    pub real_faults: RealFaults,
+    /// Whether the server reads and writes with direct I/O.
+    #[serde(default)]
+    pub direct_io: bool,
+    /// Whether connections must prove the cluster secret, and whether they are TLS.
+    #[serde(default)]
+    pub secret: bool,
+    #[serde(default)]
+    pub tls: bool,
+    /// Bytes received in `Sink` frames (link calibration and network stress).
+    #[serde(default)]
+    pub sink_bytes: u64,
     /// Requests this server handed to others, and took from others (GD-6).
     #[serde(default)]
     pub handed_off: u64,

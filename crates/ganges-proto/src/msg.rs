@@ -16,6 +16,8 @@
 //! | 0x05 | Progress  | stream u64, progress (no reply) |
 //! | 0x06 | Probe     | stream u64, progress, name_len u8, name (answered by State) |
 //! | 0x07 | Sink      | data, discarded (a network stress's traffic; no reply) |
+//! | 0x08 | AuthInit  | client nonce (32 bytes): the first frame to a server with a cluster secret |
+//! | 0x09 | AuthProof | client proof (32 bytes): HMAC-SHA256 over both nonces (`ganges-net`'s `auth`) |
 //! | 0x10 | Control   | JSON `ControlRequest` |
 //! | 0x81 | HelloOk   | JSON `{node, server_version}` |
 //! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, primary u32, data |
@@ -25,6 +27,8 @@
 //! | 0x87 | Error for a handed-off request | origin node u32, origin request u64, then as Error |
 //! | 0x88 | Moved     | to node u32: the header's request id was handed to that server |
 //! | 0x89 | Redirected | to node u32: the header's request (a DQ append) was given back unserved; send it to that server |
+//! | 0x8A | AuthChallenge | server nonce (32 bytes), server proof (32 bytes) |
+//! | 0x8B | AuthOk    | empty: the client's proof was right; `Hello` comes next |
 //! | 0x90 | ControlOk | JSON `ControlReply` |
 //! | 0xFF | Error     | code u16, message (UTF-8, at most 4 KiB) |
 
@@ -46,6 +50,8 @@ pub mod kind {
     pub const PROGRESS: u8 = 0x05;
     pub const PROBE: u8 = 0x06;
     pub const SINK: u8 = 0x07;
+    pub const AUTH_INIT: u8 = 0x08;
+    pub const AUTH_PROOF: u8 = 0x09;
     pub const CONTROL: u8 = 0x10;
     pub const HELLO_OK: u8 = 0x81;
     pub const READ_OK: u8 = 0x82;
@@ -55,14 +61,19 @@ pub mod kind {
     pub const ERROR_MOVED: u8 = 0x87;
     pub const MOVED: u8 = 0x88;
     pub const REDIRECTED: u8 = 0x89;
+    pub const AUTH_CHALLENGE: u8 = 0x8A;
+    pub const AUTH_OK: u8 = 0x8B;
     pub const CONTROL_OK: u8 = 0x90;
     pub const ERROR: u8 = 0xFF;
 
     /// Whether a kind is one a client may send (the rest only come from servers).
     pub fn from_client(k: u8) -> bool {
-        matches!(k, HELLO | READ | CANCEL | WRITE | PROGRESS | PROBE | SINK | CONTROL)
+        matches!(k, HELLO | READ | CANCEL | WRITE | PROGRESS | PROBE | SINK | CONTROL | AUTH_INIT | AUTH_PROOF)
     }
 }
+
+/// Bytes of a handshake nonce and of a proof (an HMAC-SHA256).
+pub const AUTH_BYTES: usize = 32;
 
 /// Longest error message carried: enough to say what to do, bounded like everything else.
 pub const ERROR_MESSAGE_MAX: usize = 4096;
@@ -217,6 +228,16 @@ pub enum ErrorCode {
     DiskFull = 15,
     /// The server is shutting down.
     ShuttingDown = 16,
+    /// The server has a cluster secret and the connection did not begin with the handshake
+    /// that proves it (a client without the secret, or a frame before the handshake).
+    AuthRequired = 17,
+    /// The handshake's proof was wrong: the two sides hold different cluster secrets (or
+    /// the handshake was replayed from another connection).
+    AuthFailed = 18,
+    /// The client began a handshake, but this server has no cluster secret to prove.
+    AuthUnsupported = 19,
+    /// Too many failed handshakes from this address lately; it is refused for a while.
+    AuthRateLimited = 20,
     /// Anything else; the message says what.
     Internal = 99,
 }
@@ -241,6 +262,10 @@ impl ErrorCode {
             14 => NoSuchTransaction,
             15 => DiskFull,
             16 => ShuttingDown,
+            17 => AuthRequired,
+            18 => AuthFailed,
+            19 => AuthUnsupported,
+            20 => AuthRateLimited,
             _ => Internal,
         }
     }
@@ -298,6 +323,21 @@ pub enum Message {
         to: NodeId,
     },
     ControlOk(Box<ControlReply>),
+    /// The first frame of a connection to a server with a cluster secret: the client's nonce.
+    AuthInit {
+        nonce: [u8; AUTH_BYTES],
+    },
+    /// The server's answer: its own nonce, and its proof that it holds the secret.
+    AuthChallenge {
+        nonce: [u8; AUTH_BYTES],
+        proof: [u8; AUTH_BYTES],
+    },
+    /// The client's proof that it holds the secret.
+    AuthProof {
+        proof: [u8; AUTH_BYTES],
+    },
+    /// The server accepted the client's proof.
+    AuthOk,
     /// An error; `origin` is set when it answers a handed-off request.
     Error(WireError, Option<Origin>),
 }
@@ -378,6 +418,10 @@ impl Message {
             Message::Moved { .. } => kind::MOVED,
             Message::Redirected { .. } => kind::REDIRECTED,
             Message::ControlOk(_) => kind::CONTROL_OK,
+            Message::AuthInit { .. } => kind::AUTH_INIT,
+            Message::AuthChallenge { .. } => kind::AUTH_CHALLENGE,
+            Message::AuthProof { .. } => kind::AUTH_PROOF,
+            Message::AuthOk => kind::AUTH_OK,
             Message::Error(_, Some(_)) => kind::ERROR_MOVED,
             Message::Error(_, None) => kind::ERROR,
         }
@@ -391,8 +435,14 @@ impl Message {
             Message::HelloOk(h) => payload = json(h),
             Message::Control(c) => payload = json(c),
             Message::ControlOk(c) => payload = json(c),
-            Message::Cancel => {}
+            Message::Cancel | Message::AuthOk => {}
             Message::Sink(data) => payload = data.clone(),
+            Message::AuthInit { nonce } => fields.put_slice(nonce),
+            Message::AuthChallenge { nonce, proof } => {
+                fields.put_slice(nonce);
+                fields.put_slice(proof);
+            }
+            Message::AuthProof { proof } => fields.put_slice(proof),
             Message::WriteOk(w) => {
                 fields.put_u32_le(w.queue_len);
                 fields.put_u32_le(w.service_us);
@@ -477,6 +527,17 @@ impl Message {
                 Message::Cancel
             }
             kind::SINK => Message::Sink(b),
+            kind::AUTH_INIT => Message::AuthInit { nonce: get_auth("auth-init", &mut b)? },
+            kind::AUTH_PROOF => Message::AuthProof { proof: get_auth("auth-proof", &mut b)? },
+            kind::AUTH_CHALLENGE => {
+                need("auth-challenge", &b, 2 * AUTH_BYTES)?;
+                let nonce = get_auth("auth-challenge", &mut b.split_to(AUTH_BYTES))?;
+                Message::AuthChallenge { nonce, proof: get_auth("auth-challenge", &mut b)? }
+            }
+            kind::AUTH_OK => {
+                empty("auth-ok", &b)?;
+                Message::AuthOk
+            }
             kind::WRITE_OK => {
                 need("write-ok", &b, 16)?;
                 let queue_len = b.get_u32_le();
@@ -633,6 +694,15 @@ fn get_origin_if(moved: bool, what: &'static str, b: &mut Bytes) -> Result<Optio
     }
     need(what, b, 12)?;
     Ok(Some(Origin { node: NodeId(b.get_u32_le()), request_id: b.get_u64_le() }))
+}
+
+/// Exactly one nonce or proof.
+fn get_auth(what: &'static str, b: &mut Bytes) -> Result<[u8; AUTH_BYTES], ProtoError> {
+    need(what, b, AUTH_BYTES)?;
+    let mut out = [0u8; AUTH_BYTES];
+    b.copy_to_slice(&mut out);
+    empty(what, b)?;
+    Ok(out)
 }
 
 fn need(what: &'static str, b: &Bytes, n: usize) -> Result<(), ProtoError> {
@@ -802,6 +872,11 @@ mod tests {
                 ControlRequest::Remove { name: n }
             })),
             Just(Message::ControlOk(Box::new(ControlReply::Removed { committed: true, staging: 2 }))),
+            any::<[u8; AUTH_BYTES]>().prop_map(|nonce| Message::AuthInit { nonce }),
+            any::<[u8; AUTH_BYTES]>().prop_map(|proof| Message::AuthProof { proof }),
+            (any::<[u8; AUTH_BYTES]>(), any::<[u8; AUTH_BYTES]>())
+                .prop_map(|(nonce, proof)| Message::AuthChallenge { nonce, proof }),
+            Just(Message::AuthOk),
         ]
     }
 

@@ -12,15 +12,15 @@ use crate::store::StoreError;
 use ganges_core::disk::Fault;
 use ganges_core::handoff::RateMeter;
 use ganges_core::sched::{Job, Service, StreamKey};
+use ganges_net::transport::{BoxRead, BoxWrite};
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::frame::{HEADER_BYTES, ProtoError};
-use ganges_proto::io::{READ_BUFFER_BYTES, read_frame, write_frame};
+use ganges_proto::io::{read_frame, write_frame};
 use ganges_proto::msg::{Encoded, ErrorCode, HelloOk, Message, ReadReq, State, WireError, WriteReq, kind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// Most requests one connection may have in flight (queued reads, writes and control
@@ -93,6 +93,8 @@ enum ConnError {
     Proto(#[from] ProtoError),
     #[error("protocol violation: {0}")]
     Violation(String),
+    #[error("the client began the cluster-secret handshake, but this server has no secret")]
+    NoSecret,
 }
 
 impl ConnError {
@@ -104,23 +106,31 @@ impl ConnError {
             ConnError::Proto(ProtoError::Version(_)) => ErrorCode::UnsupportedVersion,
             ConnError::Proto(_) => ErrorCode::BadFrame,
             ConnError::Violation(_) => ErrorCode::ProtocolViolation,
+            ConnError::NoSecret => ErrorCode::AuthUnsupported,
         };
         Some(WireError::new(code, self.to_string()))
     }
 }
 
-pub async fn handle(shared: Arc<Shared>, stream: TcpStream, conn: u64) {
-    let peer = stream.peer_addr().ok();
-    // Small frames (requests, credits) must not wait for Nagle's algorithm.
-    let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
+pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, conn: u64) {
+    // TLS and the cluster secret's handshake, as this server has them; a refused peer has
+    // had its typed error frame, and the server goes on serving everyone else.
+    let stream = match shared.config.transport.accept(tcp).await {
+        Ok(s) => s,
+        Err(e) => {
+            shared.counters.handshake_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(node = %shared.config.node, %e, "refused a connection at the handshake");
+            return;
+        }
+    };
+    let peer = Some(stream.peer);
+    let (rd, wr) = (stream.rd, stream.wr);
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_loop(shared.clone(), wr, rx));
     let outbox = Outbox { tx, inflight: Arc::new(AtomicU32::new(0)) };
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
     let mut client_id = 0;
-    let result =
-        read_loop(&shared, BufReader::with_capacity(READ_BUFFER_BYTES, rd), &outbox, conn, &mut client_id).await;
+    let result = read_loop(&shared, rd, &outbox, conn, &mut client_id).await;
     // Writes still queued from this connection are dropped with it: their writer is gone,
     // and its transaction will never be committed.
     if client_id != 0 {
@@ -150,7 +160,7 @@ async fn cross_link(shared: &Shared, bytes: usize) {
     tokio::time::sleep_until(shared.instant(done)).await;
 }
 
-async fn write_loop(shared: Arc<Shared>, mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+async fn write_loop(shared: Arc<Shared>, mut wr: BoxWrite, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
     while let Some(item) = rx.recv().await {
         match item {
             Outgoing::Frame(f) => {
@@ -167,7 +177,7 @@ async fn write_loop(shared: Arc<Shared>, mut wr: OwnedWriteHalf, mut rx: mpsc::U
 
 async fn read_loop(
     shared: &Arc<Shared>,
-    mut rd: BufReader<OwnedReadHalf>,
+    mut rd: BufReader<BoxRead>,
     outbox: &Outbox,
     conn: u64,
     client_id: &mut u64,
@@ -195,7 +205,11 @@ async fn read_loop(
                 outbox.send(id, Message::HelloOk(hello));
             }
             Message::Hello(_) => return Err(ConnError::Violation("a second hello".into())),
+            Message::AuthInit { .. } if !greeted => return Err(ConnError::NoSecret),
             _ if !greeted => return Err(ConnError::Violation("a request before hello".into())),
+            Message::AuthInit { .. } | Message::AuthProof { .. } => {
+                return Err(ConnError::Violation("a handshake frame after hello".into()));
+            }
             Message::Cancel => {
                 let ctx = shared.disk.lock().expect("disk lock").cancel(conn, id);
                 if let Some(ctx) = ctx {
@@ -204,7 +218,9 @@ async fn read_loop(
                 }
             }
             // Its bytes have crossed the link; that was its purpose.
-            Message::Sink(_) => {}
+            Message::Sink(data) => {
+                shared.counters.sink_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+            }
             Message::Progress(p) => {
                 let stream = StreamKey { conn, stream: p.stream };
                 let now = shared.now();
@@ -264,6 +280,8 @@ async fn read_loop(
             | Message::Moved { .. }
             | Message::Redirected { .. }
             | Message::ControlOk(_)
+            | Message::AuthChallenge { .. }
+            | Message::AuthOk
             | Message::Error(..) => {
                 unreachable!("server-only kinds are refused before decoding")
             }
@@ -399,6 +417,48 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
     match req {
         ControlRequest::Stats => Message::ControlOk(Box::new(ControlReply::Stats { stats: shared.stats() })),
         ControlRequest::SetFault { fault } => set_fault(shared, fault),
+        ControlRequest::SetRealFaults { faults } => {
+            let s = shared.clone();
+            let set = move || {
+                let mut st = s.real_faults.lock().expect("faults lock");
+                let r = if faults.is_none() {
+                    st.clear(&s.fault_env);
+                    Ok(())
+                } else {
+                    st.set(faults, &s.fault_env)
+                };
+                (r, st.faults().clone())
+            };
+            match tokio::task::spawn_blocking(set).await {
+                Ok((Ok(()), now)) => {
+                    tracing::info!(node = %shared.config.node, faults = %now, "real faults set");
+                    Message::ControlOk(Box::new(ControlReply::Done))
+                }
+                Ok((Err(e), now)) => {
+                    tracing::warn!(node = %shared.config.node, %e, faults = %now, "setting real faults failed");
+                    let code = match e {
+                        crate::realfault::RealFaultError::Invalid(_) => ErrorCode::BadRequest,
+                        _ => ErrorCode::Unsupported,
+                    };
+                    Message::Error(WireError::new(code, format!("{}: {e}", shared.config.node)), None)
+                }
+                Err(e) => Message::Error(WireError::new(ErrorCode::Internal, format!("set-real-faults: {e}")), None),
+            }
+        }
+        ControlRequest::Calibrate { bytes, seconds } => {
+            let dir = shared.config.data_dir.clone();
+            match tokio::task::spawn_blocking(move || crate::direct::calibrate(&dir, bytes, seconds)).await {
+                Ok(Ok(calibration)) => Message::ControlOk(Box::new(ControlReply::Calibrated { calibration })),
+                Ok(Err(e)) => Message::Error(
+                    WireError::new(
+                        ErrorCode::Unsupported,
+                        format!("{}: calibrating the disk with direct I/O: {e}", shared.config.node),
+                    ),
+                    None,
+                ),
+                Err(e) => Message::Error(WireError::new(ErrorCode::Internal, format!("calibrate: {e}")), None),
+            }
+        }
         ControlRequest::ForgetRate => {
             shared.disk.lock().expect("disk lock").rate = RateMeter::default();
             Message::ControlOk(Box::new(ControlReply::Done))
@@ -437,6 +497,10 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
 fn set_fault(shared: &Arc<Shared>, fault: Option<Fault>) -> Message {
     let mut d = shared.disk.lock().expect("disk lock");
     let Some(model) = d.model.as_mut() else {
+        if fault.is_none() {
+            // Nothing modelled, nothing to clear.
+            return Message::ControlOk(Box::new(ControlReply::Done));
+        }
         return Message::Error(
             WireError::new(
                 ErrorCode::Unsupported,
@@ -500,6 +564,8 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
         ControlRequest::Stats
         | ControlRequest::Fill { .. }
         | ControlRequest::SetFault { .. }
+        | ControlRequest::SetRealFaults { .. }
+        | ControlRequest::Calibrate { .. }
         | ControlRequest::ForgetRate
         | ControlRequest::SetPeers { .. }
         | ControlRequest::HandoffAsk { .. } => {

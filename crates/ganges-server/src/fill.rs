@@ -66,14 +66,14 @@ pub async fn fill(
     let mut blocks = 0u64;
     let stream = ganges_core::datagen::mix64(m.id ^ ((fragment.0 as u64) << 32) ^ shared.config.node.0 as u64);
     for (node, wanted) in by_source {
-        let addr = peers
+        let addr = &peers
             .iter()
             .find(|p| p.node == node)
             .ok_or_else(|| {
                 StoreError::BadRequest(format!("no address given for {node}, which holds blocks {fragment} needs"))
             })?
             .addr;
-        let mut conn = PeerConn::connect(addr).await.map_err(|e| peer_err(node, e.to_string()))?;
+        let mut conn = PeerConn::connect(shared, addr).await.map_err(|e| peer_err(node, e.to_string()))?;
         let mut next = 0;
         let mut asked: HashMap<u64, u32> = HashMap::new();
         let mut writes: VecDeque<oneshot::Receiver<Result<(), StoreError>>> = VecDeque::new();

@@ -32,6 +32,7 @@ use crate::disk::{Ctx, JobCtx, WriteCtx, WriteReply, WriteTarget};
 use ganges_core::handoff::{APPEND_HANDOFF_MIN, Asker, REDIRECT_WAIT, share, share_at_least};
 use ganges_core::ids::NodeId;
 use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
+use ganges_net::transport::{BoxRead, BoxWrite};
 use ganges_proto::control::{ControlReply, ControlRequest, HandedJob, Peer};
 use ganges_proto::io::{read_frame, write_frame};
 use ganges_proto::msg::{ErrorCode, Hello, Message, Origin, WireError};
@@ -40,28 +41,29 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::BufReader;
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 /// How long an ask may take before the asker gives that peer up for now: a busy server
 /// answers within a scheduling decision, so anything longer means it is hung.
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A connection to a peer server.
+/// A connection to a peer server, opened through the cluster's transport (TLS and the
+/// secret's handshake, as a client's would be).
 pub(crate) struct PeerConn {
-    rd: BufReader<OwnedReadHalf>,
-    wr: OwnedWriteHalf,
+    rd: BufReader<BoxRead>,
+    wr: BoxWrite,
     next_id: u64,
 }
 
 impl PeerConn {
-    pub(crate) async fn connect(addr: std::net::SocketAddr) -> std::io::Result<PeerConn> {
-        let stream = tokio::time::timeout(ASK_TIMEOUT, TcpStream::connect(addr)).await??;
-        let _ = stream.set_nodelay(true);
-        let (rd, mut wr) = stream.into_split();
+    pub(crate) async fn connect(shared: &Shared, addr: &str) -> std::io::Result<PeerConn> {
+        let stream = tokio::time::timeout(ASK_TIMEOUT, shared.config.transport.connect(addr))
+            .await
+            .map_err(|_| std::io::Error::other("connecting timed out"))?
+            .map_err(std::io::Error::other)?;
+        let (rd, mut wr) = (stream.rd, stream.wr);
         let hello = Message::Hello(Hello { client: "ganges-server peer".into(), client_id: 0 });
         write_frame(&mut wr, &hello.encode(1)).await?;
-        let mut conn = PeerConn { rd: BufReader::new(rd), wr, next_id: 2 };
+        let mut conn = PeerConn { rd, wr, next_id: 2 };
         match conn.read().await? {
             Message::HelloOk(_) => Ok(conn),
             other => Err(std::io::Error::other(format!("peer answered hello with kind {:#04x}", other.kind()))),
@@ -144,7 +146,7 @@ pub async fn run_asker(shared: Arc<Shared>) {
                     None => break,
                 }
             };
-            let addr = peers.iter().find(|p| p.node == node).expect("asked a listed peer").addr;
+            let addr = &peers.iter().find(|p| p.node == node).expect("asked a listed peer").addr;
             let given = match ask(&shared, &mut conns, (node, addr), appends).await {
                 Ok(n) => n,
                 Err(e) => {
@@ -166,11 +168,11 @@ pub async fn run_asker(shared: Arc<Shared>) {
 async fn ask(
     shared: &Arc<Shared>,
     conns: &mut HashMap<NodeId, PeerConn>,
-    (node, addr): (NodeId, std::net::SocketAddr),
+    (node, addr): (NodeId, &str),
     appends: Vec<u64>,
 ) -> std::io::Result<usize> {
     if let std::collections::hash_map::Entry::Vacant(e) = conns.entry(node) {
-        e.insert(PeerConn::connect(addr).await?);
+        e.insert(PeerConn::connect(shared, addr).await?);
     }
     let conn = conns.get_mut(&node).expect("inserted above");
     let rate = shared.rate_bytes_per_sec();

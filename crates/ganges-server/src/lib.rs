@@ -6,20 +6,25 @@
 //! - [`disk`]: the driver that runs queued reads through the pure scheduler and disk model of
 //!   ganges-core, really reading the bytes and holding each reply until the modelled disk
 //!   would have finished it.
-//! - [`conn`]: one connection: handshake, frame dispatch, replies, protocol errors.
+//! - [`conn`]: one connection: handshake (through `ganges-net`), frame dispatch, replies,
+//!   protocol errors.
+//! - [`direct`]: direct I/O (`--direct-io`): aligned reads and writes past the page cache.
 //! - [`fill`]: GW-2 replica completion: a copy brings itself the blocks it lacks from peers.
 //! - [`handoff`]: GD-6: an idle server asks its peers for queued requests; a busy one gives.
 //! - [`node`]: CW-1: the node's CPU, load, memory, network and disk, sampled once a second.
+//! - [`realfault`]: real faults (FI-2): kernel throttles, a competing reader, link shaping.
 //! - [`sys`]: CPU and memory use of the process.
 //!
 //! The entry point is [`run`], which takes its listener and a shutdown future (mini-redis
 //! style), so tests bind port 0 and stop servers when they like.
 
 pub mod conn;
+pub mod direct;
 pub mod disk;
 pub mod fill;
 pub mod handoff;
 pub mod node;
+pub mod realfault;
 pub mod store;
 pub mod sys;
 
@@ -54,6 +59,15 @@ pub struct ServerConfig {
     /// Model the node's link at `node_sampling.net_bytes_per_sec`: every frame in and out
     /// waits its turn on it. Off: the network as it is.
     pub model_link: bool,
+    /// Read and write data files with direct I/O, so the page cache does not hide the disk.
+    pub direct_io: bool,
+    /// The `ganges` binary, to start helper processes from (a competing reader); `None`
+    /// where there is none (a server embedded in another program).
+    pub helper: Option<PathBuf>,
+    /// How connections are secured, both those this server accepts and those it opens to
+    /// peers: TLS and the cluster secret's handshake. A server listening on an address that
+    /// is not loopback must have a secret ([`run`] refuses to start without one).
+    pub transport: ganges_net::Transport,
 }
 
 /// Counters reported by `Stats`.
@@ -67,6 +81,11 @@ pub struct Counters {
     pub cancelled: AtomicU64,
     pub corrupt_blocks: AtomicU64,
     pub protocol_errors: AtomicU64,
+    /// Connections refused at the handshake (wrong or missing secret, TLS required, rate
+    /// limited, too slow).
+    pub handshake_failures: AtomicU64,
+    /// Bytes received in `Sink` frames.
+    pub sink_bytes: AtomicU64,
     pub handed_off: AtomicU64,
     pub taken_over: AtomicU64,
     pub redirected_out: AtomicU64,
@@ -95,6 +114,10 @@ pub struct Shared {
     /// The link model every frame in and out crosses, if any. A std mutex: held for
     /// microseconds, never across await.
     pub link: Option<Mutex<LinkModel>>,
+    /// Real faults in force (FI-2). A std mutex, only taken on the blocking pool: applying a
+    /// fault runs `tc` and writes cgroup files.
+    pub real_faults: Mutex<realfault::RealFaultState>,
+    pub fault_env: realfault::FaultEnv,
     /// Time zero of this server, for the `Time` values policies see: the last whole second
     /// of the wall clock before it started, so that every server's `Time` is in the same
     /// phase within a second (a phased disk, `sched::ShareSettings::phase`, relies on it).
@@ -155,6 +178,12 @@ impl Shared {
             cancelled: c.cancelled.load(Ordering::Relaxed),
             corrupt_blocks: c.corrupt_blocks.load(Ordering::Relaxed),
             protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
+            handshake_failures: c.handshake_failures.load(Ordering::Relaxed),
+            real_faults: self.real_faults.lock().expect("faults lock").faults().clone(),
+            direct_io: self.config.direct_io,
+            secret: self.config.transport.has_secret(),
+            tls: self.config.transport.has_tls(),
+            sink_bytes: c.sink_bytes.load(Ordering::Relaxed),
             handed_off: c.handed_off.load(Ordering::Relaxed),
             taken_over: c.taken_over.load(Ordering::Relaxed),
             redirected_out: c.redirected_out.load(Ordering::Relaxed),
@@ -174,6 +203,12 @@ pub enum ServeError {
     Store(#[from] store::StoreError),
     #[error("accepting connections: {0}")]
     Accept(std::io::Error),
+    #[error(
+        "{0} is not a loopback address, and this server has no cluster secret: give it one \
+         (--secret-file FILE, GANGES_SECRET_FILE, or the cluster file's [security] secret_file; \
+         `ganges cluster init` makes one), so that only the cluster's own clients and servers can connect"
+    )]
+    NoSecret(std::net::SocketAddr),
 }
 
 /// Serve until `shutdown` resolves.
@@ -182,7 +217,18 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let store = Arc::new(store::Store::open(&config.data_dir, config.node)?);
+    let local = listener.local_addr().map_err(ServeError::Accept)?;
+    if !local.ip().is_loopback() && !config.transport.has_secret() {
+        return Err(ServeError::NoSecret(local));
+    }
+    let store = Arc::new(store::Store::open(&config.data_dir, config.node, config.direct_io)?);
+    realfault::recover(&config.data_dir);
+    let fault_env = realfault::FaultEnv {
+        node: config.node,
+        data_dir: config.data_dir.clone(),
+        listen_ip: local.ip(),
+        helper: config.helper.clone(),
+    };
     let config_peers = config.peers.clone();
     let model = config.disk.map(DiskModel::new);
     let queue_depth = config.disk.map_or(1, |d| d.queue_depth);
@@ -198,6 +244,8 @@ pub async fn run(
         counters: Counters::default(),
         node_load: Mutex::new(None),
         link,
+        real_faults: Mutex::new(realfault::RealFaultState::default()),
+        fault_env,
         epoch: second_aligned_epoch(),
         started: Instant::now(),
     });
@@ -226,6 +274,11 @@ pub async fn run(
     driver.abort();
     asker.abort();
     sampler.abort();
+    let cleared = shared.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        cleared.real_faults.lock().expect("faults lock").clear(&cleared.fault_env);
+    })
+    .await;
     result
 }
 

@@ -95,6 +95,8 @@ pub struct CopyFiles {
     pub fragment: FragmentId,
     pub copy: u32,
     data: File,
+    /// The data file again, opened for direct I/O, when the store uses it.
+    direct: Option<File>,
     crc: File,
     /// A committed copy's checksums (each block's units in turn: `Shape::checks_of`), read
     /// once when the dataset is opened, so a read costs one syscall (empty for a copy being
@@ -163,6 +165,8 @@ struct Inner {
 pub struct Store {
     node: NodeId,
     root: PathBuf,
+    /// Read and write data files with direct I/O (`crate::direct`).
+    direct: bool,
     inner: Mutex<Inner>,
 }
 
@@ -248,6 +252,7 @@ pub struct FillFiles {
     pub fragment: FragmentId,
     pub copy: u32,
     data: File,
+    direct: Option<File>,
     crc: File,
     /// Checksums of the blocks filled so far (one per unit), written to the checksum file by
     /// `sync_fill`.
@@ -298,10 +303,18 @@ fn read_manifest(path: &Path) -> Result<Manifest> {
 }
 
 impl Store {
-    /// Open (creating if needed) the data directory of `node`.
-    pub fn open(root: &Path, node: NodeId) -> Result<Store> {
+    /// Open (creating if needed) the data directory of `node`; with `direct`, data files are
+    /// read and written with direct I/O (refused where the file system does not take it).
+    pub fn open(root: &Path, node: NodeId, direct: bool) -> Result<Store> {
         for sub in ["datasets", "staging", "trash"] {
             fs::create_dir_all(root.join(sub)).map_err(io_err(format!("creating {}", root.join(sub).display())))?;
+        }
+        if direct && let Err(e) = crate::direct::probe(root) {
+            return Err(StoreError::BadRequest(format!(
+                "{}'s file system does not take direct I/O (O_DIRECT: {e}); put the data directory on a disk, \
+                 or run without --direct-io",
+                root.display()
+            )));
         }
         let id_path = root.join("node.json");
         match fs::read(&id_path) {
@@ -328,7 +341,24 @@ impl Store {
                 let _ = fs::remove_dir_all(e.path());
             }
         }
-        Ok(Store { node, root: root.to_path_buf(), inner: Mutex::new(Inner::default()) })
+        Ok(Store { node, root: root.to_path_buf(), direct, inner: Mutex::new(Inner::default()) })
+    }
+
+    /// A data file's second handle, for direct I/O, when the store uses it.
+    fn open_direct(&self, path: &Path, write: bool) -> Result<Option<File>> {
+        if !self.direct {
+            return Ok(None);
+        }
+        crate::direct::open(path, write).map(Some).map_err(io_err(format!("opening {} for direct I/O", path.display())))
+    }
+
+    /// Write `data` at `offset` of a data file: direct where the store uses direct I/O and the
+    /// range is aligned, else through the page cache.
+    fn write_data(&self, buffered: &File, direct: Option<&File>, data: &[u8], offset: u64) -> io::Result<()> {
+        match direct {
+            Some(d) if crate::direct::aligned(offset, data.len()) => crate::direct::write_at(d, data, offset),
+            _ => buffered.write_all_at(data, offset),
+        }
     }
 
     pub fn node(&self) -> NodeId {
@@ -377,13 +407,15 @@ impl Store {
         let manifest = read_manifest(&manifest_path)?;
         let mut copies = BTreeMap::new();
         for (fragment, copy) in self.local_copies(&manifest.layout, &manifest.shape) {
-            let data = File::open(dir.join(copy_file_name(fragment, copy, "data")));
+            let data_path = dir.join(copy_file_name(fragment, copy, "data"));
+            let data = File::open(&data_path);
             let crc = File::open(dir.join(copy_file_name(fragment, copy, "crc")));
             let files = match (data, crc) {
                 (Ok(data), Ok(crc)) => {
                     let crcs = read_crcs(&crc).map_err(io_err(format!("reading the checksums of {fragment}")))?;
                     let key = file_key(manifest.id, fragment);
-                    Some(Arc::new(CopyFiles { fragment, copy, data, crc, crcs, key }))
+                    let direct = self.open_direct(&data_path, false)?;
+                    Some(Arc::new(CopyFiles { fragment, copy, data, direct, crc, crcs, key }))
                 }
                 _ => {
                     tracing::warn!(dataset = %name, %fragment, copy, "copy files missing");
@@ -423,8 +455,12 @@ impl Store {
         let corrupt = |why: String| StoreError::Corrupt { fragment, block, why };
         let (first, last) = (start / unit, (start + len).div_ceil(unit));
         let (from, to) = (first * unit, (last * unit).min(block_len));
-        let buf = crate::sys::read_exact_at(&copy.data, (to - from) as usize, shape.block_offset(block) + from as u64)
-            .map_err(|e| corrupt(format!("reading the block: {e}")))?;
+        let at = shape.block_offset(block) + from as u64;
+        let buf = match &copy.direct {
+            Some(d) => crate::direct::read_at(d, at, (to - from) as usize),
+            None => crate::sys::read_exact_at(&copy.data, (to - from) as usize, at).map(Bytes::from),
+        }
+        .map_err(|e| corrupt(format!("reading the block: {e}")))?;
         let stored = &stored[first as usize..last as usize];
         for (i, (chunk, &want)) in buf.chunks(unit as usize).zip(stored).enumerate() {
             let actual = crc32c::crc32c(chunk);
@@ -436,7 +472,7 @@ impl Store {
                 )));
             }
         }
-        let bytes = Bytes::from(buf).slice((start - from) as usize..(start - from + len) as usize);
+        let bytes = buf.slice((start - from) as usize..(start - from + len) as usize);
         // Whole units: their stored CRCs make the reply's without another pass over the bytes.
         let crc =
             if (start, start + len) == (from, to) { combine_units(stored, unit, len) } else { crc32c::crc32c(&bytes) };
@@ -572,9 +608,10 @@ impl Store {
             };
             let blocks = manifest.shape.blocks_in(fragment);
             let data = open("data", manifest.shape.fragment_bytes(fragment))?;
+            let direct = self.open_direct(&dir.join(copy_file_name(fragment, copy, "data")), true)?;
             let crc = open("crc", manifest.shape.checks_upto(fragment, blocks) as u64 * 4)?;
             let key = file_key(manifest.id, fragment);
-            copies.insert(fragment, CopyFiles { fragment, copy, data, crc, crcs: vec![], key });
+            copies.insert(fragment, CopyFiles { fragment, copy, data, direct, crc, crcs: vec![], key });
             crcs.insert(fragment, vec![None; blocks as usize]);
         }
         let append = append.then(|| Mutex::new(copies.keys().map(|&f| (f, Log::default())).collect()));
@@ -603,7 +640,8 @@ impl Store {
     fn put_block(&self, txn: &Txn, copy: &CopyFiles, block: u32, data: &[u8], sums: BlockSums) -> Result<()> {
         let shape = &txn.manifest.shape;
         let what = || format!("writing {} block {block}", copy.fragment);
-        copy.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what()))?;
+        self.write_data(&copy.data, copy.direct.as_ref(), data, shape.block_offset(block))
+            .map_err(self.map_write_err(what()))?;
         txn.crcs.lock().expect("txn lock").get_mut(&copy.fragment).expect("local copy")[block as usize] = Some(sums);
         Ok(())
     }
@@ -768,10 +806,12 @@ impl Store {
             let path = dir.join(copy_file_name(fragment, copy, ext));
             OpenOptions::new().read(true).write(true).open(&path).map_err(io_err(format!("opening {}", path.display())))
         };
+        let data_path = dir.join(copy_file_name(fragment, copy, "data"));
         Ok(FillFiles {
             fragment,
             copy,
             data: open("data")?,
+            direct: self.open_direct(&data_path, true)?,
             crc: open("crc")?,
             filled: Mutex::new(vec![]),
             key: file_key(ds.manifest.id, fragment),
@@ -794,7 +834,8 @@ impl Store {
             });
         }
         let what = format!("filling {fragment} block {block}");
-        files.data.write_all_at(data, shape.block_offset(block)).map_err(self.map_write_err(what))?;
+        self.write_data(&files.data, files.direct.as_ref(), data, shape.block_offset(block))
+            .map_err(self.map_write_err(what))?;
         files.filled.lock().expect("fill lock").push((block, units));
         Ok(())
     }
@@ -1111,7 +1152,7 @@ mod tests {
     #[test]
     fn nothing_is_visible_until_commit_and_reads_check_checksums() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), NodeId(1)).unwrap();
+        let store = Store::open(dir.path(), NodeId(1), false).unwrap();
         let m = manifest("d", 4);
         staged(&store, &m, 7);
         assert!(matches!(store.dataset(&m.name), Err(StoreError::UnknownDataset(_))));
@@ -1138,7 +1179,7 @@ mod tests {
     #[test]
     fn a_flipped_byte_is_caught_on_read_and_by_verify() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let store = Store::open(dir.path(), NodeId(0), false).unwrap();
         let m = manifest("d", 2);
         staged(&store, &m, 1);
         store.prepare(1, &m).unwrap();
@@ -1147,7 +1188,7 @@ mod tests {
         let mut bytes = fs::read(&path).unwrap();
         bytes[5000] ^= 1;
         fs::write(&path, bytes).unwrap();
-        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let store = Store::open(dir.path(), NodeId(0), false).unwrap();
         let ds = store.dataset(&m.name).unwrap();
         assert!(matches!(store.read(&ds, FragmentId(0), 1, 0, 4096), Err(StoreError::Corrupt { block: 1, .. })));
         let report = store.verify_all(&m.name).unwrap();
@@ -1158,7 +1199,7 @@ mod tests {
     #[test]
     fn a_read_of_part_of_a_block_checks_only_the_units_it_touches() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let store = Store::open(dir.path(), NodeId(0), false).unwrap();
         let mut m = manifest("units", 2);
         // Blocks of 256 KiB, four units each; the last block of 75,712 bytes has two.
         m.shape = Shape::uniform(2, 600_000, 256 << 10).unwrap();
@@ -1179,7 +1220,7 @@ mod tests {
         let mut bytes = data.clone();
         bytes[(256 << 10) + (130 << 10) + 7] ^= 1;
         fs::write(&path, bytes).unwrap();
-        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let store = Store::open(dir.path(), NodeId(0), false).unwrap();
         let ds = store.dataset(&m.name).unwrap();
         let at = 256 << 10;
         for (start, len) in [(0u32, 128u32 << 10), (3 << 16, 1 << 16), (100, 5000), ((3 << 16) + 1, (1 << 16) - 1)] {
@@ -1204,7 +1245,7 @@ mod tests {
     #[test]
     fn a_second_commit_of_the_same_name_fails_and_remove_cleans_everything() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let store = Store::open(dir.path(), NodeId(0), false).unwrap();
         let m = manifest("d", 2);
         for txid in [1, 2] {
             staged(&store, &m, txid);
@@ -1221,7 +1262,7 @@ mod tests {
     #[test]
     fn writes_are_checked_and_incomplete_copies_cannot_be_prepared() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), NodeId(0)).unwrap();
+        let store = Store::open(dir.path(), NodeId(0), false).unwrap();
         let mut m = manifest("imp", 2);
         m.content = Content::Imported { source: "x".into() };
         store.stage(5, m.clone(), false).unwrap();
@@ -1245,7 +1286,7 @@ mod tests {
     #[test]
     fn a_data_directory_belongs_to_one_node() {
         let dir = tempfile::tempdir().unwrap();
-        Store::open(dir.path(), NodeId(3)).unwrap();
-        assert!(matches!(Store::open(dir.path(), NodeId(4)), Err(StoreError::BadRequest(_))));
+        Store::open(dir.path(), NodeId(3), false).unwrap();
+        assert!(matches!(Store::open(dir.path(), NodeId(4), false), Err(StoreError::BadRequest(_))));
     }
 }

@@ -5,7 +5,6 @@ use ganges_cli::local::{DiskSpec, LocalCluster, LocalSpec};
 use ganges_client::client::Client;
 use ganges_client::dataset::{self, CreateSpec};
 use ganges_core::datagen::Generator;
-use ganges_core::sched::SchedulerKind;
 use ganges_proto::manifest::Manifest;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,14 +40,7 @@ pub fn disk(rate_mib_per_sec: f64) -> Option<DiskSpec> {
 
 pub fn start(nodes: u32, disk: Option<DiskSpec>) -> TestCluster {
     let root = tempfile::tempdir().unwrap();
-    let spec = LocalSpec {
-        nodes,
-        root: root.path().to_path_buf(),
-        disk,
-        scheduler: SchedulerKind::Auto,
-        binary: binary(),
-        node_groups: None,
-    };
+    let spec = LocalSpec::new(nodes, root.path().to_path_buf(), disk, binary());
     let local = LocalCluster::start(&spec).expect("local cluster starts");
     TestCluster { local, root }
 }
