@@ -1159,8 +1159,6 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         memory_bytes: a.node_memory.map(|m| m.0),
     };
     let config = ganges_server::ServerConfig {
-        node,
-        data_dir,
         disk,
         scheduler: a.scheduler,
         peers,
@@ -1169,6 +1167,7 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         direct_io: a.direct_io,
         helper: binary().ok(),
         transport,
+        ..ganges_server::ServerConfig::new(node, data_dir)
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(16).build()?;
     rt.block_on(async move {

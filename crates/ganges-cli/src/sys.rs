@@ -38,9 +38,18 @@ pub fn signal(pid: u32, signal: i32) -> bool {
     unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
 }
 
-/// Whether process `pid` exists (signal 0 checks without sending).
+/// Whether process `pid` exists and has not exited (signal 0 checks without sending; a
+/// zombie, one that exited but whose parent has not reaped it, as happens to a detached
+/// supervisor under an init that does not reap, counts as gone).
 pub fn alive(pid: u32) -> bool {
-    signal(pid, 0)
+    if !signal(pid, 0) {
+        return false;
+    }
+    // /proc/PID/stat: "pid (comm) state ..."; comm may hold spaces and parentheses.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
 }
 
 pub use libc::{SIGCONT, SIGINT, SIGKILL, SIGSTOP, SIGTERM};

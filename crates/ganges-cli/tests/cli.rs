@@ -3,52 +3,10 @@
 
 mod common;
 
+use common::{Down, fails, ganges, ok, processes_with};
 use ganges_core::route::ReadPolicyKind;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn ganges(args: &[&str]) -> Output {
-    Command::new(common::binary()).args(args).output().expect("ganges runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = ganges(args);
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "ganges {args:?} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    stdout
-}
-
-/// Run and expect failure with exit code `code`; returns stderr.
-fn fails(args: &[&str], code: i32) -> String {
-    let out = ganges(args);
-    assert_eq!(out.status.code(), Some(code), "ganges {args:?}: {}", String::from_utf8_lossy(&out.stdout));
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
-
-/// Stops the local cluster of a cluster file when dropped (however the test ends).
-struct Down(std::path::PathBuf);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = Command::new(common::binary()).args(["local", "down", "--cluster"]).arg(&self.0).output();
-    }
-}
-
-/// Processes whose command line mentions `needle`.
-fn processes_with(needle: &str) -> Vec<u32> {
-    let mut out = vec![];
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline"))
-            && String::from_utf8_lossy(&cmd).contains(needle)
-        {
-            out.push(pid);
-        }
-    }
-    out
-}
+use std::process::Command;
 
 #[test]
 fn a_users_session_from_local_up_to_local_down() {

@@ -70,6 +70,25 @@ pub struct ServerConfig {
     pub transport: ganges_net::Transport,
 }
 
+impl ServerConfig {
+    /// A server of `node` keeping its data in `data_dir`: the real disk (no model, page cache
+    /// included), every request's own discipline, no peers, no secret. Set what differs.
+    pub fn new(node: NodeId, data_dir: PathBuf) -> ServerConfig {
+        ServerConfig {
+            node,
+            data_dir,
+            disk: None,
+            scheduler: SchedulerKind::Auto,
+            peers: vec![],
+            node_sampling: node::NodeConfig::default(),
+            model_link: false,
+            direct_io: false,
+            helper: None,
+            transport: ganges_net::Transport::plain(),
+        }
+    }
+}
+
 /// Counters reported by `Stats`.
 #[derive(Debug, Default)]
 pub struct Counters {

@@ -7,6 +7,7 @@ use ganges_client::dataset::{self, CreateSpec};
 use ganges_core::datagen::Generator;
 use ganges_proto::manifest::Manifest;
 use std::path::PathBuf;
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,4 +71,48 @@ pub async fn create(
     )
     .await
     .expect("create")
+}
+
+/// Run the `ganges` binary.
+pub fn ganges(args: &[&str]) -> Output {
+    Command::new(binary()).args(args).output().expect("ganges runs")
+}
+
+pub fn ok(args: &[&str]) -> String {
+    let out = ganges(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "ganges {args:?} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// Run and expect failure with exit code `code`; returns stderr.
+pub fn fails(args: &[&str], code: i32) -> String {
+    let out = ganges(args);
+    assert_eq!(out.status.code(), Some(code), "ganges {args:?}: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// Stops the local cluster of a cluster file when dropped (however the test ends).
+pub struct Down(pub std::path::PathBuf);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = Command::new(binary()).args(["local", "down", "--cluster"]).arg(&self.0).output();
+    }
+}
+
+/// Processes whose command line mentions `needle`.
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmd).contains(needle)
+        {
+            out.push(pid);
+        }
+    }
+    out
 }
