@@ -107,24 +107,22 @@ impl Asker {
     }
 }
 
-/// A server's bandwidth as it serves: bytes over disk-busy time of its last `WINDOW_BYTES`
-/// of reads. Servers note it down as they go ("servers periodically note down its available
-/// bandwidth") and trade it in handoffs, and gd-plan plans on it.
+/// A server's bandwidth as it serves: bytes over disk-busy time of its last
+/// `WINDOW_SECS` of busy time. Servers note it down as they go ("servers periodically note
+/// down its available bandwidth") and trade it in handoffs, and gd-plan and gd-rr plan on it.
 ///
-/// A window, not an exponential average: a disk that turns slow is measured at its new
-/// speed once a window of reads has run at it (half a second for a disk halved to 16 MiB/s).
-/// The average of the last ten reads' rates it replaces had gone 57% of the way 0.6 s after
-/// such a fault and still read 17.0 MiB/s after 1.7 s, and every plan made meanwhile gave
-/// the slow disk more than it could serve (docs/benchmarks.md, faults that come and go).
-/// Counted in bytes, not reads, so that it means the same whatever the requests' size: it
-/// was the last eight reads, and when gd-plan came to read 256 KiB pieces, eight of them
-/// let one seek move the rate by 6%, and the first piece alone, seek included, made a
-/// disk after another policy's run look 34% slow (docs/benchmarks.md, "Blocks read in
-/// pieces").
+/// A window, not an exponential average: a disk that turns slow is measured at its new speed
+/// once a window of reads has run at it; an average of the last reads' rates followed a fault
+/// far more slowly, and every plan made meanwhile gave the slow disk more than it could serve.
+/// A window of busy time, not of bytes or reads, so that it means the same for any request
+/// size (one seek moves a few reads' rate by much) and any disk speed: on a disk ten times
+/// the model's, a window of bytes spans a tenth of the time, and there a kernel throttle,
+/// which lets reads through in bursts, swung the measured speed of healthy disks by half
+/// (docs/benchmarks.md, "Real disks").
 #[derive(Debug, Clone)]
 pub struct RateMeter {
-    /// The last reads' bytes and busy seconds, newest last, holding at least
-    /// `WINDOW_BYTES` once that much was read.
+    /// The last reads' bytes and busy seconds, newest last, holding at least `WINDOW_SECS`
+    /// of busy time once the disk was busy that long.
     reads: VecDeque<(u64, f64)>,
     /// Their sums.
     bytes: u64,
@@ -138,9 +136,9 @@ impl Default for RateMeter {
 }
 
 impl RateMeter {
-    /// Bytes in the window: enough that a seek moves the rate by under 2% (4 ms against 8 MiB
-    /// at 32 MiB/s), few enough to follow a fault within half a second.
-    pub const WINDOW_BYTES: u64 = 8 << 20;
+    /// Busy time in the window: 8 MiB at the model's default 32 MiB/s, so that a seek moves
+    /// the rate by under 2% (4 ms against 250 ms) and a fault is followed within half a second.
+    pub const WINDOW_SECS: f64 = 0.25;
     /// No rate before this much was read: one read, seek included, is not a disk's speed.
     pub const FIRST_BYTES: u64 = 1 << 20;
 
@@ -152,7 +150,7 @@ impl RateMeter {
         self.reads.push_back((bytes, secs));
         (self.bytes, self.secs) = (self.bytes + bytes, self.secs + secs);
         while let Some(&(b, s)) = self.reads.front()
-            && self.bytes - b >= Self::WINDOW_BYTES
+            && self.secs - s >= Self::WINDOW_SECS
         {
             self.reads.pop_front();
             (self.bytes, self.secs) = (self.bytes - b, (self.secs - s).max(0.0));
@@ -215,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn the_rate_meter_is_bytes_over_busy_time_of_the_last_window_of_bytes() {
+    fn the_rate_meter_is_bytes_over_busy_time_of_the_last_window_of_busy_time() {
         const MIB: u64 = 1 << 20;
         let mut m = RateMeter::default();
         assert_eq!(m.rate(), None);
@@ -228,21 +226,22 @@ mod tests {
         m.note(MIB / 4, Duration::from_millis(8));
         m.note(MIB / 2, Duration::from_millis(20));
         assert!((m.rate().unwrap() - MIB as f64 / 0.040).abs() < 1e-3);
-        // A disk that turns half as fast is measured at its new speed after a window of
-        // bytes, exactly, and not before, whatever the reads' size.
-        for read in [MIB, MIB / 4, 64 << 10] {
+        // A disk that turns half as fast is measured at its new speed after a window of busy
+        // time, exactly, and not before, whatever the reads' size and the disk's speed.
+        for (read, fast) in [(MIB, 32e6), (MIB / 4, 32e6), (64 << 10, 32e6), (MIB, 400e6)] {
             let mut m = RateMeter::default();
-            for _ in 0..100 {
-                m.note(read, Duration::from_secs_f64(read as f64 / 32e6));
+            for _ in 0..2000 {
+                m.note(read, Duration::from_secs_f64(read as f64 / fast));
             }
-            let reads = RateMeter::WINDOW_BYTES / read;
+            let slow = Duration::from_secs_f64(read as f64 / (fast / 2.0));
+            let reads = (RateMeter::WINDOW_SECS / slow.as_secs_f64()).ceil() as u64;
             for i in 1..=reads {
-                m.note(read, Duration::from_secs_f64(read as f64 / 16e6));
+                m.note(read, slow);
                 let r = m.rate().unwrap();
                 if i < reads {
-                    assert!(r > 16.01e6, "{i} reads of {read} in: {r}");
+                    assert!(r > fast / 2.0 * 1.0001, "{i} reads of {read} in: {r}");
                 } else {
-                    assert!((r - 16e6).abs() < 1.0, "{r}");
+                    assert!((r / (fast / 2.0) - 1.0).abs() < 1e-6, "{r}");
                 }
             }
         }

@@ -76,6 +76,8 @@ pub struct ServerQueue<C> {
     expecting: Option<(u64, Time)>,
     /// Streams reading one of this server's primary copies, and of which dataset.
     primary_streams: BTreeMap<StreamKey, u64>,
+    /// When a request on the real disk last finished (see [`ServerQueue::finished_real`]).
+    last_finish: Option<Time>,
 }
 
 impl<C: ReadContext> ServerQueue<C> {
@@ -93,6 +95,7 @@ impl<C: ReadContext> ServerQueue<C> {
             enqueued: 0,
             expecting: None,
             primary_streams: BTreeMap::new(),
+            last_finish: None,
         }
     }
 
@@ -233,6 +236,21 @@ impl<C: ReadContext> ServerQueue<C> {
         self.rate.note(bytes, busy);
     }
 
+    /// A request on the real disk (no model) that began at `began` finished at `now`. The
+    /// disk may run several at once (`queue_depth`), so each is charged the disk's busy time
+    /// since the later of its own start and the last finish: the charges add up to the time
+    /// the disk was busy at all, not to the sum of overlapping requests' times (which would
+    /// make a disk serving two at once look half as fast). Returns the request's charge: the
+    /// disk time its reply reports, so that a consumer's own reckoning of a disk's speed from
+    /// its replies agrees with the server's.
+    pub fn finished_real(&mut self, bytes: u64, began: Time, now: Time) -> Duration {
+        let from = self.last_finish.map_or(began, |l| l.max(began));
+        self.last_finish = Some(now);
+        let charged = now.since(from);
+        self.rate.note(bytes, charged);
+        charged
+    }
+
     /// What to report about this server to a consumer of `dataset`.
     pub fn report(&mut self, dataset: u64, now: Time) -> Report {
         let measured = self.rate.rate();
@@ -293,6 +311,21 @@ mod tests {
             queue_depth: 1,
         });
         ServerQueue::new(SchedulerKind::Auto.build(), Some(model))
+    }
+
+    #[test]
+    fn overlapping_real_reads_are_charged_the_disk_s_busy_time_once() {
+        let mut q: ServerQueue<Ctx> = ServerQueue::new(SchedulerKind::Fifo.build(), None);
+        let ms = |m: u64| Time(m * 1_000_000);
+        // Two reads of 1 MiB at once, 0-10 ms and 1-11 ms: the disk was busy 11 ms for 2 MiB.
+        q.finished_real(1 << 20, ms(0), ms(10));
+        q.finished_real(1 << 20, ms(1), ms(11));
+        let rate = q.rate.rate().unwrap();
+        assert!((rate - (2u64 << 20) as f64 / 0.011).abs() < 1.0, "{rate}");
+        // A read after an idle gap is charged its own time only.
+        q.finished_real(1 << 20, ms(20), ms(25));
+        let rate = q.rate.rate().unwrap();
+        assert!((rate - (3u64 << 20) as f64 / 0.016).abs() < 1.0, "{rate}");
     }
 
     #[test]

@@ -171,18 +171,26 @@ async fn serve(shared: &Arc<Shared>, p: Popped<Ctx>) {
     }
 }
 
-/// Hold the answer until the modelled disk would have finished; returns the service time.
+/// Hold the answer until the modelled disk would have finished, and charge the disk's
+/// meter; returns the request's time on the disk (on a real disk that runs several at once,
+/// its share of the disk's busy time: `ServerQueue::finished_real`).
 async fn disk_time(
     shared: &Shared,
     modelled: Option<ganges_core::disk::Service>,
     began: ganges_core::time::Time,
+    len: u64,
 ) -> Duration {
     match modelled {
         Some(svc) => {
             tokio::time::sleep_until(shared.instant(svc.done)).await;
-            svc.done.since(svc.start)
+            let service = svc.done.since(svc.start);
+            shared.disk.lock().expect("disk lock").finished(len, service);
+            service
         }
-        None => shared.now().since(began),
+        None => {
+            let now = shared.now();
+            shared.disk.lock().expect("disk lock").finished_real(len, began, now)
+        }
     }
 }
 
@@ -205,10 +213,9 @@ async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<gange
         }
     };
     let written = written.unwrap_or_else(|e| Err(StoreError::BadRequest(format!("write task failed: {e}"))));
-    let service = disk_time(shared, modelled, began).await;
+    let service = disk_time(shared, modelled, began, len).await;
     let (queue_len, primary_progress) = {
         let mut d = shared.disk.lock().expect("disk lock");
-        d.finished(len, service);
         let r = d.report(dataset_id, shared.now());
         (r.queue_len, r.primary_progress)
     };
@@ -242,10 +249,9 @@ async fn serve_read(shared: &Arc<Shared>, ctx: JobCtx, modelled: Option<ganges_c
     let read = tokio::task::spawn_blocking(move || store.read(&ds, fragment, block, start, len))
         .await
         .unwrap_or_else(|e| Err(StoreError::BadRequest(format!("read task failed: {e}"))));
-    let service = disk_time(shared, modelled, began).await;
+    let service = disk_time(shared, modelled, began, len as u64).await;
     let (queue_len, primary_progress) = {
         let mut d = shared.disk.lock().expect("disk lock");
-        d.finished(len as u64, service);
         let r = d.report(ctx.dataset.manifest.id, shared.now());
         (r.queue_len, r.primary_progress)
     };

@@ -45,6 +45,13 @@ use tokio::time::Instant;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// Requests a real disk (no model) is given at once unless told. With one, the disk idles
+/// between a read's end and the next read's start (the completion, a wake-up, the next pick):
+/// on this machine's virtual disk that cost gd-plan's 256 KiB pieces a fifth of the disk next
+/// to static's 1 MiB blocks; with two, the next read is at the disk before the last one ends
+/// (docs/benchmarks.md, "Real disks"). The scheduler still picks each read as late as it can.
+pub const REAL_QUEUE_DEPTH: u32 = 2;
+
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub node: NodeId,
@@ -61,6 +68,9 @@ pub struct ServerConfig {
     pub model_link: bool,
     /// Read and write data files with direct I/O, so the page cache does not hide the disk.
     pub direct_io: bool,
+    /// Requests the real disk is given at once, when there is no model (the model's own is
+    /// `DiskParams::queue_depth`).
+    pub queue_depth: u32,
     /// The `ganges` binary, to start helper processes from (a competing reader); `None`
     /// where there is none (a server embedded in another program).
     pub helper: Option<PathBuf>,
@@ -83,6 +93,7 @@ impl ServerConfig {
             node_sampling: node::NodeConfig::default(),
             model_link: false,
             direct_io: false,
+            queue_depth: REAL_QUEUE_DEPTH,
             helper: None,
             transport: ganges_net::Transport::plain(),
         }
@@ -250,7 +261,7 @@ pub async fn run(
     };
     let config_peers = config.peers.clone();
     let model = config.disk.map(DiskModel::new);
-    let queue_depth = config.disk.map_or(1, |d| d.queue_depth);
+    let queue_depth = config.disk.map_or(config.queue_depth, |d| d.queue_depth);
     let link = config.model_link.then(|| Mutex::new(LinkModel::new(config.node_sampling.net_bytes_per_sec)));
     let shared = Arc::new(Shared {
         disk: Mutex::new(disk::DiskState::new(config.scheduler.build(), model)),

@@ -647,16 +647,13 @@ impl ReadEngine {
         if service_us > 0 {
             let secs = service_us as f64 * 1e-6;
             let v = self.nodes.entry(node).or_default();
-            // A MiB at a time (`PLAN_UNIT_BYTES`), whatever the requests' size: a single
+            // Weighed by the MiB (`PLAN_UNIT_BYTES`), whatever the requests' size: a single
             // 256 KiB piece with a seek shows a disk a third slower than it is.
-            let (b, s) = (v.replied_pending.0 + bytes, v.replied_pending.1 + secs);
-            v.replied_pending = (b, s);
-            if b >= crate::sched::PLAN_UNIT_BYTES {
-                let r = b as f64 / s;
-                v.replied_disk_bytes_per_sec = Some(v.replied_disk_bytes_per_sec.map_or(r, |o| o + EWMA_NEW * (r - o)));
-                v.replied_pending = (0, 0.0);
+            v.replied.note(bytes, secs, EWMA_NEW, crate::sched::PLAN_UNIT_BYTES);
+            v.replied_disk_bytes_per_sec = v.replied.rate();
+            if let Some(r) = v.replied_disk_bytes_per_sec {
+                self.smooth_disk_rate(node, r);
             }
-            self.smooth_disk_rate(node, bytes as f64 / secs);
         }
     }
 
@@ -732,10 +729,8 @@ impl ReadEngine {
             (None, Some(s)) => s,
             (None, None) => now,
         };
-        let dt = now.since(since).as_secs_f64();
-        if dt > 0.0 {
-            v.rate_bytes_per_sec = smooth(v.rate_bytes_per_sec, bytes as f64 / dt);
-        }
+        v.delivered.note(bytes, now.since(since).as_secs_f64(), EWMA_NEW, bytes);
+        v.rate_bytes_per_sec = v.delivered.rate();
         v.last_reply = Some(now);
     }
 

@@ -87,6 +87,15 @@ impl ReadPolicyKind {
         ReadPolicyKind::Mirror,
     ];
 
+    /// Whether the policy adapts to slow servers (every read policy but the static baseline
+    /// and mirror's fixed interleaving).
+    pub fn adaptive(self) -> bool {
+        !matches!(
+            self,
+            ReadPolicyKind::Static | ReadPolicyKind::Mirror | ReadPolicyKind::Ceft | ReadPolicyKind::CeftAdaptive
+        )
+    }
+
     pub fn build(self, settings: &PolicySettings) -> Box<dyn RoutePolicy> {
         match self {
             ReadPolicyKind::Static => Box::new(Static),
@@ -368,11 +377,43 @@ pub struct NodeView {
     /// The server's disk speed as the server itself last reported it having measured it (its
     /// bytes over busy time of its last reads, every consumer's), bytes/s.
     pub reported_disk_bytes_per_sec: Option<f64>,
-    /// The server's disk speed from its replies to us only, smoothed over each MiB of them
-    /// (bytes/s).
+    /// The server's disk speed from its replies to us only, smoothed (bytes/s).
     pub replied_disk_bytes_per_sec: Option<f64>,
-    /// Bytes and disk seconds of the replies not yet in `replied_disk_bytes_per_sec`.
-    pub replied_pending: (u64, f64),
+    /// The averages `rate_bytes_per_sec` and `replied_disk_bytes_per_sec` are read from.
+    pub delivered: RateAverage,
+    pub replied: RateAverage,
+}
+
+/// A smoothed rate: bytes and seconds are averaged apart and the rate is their ratio, so
+/// that intervals of uneven length weigh by their length. An average of each interval's own
+/// rate does not: where replies come in bursts (a kernel throttle lets a disk's reads through
+/// a slice at a time; a disk serving two reads at once ends them close together), a reply
+/// that took a tenth of a millisecond counts as a disk ten times its speed, and a disk held
+/// to 60 MiB/s looked faster than an unthrottled one (docs/benchmarks.md, "Real disks").
+/// Each sample weighs in proportion to its bytes, `weight` per `unit_bytes`, so the average
+/// remembers the same amount of data whatever the requests' size.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RateAverage {
+    bytes: f64,
+    secs: f64,
+    seen: bool,
+}
+
+impl RateAverage {
+    /// Add `bytes` moved in `secs`; a sample of `unit_bytes` weighs `weight` (at most 1).
+    pub fn note(&mut self, bytes: u64, secs: f64, weight: f64, unit_bytes: u64) {
+        if secs <= 0.0 {
+            return;
+        }
+        let w = if self.seen { (weight * bytes as f64 / unit_bytes.max(1) as f64).min(1.0) } else { 1.0 };
+        self.bytes += w * (bytes as f64 - self.bytes);
+        self.secs += w * (secs - self.secs);
+        self.seen = true;
+    }
+
+    pub fn rate(&self) -> Option<f64> {
+        (self.seen && self.secs > 0.0).then(|| self.bytes / self.secs)
+    }
 }
 
 impl NodeView {
@@ -655,5 +696,33 @@ impl RoutePolicy for Mirror {
         let n = holders[self.next % holders.len()];
         self.next += 1;
         Pick::To(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Replies in bursts (a throttled disk at 60 MiB/s ends a 30 ms read, then one 0.1 ms
+    /// later): the average is the disk's rate, not the mean of the bursts' rates.
+    #[test]
+    fn a_rate_average_weighs_intervals_by_their_length() {
+        const MIB: u64 = 1 << 20;
+        let mut a = RateAverage::default();
+        assert_eq!(a.rate(), None);
+        for _ in 0..50 {
+            a.note(MIB, 0.0332, 0.2, MIB);
+            a.note(MIB, 0.0001, 0.2, MIB);
+        }
+        // Within the swing of the last sample's weight (a mean of the rates: 5 GB/s).
+        let r = a.rate().unwrap();
+        assert!((r / (60.0 * MIB as f64) - 1.0).abs() < 0.15, "{r}");
+        // Small samples move it less than large ones.
+        let mut b = RateAverage::default();
+        b.note(MIB, 0.01, 0.2, MIB);
+        let mut c = b;
+        b.note(MIB / 4, 0.1, 0.2, MIB);
+        c.note(MIB, 0.4, 0.2, MIB);
+        assert!(b.rate().unwrap() > c.rate().unwrap());
     }
 }
