@@ -21,6 +21,7 @@
 
 use crate::local::{DiskSpec, LocalCluster, LocalSpec};
 use crate::plot::{self, Series};
+use crate::real::{Rates, RealSpec};
 use crate::util::{CliError, CliResult, Table, fail, git_commit, process_cpu_secs, steps_bar};
 use ganges_client::ClientError;
 use ganges_client::client::Client;
@@ -45,6 +46,10 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How long a `--real` scan should last when no fragment size is given: long enough that
+/// start-up is a small part of T.
+const REAL_RUN_SECONDS: f64 = 6.0;
 
 /// Sampling period of consumer timelines (BENCHMARKS.md: every 100 ms).
 pub const SAMPLE_MS: u64 = (SAMPLE_SECS * 1000.0) as u64;
@@ -182,6 +187,9 @@ pub struct ScanBenchSpec {
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
     pub plot_time: Option<PathBuf>,
+    /// On real disks with direct I/O, faults made real (`crate::real`); `fragment_bytes` 0
+    /// then means: long enough for 6 s runs at the measured rates.
+    pub real: Option<RealSpec>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -209,6 +217,11 @@ pub struct Params {
     pub repeat: u32,
     pub policies: Vec<ReadPolicyKind>,
     pub git_commit: String,
+    /// Real disks and real faults (`--real`), and the rates measured before the runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub real: Option<RealSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Rates>,
 }
 
 /// How long a consumer took to settle after a fault started or stopped.
@@ -389,8 +402,18 @@ impl ScanBenchSpec {
         if self.faults.iter().any(|&f| f > self.nodes) {
             return fail(format!("--faults may not exceed --nodes ({})", self.nodes));
         }
-        if self.disk.is_none() && self.faults.iter().any(|&f| f > 0) {
-            return fail("faults need the disk model: give --disk-rate, or use --faults 0 with --disk-rate off");
+        if let Some(r) = &self.real {
+            r.validate()?;
+            if self.disk.is_some() {
+                return fail("--real runs on the real disks: leave out --disk-rate");
+            }
+            if self.sim {
+                return fail("--sim simulates the disk model; leave it out with --real");
+            }
+        } else if self.disk.is_none() && self.faults.iter().any(|&f| f > 0) {
+            return fail(
+                "faults need the disk model or real disks: give --disk-rate, or --real, or use --faults 0 with --disk-rate off",
+            );
         }
         if self.policies.is_empty() || self.faults.is_empty() || self.block_sizes.is_empty() || self.ratios.is_empty() {
             return fail("give at least one policy, fault count, block size and ratio");
@@ -439,6 +462,8 @@ impl ScanBenchSpec {
             repeat: self.repeat,
             policies: self.policies.clone(),
             git_commit: git_commit(),
+            real: self.real,
+            measured: None,
         }
     }
 }
@@ -469,6 +494,7 @@ pub fn run_scan(spec: &ScanBenchSpec) -> CliResult<Report> {
         scratch: std::env::temp_dir(),
         binary: spec.binary.clone(),
         node_groups: None,
+        real: spec.real,
     };
     let started = cluster.start()?;
     started.block_on(bench_on_cluster(spec, &started.cluster))
@@ -484,6 +510,8 @@ pub(crate) struct BenchCluster {
     pub binary: PathBuf,
     /// Each server its own node (`LocalSpec::node_groups`).
     pub node_groups: Option<crate::stress::NodeSpec>,
+    /// Real disks: servers with direct I/O (and each on its own link, for link faults).
+    pub real: Option<RealSpec>,
 }
 
 /// A bench's running cluster. Dropped in field order: the servers stop, then their
@@ -505,6 +533,8 @@ impl BenchCluster {
         };
         let local = LocalSpec {
             node_groups: self.node_groups.clone(),
+            direct_io: self.real.is_some(),
+            netns: self.real.is_some_and(|r| r.netns()),
             ..LocalSpec::new(self.nodes, root, self.disk, self.binary.clone())
         };
         let cluster = LocalCluster::start(&local)?;
@@ -525,13 +555,18 @@ impl Started {
     }
 }
 
-async fn create_dataset(client: &Arc<Client>, spec: &ScanBenchSpec, block: u32) -> CliResult<Arc<Manifest>> {
-    let total = spec.fragment_bytes * spec.nodes as u64;
+async fn create_dataset(
+    client: &Arc<Client>,
+    spec: &ScanBenchSpec,
+    block: u32,
+    fragment_bytes: u64,
+) -> CliResult<Arc<Manifest>> {
+    let total = fragment_bytes * spec.nodes as u64;
     let bar = crate::util::bytes_bar(total * spec.replicas as u64, "create");
     let name = format!("bench-scan-{block}");
     let spec_c = CreateSpec {
         name: name.parse()?,
-        fragment_bytes: vec![spec.fragment_bytes; spec.nodes as usize],
+        fragment_bytes: vec![fragment_bytes; spec.nodes as usize],
         block_bytes: block,
         replicas: spec.replicas,
         generator: Generator::Random { seed: spec.seed },
@@ -552,9 +587,91 @@ async fn create_dataset(client: &Arc<Client>, spec: &ScanBenchSpec, block: u32) 
     Ok(Arc::new(m))
 }
 
+/// How a scan bench's faults are made, and the server rates its ideals use.
+pub(crate) enum Faulting {
+    /// The disk model's fault, at the model's rate.
+    Model { fault: Fault, disk: Option<DiskSpec> },
+    /// Real faults, at rates measured before the runs.
+    Real { spec: RealSpec, rates: Rates },
+}
+
+impl Faulting {
+    /// Every server's rate in a run with `faulty` servers (`None`: no rate is known, as
+    /// with the page cache and no model).
+    pub(crate) fn rates(&self, nodes: u32, faulty: &[NodeId]) -> Option<Vec<f64>> {
+        match self {
+            Faulting::Model { fault, disk } => disk.map(|d| {
+                (0..nodes)
+                    .map(|n| {
+                        d.rate_bytes_per_sec * if faulty.contains(&NodeId(n)) { fault.rate_fraction() } else { 1.0 }
+                    })
+                    .collect()
+            }),
+            Faulting::Real { spec, rates } => Some(crate::real::rates_with(spec, rates, faulty)),
+        }
+    }
+
+    /// Make `faulty` the faulty servers, the others healthy.
+    pub(crate) async fn apply(&self, client: &Client, faulty: &[NodeId]) -> CliResult<()> {
+        match self {
+            Faulting::Model { disk: None, .. } => Ok(()),
+            Faulting::Model { fault, .. } => {
+                for n in 0..client.nodes() {
+                    let node = NodeId(n);
+                    let fault = faulty.contains(&node).then_some(*fault);
+                    client.control(node, ControlRequest::SetFault { fault }).await?;
+                }
+                Ok(())
+            }
+            Faulting::Real { spec, rates } => crate::real::apply(client, spec, rates, faulty).await,
+        }
+    }
+
+    /// Faults as `apply` sets them, then every server's measured rate forgotten: each run
+    /// starts from servers that know nothing of the runs before it (a policy that plans on
+    /// measured rates would otherwise start a run on the last run's faults). Real faults are
+    /// given a moment to take hold, and the page cache is dropped.
+    pub(crate) async fn before_run(&self, client: &Client, faulty: &[NodeId]) -> CliResult<()> {
+        self.apply(client, faulty).await?;
+        if let Faulting::Real { .. } = self {
+            tokio::time::sleep(crate::real::SETTLE).await;
+            tokio::task::spawn_blocking(crate::real::drop_caches).await.map_err(|e| CliError(e.to_string()))?;
+        }
+        for n in client.live_nodes() {
+            client.control(n, ControlRequest::ForgetRate).await?;
+        }
+        Ok(())
+    }
+
+    /// The rates measured for a real bench.
+    pub(crate) fn measured(&self) -> Option<&Rates> {
+        match self {
+            Faulting::Real { rates, .. } => Some(rates),
+            Faulting::Model { .. } => None,
+        }
+    }
+}
+
 async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliResult<Report> {
     let client = Client::connect(cluster.cluster().clone()).await?;
-    let loopback = if spec.disk.is_none() {
+    let faulting = match spec.real {
+        Some(real) => {
+            eprintln!(
+                "measuring every server's disk{}, alone and all at once",
+                if real.netns() { " and link" } else { "" }
+            );
+            let rates = crate::real::measure(&client, &real).await?;
+            Faulting::Real { spec: real, rates }
+        }
+        None => Faulting::Model { fault: spec.fault, disk: spec.disk },
+    };
+    let fragment_bytes = match faulting.measured() {
+        Some(rates) if spec.fragment_bytes == 0 => {
+            crate::real::fragment_bytes_for(rates, REAL_RUN_SECONDS, u64::from(spec.block_sizes[0]))
+        }
+        _ => spec.fragment_bytes,
+    };
+    let loopback = if spec.disk.is_none() && spec.real.is_none() {
         let bytes = (spec.fragment_bytes * spec.nodes as u64).min(1 << 30);
         let block = spec.block_sizes[0] as usize;
         let best = move || -> CliResult<f64> {
@@ -571,14 +688,14 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
     let mut rows = vec![];
     let mut phases = ganges_sim::scan::start_phases(spec.seed);
     for &block in &spec.block_sizes {
-        let manifest = create_dataset(&client, spec, block).await?;
+        let manifest = create_dataset(&client, spec, block, fragment_bytes).await?;
         // One untimed scan first: the first scan after a create pays for fresh buffers, thread
         // pools and page faults in every process (measured: 15% idle disks), which is not what
         // any policy should be charged for.
-        set_faults(&client, spec, &[]).await?;
+        faulting.before_run(&client, &[]).await?;
         let all = manifest.shape.fragment_partitions();
         let warm = Run { manifest: &manifest, policy: spec.policies[0], partitions: &all, faulty: &[], phase: None };
-        run_once(&client, spec, &warm).await?;
+        run_once(&client, spec, &faulting, &warm).await?;
 
         // samples[fault][ratio][policy] over repeats
         let (nf, nr, np) = (spec.faults.len(), spec.ratios.len(), spec.policies.len());
@@ -591,21 +708,21 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
                 for (ri, parts) in partitions.iter().enumerate() {
                     for (pi, &policy) in spec.policies.iter().enumerate() {
                         let at_start = if spec.schedule.is_empty() { &faulty[..] } else { &[] };
-                        set_faults(&client, spec, at_start).await?;
+                        faulting.before_run(&client, at_start).await?;
                         bar.set_message(format!("{policy}, {f} faults"));
                         let phase = run_phase(policy, &spec.settings, &mut phases);
                         let run = Run { manifest: &manifest, policy, partitions: parts, faulty: &faulty, phase };
-                        samples[fi][ri][pi].push(run_once(&client, spec, &run).await?);
+                        samples[fi][ri][pi].push(run_once(&client, spec, &faulting, &run).await?);
                         bar.inc(1);
                     }
                 }
             }
         }
-        set_faults(&client, spec, &[]).await?;
+        faulting.apply(&client, &[]).await?;
         for (fi, &f) in spec.faults.iter().enumerate() {
             let faulty = layout_of(f);
             for (ri, &ratio) in spec.ratios.iter().enumerate() {
-                let (river, layout, shares) = ideals(spec, &manifest, &partitions[ri], &faulty)?;
+                let (river, layout, shares) = ideals(spec, &faulting, &manifest, &partitions[ri], &faulty)?;
                 for (pi, &policy) in spec.policies.iter().enumerate() {
                     let mut r = row(policy, f, &faulty, &samples[fi][ri][pi], river, layout);
                     r.block_bytes = block;
@@ -641,9 +758,15 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> CliRe
         client.control_all(&client.live_nodes(), &ControlRequest::Remove { name: manifest.name.clone() }).await;
     }
     bar.finish_and_clear();
+    if spec.real.is_some() {
+        crate::real::clear(&client).await?;
+    }
+    let mut params = spec.params();
+    params.fragment_bytes = fragment_bytes;
+    params.measured = faulting.measured().cloned();
     Ok(Report {
         bench: "scan",
-        params: spec.params(),
+        params,
         machine: Machine {
             loopback_mb_per_sec: loopback,
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -699,25 +822,19 @@ type Shares = (Vec<f64>, Vec<f64>);
 /// throughput.
 fn ideals(
     spec: &ScanBenchSpec,
+    faulting: &Faulting,
     manifest: &Manifest,
     partitions: &[Partition],
     faulty: &[NodeId],
 ) -> CliResult<(f64, f64, Shares)> {
-    let Some(disk) = spec.disk else {
-        // No model: there is no rate to compare with; the loopback figure stands in.
+    let (Some(r_free), Some(r_fault)) = (faulting.rates(spec.nodes, &[]), faulting.rates(spec.nodes, faulty)) else {
+        // No model and no measured rates: no rate to compare with; the loopback figure
+        // stands in.
         return Ok((f64::NAN, f64::NAN, (vec![], vec![])));
-    };
-    let rates = |faults: &[NodeId]| -> Vec<f64> {
-        (0..spec.nodes)
-            .map(|n| {
-                disk.rate_bytes_per_sec * if faults.contains(&NodeId(n)) { spec.fault.rate_fraction() } else { 1.0 }
-            })
-            .collect()
     };
     let reads = consumer_reads(spec.access, spec.seed, &manifest.shape, partitions);
     let demands = read_demands(&manifest.shape, reads.iter().map(Vec::as_slice))?;
     let total: u64 = demands.iter().map(|d| d.bytes).sum();
-    let (r_free, r_fault) = (rates(&[]), rates(faulty));
     let river = (river_ideal_seconds(total, &r_free), river_ideal_seconds(total, &r_fault));
     let layout = (
         layout_ideal(&demands, &manifest.layout, &r_free)?.seconds,
@@ -754,26 +871,6 @@ fn adaptation(changes: &[Change], delivered: &[Vec<u64>], shares: &Shares, finis
             seconds,
         })
         .collect()
-}
-
-async fn set_faults(client: &Client, spec: &ScanBenchSpec, faulty: &[NodeId]) -> CliResult<()> {
-    if spec.disk.is_none() {
-        return Ok(());
-    }
-    set_faults_on(client, spec.fault, faulty).await
-}
-
-/// `fault` on the `faulty` servers, none on the others, and every server's measured rate
-/// forgotten: each run starts from servers that know nothing of the runs before it (a
-/// policy that plans on measured rates would otherwise start a run on the last run's faults).
-pub(crate) async fn set_faults_on(client: &Client, fault: Fault, faulty: &[NodeId]) -> CliResult<()> {
-    for n in 0..client.nodes() {
-        let node = NodeId(n);
-        let fault = faulty.contains(&node).then_some(fault);
-        client.control(node, ControlRequest::SetFault { fault }).await?;
-        client.control(node, ControlRequest::ForgetRate).await?;
-    }
-    Ok(())
 }
 
 pub(crate) async fn all_stats(client: &Client) -> CliResult<Vec<ServerStats>> {
@@ -871,7 +968,7 @@ impl Consumer {
 
 /// One run: every consumer reads its partition, or its random blocks; returns T and the
 /// counters.
-async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> CliResult<Sample> {
+async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, faulting: &Faulting, run: &Run<'_>) -> CliResult<Sample> {
     let window = spec.window_of(run.policy, run.manifest.shape.block_bytes());
     let opts = ReadOptions::new(run.policy).with_window(window).with_settings(spec.settings);
     let reads = consumer_reads(spec.access, spec.seed, &run.manifest.shape, run.partitions);
@@ -897,28 +994,39 @@ async fn run_once(client: &Arc<Client>, spec: &ScanBenchSpec, run: &Run<'_>) -> 
     barrier.wait().await;
     let t0 = Instant::now();
     // Faults that start and stop during the run (FI-3).
-    let scheduler = (!spec.schedule.is_empty() && !run.faulty.is_empty()).then(|| {
-        let (client, faulty, changes) = (client.clone(), run.faulty.to_vec(), changes(&spec.schedule));
-        let fault = spec.fault;
-        tokio::spawn(async move {
-            for (at, on) in changes {
-                tokio::time::sleep_until((t0 + Duration::from_secs_f64(at)).into()).await;
-                for &n in &faulty {
-                    let _ = client.control(n, ControlRequest::SetFault { fault: on.then_some(fault) }).await;
-                }
+    let scheduler = (!spec.schedule.is_empty() && !run.faulty.is_empty()).then_some(async {
+        for (at, on) in changes(&spec.schedule) {
+            tokio::time::sleep_until((t0 + Duration::from_secs_f64(at)).into()).await;
+            let faulty = if on { run.faulty } else { &[] };
+            if let Err(e) = faulting.apply(client, faulty).await {
+                tracing::warn!(%e, "changing the faults during a run");
             }
-        })
+        }
+        // The run goes on to its end after the last change.
+        std::future::pending::<()>().await
     });
+    let consumers_done = async {
+        let mut out = vec![];
+        for t in tasks {
+            out.push(t.await.map_err(|e| CliError(format!("consumer task failed: {e}")))??);
+        }
+        Ok::<_, CliError>(out)
+    };
+    let done = match scheduler {
+        Some(changes) => tokio::select! {
+            done = consumers_done => done,
+            () = changes => unreachable!("the fault schedule waits forever after its last change"),
+        },
+        None => consumers_done.await,
+    }?;
+    if !spec.schedule.is_empty() && !run.faulty.is_empty() {
+        faulting.apply(client, &[]).await?;
+    }
     let mut reports = vec![];
     let mut timelines = vec![];
-    for t in tasks {
-        let (report, end, marks) = t.await.map_err(|e| CliError(format!("consumer task failed: {e}")))??;
+    for (report, end, marks) in done {
         reports.push((report, end));
         timelines.push(marks);
-    }
-    if let Some(s) = scheduler {
-        s.abort();
-        set_faults(client, spec, &[]).await?;
     }
     let t_end = reports.iter().map(|(_, end)| *end).max().expect("at least one consumer");
     let seconds = t_end.duration_since(t0).as_secs_f64();
@@ -1125,9 +1233,10 @@ pub fn render(report: &Report) -> String {
         }
         t.row(cells);
     }
-    let disk = match p.disk_rate_bytes_per_sec {
-        Some(r) => format!("disks {}/s with a {}ms seek", ByteSize(r as u64), p.seek_ms),
-        None => "no disk model (page cache)".into(),
+    let disk = match (&p.real, &p.measured, p.disk_rate_bytes_per_sec) {
+        (Some(real), Some(rates), _) => crate::real::describe(real, rates),
+        (_, _, Some(r)) => format!("disks {}/s with a {}ms seek", ByteSize(r as u64), p.seek_ms),
+        _ => "no disk model (page cache)".into(),
     };
     let blocks: Vec<String> = p.block_sizes.iter().map(|b| ByteSize(*b as u64).to_string()).collect();
     let layout = match p.layout {
@@ -1138,6 +1247,7 @@ pub fn render(report: &Report) -> String {
         Access::Scan => "",
         Access::Random => " (random reads)",
     };
+    let fault = if p.real.is_some() { "real".to_string() } else { p.fault.to_string() };
     let mut out = format!(
         "scan{access}: {} nodes, {layout}, {} fragments of {}, {} blocks, {disk}, fault {} ({} layout{}), window {}, \
          {} run(s) each (median), commit {}\n",
@@ -1145,7 +1255,7 @@ pub fn render(report: &Report) -> String {
         p.nodes,
         ByteSize(p.fragment_bytes),
         blocks.join(","),
-        p.fault,
+        fault,
         p.fault_layout,
         if p.fault_schedule.is_empty() { String::new() } else { ", scheduled".into() },
         p.window.map_or_else(

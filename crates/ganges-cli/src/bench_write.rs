@@ -20,9 +20,10 @@
 //! Every run checks itself: the dataset's digest must be the one its writers computed from
 //! the replies, or the bench fails instead of printing a number.
 
-use crate::bench::{BenchCluster, Machine, all_stats, median_and_spread, set_faults_on};
+use crate::bench::{BenchCluster, Faulting, Machine, all_stats, median_and_spread};
 use crate::local::{DiskSpec, LocalCluster};
 use crate::plot::{self, Series};
+use crate::real::{Rates, RealSpec};
 use crate::stress::StressKind;
 use crate::util::{CliResult, Table, fail, git_commit, process_cpu_secs, steps_bar};
 use ganges_client::client::Client;
@@ -50,7 +51,8 @@ pub struct WriteBenchSpec {
     /// Bytes each writer writes; one writer per node.
     pub fragment_bytes: u64,
     pub block_bytes: u32,
-    pub disk: DiskSpec,
+    /// The disk model; `None` with `real`.
+    pub disk: Option<DiskSpec>,
     pub fault: Fault,
     pub faults: Vec<u32>,
     pub fault_layout: FaultLayout,
@@ -69,6 +71,9 @@ pub struct WriteBenchSpec {
     /// LAY-2 mirrored groups for every policy; `None`: each policy's default.
     pub mirrored: Option<bool>,
     pub ceft: CeftSettings,
+    /// On real disks with direct I/O and real faults (`crate::real`; `fragment_bytes` 0
+    /// then means: long enough for 6 s writes at the measured rates).
+    pub real: Option<RealSpec>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -77,7 +82,7 @@ pub struct Params {
     pub replicas: u32,
     pub fragment_bytes: u64,
     pub block_bytes: u32,
-    pub disk_rate_bytes_per_sec: f64,
+    pub disk_rate_bytes_per_sec: Option<f64>,
     pub seek_ms: f64,
     pub fault: Fault,
     pub fault_layout: FaultLayout,
@@ -90,6 +95,11 @@ pub struct Params {
     pub stress: Option<StressKind>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stress_on: Vec<u32>,
+    /// Real disks and real faults (`--real`), and the rates measured before the runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub real: Option<RealSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Rates>,
 }
 
 /// Replica completion after a write (GW-2).
@@ -174,8 +184,29 @@ impl WriteBenchSpec {
         if self.policies.is_empty() || self.faults.is_empty() {
             return fail("give at least one policy and one fault count");
         }
+        match (&self.real, &self.disk) {
+            (Some(r), None) => {
+                r.validate()?;
+                if self.stress.is_some() {
+                    return fail("--stress loads nodes of the disk model; leave it out with --real");
+                }
+            }
+            (Some(_), Some(_)) => return fail("--real writes to the real disks: leave out --disk-rate"),
+            (None, None) => {
+                return fail("bench write compares against the disk model or real disks: give a --disk-rate, or --real");
+            }
+            (None, Some(_)) => {}
+        }
         self.fault.validate()?;
         Ok(())
+    }
+
+    /// How this bench's faults are made, and the rates its ideals use.
+    fn faulting(&self, rates: Option<Rates>) -> Faulting {
+        match (self.real, rates) {
+            (Some(spec), Some(rates)) => Faulting::Real { spec, rates },
+            _ => Faulting::Model { fault: self.disk_fault(), disk: self.disk },
+        }
     }
 
     /// The slow-disk fault: the configured one, or a stress's competing stream.
@@ -214,19 +245,16 @@ impl WriteBenchSpec {
         })
     }
 
-    fn rates(&self, slowed: &[NodeId]) -> Vec<f64> {
-        (0..self.nodes)
-            .map(|n| {
-                let f = if slowed.contains(&NodeId(n)) { self.disk_fault().rate_fraction() } else { 1.0 };
-                self.disk.rate_bytes_per_sec * f
-            })
-            .collect()
-    }
-
     /// (River, layout-aware) ideal seconds of a write by `policy` under `faulty`.
-    fn ideals(&self, policy: WritePolicyKind, faulty: &[NodeId]) -> CliResult<(f64, f64)> {
-        let rates = self.rates(faulty);
-        let shape = Shape::uniform(self.nodes, self.fragment_bytes, self.block_bytes)?;
+    fn ideals(
+        &self,
+        faulting: &Faulting,
+        fragment_bytes: u64,
+        policy: WritePolicyKind,
+        faulty: &[NodeId],
+    ) -> CliResult<(f64, f64)> {
+        let rates = faulting.rates(self.nodes, faulty).expect("a write bench has rates");
+        let shape = Shape::uniform(self.nodes, fragment_bytes, self.block_bytes)?;
         let river = river_ideal_seconds(shape.total_bytes(), &rates);
         if policy == WritePolicyKind::Dq {
             return Ok((river, river));
@@ -242,6 +270,10 @@ impl WriteBenchSpec {
 /// servers up to a tenth of their time in some runs; docs/benchmarks.md has a run with
 /// `--root` on /tmp beside the default); else the temp folder.
 fn scratch(spec: &WriteBenchSpec) -> PathBuf {
+    if spec.real.is_some() {
+        // Real disks: the temp folder's (a tmpfs would refuse direct I/O, and say so).
+        return std::env::temp_dir();
+    }
     let shm = PathBuf::from("/dev/shm");
     // A run holds one dataset and its completed copies at a time.
     let need = 2 * spec.fragment_bytes * spec.nodes as u64 * spec.replicas.max(1) as u64;
@@ -259,7 +291,7 @@ pub fn run_write(spec: &WriteBenchSpec) -> CliResult<Report> {
     };
     let cluster = BenchCluster {
         nodes: spec.nodes,
-        disk: Some(spec.disk),
+        disk: spec.disk,
         root: spec.root.clone(),
         scratch: scratch(spec),
         binary: spec.binary.clone(),
@@ -269,8 +301,9 @@ pub fn run_write(spec: &WriteBenchSpec) -> CliResult<Report> {
             // A network stress needs a link that can be loaded: the link model, at
             // LINK_PER_DISK of the disk's rate.
             link_bytes_per_sec: (spec.stress.as_ref().map(|s| s.0) == Some(StressKind::Network))
-                .then_some(spec.disk.rate_bytes_per_sec * crate::stress::LINK_PER_DISK),
+                .then(|| spec.disk.map_or(0.0, |d| d.rate_bytes_per_sec) * crate::stress::LINK_PER_DISK),
         }),
+        real: spec.real,
     };
     let started = cluster.start()?;
     let report = started.block_on(bench_on_cluster(spec, &started.cluster, groups.as_ref()));
@@ -286,12 +319,28 @@ async fn bench_on_cluster(
     groups: Option<&crate::stress::NodeGroups>,
 ) -> CliResult<Report> {
     let client = Client::connect(cluster.cluster().clone()).await?;
+    let rates = match &spec.real {
+        Some(real) => {
+            eprintln!(
+                "measuring every server's disk writes{}, alone and all at once",
+                if real.netns() { " and link" } else { "" }
+            );
+            Some(crate::real::measure(&client, real).await?)
+        }
+        None => None,
+    };
+    let faulting = spec.faulting(rates);
+    let fragment_bytes = match faulting.measured() {
+        Some(r) if spec.fragment_bytes == 0 => crate::real::fragment_bytes_for(r, 6.0, u64::from(spec.block_bytes)),
+        _ => spec.fragment_bytes,
+    };
+    let run = Runner { client: &client, spec, faulting: &faulting, fragment_bytes };
     let states = spec.states();
     let (nf, np) = (states.len(), spec.policies.len());
     let bar = steps_bar((spec.repeat as usize * nf * np) as u64, "write");
     // One untimed write first: fresh buffers, thread pools and page faults in every process
     // are not what any policy should be charged for.
-    run_once(&client, spec, spec.policies[0], &[], "bench-write-warmup").await?;
+    run.once(spec.policies[0], &[], "bench-write-warmup").await?;
     let mut samples: Vec<Vec<Vec<Sample>>> = (0..nf).map(|_| (0..np).map(|_| vec![]).collect()).collect();
     for _ in 0..spec.repeat {
         for (fi, nodes) in states.iter().enumerate() {
@@ -316,19 +365,22 @@ async fn bench_on_cluster(
                     nodes.len(),
                     if spec.stress.is_some() { "stressed" } else { "faults" }
                 ));
-                samples[fi][pi].push(run_once(&client, spec, policy, &slowed, "bench-write").await?);
+                samples[fi][pi].push(run.once(policy, &slowed, "bench-write").await?);
                 bar.inc(1);
             }
             drop(stressors);
         }
     }
-    set_faults_on(&client, spec.fault, &[]).await?;
+    faulting.apply(&client, &[]).await?;
+    if spec.real.is_some() {
+        crate::real::clear(&client).await?;
+    }
     bar.finish_and_clear();
     let mut rows = vec![];
     for (fi, nodes) in states.iter().enumerate() {
         let slowed = spec.slowed(nodes);
         for (pi, &policy) in spec.policies.iter().enumerate() {
-            let (river, layout) = spec.ideals(policy, &slowed)?;
+            let (river, layout) = spec.ideals(&faulting, fragment_bytes, policy, &slowed)?;
             rows.push(row(policy, spec.mirrored(policy), nodes, &mut samples[fi][pi], river, layout));
         }
     }
@@ -337,10 +389,10 @@ async fn bench_on_cluster(
         params: Params {
             nodes: spec.nodes,
             replicas: spec.replicas,
-            fragment_bytes: spec.fragment_bytes,
+            fragment_bytes,
             block_bytes: spec.block_bytes,
-            disk_rate_bytes_per_sec: spec.disk.rate_bytes_per_sec,
-            seek_ms: spec.disk.seek.as_secs_f64() * 1e3,
+            disk_rate_bytes_per_sec: spec.disk.map(|d| d.rate_bytes_per_sec),
+            seek_ms: spec.disk.map_or(0.0, |d| d.seek.as_secs_f64() * 1e3),
             fault: spec.fault,
             fault_layout: spec.fault_layout,
             seed: spec.seed,
@@ -350,6 +402,8 @@ async fn bench_on_cluster(
             git_commit: git_commit(),
             stress: spec.stress.as_ref().map(|s| s.0),
             stress_on: spec.stress.as_ref().map_or(vec![], |s| s.1.clone()),
+            real: spec.real,
+            measured: faulting.measured().cloned(),
         },
         machine: Machine {
             loopback_mb_per_sec: None,
@@ -359,62 +413,68 @@ async fn bench_on_cluster(
     })
 }
 
-/// One write under `faulty`, then its completion if it left copies incomplete; the dataset
-/// is removed afterwards.
-async fn run_once(
-    client: &std::sync::Arc<Client>,
-    spec: &WriteBenchSpec,
-    policy: WritePolicyKind,
-    faulty: &[NodeId],
-    name: &str,
-) -> CliResult<Sample> {
-    set_faults_on(client, spec.disk_fault(), faulty).await?;
-    let before = all_stats(client).await?;
-    let cpu0 = process_cpu_secs();
-    let w = WriteSpec {
-        name: name.parse()?,
-        writers: spec.nodes,
-        total_bytes: spec.fragment_bytes * spec.nodes as u64,
-        block_bytes: spec.block_bytes,
-        replicas: if policy == WritePolicyKind::Dq { 1 } else { spec.replicas },
-        policy,
-        window: spec.window,
-        source: WriteSource::Generated(Generator::Random { seed: spec.seed }),
-        complete: false,
-        run_blocks: 1,
-        ceft: spec.ceft,
-        mirrored: spec.mirrored(policy),
-    };
-    let out = dataset::write(client, w, None).await?;
-    let client_cpu = process_cpu_secs() - cpu0;
-    let after = all_stats(client).await?;
-    let server_cpu = after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum();
-    let m = &out.manifest;
-    let blocks_per_server = blocks_per_server(m);
-    if blocks_per_server.iter().sum::<u64>() < m.shape.total_blocks() {
-        return fail(format!("{policy}: the write placed fewer blocks than the dataset has"));
+/// What every run of a write bench shares.
+struct Runner<'a> {
+    client: &'a std::sync::Arc<Client>,
+    spec: &'a WriteBenchSpec,
+    faulting: &'a Faulting,
+    /// Bytes each writer writes.
+    fragment_bytes: u64,
+}
+
+impl Runner<'_> {
+    /// One write under `faulty`, then its completion if it left copies incomplete; the dataset
+    /// is removed afterwards.
+    async fn once(&self, policy: WritePolicyKind, faulty: &[NodeId], name: &str) -> CliResult<Sample> {
+        let (client, spec) = (self.client, self.spec);
+        self.faulting.before_run(client, faulty).await?;
+        let before = all_stats(client).await?;
+        let cpu0 = process_cpu_secs();
+        let w = WriteSpec {
+            name: name.parse()?,
+            writers: spec.nodes,
+            total_bytes: self.fragment_bytes * spec.nodes as u64,
+            block_bytes: spec.block_bytes,
+            replicas: if policy == WritePolicyKind::Dq { 1 } else { spec.replicas },
+            policy,
+            window: spec.window,
+            source: WriteSource::Generated(Generator::Random { seed: spec.seed }),
+            complete: false,
+            run_blocks: 1,
+            ceft: spec.ceft,
+            mirrored: spec.mirrored(policy),
+        };
+        let out = dataset::write(client, w, None).await?;
+        let client_cpu = process_cpu_secs() - cpu0;
+        let after = all_stats(client).await?;
+        let server_cpu = after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum();
+        let m = &out.manifest;
+        let blocks_per_server = blocks_per_server(m);
+        if blocks_per_server.iter().sum::<u64>() < m.shape.total_blocks() {
+            return fail(format!("{policy}: the write placed fewer blocks than the dataset has"));
+        }
+        let completion = if spec.complete && m.state == DatasetState::Incomplete {
+            Some(self.complete(m, faulty).await?)
+        } else {
+            None
+        };
+        let remove = ControlRequest::Remove { name: m.name.clone() };
+        for (node, r) in client.control_all(&client.live_nodes(), &remove).await {
+            r.map_err(|e| crate::util::CliError(format!("removing the bench dataset on {node}: {e}")))?;
+        }
+        Ok(Sample {
+            seconds: out.seconds,
+            bytes: m.total_bytes(),
+            slowest: out.writers.iter().map(|r| mb_per_sec(r.bytes, r.seconds)).fold(f64::INFINITY, f64::min),
+            backup: out.writers.iter().map(|r| r.stats.backup_bytes()).sum(),
+            server_cpu,
+            client_cpu,
+            blocks_per_server,
+            steals: out.writers.iter().map(|r| r.stats.steals).sum(),
+            redirects: out.writers.iter().map(|r| r.stats.moved).sum(),
+            completion,
+        })
     }
-    let completion = if spec.complete && m.state == DatasetState::Incomplete {
-        Some(complete(client, spec, m, faulty).await?)
-    } else {
-        None
-    };
-    let remove = ControlRequest::Remove { name: m.name.clone() };
-    for (node, r) in client.control_all(&client.live_nodes(), &remove).await {
-        r.map_err(|e| crate::util::CliError(format!("removing the bench dataset on {node}: {e}")))?;
-    }
-    Ok(Sample {
-        seconds: out.seconds,
-        bytes: m.total_bytes(),
-        slowest: out.writers.iter().map(|r| mb_per_sec(r.bytes, r.seconds)).fold(f64::INFINITY, f64::min),
-        backup: out.writers.iter().map(|r| r.stats.backup_bytes()).sum(),
-        server_cpu,
-        client_cpu,
-        blocks_per_server,
-        steals: out.writers.iter().map(|r| r.stats.steals).sum(),
-        redirects: out.writers.iter().map(|r| r.stats.moved).sum(),
-        completion,
-    })
 }
 
 /// Blocks each server holds after the write: its copies' present blocks.
@@ -433,38 +493,36 @@ fn blocks_per_server(m: &Manifest) -> Vec<u64> {
     per
 }
 
-/// Replica completion of `m`, measured against the disks' aggregate rate and the bound its
-/// placement sets (module docs).
-async fn complete(
-    client: &std::sync::Arc<Client>,
-    spec: &WriteBenchSpec,
-    m: &Manifest,
-    faulty: &[NodeId],
-) -> CliResult<Completion> {
-    let p = m.placement.as_ref().expect("an incomplete dataset has a placement");
-    let mut disk_bytes = vec![0u64; spec.nodes as usize];
-    for f in 0..m.shape.fragment_count() {
-        let fragment = FragmentId(f);
-        for copy in 0..m.layout.replicas() {
-            for b in p.missing(fragment, copy) {
-                let len = m.shape.block_len(fragment, b) as u64;
-                let src = p.copies(fragment, b).next().expect("held somewhere");
-                disk_bytes[m.layout.node_of(fragment, copy).0 as usize] += len;
-                disk_bytes[m.layout.node_of(fragment, src).0 as usize] += len;
+impl Runner<'_> {
+    /// Replica completion of `m`, measured against the disks' aggregate rate and the bound its
+    /// placement sets (module docs).
+    async fn complete(&self, m: &Manifest, faulty: &[NodeId]) -> CliResult<Completion> {
+        let (client, spec) = (self.client, self.spec);
+        let p = m.placement.as_ref().expect("an incomplete dataset has a placement");
+        let mut disk_bytes = vec![0u64; spec.nodes as usize];
+        for f in 0..m.shape.fragment_count() {
+            let fragment = FragmentId(f);
+            for copy in 0..m.layout.replicas() {
+                for b in p.missing(fragment, copy) {
+                    let len = m.shape.block_len(fragment, b) as u64;
+                    let src = p.copies(fragment, b).next().expect("held somewhere");
+                    disk_bytes[m.layout.node_of(fragment, copy).0 as usize] += len;
+                    disk_bytes[m.layout.node_of(fragment, src).0 as usize] += len;
+                }
             }
         }
+        let rates = self.faulting.rates(spec.nodes, faulty).expect("a write bench has rates");
+        let c = dataset::complete(client, &m.name).await?;
+        let total: u64 = disk_bytes.iter().sum();
+        let bound = disk_bytes.iter().zip(&rates).map(|(b, r)| *b as f64 / r).fold(0.0, f64::max);
+        Ok(Completion {
+            seconds: c.seconds,
+            bytes: c.bytes,
+            frac_aggregate: total as f64 / c.seconds / rates.iter().sum::<f64>(),
+            bound_seconds: bound,
+            frac_bound: bound / c.seconds,
+        })
     }
-    let rates = spec.rates(faulty);
-    let c = dataset::complete(client, &m.name).await?;
-    let total: u64 = disk_bytes.iter().sum();
-    let bound = disk_bytes.iter().zip(&rates).map(|(b, r)| *b as f64 / r).fold(0.0, f64::max);
-    Ok(Completion {
-        seconds: c.seconds,
-        bytes: c.bytes,
-        frac_aggregate: total as f64 / c.seconds / rates.iter().sum::<f64>(),
-        bound_seconds: bound,
-        frac_bound: bound / c.seconds,
-    })
 }
 
 fn nodes_text(nodes: &[NodeId]) -> String {
@@ -517,14 +575,18 @@ pub fn render(report: &Report) -> String {
         ),
         None => format!("fault {} ({} layout)", p.fault, p.fault_layout),
     };
+    let disks = match (&p.real, &p.measured, p.disk_rate_bytes_per_sec) {
+        (Some(real), Some(rates), _) => crate::real::describe(real, rates),
+        (_, _, Some(rate)) => format!("disks {}/s ({} ms seek)", ByteSize(rate as u64), p.seek_ms),
+        _ => "real disks".into(),
+    };
+    let load = if p.real.is_some() { format!("{} faulty layout", p.fault_layout) } else { load };
     let mut out = format!(
-        "write: {} writers of {} on {} nodes at {}/s ({} ms seek), {} blocks, {} copies (dq: 1), {load}, median of {}, \
+        "write: {} writers of {} on {} nodes, {disks}, {} blocks, {} copies (dq: 1), {load}, median of {}, \
          commit {}\n",
         p.nodes,
         ByteSize(p.fragment_bytes),
         p.nodes,
-        ByteSize(p.disk_rate_bytes_per_sec as u64),
-        p.seek_ms,
         ByteSize(p.block_bytes as u64),
         p.replicas,
         p.repeat,

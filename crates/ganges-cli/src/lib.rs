@@ -20,6 +20,7 @@ pub mod commands;
 pub mod local;
 pub mod netns;
 pub mod plot;
+pub mod real;
 pub mod sim;
 pub mod stress;
 pub mod sys;

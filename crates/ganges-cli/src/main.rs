@@ -271,21 +271,24 @@ struct DiskArgs {
     /// Disk model seek cost, paid when switching between files
     #[arg(long, default_value = "4ms")]
     seek: Dur,
-    /// Requests the server hands its disk at once
-    #[arg(long, default_value_t = 1)]
-    queue_depth: u32,
+    /// Requests the server hands its disk at once [default: 1 with a disk model, 2 on the
+    /// real disk]
+    #[arg(long)]
+    queue_depth: Option<u32>,
 }
 
 impl DiskArgs {
     fn spec(&self) -> CliResult<Option<DiskSpec>> {
-        if self.queue_depth == 0 || self.queue_depth > 64 {
+        let depth = self.queue_depth.unwrap_or(1);
+        if depth == 0 || depth > 64 {
             return fail("--queue-depth must be between 1 and 64");
         }
-        Ok(self.disk_rate.0.map(|rate| DiskSpec {
-            rate_bytes_per_sec: rate,
-            seek: self.seek.0,
-            queue_depth: self.queue_depth,
-        }))
+        Ok(self.disk_rate.0.map(|rate| DiskSpec { rate_bytes_per_sec: rate, seek: self.seek.0, queue_depth: depth }))
+    }
+
+    /// Requests the real disk (no model) is given at once.
+    fn real_depth(&self) -> u32 {
+        self.queue_depth.unwrap_or(ganges_server::REAL_QUEUE_DEPTH).clamp(1, 64)
     }
 }
 
@@ -366,7 +369,7 @@ struct LocalDiskArgs {
 
 impl LocalDiskArgs {
     fn spec(&self) -> CliResult<Option<DiskSpec>> {
-        DiskArgs { disk_rate: self.disk_rate, seek: self.seek, queue_depth: self.queue_depth }.spec()
+        DiskArgs { disk_rate: self.disk_rate, seek: self.seek, queue_depth: Some(self.queue_depth) }.spec()
     }
     fn to_args(&self) -> Vec<String> {
         vec![
@@ -712,9 +715,10 @@ struct BenchWriteArgs {
     /// Copies of a static or gd write (dq keeps one)
     #[arg(long, default_value_t = 2)]
     replicas: u32,
-    /// Bytes each writer writes (one writer per server)
-    #[arg(long, default_value = "64MiB")]
-    fragment_size: ByteSize,
+    /// Bytes each writer writes (one writer per server) [default: 64MiB; with --real, enough
+    /// for 6 s writes]
+    #[arg(long)]
+    fragment_size: Option<ByteSize>,
     #[arg(long, default_value = "1MiB")]
     block_size: ByteSize,
     #[command(flatten)]
@@ -762,9 +766,50 @@ struct BenchWriteArgs {
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
     /// Keep the cluster's files here [default: a temporary folder in /dev/shm when it has
-    /// room, so the modelled disks are the only disks; else in the temp folder]
+    /// room, so the modelled disks are the only disks; else (and with --real) in the temp
+    /// folder]
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+    #[command(flatten)]
+    real: RealArgs,
+}
+
+/// `--real`: real disks with direct I/O and real faults.
+#[derive(Args, Debug, Clone)]
+struct RealArgs {
+    /// Run on the real disks (direct I/O, no model): each server's disk is measured alone and
+    /// all at once before the runs, the ideals use those rates, and faults are real (see
+    /// --fault-kind); --fault-factor and --competing-share set their severity
+    #[arg(long)]
+    real: bool,
+    /// With --real: kernel (the block-I/O throttle caps a faulty disk at --fault-factor of its
+    /// rate), competing (a competing reader takes --competing-share of it) or link (tc shapes
+    /// a faulty server's link to --fault-factor of its rate; servers in network namespaces,
+    /// needs root)
+    #[arg(long, default_value = "kernel", requires = "real")]
+    fault_kind: ganges_cli::real::RealFaultKind,
+    /// With --real: do not cap every server at its all-at-once rate (servers sharing one
+    /// disk then take up what a faulty one leaves)
+    #[arg(long, requires = "real")]
+    no_isolate: bool,
+}
+
+impl RealArgs {
+    fn spec(&self, fault: &FaultArgs, writes: bool) -> Option<ganges_cli::real::RealSpec> {
+        self.real.then(|| ganges_cli::real::RealSpec {
+            kind: self.fault_kind,
+            factor: fault.fault_factor,
+            share: fault.competing_share.unwrap_or(0.5),
+            isolate: !self.no_isolate,
+            writes,
+        })
+    }
+}
+
+/// The fragment size a bench uses: as given, else 64 MiB on the model, else (0) long enough
+/// for 6 s runs at the rates `--real` measures.
+fn bench_fragment_bytes(given: Option<ByteSize>, real: bool) -> u64 {
+    given.map_or(if real { 0 } else { 64 << 20 }, |b| b.0)
 }
 
 #[derive(Args, Debug)]
@@ -776,8 +821,9 @@ struct BenchScanArgs {
     /// Layout of the dataset: chained (declustering) or mirrored (groups, GD-9)
     #[arg(long, default_value = "chained")]
     layout: LayoutChoice,
-    #[arg(long, default_value = "64MiB")]
-    fragment_size: ByteSize,
+    /// Bytes of each fragment [default: 64MiB; with --real, enough for 6 s scans]
+    #[arg(long)]
+    fragment_size: Option<ByteSize>,
     /// Block sizes to compare (one dataset each), e.g. 64KiB,256KiB,1MiB,4MiB
     #[arg(long, value_delimiter = ',', default_value = "1MiB", alias = "block-size")]
     block_sizes: Vec<ByteSize>,
@@ -834,6 +880,8 @@ struct BenchScanArgs {
     /// Keep the cluster's files here instead of a temporary folder
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+    #[command(flatten)]
+    real: RealArgs,
 }
 
 /// The read policies' settings, each named as in errors about it.
@@ -962,6 +1010,12 @@ struct SimArgs {
     /// Block size [default: 8KB, River's]
     #[arg(long)]
     block_size: Option<ByteSize>,
+    /// The disks' seek (the bench's scenarios) [default: 4ms]
+    #[arg(long)]
+    seek: Option<Dur>,
+    /// Read policies (the bench's scenarios) [default: the scenario's]
+    #[arg(long, value_delimiter = ',')]
+    policies: Option<Vec<ReadPolicyKind>>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Write every figure as JSON
@@ -1165,6 +1219,7 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         node_sampling,
         model_link: a.model_link,
         direct_io: a.direct_io,
+        queue_depth: a.disk.real_depth(),
         helper: binary().ok(),
         transport,
         ..ganges_server::ServerConfig::new(node, data_dir)
@@ -1379,9 +1434,9 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
         nodes: a.nodes,
         replicas: a.replicas,
         layout: a.layout,
-        fragment_bytes: a.fragment_size.0,
+        fragment_bytes: bench_fragment_bytes(a.fragment_size, a.real.real),
         block_sizes: a.block_sizes.iter().map(|b| block_bytes(*b)).collect::<CliResult<_>>()?,
-        disk: a.disk.spec()?,
+        disk: if a.real.real { None } else { a.disk.spec()? },
         fault: a.fault.fault(),
         faults: a.faults,
         fault_layout: a.fault_layout,
@@ -1399,6 +1454,7 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
         json: a.json,
         plot: a.plot,
         plot_time: a.plot_time,
+        real: a.real.spec(&a.fault, false),
     };
     if a.quick {
         spec.nodes = 4;
@@ -1418,15 +1474,12 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
 }
 
 fn bench_write(a: BenchWriteArgs) -> CliResult<()> {
-    let Some(disk) = a.disk.spec()? else {
-        return fail("bench write compares against the disk model: give a --disk-rate");
-    };
     let mut spec = ganges_cli::bench_write::WriteBenchSpec {
         nodes: a.nodes,
         replicas: a.replicas,
-        fragment_bytes: a.fragment_size.0,
+        fragment_bytes: bench_fragment_bytes(a.fragment_size, a.real.real),
         block_bytes: block_bytes(a.block_size)?,
-        disk,
+        disk: if a.real.real { None } else { a.disk.spec()? },
         fault: a.fault.fault(),
         faults: a.faults,
         fault_layout: a.fault_layout,
@@ -1442,6 +1495,7 @@ fn bench_write(a: BenchWriteArgs) -> CliResult<()> {
         stress: a.stress.map(|k| (k, a.on)),
         mirrored: a.layout.map(|l| l == LayoutChoice::Mirrored),
         ceft: a.ceft.settings(),
+        real: a.real.spec(&a.fault, true),
     };
     if spec.policies.is_empty() {
         spec.policies = match spec.stress {
@@ -1483,6 +1537,8 @@ fn sim(a: SimArgs) -> CliResult<()> {
         faults: a.faults,
         blocks: a.blocks,
         block_bytes: a.block_size.map(|b| b.0),
+        seek: a.seek.map(|d| d.0),
+        policies: a.policies,
         seed: a.seed,
     };
     ganges_cli::sim::run(&name, &opts, a.json.as_ref(), a.plot.as_ref())
@@ -1518,6 +1574,7 @@ fn demo(a: DemoArgs) -> CliResult<()> {
         json: Some(json.clone()),
         plot: Some(plot.clone()),
         plot_time: None,
+        real: None,
     };
     println!(
         "ganges demo: {} storage servers on this machine, each with a modelled disk of 32 MiB/s and a 4 ms seek;",

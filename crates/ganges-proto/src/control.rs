@@ -24,10 +24,16 @@ pub enum ControlRequest {
     /// Make these faults real on the server's machine (FI-2), replacing those in force:
     /// every field that is `None` is off. `RealFaults::default()` clears them all.
     SetRealFaults { faults: RealFaults },
-    /// Measure the server's disk with direct I/O: write a calibration file of `bytes` (once,
-    /// kept for later calibrations), then read it for up to `seconds`. (A link is timed by
-    /// the client: `Sink` frames, then `Stats`, whose `sink_bytes` says what arrived.)
-    Calibrate { bytes: u64, seconds: f64 },
+    /// Measure the server's disk with direct I/O: write a calibration file of `bytes` (timed)
+    /// when `write` is set or there is none that large yet (it is kept for later
+    /// calibrations), then read it for up to `seconds`. (A link is timed by the client:
+    /// `Sink` frames, then `Stats`, whose `sink_bytes` says what arrived.)
+    Calibrate {
+        bytes: u64,
+        seconds: f64,
+        #[serde(default)]
+        write: bool,
+    },
     /// Forget the disk bandwidth measured so far, so the next reads measure it afresh, as on
     /// a server just started. The bench sends it before every run, so that no run starts
     /// from the rates the last run's faults left behind.
@@ -173,7 +179,7 @@ impl std::fmt::Display for RealFaults {
 pub struct Calibration {
     /// Direct reads of the calibration file, bytes per second.
     pub read_bytes_per_sec: f64,
-    /// Direct writes of it (measured only when the file was written by this request).
+    /// Direct writes of it (measured only when this request wrote the file).
     pub write_bytes_per_sec: Option<f64>,
     /// Bytes read, and the seconds they took.
     pub read_bytes: u64,

@@ -445,9 +445,9 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
                 Err(e) => Message::Error(WireError::new(ErrorCode::Internal, format!("set-real-faults: {e}")), None),
             }
         }
-        ControlRequest::Calibrate { bytes, seconds } => {
+        ControlRequest::Calibrate { bytes, seconds, write } => {
             let dir = shared.config.data_dir.clone();
-            match tokio::task::spawn_blocking(move || crate::direct::calibrate(&dir, bytes, seconds)).await {
+            match tokio::task::spawn_blocking(move || crate::direct::calibrate(&dir, bytes, seconds, write)).await {
                 Ok(Ok(calibration)) => Message::ControlOk(Box::new(ControlReply::Calibrated { calibration })),
                 Ok(Err(e)) => Message::Error(
                     WireError::new(
