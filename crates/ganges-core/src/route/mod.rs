@@ -111,9 +111,13 @@ pub const WINDOW_MAX: u32 = 256;
 /// hang the scan. Thirty seconds is far above any sane block time: a 16 MiB block queued
 /// behind two others on a 2 MiB/s disk takes 24 s.
 pub const STALL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
-/// Weight of the newest sample in the smoothed latency and rate of a server: about the last
-/// five replies count, so a change in a server's speed shows within a few blocks.
+/// Weight of the newest sample in the smoothed latency of a server: about the last five
+/// replies count, so a change shows within a few blocks.
 const EWMA_NEW: f64 = 0.2;
+/// How much time the smoothed rates of a server remember (`RateAverage`): the servers' own
+/// meter's window (`handoff::RateMeter::WINDOW_SECS`), so a consumer's figure for a disk and
+/// the disk's own agree, and a disk that lets reads through in bursts reads at its rate.
+const RATE_MEMORY_SECS: f64 = crate::handoff::RateMeter::WINDOW_SECS;
 
 /// What a policy may see of an engine, borrowed field by field so the policy itself can be
 /// borrowed mutably beside it.
@@ -647,9 +651,7 @@ impl ReadEngine {
         if service_us > 0 {
             let secs = service_us as f64 * 1e-6;
             let v = self.nodes.entry(node).or_default();
-            // Weighed by the MiB (`PLAN_UNIT_BYTES`), whatever the requests' size: a single
-            // 256 KiB piece with a seek shows a disk a third slower than it is.
-            v.replied.note(bytes, secs, EWMA_NEW, crate::sched::PLAN_UNIT_BYTES);
+            v.replied.note(bytes, secs, RATE_MEMORY_SECS);
             v.replied_disk_bytes_per_sec = v.replied.rate();
             if let Some(r) = v.replied_disk_bytes_per_sec {
                 self.smooth_disk_rate(node, r);
@@ -729,7 +731,7 @@ impl ReadEngine {
             (None, Some(s)) => s,
             (None, None) => now,
         };
-        v.delivered.note(bytes, now.since(since).as_secs_f64(), EWMA_NEW, bytes);
+        v.delivered.note(bytes, now.since(since).as_secs_f64(), RATE_MEMORY_SECS);
         v.rate_bytes_per_sec = v.delivered.rate();
         v.last_reply = Some(now);
     }

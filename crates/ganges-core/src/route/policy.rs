@@ -384,35 +384,34 @@ pub struct NodeView {
     pub replied: RateAverage,
 }
 
-/// A smoothed rate: bytes and seconds are averaged apart and the rate is their ratio, so
-/// that intervals of uneven length weigh by their length. An average of each interval's own
-/// rate does not: where replies come in bursts (a kernel throttle lets a disk's reads through
-/// a slice at a time; a disk serving two reads at once ends them close together), a reply
-/// that took a tenth of a millisecond counts as a disk ten times its speed, and a disk held
-/// to 60 MiB/s looked faster than an unthrottled one (docs/benchmarks.md, "Real disks").
-/// Each sample weighs in proportion to its bytes, `weight` per `unit_bytes`, so the average
-/// remembers the same amount of data whatever the requests' size.
+/// A smoothed rate: bytes and seconds are summed apart, both decaying with the time the
+/// samples cover (`tau`), and the rate is their ratio. So intervals weigh by their length,
+/// and the average remembers the last `tau` or so of time whatever the requests' size or
+/// the disk's speed. An average of each interval's own rate does neither: where replies come
+/// in bursts (a kernel throttle lets a disk's reads through a slice at a time; a disk serving
+/// two reads at once ends them close together), a reply that took a tenth of a millisecond
+/// counts as a disk ten times its speed, and a memory of a few replies spans a few
+/// milliseconds of a fast disk, far less than a throttle's slice (docs/benchmarks.md, "Real
+/// disks").
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RateAverage {
     bytes: f64,
     secs: f64,
-    seen: bool,
 }
 
 impl RateAverage {
-    /// Add `bytes` moved in `secs`; a sample of `unit_bytes` weighs `weight` (at most 1).
-    pub fn note(&mut self, bytes: u64, secs: f64, weight: f64, unit_bytes: u64) {
+    /// Add `bytes` moved in `secs`, forgetting the past by `e^(-secs / tau)`.
+    pub fn note(&mut self, bytes: u64, secs: f64, tau: f64) {
         if secs <= 0.0 {
             return;
         }
-        let w = if self.seen { (weight * bytes as f64 / unit_bytes.max(1) as f64).min(1.0) } else { 1.0 };
-        self.bytes += w * (bytes as f64 - self.bytes);
-        self.secs += w * (secs - self.secs);
-        self.seen = true;
+        let keep = (-secs / tau).exp();
+        self.bytes = self.bytes * keep + bytes as f64;
+        self.secs = self.secs * keep + secs;
     }
 
     pub fn rate(&self) -> Option<f64> {
-        (self.seen && self.secs > 0.0).then(|| self.bytes / self.secs)
+        (self.secs > 0.0).then(|| self.bytes / self.secs)
     }
 }
 
@@ -711,18 +710,24 @@ mod tests {
         let mut a = RateAverage::default();
         assert_eq!(a.rate(), None);
         for _ in 0..50 {
-            a.note(MIB, 0.0332, 0.2, MIB);
-            a.note(MIB, 0.0001, 0.2, MIB);
+            a.note(MIB, 0.0332, 0.25);
+            a.note(MIB, 0.0001, 0.25);
         }
-        // Within the swing of the last sample's weight (a mean of the rates: 5 GB/s).
+        // Within a percent or so (a mean of the rates: 5 GB/s).
         let r = a.rate().unwrap();
-        assert!((r / (60.0 * MIB as f64) - 1.0).abs() < 0.15, "{r}");
-        // Small samples move it less than large ones.
-        let mut b = RateAverage::default();
-        b.note(MIB, 0.01, 0.2, MIB);
-        let mut c = b;
-        b.note(MIB / 4, 0.1, 0.2, MIB);
-        c.note(MIB, 0.4, 0.2, MIB);
-        assert!(b.rate().unwrap() > c.rate().unwrap());
+        assert!((r / (60.0 * MIB as f64) - 1.0).abs() < 0.02, "{r}");
+        // The past fades with time, not with samples: after a second at half the speed, the
+        // average is the new speed, whatever the samples' size.
+        let mut big = a;
+        let mut small = a;
+        for _ in 0..30 {
+            big.note(MIB, 1.0 / 30.0, 0.25);
+        }
+        for _ in 0..120 {
+            small.note(MIB / 4, 1.0 / 120.0, 0.25);
+        }
+        let (rb, rs) = (big.rate().unwrap(), small.rate().unwrap());
+        assert!((rb / rs - 1.0).abs() < 1e-3, "{rb} {rs}");
+        assert!((rb / (30.0 * MIB as f64) - 1.0).abs() < 0.05, "{rb}");
     }
 }

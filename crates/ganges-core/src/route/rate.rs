@@ -60,10 +60,12 @@ impl ResponseRate {
     /// Update the trouble state from what the primary and the others reported.
     fn assess(&mut self, view: &RouteView<'_>, holders: &[NodeId]) {
         let replies: u64 = holders.iter().map(|h| view.node(*h).replies).sum();
-        if replies < self.s.warmup_replies as u64 {
+        let p = view.node(holders[0]);
+        // No decision before the primary's own server has said how fast its disk is (the
+        // first probe's answer): its replies to us alone are setup noise (lesson 3).
+        if replies < self.s.warmup_replies as u64 || p.reported_disk_bytes_per_sec.is_none() {
             return;
         }
-        let p = view.node(holders[0]);
         // Measured speeds where there are any: a server that has not measured its disk yet
         // reports the speed it was configured with, which says nothing of a fault. Blended
         // into a measured figure it made every consumer find trouble while every disk was
@@ -75,8 +77,14 @@ impl ResponseRate {
         let fastest = holders.iter().filter_map(speed).fold(0.0, f64::max);
         let (Some(disk), true) = (speed(&holders[0]), fastest > 0.0) else { return };
         let slow_disk = disk < fastest * (1.0 - TROUBLE);
-        // Contention shows only while we still send the primary a full share of requests.
-        let contended = !self.trouble && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - TROUBLE));
+        // Contention shows only while we still send the primary a full share of requests, and
+        // is contention only while others' requests wait there too (its queue holds more than
+        // all of ours): a disk that gives us less than its speed with nobody else queued is
+        // not serving a neighbour but bursting (a throttled disk, which runs ahead of its
+        // rate after every pause, measures faster than it delivers).
+        let others_queued = p.last_state.is_some_and(|s| s.queue_len > p.outstanding);
+        let contended =
+            !self.trouble && others_queued && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - TROUBLE));
         if slow_disk || contended {
             self.trouble = true;
         } else if self.trouble && self.s.return_to_primary && disk >= fastest * (1.0 - SETTLED) {
@@ -140,13 +148,15 @@ impl RoutePolicy for ResponseRate {
     }
 
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
-        // A backup we send nothing to is measured by asking it (no data read from a backup
-        // without trouble).
-        self.probes.due(view, self.s.probe_interval, ProbeWhom::Idle)
+        // Every holder is asked for its disk speed, the primary too: a backup we send nothing
+        // to can be measured no other way (no data is read from a backup without trouble),
+        // and the primary is then judged by the same measure as the backups (its server's
+        // meter), not by its replies to us, which on a bursty disk swing by a third.
+        self.probes.due(view, self.s.probe_interval, ProbeWhom::All)
     }
 
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
-        self.probes.meet(&holders[1..]);
+        self.probes.meet(holders);
         self.assess(view, holders);
         let best = self.targets(view, holders).into_iter().map(|(h, t)| (h, t - view.node(h).outstanding as f64)).fold(
             None,
@@ -165,6 +175,7 @@ impl RoutePolicy for ResponseRate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::route::ServerState;
     use std::collections::BTreeMap;
 
     const H: [NodeId; 2] = [NodeId(0), NodeId(1)];
@@ -196,7 +207,10 @@ mod tests {
         let mut p = ResponseRate::new(RateSettings::default(), false);
         let empty = BTreeMap::new();
         assert_eq!(p.pick(&view(&empty), &H), Pick::To(NodeId(0)));
-        assert_eq!(p.poll_probe(&view(&empty)), Some(NodeId(1)), "the backup is asked at once");
+        // Both holders are asked at once, the backup (read nothing from) and the primary
+        // (judged by its server's own meter like the backup), then not again for a while.
+        assert_eq!(p.poll_probe(&view(&empty)), Some(NodeId(0)));
+        assert_eq!(p.poll_probe(&view(&empty)), Some(NodeId(1)));
         assert_eq!(p.poll_probe(&view(&empty)), None);
         let n = nodes([32.0, 32.0], [31.0, 4.0], [0.1, 0.3], [4, 0]);
         for _ in 0..10 {
@@ -237,9 +251,16 @@ mod tests {
 
     #[test]
     fn a_contended_primary_is_trouble_too() {
-        // The disk is fine, but the primary delivers us half of it (it serves a neighbour).
+        // The disk is fine, but the primary delivers us half of it: with nobody else's
+        // requests queued there that is the disk's own burstiness, not contention.
         let mut p = ResponseRate::new(RateSettings::default(), false);
-        let n = nodes([32.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]);
+        let mut n = nodes([32.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]);
+        let state = |queue_len| Some(ServerState { queue_len, service_us: 0, primary_progress: None, node_load: None });
+        n.get_mut(&NodeId(0)).unwrap().last_state = state(3);
+        p.pick(&view(&n), &H);
+        assert!(!p.in_trouble());
+        // With a neighbour's requests queued beside ours, it serves the neighbour.
+        n.get_mut(&NodeId(0)).unwrap().last_state = state(6);
         p.pick(&view(&n), &H);
         assert!(p.in_trouble());
     }
