@@ -134,6 +134,9 @@ enum Cmd {
         /// The server's throttle group, to share its cap
         #[arg(long)]
         cgroup: Option<PathBuf>,
+        /// Read at this many bytes per second instead of a share of the rate measured alone
+        #[arg(long)]
+        rate: Option<u64>,
     },
 }
 
@@ -788,10 +791,15 @@ struct RealArgs {
     /// needs root)
     #[arg(long, default_value = "kernel", requires = "real")]
     fault_kind: ganges_cli::real::RealFaultKind,
-    /// With --real: do not cap every server at its all-at-once rate (servers sharing one
-    /// disk then take up what a faulty one leaves)
-    #[arg(long, requires = "real")]
+    /// With --real: do not cap every server (servers sharing one disk then take up what a
+    /// faulty one leaves)
+    #[arg(long, requires = "real", conflicts_with = "disk_cap")]
     no_isolate: bool,
+    /// With --real: cap every server's disk at this rate [default: 0.6 of the servers' mean
+    /// rate all at once]; below what the machine's CPUs and network can move, so that the
+    /// disks are what the policies are measured against
+    #[arg(long, requires = "real", value_name = "RATE")]
+    disk_cap: Option<Rate>,
 }
 
 impl RealArgs {
@@ -801,6 +809,7 @@ impl RealArgs {
             factor: fault.fault_factor,
             share: fault.competing_share.unwrap_or(0.5),
             isolate: !self.no_isolate,
+            cap: self.disk_cap.map(|r| r.0),
             writes,
         })
     }
@@ -1128,6 +1137,7 @@ fn run(cli: Cli) -> CliResult<()> {
                         kernel_read_bytes_per_sec: kernel_read_rate.map(|r| r.0.round() as u64),
                         kernel_write_bytes_per_sec: kernel_write_rate.map(|r| r.0.round() as u64),
                         competing_reader,
+                        competing_bytes_per_sec: None,
                         link_bytes_per_sec: link_rate.map(|r| r.0.round() as u64),
                         link_delay_us: link_delay.map(|d| d.0.as_micros() as u64),
                     };
@@ -1169,8 +1179,8 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Cluster { cmd: ClusterCmd::Status { cluster } } => {
             runtime()?.block_on(commands::cluster_status(&cluster.path()))
         }
-        Cmd::Compete { file, share, parent, cgroup } => {
-            ganges_server::realfault::compete(&file, share, parent, cgroup.as_deref())
+        Cmd::Compete { file, share, parent, cgroup, rate } => {
+            ganges_server::realfault::compete(&file, share, rate, parent, cgroup.as_deref())
                 .map_err(|e| CliError(format!("competing reader on {}: {e}", file.display())))
         }
     }

@@ -104,6 +104,10 @@ pub struct RealFaults {
     /// server's kernel cap when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub competing_reader: Option<f64>,
+    /// The competing reader's pace as a rate (bytes per second) instead of a share of the
+    /// rate it measures alone; it then reads this fast whatever the disk did alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub competing_bytes_per_sec: Option<u64>,
     /// `tc` shapes the server's link, both directions, to this rate in bytes per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_bytes_per_sec: Option<u64>,
@@ -123,6 +127,7 @@ impl RealFaults {
             ("--kernel-read-rate", self.kernel_read_bytes_per_sec),
             ("--kernel-write-rate", self.kernel_write_bytes_per_sec),
             ("--link-rate", self.link_bytes_per_sec),
+            ("the competing reader's rate", self.competing_bytes_per_sec),
         ] {
             if v == Some(0) {
                 return Err(format!("{what} must be above 0 (clear the fault instead)"));
@@ -142,6 +147,7 @@ impl RealFaults {
             kernel_read_bytes_per_sec: other.kernel_read_bytes_per_sec.or(self.kernel_read_bytes_per_sec),
             kernel_write_bytes_per_sec: other.kernel_write_bytes_per_sec.or(self.kernel_write_bytes_per_sec),
             competing_reader: other.competing_reader.or(self.competing_reader),
+            competing_bytes_per_sec: other.competing_bytes_per_sec.or(self.competing_bytes_per_sec),
             link_bytes_per_sec: other.link_bytes_per_sec.or(self.link_bytes_per_sec),
             link_delay_us: other.link_delay_us.or(self.link_delay_us),
         }
@@ -158,8 +164,10 @@ impl std::fmt::Display for RealFaults {
         if let Some(w) = self.kernel_write_bytes_per_sec {
             parts.push(format!("kernel writes {:.1} MiB/s", mib(w)));
         }
-        if let Some(s) = self.competing_reader {
-            parts.push(format!("competing reader {s}"));
+        match (self.competing_reader, self.competing_bytes_per_sec) {
+            (Some(_), Some(r)) => parts.push(format!("competing reader {:.1} MiB/s", mib(r))),
+            (Some(s), None) => parts.push(format!("competing reader {s}")),
+            _ => {}
         }
         if let Some(l) = self.link_bytes_per_sec {
             parts.push(format!("link {:.1} MiB/s", mib(l)));

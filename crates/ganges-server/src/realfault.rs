@@ -104,14 +104,16 @@ impl RealFaultState {
             self.faults.kernel_write_bytes_per_sec = throttle.1;
             // A competing reader shares the throttle group: start it again in the new one.
             self.stop_competitor();
-            self.faults.competing_reader = None;
+            (self.faults.competing_reader, self.faults.competing_bytes_per_sec) = (None, None);
         }
-        if want.competing_reader != self.faults.competing_reader {
+        let competing = (want.competing_reader, want.competing_bytes_per_sec);
+        if competing != (self.faults.competing_reader, self.faults.competing_bytes_per_sec) {
             self.stop_competitor();
-            self.faults.competing_reader = None;
+            (self.faults.competing_reader, self.faults.competing_bytes_per_sec) = (None, None);
             if let Some(share) = want.competing_reader {
-                self.competitor = Some(start_competitor(share, env, self.applied.cgroup.as_deref())?);
-                self.faults.competing_reader = Some(share);
+                let group = self.applied.cgroup.as_deref();
+                self.competitor = Some(start_competitor(share, want.competing_bytes_per_sec, env, group)?);
+                (self.faults.competing_reader, self.faults.competing_bytes_per_sec) = competing;
             }
         }
         let link = (want.link_bytes_per_sec, want.link_delay_us);
@@ -390,7 +392,7 @@ fn leave_group(group: &Path) {
     }
 }
 
-fn start_competitor(share: f64, env: &FaultEnv, group: Option<&Path>) -> Result<Child> {
+fn start_competitor(share: f64, rate: Option<u64>, env: &FaultEnv, group: Option<&Path>) -> Result<Child> {
     let helper = env.helper.as_ref().ok_or_else(|| {
         RealFaultError::Competitor("this server was started without a helper binary to run it from".into())
     })?;
@@ -405,14 +407,24 @@ fn start_competitor(share: f64, env: &FaultEnv, group: Option<&Path>) -> Result<
     if let Some(g) = group {
         cmd.arg("--cgroup").arg(g);
     }
+    if let Some(r) = rate {
+        cmd.args(["--rate", &r.to_string()]);
+    }
     cmd.spawn().map_err(|e| RealFaultError::Competitor(format!("starting {}: {e}", helper.display())))
 }
 
+/// Readers of the competing process, each a read in flight: as many as a server keeps at its
+/// disk and more, so that the reader gets the pace it asks for from a disk (or a throttle
+/// group) that serves requests in turn.
+const COMPETE_READERS: usize = 4;
+
 /// The competing reader's own body (`ganges compete`): die with the server, join its
 /// throttle group, make the file if it is not there, then read it over and over with direct
-/// I/O at `share` of the rate of its first half second (flat out when `share` is 1).
-pub fn compete(file: &Path, share: f64, parent: u32, cgroup: Option<&Path>) -> std::io::Result<()> {
+/// I/O, `COMPETE_READERS` reads at once, at `rate` bytes per second, or else at `share` of
+/// the rate of its first half second (flat out when `share` is 1).
+pub fn compete(file: &Path, share: f64, rate: Option<u64>, parent: u32, cgroup: Option<&Path>) -> std::io::Result<()> {
     use rustix::process::{Signal, getppid, set_parent_process_death_signal};
+    use std::sync::atomic::{AtomicU64, Ordering};
     set_parent_process_death_signal(Some(Signal::KILL)).map_err(std::io::Error::from)?;
     if getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(parent) {
         return Ok(()); // the server is already gone
@@ -423,35 +435,47 @@ pub fn compete(file: &Path, share: f64, parent: u32, cgroup: Option<&Path>) -> s
     const CHUNK: usize = 1 << 20;
     let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
     if size < COMPETE_FILE_BYTES {
-        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(file)?;
-        drop(f);
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(file)?;
         let f = crate::direct::open(file, true)?;
         let chunk: Vec<u8> = (0..CHUNK).map(|i| (i * 131 % 251) as u8).collect();
         for i in 0..COMPETE_FILE_BYTES / CHUNK as u64 {
             crate::direct::write_at(&f, &chunk, i * CHUNK as u64)?;
         }
     }
-    let f = crate::direct::open(file, false)?;
     let chunks = COMPETE_FILE_BYTES / CHUNK as u64;
     let started = std::time::Instant::now();
-    let (mut read, mut i) = (0u64, 0u64);
-    let mut pace: Option<f64> = None;
-    loop {
-        crate::direct::read_at(&f, (i % chunks) * CHUNK as u64, CHUNK)?;
-        i += 1;
-        read += CHUNK as u64;
-        let t = started.elapsed().as_secs_f64();
-        match pace {
-            None if t >= 0.5 && share < 1.0 => pace = Some(share * read as f64 / t),
-            Some(rate) => {
-                let due = read as f64 / rate;
+    let read = AtomicU64::new(0);
+    // bytes/s once known (0: not yet); with no rate given, measured over the first 0.5 s.
+    let pace = AtomicU64::new(rate.unwrap_or(0));
+    let reader = |k: u64| -> std::io::Result<()> {
+        let f = crate::direct::open(file, false)?;
+        let mut i = k;
+        loop {
+            crate::direct::read_at(&f, (i % chunks) * CHUNK as u64, CHUNK)?;
+            i += COMPETE_READERS as u64;
+            let done = read.fetch_add(CHUNK as u64, Ordering::Relaxed) + CHUNK as u64;
+            let t = started.elapsed().as_secs_f64();
+            let mut p = pace.load(Ordering::Relaxed);
+            if p == 0 && t >= 0.5 && share < 1.0 {
+                p = (share * done as f64 / t) as u64;
+                pace.store(p, Ordering::Relaxed);
+            }
+            if p > 0 {
+                let due = done as f64 / p as f64;
                 if due > t {
                     std::thread::sleep(std::time::Duration::from_secs_f64(due - t));
                 }
             }
-            None => {}
         }
-    }
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..COMPETE_READERS as u64).map(|k| s.spawn(move || reader(k))).collect();
+        // Any reader's error ends the process (the others run until it does).
+        for h in handles {
+            h.join().unwrap_or_else(|_| Err(std::io::Error::other("a reader panicked")))?;
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]
