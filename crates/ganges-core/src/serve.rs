@@ -23,6 +23,11 @@ use std::time::Duration;
 /// that idle servers stop asking soon after scans end.
 pub const HANDOFF_ACTIVE_FOR: Duration = Duration::from_secs(2);
 
+/// The longest pause between reads on a real disk that still counts as busy
+/// (`ServerQueue::finished_real`): longer than the round trip for a consumer's next request
+/// on a network, far shorter than any stretch with nothing to read.
+pub const REAL_GAP_MAX: Duration = Duration::from_millis(10);
+
 /// What the queue needs to know of a read's context.
 pub trait ReadContext {
     /// The connection the read came on (its consumer's, for a read handed over by a peer).
@@ -244,7 +249,15 @@ impl<C: ReadContext> ServerQueue<C> {
     /// disk time its reply reports, so that a consumer's own reckoning of a disk's speed from
     /// its replies agrees with the server's.
     pub fn finished_real(&mut self, bytes: u64, began: Time, now: Time) -> Duration {
-        let from = self.last_finish.map_or(began, |l| l.max(began));
+        // A pause shorter than `REAL_GAP_MAX` between the last finish and this start counts as
+        // busy: the disk had work coming, and a disk that saves up for pauses (a kernel
+        // throttle's budget grows while it waits) then serves the next reads at once and
+        // would measure faster than it can keep up.
+        let from = match self.last_finish {
+            Some(l) if began <= l + REAL_GAP_MAX => l,
+            Some(l) => l.max(began),
+            None => began,
+        };
         self.last_finish = Some(now);
         let charged = now.since(from);
         self.rate.note(bytes, charged);
@@ -322,10 +335,14 @@ mod tests {
         q.finished_real(1 << 20, ms(1), ms(11));
         let rate = q.rate.rate().unwrap();
         assert!((rate - (2u64 << 20) as f64 / 0.011).abs() < 1.0, "{rate}");
-        // A read after an idle gap is charged its own time only.
-        q.finished_real(1 << 20, ms(20), ms(25));
+        // A read after a short pause is charged the pause too (the disk had work coming); after
+        // a long one, its own time only.
+        q.finished_real(1 << 20, ms(15), ms(20));
         let rate = q.rate.rate().unwrap();
-        assert!((rate - (3u64 << 20) as f64 / 0.016).abs() < 1.0, "{rate}");
+        assert!((rate - (3u64 << 20) as f64 / 0.020).abs() < 1.0, "{rate}");
+        q.finished_real(1 << 20, ms(100), ms(105));
+        let rate = q.rate.rate().unwrap();
+        assert!((rate - (4u64 << 20) as f64 / 0.025).abs() < 1.0, "{rate}");
     }
 
     #[test]

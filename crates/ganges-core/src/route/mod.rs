@@ -663,7 +663,9 @@ impl ReadEngine {
     /// configured one before it served anything.
     pub fn on_disk_rate(&mut self, node: NodeId, bytes_per_sec: f64, measured: bool) {
         if measured {
-            self.nodes.entry(node).or_default().reported_disk_bytes_per_sec = Some(bytes_per_sec);
+            let v = self.nodes.entry(node).or_default();
+            v.reports.push(bytes_per_sec);
+            v.reported_disk_bytes_per_sec = v.reports.median();
         }
         self.smooth_disk_rate(node, bytes_per_sec);
     }

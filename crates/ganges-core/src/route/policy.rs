@@ -374,14 +374,48 @@ pub struct NodeView {
     pub last_reply: Option<Time>,
     /// The server's disk speed, from its reported service times, smoothed (bytes/s).
     pub disk_bytes_per_sec: Option<f64>,
-    /// The server's disk speed as the server itself last reported it having measured it (its
-    /// bytes over busy time of its last reads, every consumer's), bytes/s.
+    /// The server's disk speed as the server itself reported it having measured it (its
+    /// bytes over busy time of its last reads, every consumer's), bytes/s: the median of its
+    /// last `RECENT_REPORTS` figures.
     pub reported_disk_bytes_per_sec: Option<f64>,
+    pub reports: RecentReports,
     /// The server's disk speed from its replies to us only, smoothed (bytes/s).
     pub replied_disk_bytes_per_sec: Option<f64>,
     /// The averages `rate_bytes_per_sec` and `replied_disk_bytes_per_sec` are read from.
     pub delivered: RateAverage,
     pub replied: RateAverage,
+}
+
+/// Figures a server's reported disk speed is the median of. A real disk's figure can be a
+/// fifth off now and then (a kernel throttle lets reads through in bursts; two CPUs shared by
+/// five processes delay some): the median of three drops a lone outlier and follows a real
+/// change after two figures, where an average would carry the outlier along and lag a change.
+pub const RECENT_REPORTS: usize = 3;
+
+/// A server's last `RECENT_REPORTS` reported figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RecentReports {
+    figures: [f64; RECENT_REPORTS],
+    seen: usize,
+}
+
+impl RecentReports {
+    pub fn push(&mut self, figure: f64) {
+        self.figures[self.seen % RECENT_REPORTS] = figure;
+        self.seen += 1;
+    }
+
+    /// The median of the figures so far (of the last one or two, before there are three:
+    /// with two, the lower, so that no decision rests on one high figure alone).
+    pub fn median(&self) -> Option<f64> {
+        let n = self.seen.min(RECENT_REPORTS);
+        if n == 0 {
+            return None;
+        }
+        let mut f = self.figures[..n].to_vec();
+        f.sort_by(f64::total_cmp);
+        Some(f[(n - 1) / 2])
+    }
 }
 
 /// A smoothed rate: bytes and seconds are summed apart, both decaying with the time the
@@ -412,6 +446,12 @@ impl RateAverage {
 
     pub fn rate(&self) -> Option<f64> {
         (self.secs > 0.0).then(|| self.bytes / self.secs)
+    }
+
+    /// The time the average covers (its decayed seconds): how far to trust it, at most
+    /// `tau` or so once it has seen that much.
+    pub fn span_secs(&self) -> f64 {
+        self.secs
     }
 }
 
@@ -701,6 +741,22 @@ impl RoutePolicy for Mirror {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reported_figures_are_the_median_of_the_last_three() {
+        let mut r = RecentReports::default();
+        assert_eq!(r.median(), None);
+        r.push(100.0);
+        assert_eq!(r.median(), Some(100.0));
+        r.push(140.0);
+        assert_eq!(r.median(), Some(100.0), "with two, the lower");
+        r.push(95.0);
+        assert_eq!(r.median(), Some(100.0), "an outlier alone moves nothing");
+        r.push(50.0);
+        assert_eq!(r.median(), Some(95.0));
+        r.push(50.0);
+        assert_eq!(r.median(), Some(50.0), "a change shows after two figures");
+    }
 
     /// Replies in bursts (a throttled disk at 60 MiB/s ends a 30 ms read, then one 0.1 ms
     /// later): the average is the disk's rate, not the mean of the bursts' rates.

@@ -36,6 +36,10 @@ use crate::sched::{Discipline, ProgressMetric, Service};
 /// How far below expectation the primary must fall to count as trouble. Disk speeds measured
 /// over single requests vary by a few percent with the model's timer; 20% is a real fault.
 pub const TROUBLE: f64 = 0.20;
+/// How far below its disk's speed a primary nobody else is queued at must deliver to us to
+/// count as contended: a slow link (which the disk's speed does not show) does this, and the
+/// figures of a disk under a kernel throttle, which swing by a fifth or more, do not.
+pub const UNSEEN_CONTENTION: f64 = 0.35;
 /// How close to the others the primary's disk must come back before leaving trouble.
 pub const SETTLED: f64 = 0.10;
 
@@ -81,19 +85,25 @@ impl ResponseRate {
         };
         let fastest = holders.iter().filter_map(speed).fold(0.0, f64::max);
         let (Some(disk), true) = (speed(&holders[0]), fastest > 0.0) else { return };
-        // Slow for a probe interval at least, so over two of its server's figures: one figure of
-        // a disk that lets reads through in bursts (a kernel throttle) can be a third off.
+        // A slow disk once it read slow for a probe interval, so over two of its server's
+        // figures: one figure of a real disk (above all one a kernel throttle lets through in
+        // bursts) can be a fifth off.
         let slow_now = disk < fastest * (1.0 - TROUBLE);
         self.slow_since = if slow_now { self.slow_since.or(Some(view.now)) } else { None };
         let slow_disk = self.slow_since.is_some_and(|t| view.now.since(t) >= self.s.probe_interval);
-        // Contention shows only while we still send the primary a full share of requests, and
-        // is contention only while others' requests wait there too (its queue holds more than
-        // all of ours): a disk that gives us less than its speed with nobody else queued is
-        // not serving a neighbour but bursting (a throttled disk, which runs ahead of its
-        // rate after every pause, measures faster than it delivers).
+        // Contention (a neighbour served there too, or a slow link: either way it delivers us
+        // less than its disk can do) shows only while we still send the primary a full share.
+        // At once: the chain of consumers around a slow disk hands the trouble on a hop at a
+        // time, and a wait at every hop is paid as many times.
+        // Judged once our figure covers half the servers' window at least: at a scan's start it
+        // holds the first round trips, and a real disk's first figure its first burst. A
+        // shortfall is contention at once while others' requests wait there too (its queue
+        // holds more than all of ours); with nobody else queued (a slow link, or a real
+        // disk's figures swinging), only when it is `UNSEEN_CONTENTION` or more.
+        let seen = p.delivered.span_secs() >= crate::handoff::RateMeter::WINDOW_SECS / 2.0;
         let others_queued = p.last_state.is_some_and(|s| s.queue_len > p.outstanding);
-        let contended =
-            !self.trouble && others_queued && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - TROUBLE));
+        let shortfall = if others_queued { TROUBLE } else { UNSEEN_CONTENTION };
+        let contended = !self.trouble && seen && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - shortfall));
         if slow_disk || contended {
             self.trouble = true;
         } else if self.trouble && self.s.return_to_primary && disk >= fastest * (1.0 - SETTLED) {
@@ -184,7 +194,6 @@ impl RoutePolicy for ResponseRate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::ServerState;
     use std::collections::BTreeMap;
 
     const H: [NodeId; 2] = [NodeId(0), NodeId(1)];
@@ -269,18 +278,28 @@ mod tests {
 
     #[test]
     fn a_contended_primary_is_trouble_too() {
-        // The disk is fine, but the primary delivers us half of it: with nobody else's
-        // requests queued there that is the disk's own burstiness, not contention.
+        // The disk is fine, but the primary delivers us half of it (it serves a neighbour, or
+        // its link is slow), as seen over a tenth of a second of its replies.
         let mut p = ResponseRate::new(RateSettings::default(), false);
         let mut n = nodes([32.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]);
-        let state = |queue_len| Some(ServerState { queue_len, service_us: 0, primary_progress: None, node_load: None });
-        n.get_mut(&NodeId(0)).unwrap().last_state = state(3);
+        n.get_mut(&NodeId(0)).unwrap().delivered.note(16 << 20, 0.05, 0.25);
         p.pick(&view(&n), &H);
-        assert!(!p.in_trouble());
-        // With a neighbour's requests queued beside ours, it serves the neighbour.
-        n.get_mut(&NodeId(0)).unwrap().last_state = state(6);
+        assert!(!p.in_trouble(), "a twentieth of a second says too little");
+        n.get_mut(&NodeId(0)).unwrap().delivered.note(16 << 20, 0.1, 0.25);
         p.pick(&view(&n), &H);
         assert!(p.in_trouble());
+        // A quarter short with a neighbour's requests queued there is contention; with none,
+        // it is the disk's figures swinging.
+        let mut n = nodes([32.0, 32.0], [24.0, 4.0], [0.2, 0.2], [4, 0]);
+        n.get_mut(&NodeId(0)).unwrap().delivered.note(24 << 20, 0.2, 0.25);
+        let state = |queue_len| Some(crate::route::ServerState { queue_len, ..Default::default() });
+        n.get_mut(&NodeId(0)).unwrap().last_state = state(3);
+        let mut q = ResponseRate::new(RateSettings::default(), false);
+        q.pick(&view(&n), &H);
+        assert!(!q.in_trouble());
+        n.get_mut(&NodeId(0)).unwrap().last_state = state(6);
+        q.pick(&view(&n), &H);
+        assert!(q.in_trouble());
     }
 
     #[test]
