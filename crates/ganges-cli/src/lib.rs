@@ -15,6 +15,7 @@
 //! - [`sys`]: the process-management system calls.
 
 pub mod bench;
+pub mod bench_transport;
 pub mod bench_write;
 pub mod commands;
 pub mod local;

@@ -54,6 +54,9 @@ pub struct LocalSpec {
     pub direct_io: bool,
     /// Give the cluster a secret (`ROOT/secret`) even on loopback.
     pub secret: bool,
+    /// Encrypt every connection: a CA and a certificate per server in `ROOT/tls` (as
+    /// `ganges cluster init --tls` makes them). Implies a secret.
+    pub tls: bool,
 }
 
 impl LocalSpec {
@@ -70,12 +73,18 @@ impl LocalSpec {
             netns: false,
             direct_io: false,
             secret: false,
+            tls: false,
         }
     }
 
     /// The cluster secret's file, if the cluster has one.
     pub fn secret_path(&self) -> Option<PathBuf> {
-        (self.secret || self.netns).then(|| self.root.join("secret"))
+        (self.secret || self.netns || self.tls).then(|| self.root.join("secret"))
+    }
+
+    /// Where the cluster's CA and certificates are, if it has TLS.
+    pub fn tls_dir(&self) -> Option<PathBuf> {
+        self.tls.then(|| self.root.join("tls"))
     }
 
     fn serve_args(&self, node: u32, listen: &str) -> Vec<String> {
@@ -106,6 +115,12 @@ impl LocalSpec {
         }
         if let Some(s) = self.secret_path() {
             args.extend(["--secret-file".into(), s.display().to_string()]);
+        }
+        if let Some(dir) = self.tls_dir() {
+            let (cert, key) = ganges_net::tls::node_files(&dir, node);
+            for (flag, path) in [("--tls-cert", cert), ("--tls-key", key), ("--tls-ca", dir.join("ca.pem"))] {
+                args.extend([flag.to_string(), path.display().to_string()]);
+            }
         }
         if let Some(n) = &self.node_groups {
             args.extend([
@@ -180,6 +195,17 @@ impl LocalCluster {
             ganges_net::Secret::generate(&path).map_err(|e| CliError(e.to_string()))?;
         }
         let network = if spec.netns { Some(Network::create(spec.nodes, std::process::id())?) } else { None };
+        if let Some(dir) = spec.tls_dir() {
+            // Certificates for the servers' hosts: their namespace addresses, else loopback.
+            let hosts: Vec<String> = match &network {
+                Some(net) => net.hosts.iter().map(|h| h.ip.to_string()).collect(),
+                None => vec!["127.0.0.1".to_string(); spec.nodes as usize],
+            };
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+            }
+            ganges_net::tls::generate(&dir, &hosts).map_err(|e| CliError(e.to_string()))?;
+        }
         // Owned from here on, so an early return below stops the servers already started.
         let empty = ClusterFile::new(vec![ServerEntry::new(NodeId(0), "127.0.0.1:0")])?;
         let mut cluster = LocalCluster { spec: spec.clone(), children: vec![], cluster: empty, network };
@@ -234,6 +260,9 @@ impl LocalCluster {
         let mut file = ClusterFile::new(servers)?;
         file.path = spec.root.join("cluster.toml");
         file.security.secret_file = spec.secret_path();
+        file.tls = spec
+            .tls_dir()
+            .map(|dir| ganges_client::cluster::TlsSection { ca: dir.join("ca.pem"), cert_dir: Some(dir) });
         tell_peers(&file)?;
         cluster.cluster = file;
         Ok(cluster)

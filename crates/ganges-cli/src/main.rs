@@ -341,13 +341,19 @@ struct LocalUpArgs {
     /// Give the cluster a secret even on loopback (every connection proves it)
     #[arg(long)]
     secret: bool,
+    /// Encrypt every connection with TLS (a CA and a certificate per server, made for the
+    /// cluster; implies --secret)
+    #[arg(long)]
+    tls: bool,
 }
 
 impl LocalUpArgs {
     /// The flags a detached supervisor is started with, for the same cluster.
     fn to_args(&self) -> Vec<String> {
         let mut args = self.disk.to_args();
-        for (on, flag) in [(self.netns, "--netns"), (self.direct_io, "--direct-io"), (self.secret, "--secret")] {
+        for (on, flag) in
+            [(self.netns, "--netns"), (self.direct_io, "--direct-io"), (self.secret, "--secret"), (self.tls, "--tls")]
+        {
             if on {
                 args.push(flag.into());
             }
@@ -709,6 +715,21 @@ enum BenchCmd {
         after_help = "Examples:\n  ganges bench write --json write.json --plot write.svg\n  ganges bench write --quick\n  ganges bench write --policies dq --faults 0,4 --repeat 3"
     )]
     Write(Box<BenchWriteArgs>),
+    /// What securing connections costs on the data path: plain, the cluster secret, and TLS,
+    /// one consumer reading one server from the page cache, in one run
+    #[command(after_help = "Example:\n  ganges bench transport --size 1GiB --repeat 5")]
+    Transport {
+        /// Bytes read from each server per run
+        #[arg(long, default_value = "1GiB")]
+        size: ByteSize,
+        #[arg(long, default_value = "1MiB")]
+        block_size: ByteSize,
+        /// Runs of each, alternating; the median is reported
+        #[arg(long, default_value_t = 3)]
+        repeat: u32,
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -1170,6 +1191,18 @@ fn run(cli: Cli) -> CliResult<()> {
         },
         Cmd::Bench { cmd: BenchCmd::Scan(a) } => bench_scan(*a),
         Cmd::Bench { cmd: BenchCmd::Write(a) } => bench_write(*a),
+        Cmd::Bench { cmd: BenchCmd::Transport { size, block_size, repeat, json } } => {
+            let spec = ganges_cli::bench_transport::TransportBenchSpec {
+                bytes: size.0,
+                block_bytes: block_bytes(block_size)?,
+                repeat: repeat.max(1),
+                binary: binary()?,
+                json,
+            };
+            let report = ganges_cli::bench_transport::run(&spec)?;
+            print!("{}", ganges_cli::bench_transport::render(&report));
+            ganges_cli::bench_transport::write_json(&report, spec.json.as_ref())
+        }
         Cmd::Demo(a) => demo(a),
         Cmd::Sim(a) => sim(a),
         Cmd::Stress(a) => ganges_cli::stress::run(a.kind, &a.cgroup, a.threads, a.node_memory.0, a.leave.0, a.target),
@@ -1301,6 +1334,7 @@ fn local_spec(a: &LocalUpArgs, root: PathBuf) -> CliResult<LocalSpec> {
         netns: a.netns,
         direct_io: a.direct_io,
         secret: a.secret,
+        tls: a.tls,
         ..LocalSpec::new(a.nodes, root, a.disk.spec()?, binary()?)
     })
 }
