@@ -549,7 +549,10 @@ async fn an_idle_server_takes_over_queued_requests_and_nothing_is_served_twice()
     let c = start(4, common::disk(16.0));
     let client = c.client().await;
     let g = Generator::Random { seed: 31 };
-    let m = Arc::new(create(&client, "ho", vec![2 << 20; 4], 64 << 10, 2, g).await);
+    // 4 MiB at a fifth of 16 MiB/s takes 1.25 s: a server asks for work only once it has
+    // served a read that allows handoff, so only after gd-rr has found the primary slow (its
+    // disk measured over a MiB and slow for a probe interval) and sent the backup a request.
+    let m = Arc::new(create(&client, "ho", vec![4 << 20; 4], 64 << 10, 2, g).await);
     slow_down(&client, NodeId(0), 0.2).await;
     let (blocks, report) = lone_reader(&client, &m).await;
     check_fragment_0(&m, &blocks, g);

@@ -127,11 +127,14 @@ pub struct RateMeter {
     /// Their sums.
     bytes: u64,
     secs: f64,
+    /// Bytes noted since the meter was made: a window of a slow disk's busy time can hold
+    /// less than `FIRST_BYTES`, and the first MiB is what must have been read.
+    total: u64,
 }
 
 impl Default for RateMeter {
     fn default() -> Self {
-        RateMeter { reads: VecDeque::new(), bytes: 0, secs: 0.0 }
+        RateMeter { reads: VecDeque::new(), bytes: 0, secs: 0.0, total: 0 }
     }
 }
 
@@ -148,7 +151,7 @@ impl RateMeter {
             return;
         }
         self.reads.push_back((bytes, secs));
-        (self.bytes, self.secs) = (self.bytes + bytes, self.secs + secs);
+        (self.bytes, self.secs, self.total) = (self.bytes + bytes, self.secs + secs, self.total + bytes);
         while let Some(&(b, s)) = self.reads.front()
             && self.secs - s >= Self::WINDOW_SECS
         {
@@ -158,7 +161,7 @@ impl RateMeter {
     }
 
     pub fn rate(&self) -> Option<f64> {
-        (self.bytes >= Self::FIRST_BYTES && self.secs > 0.0).then(|| self.bytes as f64 / self.secs)
+        (self.total >= Self::FIRST_BYTES && self.secs > 0.0).then(|| self.bytes as f64 / self.secs)
     }
 }
 
@@ -245,5 +248,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_disk_slower_than_a_mib_per_window_is_measured_too() {
+        // 64 KiB reads at 3.2 MiB/s: a window of 250 ms busy time holds 0.8 MiB.
+        let mut m = RateMeter::default();
+        let rate = 3.2 * 1024.0 * 1024.0;
+        for _ in 0..15 {
+            m.note(64 << 10, Duration::from_secs_f64(65536.0 / rate));
+        }
+        assert_eq!(m.rate(), None, "under a MiB read in all");
+        m.note(64 << 10, Duration::from_secs_f64(65536.0 / rate));
+        assert!((m.rate().expect("a MiB read") / rate - 1.0).abs() < 1e-6);
+        for _ in 0..100 {
+            m.note(64 << 10, Duration::from_secs_f64(65536.0 / rate));
+        }
+        assert!((m.rate().expect("still measured") / rate - 1.0).abs() < 1e-6);
     }
 }
