@@ -1,8 +1,9 @@
 //! What each subcommand does, apart from parsing (in main.rs).
 
-use crate::bench::LayoutChoice;
-use crate::util::{CliError, CliResult, Table, bytes_bar, fail, progress_fn};
+use crate::error::{CliError, CliResult, fail};
 use bytes::Bytes;
+use ganges_bench::scan::LayoutChoice;
+use ganges_bench::util::{Table, bytes_bar, progress_fn};
 use ganges_client::client::Client;
 use ganges_client::cluster::{ClusterFile, ServerEntry};
 use ganges_client::dataset::{self, CopyState, CreateSpec, WriteSource, WriteSpec};
@@ -102,7 +103,7 @@ pub async fn dataset_put(
     block_bytes: u32,
 ) -> CliResult<()> {
     let client = connect(cluster).await?;
-    let size = std::fs::metadata(file).map_err(|e| CliError(format!("{}: {e}", file.display())))?.len();
+    let size = std::fs::metadata(file).map_err(|e| CliError::Failed(format!("{}: {e}", file.display())))?.len();
     let bar = bytes_bar(size, "put");
     let started = Instant::now();
     let fragments = fragments.unwrap_or(client.nodes());
@@ -189,8 +190,7 @@ impl InOrder {
 /// `dataset read`'s reorder buffer unless told otherwise. An in-order read reads the
 /// fragments its buffer reaches at once; under chained declustering neighbouring fragments
 /// share a server, so each further fragment adds one disk: on 8 servers with fragments of 32
-/// MiB, 64 blocks read 107 to 118 MB/s, 8 blocks 70 (docs/benchmarks.md, "`ganges dataset
-/// read` in a dataset's own order").
+/// MiB, 64 blocks read about half as fast again as 8.
 const READ_BUFFER_BYTES: u64 = 64 << 20;
 
 /// `ganges dataset read`: bytes `offset .. offset + len` of a dataset (to its end without a
@@ -229,9 +229,11 @@ pub async fn dataset_read(
     // the file or to stdout's descriptor: no buffer to copy through, and not stdout's line
     // buffering, which would split every block at its last newline byte into two writes.
     let mut sink = match out {
-        Some(path) => std::fs::File::create(path).map_err(|e| CliError(format!("creating {}: {e}", path.display())))?,
+        Some(path) => {
+            std::fs::File::create(path).map_err(|e| CliError::Failed(format!("creating {}: {e}", path.display())))?
+        }
         None => std::fs::File::from(
-            std::io::stdout().as_fd().try_clone_to_owned().map_err(|e| CliError(format!("stdout: {e}")))?,
+            std::io::stdout().as_fd().try_clone_to_owned().map_err(|e| CliError::Failed(format!("stdout: {e}")))?,
         ),
     };
     let to = out.map_or("stdout".to_string(), |p| p.display().to_string());
@@ -443,7 +445,9 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
         return fail("--writers must be at least 1");
     }
     let total = match &a.source {
-        WriteSource::File(p) => std::fs::metadata(p).map_err(|e| CliError(format!("{}: {e}", p.display())))?.len(),
+        WriteSource::File(p) => {
+            std::fs::metadata(p).map_err(|e| CliError::Failed(format!("{}: {e}", p.display())))?.len()
+        }
         WriteSource::Generated(_) => a.total_bytes,
     };
     let bar = bytes_bar(total, "write");
@@ -470,7 +474,7 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
             if let Err(e) = dataset::remove(&client, &name).await {
                 return fail(format!("interrupted; removing the write's staging failed ({e}): run `ganges dataset rm {name}`"));
             }
-            return fail(crate::util::WRITE_INTERRUPTED);
+            return Err(CliError::WriteInterrupted);
         }
     };
     bar.finish_and_clear();
@@ -551,7 +555,7 @@ pub async fn scan(cluster: &Path, name: DatasetName, opts: ReadOptions) -> CliRe
     let mut digest = Digest::default();
     let mut total = 0;
     for (i, task) in tasks.into_iter().enumerate() {
-        let (r, secs) = task.await.map_err(|e| CliError(e.to_string()))??;
+        let (r, secs) = task.await.map_err(|e| CliError::Failed(e.to_string()))??;
         digest.merge(r.digest);
         total += r.bytes;
         t.row(vec![
@@ -586,7 +590,7 @@ pub async fn fault_set(
     if let Some(f) = model {
         f.validate()?;
     }
-    real.validate().map_err(CliError)?;
+    real.validate().map_err(CliError::Failed)?;
     let client = connect(cluster).await?;
     for &n in nodes {
         if n >= client.nodes() {
@@ -706,16 +710,16 @@ pub fn cluster_init(a: &ClusterInit) -> CliResult<()> {
     let relative = |p: &Path| p.strip_prefix(&dir).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf());
     let secret_path = a.secret_file.clone().unwrap_or_else(|| dir.join("secret"));
     if secret_path.exists() {
-        ganges_net::Secret::load(&secret_path).map_err(|e| CliError(e.to_string()))?;
+        ganges_net::Secret::load(&secret_path).map_err(|e| CliError::Failed(e.to_string()))?;
         println!("using the existing secret {}", secret_path.display());
     } else {
-        ganges_net::Secret::generate(&secret_path).map_err(|e| CliError(e.to_string()))?;
+        ganges_net::Secret::generate(&secret_path).map_err(|e| CliError::Failed(e.to_string()))?;
         println!("wrote a new cluster secret to {} (mode 0600)", secret_path.display());
     }
     file.security.secret_file = Some(relative(&secret_path));
     if a.tls {
         let tls_dir = dir.join("tls");
-        let certs = ganges_net::tls::generate(&tls_dir, &a.hosts).map_err(|e| CliError(e.to_string()))?;
+        let certs = ganges_net::tls::generate(&tls_dir, &a.hosts).map_err(|e| CliError::Failed(e.to_string()))?;
         file.tls = Some(ganges_client::cluster::TlsSection {
             ca: relative(&certs.ca_cert),
             cert_dir: Some(relative(&tls_dir)),
@@ -742,7 +746,7 @@ pub fn cluster_init(a: &ClusterInit) -> CliResult<()> {
 pub async fn cluster_status(cluster: &Path) -> CliResult<()> {
     let file = ClusterFile::load(cluster)?;
     if let Some(l) = &file.local {
-        let alive = crate::sys::alive(l.supervisor_pid);
+        let alive = ganges_harness::sys::alive(l.supervisor_pid);
         println!(
             "local cluster at {} (supervisor pid {}, {})",
             l.root.display(),

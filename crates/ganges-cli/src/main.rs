@@ -1,10 +1,9 @@
 //! `ganges`: the command line. Parsing lives here; the work lives in the library modules.
 
 use clap::{Args, Parser, Subcommand};
-use ganges_cli::bench::{self, Access, FaultWindow, LayoutChoice, Ratio, ScanBenchSpec};
+use ganges_bench::scan::{self as bench, Access, FaultWindow, LayoutChoice, Ratio, ScanBenchSpec};
 use ganges_cli::commands::{self, CreateArgs, ModelLayoutArgs, SizeSpec};
-use ganges_cli::local::{self, DiskSpec, LocalSpec};
-use ganges_cli::util::{CliError, CliResult, fail};
+use ganges_cli::error::{CliError, CliResult, fail};
 use ganges_client::cluster::{ClusterFile, default_cluster_path, default_local_root};
 use ganges_client::dataset::WriteSource;
 use ganges_client::scan::ReadOptions;
@@ -18,6 +17,7 @@ use ganges_core::route::{PlanSettings, PolicySettings, PrimarySettings, RateSett
 use ganges_core::sched::SchedulerKind;
 use ganges_core::units::{ByteSize, Dur, Rate};
 use ganges_core::write::WritePolicyKind;
+use ganges_harness::local::{self, DiskSpec, LocalSpec};
 use ganges_proto::manifest::DatasetName;
 use ganges_sim::scenario::SimOptions;
 use std::path::PathBuf;
@@ -179,12 +179,12 @@ enum ClusterCmd {
 #[derive(Args, Debug)]
 struct StressArgs {
     /// cpu, memory or network (a disk stress is a competing stream on the server's disk model)
-    kind: ganges_cli::stress::StressKind,
+    kind: ganges_harness::stress::StressKind,
     /// The node's cgroup-v1 group
     #[arg(long)]
     cgroup: String,
     /// cpu: busy threads
-    #[arg(long, default_value_t = ganges_cli::stress::CPU_THREADS)]
+    #[arg(long, default_value_t = ganges_harness::stress::CPU_THREADS)]
     threads: u32,
     /// memory: the node's memory
     #[arg(long, default_value = "1GiB")]
@@ -760,7 +760,7 @@ struct BenchWriteArgs {
     /// competing disk stream, as the paper's program), disk or network (a stream to the
     /// server over a modelled link); rows without and with it. Needs root and cgroup v1
     #[arg(long, requires = "on")]
-    stress: Option<ganges_cli::stress::StressKind>,
+    stress: Option<ganges_harness::stress::StressKind>,
     /// The nodes to stress: one node (e.g. 3), or a mirror pair (e.g. 3,11 of 16 nodes)
     #[arg(long, value_delimiter = ',', requires = "stress")]
     on: Vec<u32>,
@@ -811,7 +811,7 @@ struct RealArgs {
     /// a faulty server's link to --fault-factor of its rate; servers in network namespaces,
     /// needs root)
     #[arg(long, default_value = "kernel", requires = "real")]
-    fault_kind: ganges_cli::real::RealFaultKind,
+    fault_kind: ganges_bench::real::RealFaultKind,
     /// With --real: do not cap every server (servers sharing one disk then take up what a
     /// faulty one leaves)
     #[arg(long, requires = "real", conflicts_with = "disk_cap")]
@@ -824,8 +824,8 @@ struct RealArgs {
 }
 
 impl RealArgs {
-    fn spec(&self, fault: &FaultArgs, writes: bool) -> Option<ganges_cli::real::RealSpec> {
-        self.real.then(|| ganges_cli::real::RealSpec {
+    fn spec(&self, fault: &FaultArgs, writes: bool) -> Option<ganges_bench::real::RealSpec> {
+        self.real.then(|| ganges_bench::real::RealSpec {
             kind: self.fault_kind,
             factor: fault.fault_factor,
             share: fault.competing_share.unwrap_or(0.5),
@@ -1004,7 +1004,7 @@ impl PolicyArgs {
             },
             ceft: CeftSettings::default(),
         };
-        s.validate().map_err(|e| CliError(format!("--{}: {e}", e.name)))?;
+        s.validate().map_err(|e| CliError::Failed(format!("--{}: {e}", e.name)))?;
         Ok(s)
     }
 }
@@ -1068,7 +1068,7 @@ struct DemoArgs {
 }
 
 fn block_bytes(b: ByteSize) -> CliResult<u32> {
-    u32::try_from(b.0).map_err(|_| CliError(format!("block size {b} is out of range: use 4KiB to 16MiB")))
+    u32::try_from(b.0).map_err(|_| CliError::Failed(format!("block size {b} is out of range: use 4KiB to 16MiB")))
 }
 
 fn name(s: &str) -> CliResult<DatasetName> {
@@ -1091,17 +1091,24 @@ fn runtime() -> CliResult<tokio::runtime::Runtime> {
 }
 
 fn binary() -> CliResult<PathBuf> {
-    std::env::current_exe().map_err(|e| CliError(format!("finding the ganges binary: {e}")))
+    std::env::current_exe().map_err(|e| CliError::Failed(format!("finding the ganges binary: {e}")))
 }
 
 fn main() {
     let cli = Cli::parse();
+    // Processes a harness started (servers, stresses, the supervisor) tie themselves to their
+    // parent first: they die with it, or leave its session. Not a competing reader, which
+    // inherits its server's environment and ties itself to the server (`--parent`).
+    let started = matches!(cli.cmd, Cmd::Serve(_) | Cmd::Stress(_) | Cmd::Local { cmd: LocalCmd::Supervise(_) });
+    if started && let Err(e) = ganges_harness::sys::apply_tie() {
+        eprintln!("error: tying this process to its parent: {e}");
+        std::process::exit(1);
+    }
     let serving = matches!(cli.cmd, Cmd::Serve(_));
     init_logging(if serving { "info" } else { "warn" });
     if let Err(e) = run(cli) {
         eprintln!("error: {e}");
-        // 130 is the shell's code for a command stopped by Ctrl-C (128 + SIGINT).
-        std::process::exit(if ganges_cli::util::is_interrupted(&e) { 130 } else { 1 });
+        std::process::exit(e.exit_code());
     }
 }
 
@@ -1192,20 +1199,22 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Bench { cmd: BenchCmd::Scan(a) } => bench_scan(*a),
         Cmd::Bench { cmd: BenchCmd::Write(a) } => bench_write(*a),
         Cmd::Bench { cmd: BenchCmd::Transport { size, block_size, repeat, json } } => {
-            let spec = ganges_cli::bench_transport::TransportBenchSpec {
+            let spec = ganges_bench::transport::TransportBenchSpec {
                 bytes: size.0,
                 block_bytes: block_bytes(block_size)?,
                 repeat: repeat.max(1),
                 binary: binary()?,
                 json,
             };
-            let report = ganges_cli::bench_transport::run(&spec)?;
-            print!("{}", ganges_cli::bench_transport::render(&report));
-            ganges_cli::bench_transport::write_json(&report, spec.json.as_ref())
+            let report = ganges_bench::transport::run(&spec)?;
+            print!("{}", ganges_bench::transport::render(&report));
+            Ok(ganges_bench::transport::write_json(&report, spec.json.as_ref())?)
         }
         Cmd::Demo(a) => demo(a),
         Cmd::Sim(a) => sim(a),
-        Cmd::Stress(a) => ganges_cli::stress::run(a.kind, &a.cgroup, a.threads, a.node_memory.0, a.leave.0, a.target),
+        Cmd::Stress(a) => {
+            Ok(ganges_harness::stress::run(a.kind, &a.cgroup, a.threads, a.node_memory.0, a.leave.0, a.target)?)
+        }
         Cmd::Cluster { cmd: ClusterCmd::Init { hosts, out, secret_file, data_dir, listen_any, tls } } => {
             commands::cluster_init(&commands::ClusterInit { hosts, out, secret_file, data_dir, listen_any, tls })
         }
@@ -1214,7 +1223,7 @@ fn run(cli: Cli) -> CliResult<()> {
         }
         Cmd::Compete { file, share, parent, cgroup, rate } => {
             ganges_server::realfault::compete(&file, share, rate, parent, cgroup.as_deref())
-                .map_err(|e| CliError(format!("competing reader on {}: {e}", file.display())))
+                .map_err(|e| CliError::Failed(format!("competing reader on {}: {e}", file.display())))
         }
     }
 }
@@ -1236,11 +1245,10 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         .clone()
         .or_else(|| entry.as_ref().map(|e| e.listen.clone().unwrap_or_else(|| e.addr.clone())))
         .unwrap_or_else(|| "127.0.0.1:0".into());
-    let data_dir = a
-        .data_dir
-        .clone()
-        .or_else(|| entry.as_ref().and_then(|e| e.data_dir.clone()))
-        .ok_or_else(|| CliError(format!("give --data-dir, or a cluster file whose {node} has a data_dir")))?;
+    let data_dir =
+        a.data_dir.clone().or_else(|| entry.as_ref().and_then(|e| e.data_dir.clone())).ok_or_else(|| {
+            CliError::Failed(format!("give --data-dir, or a cluster file whose {node} has a data_dir"))
+        })?;
     let transport = serve_transport(&a, file.as_ref(), node)?;
     let disk = a.disk.spec()?.map(|d| DiskParams {
         rate_bytes_per_sec: d.rate_bytes_per_sec,
@@ -1271,7 +1279,7 @@ fn serve(a: ServeArgs) -> CliResult<()> {
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen.as_str())
             .await
-            .map_err(|e| CliError(format!("listening on {listen}: {e}")))?;
+            .map_err(|e| CliError::Failed(format!("listening on {listen}: {e}")))?;
         let addr = listener.local_addr()?;
         tracing::info!(
             node = a.node,
@@ -1298,7 +1306,7 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         println!("{}", local::ready_line(NodeId(a.node), addr));
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        server.await.map_err(|e| CliError(e.to_string()))
+        server.await.map_err(|e| CliError::Failed(e.to_string()))
     })
 }
 
@@ -1308,7 +1316,8 @@ fn serve_transport(a: &ServeArgs, file: Option<&ClusterFile>, node: NodeId) -> C
     let env_secret =
         std::env::var_os(ganges_client::cluster::SECRET_FILE_ENV).filter(|p| !p.is_empty()).map(PathBuf::from);
     let secret_path = a.secret_file.clone().or(env_secret).or_else(|| file.and_then(|f| f.secret_path()));
-    let secret = secret_path.map(|p| ganges_net::Secret::load(&p)).transpose().map_err(|e| CliError(e.to_string()))?;
+    let secret =
+        secret_path.map(|p| ganges_net::Secret::load(&p)).transpose().map_err(|e| CliError::Failed(e.to_string()))?;
     let mut t = ganges_net::Transport::plain().with_secret(secret);
     let tls = match (&a.tls_cert, &a.tls_key, &a.tls_ca) {
         (Some(cert), Some(key), Some(ca)) => Some((cert.clone(), key.clone(), ca.clone())),
@@ -1321,7 +1330,7 @@ fn serve_transport(a: &ServeArgs, file: Option<&ClusterFile>, node: NodeId) -> C
         },
     };
     if let Some((cert, key, ca)) = tls {
-        let tls_err = |e: ganges_net::tls::TlsError| CliError(e.to_string());
+        let tls_err = |e: ganges_net::tls::TlsError| CliError::Failed(e.to_string());
         t = t
             .with_tls_server(ganges_net::tls::server_config(&cert, &key).map_err(tls_err)?)
             .with_tls_client(ganges_net::tls::client_config(&ca).map_err(tls_err)?);
@@ -1346,7 +1355,7 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
             let cluster_path = root.join("cluster.toml");
             if let Ok(existing) = ClusterFile::load(&cluster_path)
                 && let Some(l) = &existing.local
-                && ganges_cli::sys::alive(l.supervisor_pid)
+                && ganges_harness::sys::alive(l.supervisor_pid)
             {
                 return fail(format!(
                     "a local cluster is already running at {} (pid {}); stop it with `ganges local down`",
@@ -1355,13 +1364,13 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
                 ));
             }
             if a.netns
-                && let Some(why) = ganges_cli::netns::unavailable()
+                && let Some(why) = ganges_harness::netns::unavailable()
             {
                 return fail(why);
             }
             let spec = local_spec(&a, root.clone())?;
             if a.foreground {
-                return local::supervise(&spec, &cluster_path, true);
+                return Ok(local::supervise(&spec, &cluster_path, true)?);
             }
             let mut args = vec![
                 "local".to_string(),
@@ -1406,7 +1415,7 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
         LocalCmd::Supervise(a) => {
             let root = a.root.clone().unwrap_or_else(default_local_root);
             let spec = local_spec(&a, root.clone())?;
-            local::supervise(&spec, &root.join("cluster.toml"), false)
+            Ok(local::supervise(&spec, &root.join("cluster.toml"), false)?)
         }
         LocalCmd::Status { cluster } => runtime()?.block_on(commands::cluster_status(&cluster.path())),
         LocalCmd::Down { cluster } => {
@@ -1518,7 +1527,7 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
 }
 
 fn bench_write(a: BenchWriteArgs) -> CliResult<()> {
-    let mut spec = ganges_cli::bench_write::WriteBenchSpec {
+    let mut spec = ganges_bench::write::WriteBenchSpec {
         nodes: a.nodes,
         replicas: a.replicas,
         fragment_bytes: bench_fragment_bytes(a.fragment_size, a.real.real),
@@ -1553,9 +1562,9 @@ fn bench_write(a: BenchWriteArgs) -> CliResult<()> {
         spec.block_bytes = 128 << 10;
         spec.faults = vec![0, 1, 2];
     }
-    let report = ganges_cli::bench_write::run_write(&spec)?;
-    print!("{}", ganges_cli::bench_write::render(&report));
-    ganges_cli::bench_write::write_outputs(&report, spec.json.as_ref(), spec.plot.as_ref())?;
+    let report = ganges_bench::write::run_write(&spec)?;
+    print!("{}", ganges_bench::write::render(&report));
+    ganges_bench::write::write_outputs(&report, spec.json.as_ref(), spec.plot.as_ref())?;
     for (what, p) in [("json", &spec.json), ("plot", &spec.plot)] {
         if let Some(p) = p {
             println!("{what}: {}", p.display());
@@ -1566,7 +1575,7 @@ fn bench_write(a: BenchWriteArgs) -> CliResult<()> {
 
 fn sim(a: SimArgs) -> CliResult<()> {
     if a.list {
-        ganges_cli::sim::list();
+        ganges_bench::sim::list();
         return Ok(());
     }
     let Some(name) = a.scenario else {
@@ -1585,12 +1594,12 @@ fn sim(a: SimArgs) -> CliResult<()> {
         policies: a.policies,
         seed: a.seed,
     };
-    ganges_cli::sim::run(&name, &opts, a.json.as_ref(), a.plot.as_ref())
+    Ok(ganges_bench::sim::run(&name, &opts, a.json.as_ref(), a.plot.as_ref())?)
 }
 
 fn demo(a: DemoArgs) -> CliResult<()> {
     let disk = DiskSpec { rate_bytes_per_sec: 32.0 * 1024.0 * 1024.0, seek: Duration::from_millis(4), queue_depth: 1 };
-    std::fs::create_dir_all(&a.out).map_err(|e| CliError(format!("creating {}: {e}", a.out.display())))?;
+    std::fs::create_dir_all(&a.out).map_err(|e| CliError::Failed(format!("creating {}: {e}", a.out.display())))?;
     let json = a.out.join("demo-scan.json");
     let plot = a.out.join("demo-scan.svg");
     let faults: Vec<u32> = [0, 1, 2, 4, 8].into_iter().filter(|&f| f <= a.nodes).collect();

@@ -190,7 +190,7 @@ fn a_users_session_from_local_up_to_local_down() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(400));
-    ganges_cli::sys::signal(child.id(), ganges_cli::sys::SIGINT);
+    ganges_harness::sys::signal(child.id(), ganges_harness::sys::SIGINT);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("staging removed"));

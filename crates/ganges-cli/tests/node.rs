@@ -3,13 +3,13 @@
 
 mod common;
 
-use ganges_cli::local::{LocalCluster, LocalSpec};
-use ganges_cli::stress::{self, NodeGroups, StressKind};
 use ganges_client::Client;
 use ganges_core::ceft::NodeLoad;
 use ganges_core::datagen::Generator;
 use ganges_core::ids::NodeId;
 use ganges_core::sched::{Progress, ProgressMetric};
+use ganges_harness::local::{LocalCluster, LocalSpec};
+use ganges_harness::stress::{self, NodeGroups, StressKind};
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::msg::{Message, Probe};
 use std::time::Duration;

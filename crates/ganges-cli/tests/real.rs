@@ -7,7 +7,6 @@
 mod common;
 
 use common::{Down, binary, ok};
-use ganges_cli::local::{LocalCluster, LocalSpec};
 use ganges_client::ClientError;
 use ganges_client::client::Client;
 use ganges_client::scan::{ReadOptions, ReadStream};
@@ -15,6 +14,7 @@ use ganges_core::datagen::Generator;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::Partition;
+use ganges_harness::local::{LocalCluster, LocalSpec};
 use ganges_proto::control::{ControlReply, ControlRequest, RealFaults, ServerStats};
 use ganges_proto::msg::ErrorCode;
 use std::path::Path;
@@ -27,7 +27,7 @@ fn skip(why: &str) {
 }
 
 fn netns_unavailable() -> Option<String> {
-    ganges_cli::netns::unavailable()
+    ganges_harness::netns::unavailable()
 }
 
 fn blkio_unavailable() -> Option<String> {
@@ -118,7 +118,7 @@ fn a_killed_supervisor_leaves_no_server_or_namespace_and_the_next_up_removes_its
     let links =
         || String::from_utf8_lossy(&Command::new("ip").args(["-o", "link"]).output().unwrap().stdout).to_string();
     assert!(links().contains(&bridge));
-    assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGKILL));
+    assert!(ganges_harness::sys::signal(pid, ganges_harness::sys::SIGKILL));
     // The servers die with their supervisor (PDEATHSIG), and their namespaces with them.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !common::processes_with(c).is_empty() || links().contains(&format!("gv{pid}-")) {

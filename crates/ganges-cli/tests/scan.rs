@@ -317,13 +317,13 @@ async fn scan_with_a_frozen_server(
         tokio::spawn(async move { scan_with(&client, &m, opts).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGSTOP));
+    assert!(ganges_harness::sys::signal(pid, ganges_harness::sys::SIGSTOP));
     if let Some(after) = resume_after {
         tokio::time::sleep(after).await;
-        assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGCONT));
+        assert!(ganges_harness::sys::signal(pid, ganges_harness::sys::SIGCONT));
     }
     let done = tokio::time::timeout(std::time::Duration::from_secs(30), scan).await;
-    ganges_cli::sys::signal(pid, ganges_cli::sys::SIGCONT);
+    ganges_harness::sys::signal(pid, ganges_harness::sys::SIGCONT);
     let (blocks, reports) = done.expect("the scan must not hang on a frozen server").expect("nor panic");
     assert_eq!(digest_of(&reports), m.digest);
     check_content(&m, &blocks, g);
@@ -417,7 +417,7 @@ async fn the_ordered_reader_reads_every_fragment_its_buffer_reaches_at_once_and_
             // A frozen server keeps its connections and answers nothing: what it holds of
             // ours is given up after the stall timeout and read from the other copies.
             if let Some(pid) = pid {
-                assert!(ganges_cli::sys::signal(pid, ganges_cli::sys::SIGSTOP));
+                assert!(ganges_harness::sys::signal(pid, ganges_harness::sys::SIGSTOP));
             }
             let mut got = Vec::new();
             loop {
@@ -429,7 +429,7 @@ async fn the_ordered_reader_reads_every_fragment_its_buffer_reaches_at_once_and_
                 got.extend_from_slice(&b);
             }
             if let Some(pid) = pid {
-                ganges_cli::sys::signal(pid, ganges_cli::sys::SIGCONT);
+                ganges_harness::sys::signal(pid, ganges_harness::sys::SIGCONT);
             }
             let most = r.fragments_at_once();
             (got, most, r.close())

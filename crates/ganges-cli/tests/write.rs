@@ -481,8 +481,9 @@ async fn a_full_disk_fails_the_write_by_name_and_leaves_nothing() {
     let data = root.path().join("node-1").join("data");
     std::fs::create_dir_all(&data).unwrap();
     let Some(_guard) = tmpfs(&data, "2m") else { return };
-    let spec_ = ganges_cli::local::LocalSpec::new(4, root.path().to_path_buf(), common::disk(64.0), common::binary());
-    let mut local = ganges_cli::local::LocalCluster::start(&spec_).expect("cluster starts");
+    let spec_ =
+        ganges_harness::local::LocalSpec::new(4, root.path().to_path_buf(), common::disk(64.0), common::binary());
+    let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
     let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();
     let s = spec("big", WritePolicyKind::Static, 16 << 20, WriteSource::Generated(Generator::Random { seed: 1 }), true);
     let e = dataset::write(&client, s, None).await.expect_err("the write cannot fit");

@@ -1,7 +1,7 @@
 //! Dataset operations: create (generated on the servers), put (import a file), get (export
 //! in order), list, info, verify, remove.
 //!
-//! Creating follows DESIGN.md's commit rule: stage on every node, write the data, compute the
+//! Creating follows the commit rule (docs/design.md, "Data on disk"): stage on every node, write the data, compute the
 //! digest from the servers' stored checksums (checking that every copy agrees), prepare on
 //! every node (data and manifest durable), then commit on every node. Any failure before the
 //! commit aborts the staging everywhere; nothing of a failed create is ever visible.

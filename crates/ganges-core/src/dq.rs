@@ -41,8 +41,8 @@ pub struct DqSettings {
 /// The slow start ganges' DQ writers use: two blocks each, the pinned one and one more.
 /// With River's whole window at once, 16 writers put 256 blocks on the wire together, and
 /// a transport that shares its bandwidth fairly delivers them all together, so every disk
-/// waits for the whole burst before it has one block to write (the DQ write bench lost 2
-/// to 3 points to this; `docs/benchmarks.md`). Each reply then opens one more credit, so
+/// waits for the whole burst before it has one block to write (2 to 3 points of the DQ
+/// write bench). Each reply then opens one more credit, so
 /// the window doubles every block time.
 pub const START_CREDITS: u32 = 2;
 

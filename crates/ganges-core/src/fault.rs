@@ -1,4 +1,4 @@
-//! Where F faults go among N nodes (river §5.2; BENCHMARKS.md "Fault placement").
+//! Where F faults go among N nodes (river §5.2).
 //!
 //! With limited replication the placement matters: adjacent faults under chained
 //! declustering hit both copies of a fragment at once.

@@ -117,8 +117,7 @@ impl Asker {
 /// A window of busy time, not of bytes or reads, so that it means the same for any request
 /// size (one seek moves a few reads' rate by much) and any disk speed: on a disk ten times
 /// the model's, a window of bytes spans a tenth of the time, and there a kernel throttle,
-/// which lets reads through in bursts, swung the measured speed of healthy disks by half
-/// (docs/benchmarks.md, "Real disks").
+/// which lets reads through in bursts, swung the measured speed of healthy disks by half.
 #[derive(Debug, Clone)]
 pub struct RateMeter {
     /// The last reads' bytes and busy seconds, newest last, holding at least `WINDOW_SECS`

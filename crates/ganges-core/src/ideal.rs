@@ -1,4 +1,4 @@
-//! The two ideals every benchmark is measured against (BENCHMARKS.md).
+//! The two ideals every benchmark is measured against (docs/design.md, "The ideals").
 //!
 //! **MOD-1, River's model** (river §4.1). The aggregate bound: with server rates B_s after
 //! faults, `T_river = bytes / sum(B_s)`, as if any server could serve any byte. [`Spectrum`]

@@ -1,4 +1,4 @@
-//! Figures computed from a run's samples (BENCHMARKS.md, "Over time"), shared by the bench
+//! Figures computed from a run's samples, shared by the bench
 //! on a real cluster and the simulator, so both measure the same way.
 
 /// Consumers' delivered bytes are sampled this often.

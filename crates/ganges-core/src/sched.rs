@@ -52,9 +52,8 @@ pub const RUN_SLACK_JOBS: f64 = 4.0;
 /// the end of a scan) and gd-plan's window were tuned in. A dataset of smaller blocks counts
 /// proportionally more of them ([`plan_units`]), so the schedule is the same in bytes and in
 /// time whatever the block size; larger blocks are counted as they are. Counted in blocks,
-/// with 256 KiB blocks a run of eight was 62 ms of reading instead of 250, a disk shared by
-/// two readers changed file four times as often, and gd-plan kept 1.5 MiB in flight instead
-/// of 6 (docs/benchmarks.md, "Adaptation with 256 KiB blocks").
+/// small blocks made runs short (more seeks between files) and gd-plan's window too small
+/// to keep a disk busy.
 pub const PLAN_UNIT_BYTES: u64 = 1 << 20;
 
 /// How many blocks of `block_bytes` the planned discipline and gd-plan count for each block
@@ -67,12 +66,8 @@ pub fn plan_units(block_bytes: u64) -> f64 {
 /// another interval (`Service::guard_every`, gd-rr's `guard_every` setting). Every second
 /// pick: the longer queue still decides half of them, and a disk shared by a reader in
 /// trouble and its own primary reader is not given over to the first (whose queue is the
-/// longer because it moved its requests there). On the cluster (two alternating runs each,
-/// docs/benchmarks.md, "The starvation guard") gd-rr read 70.2 / 72.5 / 77.7 / 90.6% of the
-/// ideal at 1 / 2 / 4 / 8 slow disks with a guard every 8 picks (a run's length), and 79.6 /
-/// 78.3 / 83.0 / 94.6% with every 2. (With all sixteen slow every 2 read 95.6 to 97.0%
-/// against 99.4% while gd-rr still took a server's configured disk speed for a measurement
-/// and found trouble there; since it does not, 99.8%.)
+/// longer because it moved its requests there). A guard every run's length (8) left gd-rr
+/// several points further from the ideal under slow disks than every 2.
 pub const GUARD_EVERY: u8 = 2;
 /// A primary consumer that has sent nothing for this long no longer counts as reading
 /// (its scan finished or it died), so backups may use this server freely.
@@ -672,8 +667,8 @@ impl Scheduler for Auto {
 /// serves each in runs, and a consumer reading from two such disks is served by both at
 /// once or by neither, as the runs happen to fall: with credits alone, runs of four to six
 /// blocks at each disk left consumers 130 to 200 ms without a block while the other reader
-/// of each of their disks had a run, and the slowest consumer's 500 ms rate at 84% of its
-/// share. So the disks agree on *when* each stream runs: time is cut into periods of
+/// of each of their disks had a run, and the slowest consumer well short of its share over
+/// half a second. So the disks agree on *when* each stream runs: time is cut into periods of
 /// `ShareSettings::phase`, in the same phase at every server (each counts `Time` from a
 /// whole second of the wall clock), and each stream has one slot a period, as long as its
 /// share, readers of later copies first. Under chained declustering a consumer's slot at its
@@ -746,15 +741,11 @@ impl ShareSettings {
     };
     /// Credits within two picks, runs one into debt (unphased, that still lets a stream of
     /// half the disk run four to six blocks: it earns half a pick each pick). With 2 ms
-    /// anticipation, 50 µs links and a window of 4, longer runs (debt 3, bound 4) were worth
-    /// a point in the simulator; with 4 ms, 1 ms links and gd-plan's window of 6 they are
-    /// not, there or on the cluster, and they leave the slowest consumer's 500 ms rate at 79%
-    /// of its ideal (median) while four disks are slow, against 86% with these
-    /// (docs/benchmarks.md, gd-plan). The period is the window adaptation is judged on,
-    /// 500 ms, so that every window holds one whole period: with 1 s, a consumer whose
-    /// primary is a slow disk got its backup's slot in one window and not the next, and the
-    /// slowest consumer's 500 ms rate fell to 52% of its share. Two seeks a period cost a
-    /// disk that alternates about 1.6% of its time. The wait is one seek of the default disk
+    /// anticipation and gd-plan's window of 6, longer runs starve the slowest consumer for
+    /// longer. The period is the window adaptation is judged on, 500 ms, so that every window
+    /// holds one whole period: with 1 s, a consumer whose primary is a slow disk got its
+    /// backup's slot in one window and not the next. Two seeks a period cost a disk that
+    /// alternates under 2% of its time. The wait is one seek of the default disk
     /// model: a request that comes within it saves two (away and back). It must cover a
     /// round trip from the server to the consumer and back, which on a loaded cluster of
     /// local processes is near a millisecond each way, not loopback's tens of
@@ -810,10 +801,10 @@ impl Shares {
     /// must not wait for a slot.
     const PHASE_END_BLOCKS: u64 = 16;
     /// Part of its lag (in blocks) a phased slot is lengthened by each period. With half, a
-    /// reader three blocks behind takes 1.5 blocks a period from the disk's other reader,
-    /// 11% of a 14-block share; a quarter (with `route::plan::ON_TRACK_BLOCKS`, which leaves
-    /// lags under 8 blocks to this term) kept the most windows within 10% in the simulator
-    /// (docs/bench/plan-lag-ab.txt).
+    /// reader three blocks behind takes 1.5 blocks a period from the disk's other reader, a
+    /// tenth of its share; a quarter (with `route::plan::ON_TRACK_BLOCKS`, which leaves lags
+    /// under 8 blocks to this term) kept the most half-second windows on track in the
+    /// simulator.
     const PHASE_LAG_GAIN: f64 = 0.25;
 
     pub fn new(how: ShareSettings) -> Shares {

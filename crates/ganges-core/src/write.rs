@@ -43,9 +43,8 @@ impl WritePolicyKind {
 
     /// The routing policy that places a writer's blocks among its fragment's copies, for the
     /// policies that write into a layout (not DQ). GD writes use GD-1's routing: the
-    /// primary-preferring read policies write faster with no slow disk and slower with one
-    /// (measured in docs/benchmarks.md, "Writes": gd-plan 97.0/92.9/92.0% at 0/1/4 faults,
-    /// gd-pc 97.2/80.2/88.3, gd 93.6/94.5/93.3); writes want the robust one.
+    /// primary-preferring read policies write a few points faster with no slow disk and up to
+    /// fifteen slower with one; writes want the robust one.
     pub fn route(self) -> Option<ReadPolicyKind> {
         match self {
             WritePolicyKind::Static => Some(ReadPolicyKind::Static),

@@ -1,4 +1,4 @@
-//! DESIGN.md's rule: policies are pure. ganges-core reads no clock, draws no ambient
+//! docs/design.md's rule: policies are pure. ganges-core reads no clock, draws no ambient
 //! randomness, does no I/O and knows nothing of tokio. This test keeps it that way, and holds
 //! the simulator (ganges-sim), which drives these policies in virtual time, to the same rule.
 

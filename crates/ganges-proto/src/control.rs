@@ -1,7 +1,7 @@
 //! Control requests and replies: everything that is not on the data path. They travel as
 //! JSON bodies (debuggable with a packet capture; never hot), bounded by `CONTROL_BODY_MAX`.
 //!
-//! Creating a dataset follows DESIGN.md's commit rule, driven by the client:
+//! Creating a dataset follows the commit rule (docs/design.md), driven by the client:
 //! `Stage` on every node holding a copy (a staging folder under a transaction id), then the
 //! data (`Generate` ranges, or `Write` frames for imported bytes), then `Prepare` with the
 //! final manifest on every node (fsync data and checksums, write the manifest into staging),

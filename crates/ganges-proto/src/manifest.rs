@@ -1,5 +1,5 @@
 //! The dataset manifest: what a dataset is, written once, identical on every node holding a
-//! copy (DESIGN.md "Data on disk"). There is no metadata server: any node with a copy can
+//! copy (docs/design.md, "Data on disk"). There is no metadata server: any node with a copy can
 //! describe the whole dataset.
 
 use ganges_core::datagen::Generator;

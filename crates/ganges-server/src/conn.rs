@@ -126,7 +126,7 @@ pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, conn: u64) {
     let peer = Some(stream.peer);
     let (rd, wr) = (stream.rd, stream.wr);
     let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_loop(shared.clone(), wr, rx));
+    let mut writer = AbortOnDrop(tokio::spawn(write_loop(shared.clone(), wr, rx)));
     let outbox = Outbox { tx, inflight: Arc::new(AtomicU32::new(0)) };
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
     let mut client_id = 0;
@@ -150,7 +150,18 @@ pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, conn: u64) {
         }
     }
     drop(outbox);
-    let _ = writer.await;
+    let _ = (&mut writer.0).await;
+}
+
+/// The connection's writer, aborted when the connection's task ends however it ends: a
+/// stopping server aborts its connections' tasks, and queued replies (which hold the
+/// writer's channel) must not keep the connection open after that.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// With a modelled link, wait until it has carried a frame of `bytes` (sent or received).

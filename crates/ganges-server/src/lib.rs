@@ -48,8 +48,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Requests a real disk (no model) is given at once unless told. With one, the disk idles
 /// between a read's end and the next read's start (the completion, a wake-up, the next pick):
 /// on this machine's virtual disk that cost gd-plan's 256 KiB pieces a fifth of the disk next
-/// to static's 1 MiB blocks; with two, the next read is at the disk before the last one ends
-/// (docs/benchmarks.md, "Real disks"). The scheduler still picks each read as late as it can.
+/// to static's 1 MiB blocks; with two, the next read is at the disk before the last one ends.
+/// The scheduler still picks each read as late as it can.
 pub const REAL_QUEUE_DEPTH: u32 = 2;
 
 #[derive(Clone, Debug)]
@@ -283,14 +283,18 @@ pub async fn run(
     let asker = tokio::spawn(handoff::run_asker(shared.clone()));
     let sampler = tokio::spawn(node::run(shared.clone()));
     let next_conn = AtomicU64::new(1);
+    // Every connection's task: when the server stops, they stop with it (dropping the set
+    // aborts them), so its clients see their connections close as they would at a crash.
+    let mut conns = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     let result = loop {
         tokio::select! {
             _ = &mut shutdown => break Ok(()),
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let conn = next_conn.fetch_add(1, Ordering::Relaxed);
-                    tokio::spawn(conn::handle(shared.clone(), stream, conn));
+                    conns.spawn(conn::handle(shared.clone(), stream, conn));
                 }
                 // Out of file descriptors and the like: back off instead of spinning.
                 Err(e) if is_transient(&e) => {
@@ -301,6 +305,7 @@ pub async fn run(
             }
         }
     };
+    conns.abort_all();
     driver.abort();
     asker.abort();
     sampler.abort();
@@ -313,8 +318,9 @@ pub async fn run(
 }
 
 fn is_transient(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
-        || e.kind() == std::io::ErrorKind::ConnectionAborted
+    use rustix::io::Errno;
+    let transient = [Errno::MFILE, Errno::NFILE, Errno::NOBUFS, Errno::NOMEM].map(|e| e.raw_os_error());
+    e.raw_os_error().is_some_and(|code| transient.contains(&code)) || e.kind() == std::io::ErrorKind::ConnectionAborted
 }
 
 #[cfg(test)]

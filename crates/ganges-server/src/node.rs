@@ -173,9 +173,7 @@ fn cgroup_cpu(group: &str, tasks: &[String], at_secs: f64) -> Vec<CpuTimes> {
 
 /// The group's tasks, but the one sampling (which is running because it samples).
 fn tasks(group: &str) -> Vec<String> {
-    // SAFETY: gettid has no preconditions and cannot fail.
-    #[allow(unsafe_code)]
-    let me = unsafe { libc::gettid() }.to_string();
+    let me = rustix::thread::gettid().as_raw_nonzero().to_string();
     read(controller_dir("cpuacct", group).join("tasks"))
         .map(|t| t.split_whitespace().filter(|t| *t != me).map(String::from).collect())
         .unwrap_or_default()

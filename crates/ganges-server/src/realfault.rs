@@ -350,6 +350,9 @@ fn make_group(env: &FaultEnv) -> Result<PathBuf> {
             why: format!("neither {BLKIO_V1} (cgroup v1) nor a cgroup v2 hierarchy with the io controller"),
         });
     };
+    if let Some(root) = group.parent() {
+        remove_stale_groups(root);
+    }
     let cg = |what, err| RealFaultError::Cgroup { what, path: group.clone(), err };
     std::fs::create_dir_all(&group).map_err(|e| cg("creating", e))?;
     std::fs::write(group.join("cgroup.procs"), std::process::id().to_string()).map_err(|e| cg("joining", e))?;
@@ -375,6 +378,23 @@ fn write_limits(group: &Path, (major, minor): (u32, u32), read: Option<u64>, wri
         }
     }
     Ok(())
+}
+
+/// Remove the throttle groups of servers that died without removing theirs (killed, so
+/// without running `clear`): empty groups named for a process that no longer exists.
+fn remove_stale_groups(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("ganges-node").and_then(|r| r.rsplit_once('-')).map(|(_, pid)| pid) else {
+            continue;
+        };
+        let gone = pid.parse::<u32>().is_ok_and(|p| !Path::new(&format!("/proc/{p}")).exists());
+        let empty = std::fs::read_to_string(e.path().join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty());
+        if gone && empty && std::fs::remove_dir(e.path()).is_ok() {
+            tracing::info!(group = %e.path().display(), "removed the throttle group of a server that is gone");
+        }
+    }
 }
 
 /// Move every process of `group` back to its hierarchy's root and remove it.

@@ -10,7 +10,7 @@
 //! <data_dir>/trash/...                          removals in progress
 //! ```
 //!
-//! **Commit rule** (DESIGN.md): nothing half-written is ever visible. A new dataset is
+//! **Commit rule** (docs/design.md): nothing half-written is ever visible. A new dataset is
 //! written under `staging/`; `prepare` fsyncs its files and writes the manifest beside them;
 //! `commit` renames the staging folder to `datasets/<name>`, an atomic step that fails if the
 //! name exists. Readers only ever open `datasets/`. A staging folder with a manifest is
@@ -368,7 +368,8 @@ impl Store {
     fn map_write_err(&self, what: String) -> impl FnOnce(io::Error) -> StoreError {
         let node = self.node;
         move |err| {
-            if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::EDQUOT) {
+            let full = [rustix::io::Errno::NOSPC, rustix::io::Errno::DQUOT].map(|e| e.raw_os_error());
+            if err.raw_os_error().is_some_and(|code| full.contains(&code)) {
                 StoreError::DiskFull { node, what }
             } else {
                 StoreError::Io { what, err }

@@ -8,17 +8,9 @@ use std::fs::File;
 use std::io;
 
 /// User + system CPU seconds this process has used.
-#[allow(unsafe_code)]
 pub fn cpu_secs() -> f64 {
-    // SAFETY: getrusage writes into the struct we pass and reads nothing else; a zeroed
-    // rusage is a valid value of a plain C struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    if rc != 0 {
-        return 0.0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 /// Read exactly `len` bytes of `file` at `offset` into a new buffer. `FileExt::read_exact_at`

@@ -215,9 +215,8 @@ struct Sim<'a> {
 /// A start phase drawn from `seed`: a point of a second, the same for the same seed. Started
 /// at a whole second, as the simulator did before it had this, a scan met every planned
 /// disk at the start of a period, which a real one seldom does: at one slow disk the default
-/// bench (`ganges sim bench-scan`) then read 96.4% of the ideal at every seed, its consumers
-/// done within 70 ms of each other, where the cluster's runs vary by a point or two and
-/// finish over 130 to 150 ms; from seeded phases, 95.0 to 96.6% and 60 to 150 ms.
+/// bench (`ganges sim bench-scan`) then read the same at every seed, with its consumers done
+/// closer together than the cluster's ever are; from seeded phases it varies as they do.
 pub fn start_phase(seed: u64) -> Duration {
     start_phases(seed).next().expect("the phases never end")
 }

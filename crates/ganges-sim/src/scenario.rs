@@ -122,7 +122,7 @@ pub struct Timeline {
     /// vs-convergence: from the fault until every consumer stays within 10% of the mean rate.
     pub convergence_secs: Option<f64>,
     /// fault-schedule: when the faults came and went, each consumer's ideal rate without
-    /// them, and the adaptation time after each change (BENCHMARKS.md; `None`: never).
+    /// them, and the adaptation time after each change (`None`: never).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<Change>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -731,7 +731,7 @@ fn convergence(o: &SimOptions) -> Result<Plan, SimError> {
 }
 
 /// The bench's schedule case (`ganges bench scan --fragment-size 256MiB --fault-schedule
-/// 2s-6s --faults 1,4`, docs/benchmarks.md) in virtual time: the same disks, seeks, blocks,
+/// 2s-6s --faults 1,4`) in virtual time: the same disks, seeks, blocks,
 /// windows and policies, and the adaptation times by the same measure
 /// ([`Sampled::adaptation_times`]), with no other program on the machine. What a policy does here is
 /// its own doing, so changes to it can be compared run for run.
@@ -740,7 +740,7 @@ fn fault_schedule(o: &SimOptions) -> Result<Plan, SimError> {
     let case = bench_case(o, 256 << 20, vec![window])?;
     let mut r = Report::new(
         "fault-schedule",
-        "Faults from 2 s to 6 s: adaptation after they start and after they stop (FI-3, BENCHMARKS.md)",
+        "Faults from 2 s to 6 s: adaptation after they start and after they stop (FI-3)",
         "the benchmark's target: the slowest consumer within 10% of its new ideal rate, over 500 ms windows, \
          less than 2 s after each change",
         "faults",
@@ -796,14 +796,14 @@ fn bench_case(o: &SimOptions, fragment_bytes: u64, schedule: Vec<FaultWindow>) -
 
 /// The default `ganges bench scan` in virtual time: 16 disks, 64 MiB fragments, the slow disks
 /// placed as the bench places them (best layout) and slow from the start, the policies of
-/// docs/benchmarks.md's headline table. The same runs the bench's `--sim` makes next to a
+/// docs/results/policies.md's gd-plan table. The same runs the bench's `--sim` makes next to a
 /// cluster's, without the cluster: a change to a policy can be tried over many seeds in
 /// seconds, each run its own doing, with no other program on the machine.
 fn bench_scan(o: &SimOptions) -> Result<Plan, SimError> {
     let case = bench_case(o, 64 << 20, vec![])?;
     let mut r = Report::new(
         "bench-scan",
-        "The default scan benchmark in virtual time (BENCHMARKS.md): every policy against both ideals",
+        "The default scan benchmark in virtual time: every policy against both ideals",
         "the benchmark's target: the best robust policy at 95% of the layout-aware ideal (% of MOD-2) or more \
          at every fault count",
         "faults",
@@ -1001,8 +1001,8 @@ mod tests {
         assert_eq!(gd.adaptation_secs, [None, None], "gd's consumers take turns: its 500 ms rates swing");
     }
 
-    /// With 256 KiB blocks, whose windows leave room (docs/benchmarks.md, "How much room the
-    /// target leaves"), gd-plan adapts within the benchmark's 2 s after one and four slow disks
+    /// With 256 KiB blocks, whose half-second windows hold enough blocks that one block more
+    /// or less is not a tenth of a consumer's rate, gd-plan adapts within the benchmark's 2 s after one and four slow disks
     /// start and stop, on the settings tuned in 1 MiB blocks (`sched::plan_units`).
     #[test]
     fn gd_plan_adapts_within_two_seconds_with_256_kib_blocks() {

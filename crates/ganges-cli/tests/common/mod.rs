@@ -1,10 +1,10 @@
 //! Helpers for integration tests: local clusters of real `ganges serve` processes.
 #![allow(dead_code)]
 
-use ganges_cli::local::{DiskSpec, LocalCluster, LocalSpec};
 use ganges_client::client::Client;
 use ganges_client::dataset::{self, CreateSpec};
 use ganges_core::datagen::Generator;
+use ganges_harness::local::{DiskSpec, LocalCluster, LocalSpec};
 use ganges_proto::manifest::Manifest;
 use std::path::PathBuf;
 use std::process::{Command, Output};

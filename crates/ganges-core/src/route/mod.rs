@@ -34,9 +34,8 @@
 //! usual reply time and this server's answer, so queued behind other consumers rather than
 //! on the disk (a backup whose planned share is small serves a reader about once a period).
 //! A wrong guess then costs this consumer nothing and the other disk at most one block, where
-//! a wrong move cost the consumer the whole wait at the new server (docs/benchmarks.md,
-//! "Hedging the last block"). A request a server handed to another (GD-6) is never stolen or
-//! hedged: its id belongs to the first server, so it could not be cancelled. A cancel that
+//! a wrong move cost the consumer the whole wait at the new server. A request a server
+//! handed to another (GD-6) is never stolen or hedged: its id belongs to the first server, so it could not be cancelled. A cancel that
 //! arrives too late yields a duplicate, which the engine drops and counts: every piece is
 //! delivered exactly once.
 //!
@@ -92,16 +91,14 @@ pub const WINDOW_DEFAULT: u32 = 4;
 /// gd-plan's window: three per copy, of 1 MiB blocks (as many bytes of smaller ones:
 /// `ReadPolicyKind::default_window`). Its disks anticipate the running stream's next
 /// request, which crosses to the consumer and back first; a request more in flight per
-/// server keeps it queued instead. On the default bench, 6 took gd-plan from 93.3 to 94.9%
-/// of the ideal at one slow disk and from 93.8 to 94.9% at two; with four adjacent slow
-/// disks it cost about a point (docs/benchmarks.md, gd-plan).
+/// server keeps it queued instead (worth a point or two at one and two slow disks on the
+/// default bench; it costs about one with four adjacent slow disks).
 pub const WINDOW_PLAN: u32 = 6;
 /// Reads in flight for random access (`ReadOptions::with_window` of an `AsyncReader`; the
 /// bench's `--access random` unless told otherwise). A scan's window of 4 keeps its two
 /// servers busy; random reads spread over every server, and 4 per reader left disks idle now
-/// and then: 16 readers on 16 servers read 83 to 86% of the ideal with no fault and 4 each,
-/// 88 to 90% with 16 each, and gd-plan 4 to 6 points more with slow disks too
-/// (docs/benchmarks.md, "Random reads").
+/// and then (16 each gained about 5 points of the ideal on 16 servers, with and without
+/// slow disks).
 pub const WINDOW_RANDOM: u32 = 16;
 /// The largest window a consumer may ask for: bounds client buffers and server queues.
 pub const WINDOW_MAX: u32 = 256;

@@ -4,7 +4,7 @@
 //! that consumer is behind, so a ring of servers that must give unequal shares holds a
 //! progress gradient of about a block per hop, and the consumers furthest from a slow disk
 //! finish early while the ones next to it still read: the tail that keeps GD a few percent
-//! below the layout-aware ideal on short scans (docs/benchmarks.md). The shares that meet the
+//! below the layout-aware ideal on short scans. The shares that meet the
 //! ideal are computable: they are a flow of MOD-2's network ([`crate::ideal::plan`]), given
 //! every server's rate. So:
 //!
@@ -51,8 +51,7 @@
 //! its share of a disk holding two of its fragments is the sum of both fragments' shares.
 //! With every disk equally fast the plan stays primaries only, and the fragment's readers
 //! split its primary between them. Read one part after another, a partition of twice the
-//! size would wait on one disk at a time (71% of the ideal at 1:2 with no fault on the
-//! cluster; in step, 98.6%: `docs/bench/plan-ratios-ab.txt`).
+//! size would wait on one disk at a time, and read far below the ideal with no fault.
 
 use super::policy::{Pick, PlanSettings, Pulls, ReadPolicyKind, RoutePolicy, RouteView};
 use crate::ideal::{Demand, plan};
@@ -75,36 +74,25 @@ pub const EQUAL_WITHIN: f64 = 0.15;
 /// Slow disks are planned at this fraction less than their measured speed. A slow disk is
 /// the scan's scarcest resource and was busy to the very end of the scan (its readers
 /// finishing last) when planned at its full speed; planned a little short, the many fast
-/// disks absorb what the plan did not foresee. On the cluster (docs/bench/plan-margin-ab.txt)
-/// 6% took gd-plan from 95.0 / 94.1 / 94.6 / 94.0% to 95.6 / 95.3 / 94.7 / 95.4% at 1, 2, 4
-/// and 8 slow disks (three runs each, averaged).
+/// disks absorb what the plan did not foresee (worth about a point at 1 to 8 slow disks).
 pub const SLOW_MARGIN: f64 = 0.06;
 /// The slow disks' reserve is a time, not a part of the scan: they are planned short by at
 /// most this much of the time the scan has left (and by `SLOW_MARGIN` at most), which is the
-/// 6% of the default bench's two-second scans. A fixed fraction kept a reserve that grew
-/// with the scan and went, while the scan lasted, to the readers of the slow disks (whose
-/// disk serves them alone, so pays no seeks): over 256 MiB fragments with four slow disks
-/// they read 28.3 to 28.5 blocks of 512 KiB a 500 ms window where the others read 27.0 to
-/// 27.5 (their share is 28), and the slowest of those fell under the 25.2 that adaptation
-/// asks for in 38 windows of five runs; with the reserve 28.0 to 28.1 against 27.1 to 27.9,
-/// and 22 windows (docs/benchmarks.md, "The slow disks' reserve is a time").
+/// `SLOW_MARGIN` of the default bench's two-second scans. A fixed fraction kept a reserve
+/// that grew with the scan and went, while the scan lasted, to the readers of the slow disks
+/// (whose disk serves them alone, so pays no seeks), ahead of everyone else.
 pub const SLOW_RESERVE_SECS: f64 = 0.12;
 /// Progress within this many blocks (of 1 MiB: `sched::plan_units`) of the mean counts as
 /// on track (see `remaining`): the
 /// plan moves shares for a reader only once it is further behind (or ahead) than this; a
 /// smaller lag is left to the disks' own lag terms (`sched::LearnedShares`). A plan that
 /// follows every block of lag makes each reader that caught up slow its neighbours down, and
-/// the slowest consumer's 500 ms rate swings with it: in the simulator's schedule case
-/// (`ganges sim fault-schedule`, seeds 1 to 8) 1 block left the slowest consumer within 10%
-/// of its ideal rate in 22.5 and 13.0 of the 36 windows while one and four disks were slow,
-/// 8 blocks (with the slots' lag gain halved) in 30.2 and 27.6. On the cluster, and on the
-/// default bench: docs/benchmarks.md ("The lag a plan follows").
+/// the slowest consumer's 500 ms rate swings with it (in the simulator's fault-schedule case,
+/// 8 blocks kept it on track in about twice as many windows as 1 block).
 pub const ON_TRACK_BLOCKS: f64 = 8.0;
 /// `ON_TRACK_BLOCKS` for a consumer that reads parts of fragments (logical partitions,
-/// GD-7). With 8 blocks for them too, the 1:2 partitions at four slow disks fell 3.6 points
-/// below equal ones in the table (92.1 against 95.7%); following every block again, 1:2 read
-/// 93.7 / 92.3 / 94.5% against 93.1 / 93.3 / 92.0% (three runs each, alternating; simulated
-/// 94.6 against 93.9%). Why the wide band costs partitions is not established.
+/// GD-7). With 8 blocks for them too, unequal partitions under slow disks fell a few points
+/// below equal ones; why the wide band costs partitions is not established.
 pub const PARTIAL_ON_TRACK_BLOCKS: f64 = 1.0;
 /// The fragments' sizes in a plan: plans are in fractions of a fragment, scaled to bytes.
 const PLAN_BYTES: f64 = (1u64 << 30) as f64;
@@ -115,16 +103,11 @@ pub const USE_FRACTION: f64 = 0.02;
 /// slots: while a consumer's slot runs at one of its disks, its replies pull its requests
 /// there, and when its slot at the other disk begins, that disk finds one request of ours,
 /// serves it, and waits a round trip for the next (anticipation), idle, at every slot of
-/// every period. With two, the next is already queued when the disk finishes one. On the
-/// cluster (docs/benchmarks.md, "Two requests queued at each disk a plan uses") two took
-/// gd-plan at one slow disk from 94.9 to 95.7% (82 runs each, alternating, seeded starts)
-/// and left four and twelve slow disks where they were; three read as two. The simulator,
-/// whose round trips are shorter, reads the same with one or two.
-/// A reply whose freed request this rule placed leaves its pull for a later request
-/// (`Pulls`); taking the pull there instead read 0.4 point lower at one slow disk. A
-/// consumer that reads several fragments at once, which its servers do not phase, keeps one:
-/// with two, 1:1.5 partitions read 0.7 point lower at four slow disks and 1:2 ones 0.15
-/// lower (22 runs each, docs/bench/ratios-queued-ab.txt).
+/// every period. With two, the next is already queued when the disk finishes one (worth
+/// most at one slow disk on a real cluster, whose round trips are longer than the
+/// simulator's); three read as two. A reply whose freed request this rule placed leaves its
+/// pull for a later request (`Pulls`). A consumer that reads several fragments at once,
+/// which its servers do not phase, keeps one: two cost unequal partitions a little.
 pub const QUEUED_PER_HOLDER: u32 = 2;
 
 #[derive(Debug)]
@@ -356,8 +339,7 @@ impl RoutePolicy for Planned {
         // Only when the plan is back to primaries only (the faults ended): every request
         // still queued at a backup comes home (virtual-streams §5's return to the primary).
         // While faults hold, plans move every block and a backup planned nothing now may be
-        // planned a share the next: taking requests back then cost 0.2 to 0.5 point on the
-        // cluster (docs/benchmarks.md).
+        // planned a share the next, and taking requests back then cost a little.
         self.primaries_only && self.fraction(fragment, node) == Some(0.0)
     }
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {

@@ -248,15 +248,14 @@ impl Default for PlanSettings {
         // Sixteen servers: a small frame every 2.5 ms per consumer. The answers carry both
         // inputs of a plan, a server's disk speed and its primary reader's progress, so the
         // interval is how old a consumer's figures may be and how far apart two consumers'
-        // plans are: every 100 ms left gd-plan 0.8 point lower with twelve slow disks of
-        // sixteen and 0.5 lower with four (ten alternating runs on the cluster, for 12% less
-        // CPU per GB; docs/benchmarks.md, "How often a plan asks").
+        // plans are: every 100 ms saved a little CPU and cost gd-plan about half a point
+        // under many slow disks.
         //
         // Pieces of 256 KiB: a slot's boundary at a disk and a 500 ms window's count of a
         // consumer's bytes are then both rounded to a quarter of a 1 MiB block, not a whole
         // one. Read whole, a consumer one block short in a window (12 of a 14-block share)
-        // is 14% under its rate, and gd-plan never settled within 10% of its new ideal rate
-        // while four disks were slow (docs/benchmarks.md, "Blocks read in pieces").
+        // is well under its rate, and gd-plan did not settle near its new ideal rate while
+        // four disks were slow.
         PlanSettings { probe_interval: Duration::from_millis(40), piece_bytes: 256 << 10 }
     }
 }
@@ -425,8 +424,7 @@ impl RecentReports {
 /// in bursts (a kernel throttle lets a disk's reads through a slice at a time; a disk serving
 /// two reads at once ends them close together), a reply that took a tenth of a millisecond
 /// counts as a disk ten times its speed, and a memory of a few replies spans a few
-/// milliseconds of a fast disk, far less than a throttle's slice (docs/benchmarks.md, "Real
-/// disks").
+/// milliseconds of a fast disk, far less than a throttle's slice.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RateAverage {
     bytes: f64,
@@ -636,7 +634,7 @@ impl Pulls {
     /// turn among equals. A slow server keeps more outstanding, so reads whose pieces are
     /// seldom on the server that just answered (random reads, a partition across fragments)
     /// move away from it as a scan's pulls do; in turn alone, a slow server got its half of
-    /// them and the reads waited on it (docs/benchmarks.md, "Random reads").
+    /// them and the reads waited on it.
     pub fn next(&mut self, view: &RouteView<'_>, allowed: &[NodeId]) -> NodeId {
         while let Some(n) = self.queue.pop_front() {
             if allowed.contains(&n) {

@@ -1,0 +1,136 @@
+//! Shared pieces of the benches: the error type, progress bars, tables, git commit.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use std::sync::Arc;
+
+/// Why a bench or simulation could not run or report: one line that says what went wrong
+/// and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Failed(String),
+    /// Stopped by Ctrl-C, after stopping every server it started.
+    #[error("interrupted; every server this command started is stopped")]
+    Interrupted,
+    #[error(transparent)]
+    Harness(#[from] ganges_harness::HarnessError),
+    #[error(transparent)]
+    Client(#[from] ganges_client::ClientError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Shape(#[from] ganges_core::shape::ShapeError),
+    #[error(transparent)]
+    Layout(#[from] ganges_core::layout::LayoutError),
+    #[error(transparent)]
+    Ideal(#[from] ganges_core::ideal::IdealError),
+    #[error(transparent)]
+    Fault(#[from] ganges_core::disk::FaultError),
+    #[error(transparent)]
+    Name(#[from] ganges_proto::manifest::BadName),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Node(#[from] ganges_server::node::NodeError),
+}
+
+pub type BenchResult<T> = Result<T, BenchError>;
+
+pub fn fail<T>(msg: impl Into<String>) -> BenchResult<T> {
+    Err(BenchError::Failed(msg.into()))
+}
+
+/// A byte-count progress bar on stderr; hidden when stderr is not a terminal.
+pub fn bytes_bar(total: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// A step-count progress bar on stderr; hidden when stderr is not a terminal.
+pub fn steps_bar(total: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} {wide_msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// A progress callback for the client library that moves a bar.
+pub fn progress_fn(bar: &ProgressBar) -> ganges_client::dataset::ProgressFn {
+    let bar = bar.clone();
+    Arc::new(move |n| bar.inc(n))
+}
+
+/// A plain text table: a header row, then rows, columns padded to fit.
+#[derive(Debug, Default)]
+pub struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(header: &[&str]) -> Table {
+        Table { rows: vec![header.iter().map(|s| s.to_string()).collect()] }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let width: Vec<usize> = (0..cols)
+            .map(|c| self.rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+            .collect();
+        let mut out = String::new();
+        for (i, r) in self.rows.iter().enumerate() {
+            let line: Vec<String> = r.iter().enumerate().map(|(c, s)| format!("{s:>w$}", w = width[c])).collect();
+            out.push_str(line.join("  ").trim_end());
+            out.push('\n');
+            if i == 0 {
+                let rule: Vec<String> = width.iter().map(|w| "-".repeat(*w)).collect();
+                out.push_str(&rule.join("  "));
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// The commit the binary runs from, when run inside a git checkout.
+pub fn git_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// CPU seconds used by this process so far.
+pub fn process_cpu_secs() -> f64 {
+    ganges_server::sys::cpu_secs()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns() {
+        let mut t = Table::new(&["policy", "MB/s"]);
+        t.row(vec!["gd".into(), "1234.5".into()]);
+        let s = t.render();
+        assert_eq!(s.lines().next().unwrap(), "policy    MB/s");
+        assert_eq!(s.lines().nth(2).unwrap(), "    gd  1234.5");
+    }
+}

@@ -1,0 +1,114 @@
+//! The client against servers in this process (`ganges_harness::InProcessCluster`): a scan
+//! delivers every byte once with the right content, and goes on when a server stops under
+//! it.
+
+use ganges_client::dataset::{self, CreateSpec};
+use ganges_client::scan::{ReadOptions, ReadReport, open_scan};
+use ganges_core::datagen::Generator;
+use ganges_core::digest::Digest;
+use ganges_core::disk::DiskParams;
+use ganges_core::route::ReadPolicyKind;
+use ganges_harness::InProcessCluster;
+use ganges_proto::manifest::Manifest;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn disk(mib_per_sec: f64) -> Option<DiskParams> {
+    Some(DiskParams {
+        rate_bytes_per_sec: mib_per_sec * 1024.0 * 1024.0,
+        seek: Duration::from_millis(1),
+        queue_depth: 1,
+    })
+}
+
+async fn create(c: &InProcessCluster, name: &str, g: Generator) -> Arc<Manifest> {
+    let client = c.client().await.unwrap();
+    let spec = CreateSpec {
+        name: name.parse().unwrap(),
+        fragment_bytes: vec![4 << 20; 4],
+        block_bytes: 256 << 10,
+        replicas: 2,
+        generator: g,
+    };
+    Arc::new(dataset::create(&client, spec, None).await.expect("create"))
+}
+
+/// Every consumer's blocks, checked against the generator as they come, and its report.
+async fn scan(c: &InProcessCluster, m: &Arc<Manifest>, policy: ReadPolicyKind, g: Generator) -> Vec<ReadReport> {
+    let client = c.client().await.unwrap();
+    let mut tasks = vec![];
+    for mut s in open_scan(&client, m, None, ReadOptions::new(policy)).unwrap() {
+        tasks.push(tokio::spawn(async move {
+            while let Some(b) = s.next().await.unwrap() {
+                let mut want = vec![0u8; b.data.len()];
+                g.fill(b.dataset_offset, &mut want);
+                assert!(b.data[..] == want[..], "content at {}", b.dataset_offset);
+            }
+            s.close()
+        }));
+    }
+    let mut reports = vec![];
+    for t in tasks {
+        reports.push(t.await.unwrap());
+    }
+    reports
+}
+
+fn digest(reports: &[ReadReport]) -> Digest {
+    let mut d = Digest::default();
+    for r in reports {
+        d.merge(r.digest);
+    }
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_of_in_process_servers_delivers_every_byte_once() {
+    let c = InProcessCluster::start(4, disk(64.0)).await.unwrap();
+    let g = Generator::Random { seed: 7 };
+    let m = create(&c, "inproc", g).await;
+    for policy in [ReadPolicyKind::Static, ReadPolicyKind::Gd, ReadPolicyKind::GdPlan] {
+        let reports = scan(&c, &m, policy, g).await;
+        assert_eq!(digest(&reports), m.digest, "{policy:?}: every byte once");
+        assert!(reports.iter().all(|r| r.stats.duplicates == 0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_goes_on_when_a_server_stops_under_it() {
+    let mut c = InProcessCluster::start(4, disk(4.0)).await.unwrap();
+    let g = Generator::Random { seed: 8 };
+    let m = create(&c, "stops", g).await;
+    let running = {
+        let (file, m) = (c.cluster().clone(), m.clone());
+        tokio::spawn(async move {
+            let client = ganges_client::Client::connect(file).await.unwrap();
+            let mut tasks = vec![];
+            for mut s in open_scan(&client, &m, None, ReadOptions::new(ReadPolicyKind::Gd)).unwrap() {
+                tasks.push(tokio::spawn(async move {
+                    let mut first = true;
+                    while let Some(b) = s.next().await.unwrap() {
+                        let mut want = vec![0u8; b.data.len()];
+                        g.fill(b.dataset_offset, &mut want);
+                        assert!(b.data[..] == want[..]);
+                        first = false;
+                    }
+                    assert!(!first, "every consumer read something");
+                    s.close()
+                }));
+            }
+            let mut reports = vec![];
+            for t in tasks {
+                reports.push(t.await.unwrap());
+            }
+            reports
+        })
+    };
+    // Stop a server once the scan is well under way (a quarter of a 1 s scan in).
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(!running.is_finished(), "the scan still runs when the server stops");
+    assert!(c.stop(2).await.is_some_and(|r| r.is_ok()), "the server stopped cleanly");
+    let reports = running.await.unwrap();
+    assert_eq!(digest(&reports), m.digest, "every byte once despite the stopped server");
+    assert!(reports.iter().map(|r| r.stats.retries).sum::<u64>() > 0, "its requests were read again elsewhere");
+}
