@@ -21,6 +21,7 @@ use crate::util::{BenchError, BenchResult, fail};
 use bytes::Bytes;
 use ganges_client::Client;
 use ganges_core::ids::NodeId;
+use ganges_core::parse::ParseError;
 use ganges_proto::control::{Calibration, ControlReply, ControlRequest, RealFaults};
 use ganges_proto::msg::Message;
 use serde::Serialize;
@@ -39,13 +40,13 @@ pub enum RealFaultKind {
 }
 
 impl std::str::FromStr for RealFaultKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         match s {
             "kernel" => Ok(RealFaultKind::Kernel),
             "competing" => Ok(RealFaultKind::Competing),
             "link" => Ok(RealFaultKind::Link),
-            _ => Err(format!("`{s}` is not a real fault kind: kernel, competing or link")),
+            _ => Err(ParseError::unknown("real fault kind", s, ["kernel", "competing", "link"])),
         }
     }
 }

@@ -33,6 +33,7 @@ use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, read_demands, river_ideal_seconds};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::measure::{Change, SAMPLE_SECS, Sampled, scheduled_ideal};
+use ganges_core::parse::ParseError;
 use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_PLAN, WINDOW_RANDOM};
 use ganges_core::shape::{Partition, Shape};
 use ganges_core::units::{ByteSize, Dur, mb_per_sec};
@@ -65,9 +66,9 @@ impl Ratio {
 }
 
 impl FromStr for Ratio {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Ratio, String> {
-        let bad = || format!("`{s}` is not a ratio like 1:1.5 (even consumers' data : odd consumers')");
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Ratio, ParseError> {
+        let bad = || ParseError::malformed("a ratio like 1:1.5", s, "even consumers' data : odd consumers'");
         let (a, b) = s.split_once(':').ok_or_else(bad)?;
         let (even, odd): (f64, f64) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
         if !(even > 0.0 && odd > 0.0 && even.is_finite() && odd.is_finite()) {
@@ -91,9 +92,9 @@ pub struct FaultWindow {
 }
 
 impl FromStr for FaultWindow {
-    type Err = String;
-    fn from_str(s: &str) -> Result<FaultWindow, String> {
-        let bad = |why: &str| format!("`{s}` is not a fault window like 2s-6s or 2s- ({why})");
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<FaultWindow, ParseError> {
+        let bad = |why: &str| ParseError::malformed("a fault window like 2s-6s or 2s-", s, why);
         let (a, b) = s.split_once('-').ok_or_else(|| bad("no `-`"))?;
         let start = a.parse::<Dur>().map_err(|e| bad(&e.to_string()))?.0.as_secs_f64();
         let end = if b.trim().is_empty() {
@@ -117,12 +118,12 @@ pub enum LayoutChoice {
 }
 
 impl FromStr for LayoutChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         match s {
             "chained" => Ok(LayoutChoice::Chained),
             "mirrored" => Ok(LayoutChoice::Mirrored),
-            _ => Err(format!("unknown layout `{s}` (use chained or mirrored)")),
+            _ => Err(ParseError::unknown("layout", s, ["chained", "mirrored"])),
         }
     }
 }
@@ -140,12 +141,12 @@ pub enum Access {
 }
 
 impl FromStr for Access {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         match s {
             "scan" => Ok(Access::Scan),
             "random" => Ok(Access::Random),
-            _ => Err(format!("unknown access `{s}` (use scan or random)")),
+            _ => Err(ParseError::unknown("access", s, ["scan", "random"])),
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::real::{Rates, RealSpec};
 use crate::scan::{BenchCluster, Faulting, Machine, all_stats, median_and_spread};
 use crate::util::{BenchResult, Table, fail, git_commit, process_cpu_secs, steps_bar};
 use ganges_client::client::Client;
-use ganges_client::dataset::{self, WriteSource, WriteSpec};
+use ganges_client::write::{WriteSource, WriteSpec};
 use ganges_core::datagen::Generator;
 use ganges_core::disk::Fault;
 use ganges_core::fault::{FaultLayout, place};
@@ -445,7 +445,7 @@ impl Runner<'_> {
             ceft: spec.ceft,
             mirrored: spec.mirrored(policy),
         };
-        let out = dataset::write(client, w, None).await?;
+        let out = ganges_client::write::write(client, w, None).await?;
         let client_cpu = process_cpu_secs() - cpu0;
         let after = all_stats(client).await?;
         let server_cpu = after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum();
@@ -519,7 +519,7 @@ impl Runner<'_> {
             // rate both ways at once (the model charges both against one rate).
             rates.iter_mut().for_each(|r| *r *= 2.0);
         }
-        let c = dataset::complete(client, &m.name).await?;
+        let c = ganges_client::write::complete(client, &m.name).await?;
         let total: u64 = disk_bytes.iter().sum();
         let bound = disk_bytes.iter().zip(&rates).map(|(b, r)| *b as f64 / r).fold(0.0, f64::max);
         Ok(Completion {

@@ -6,9 +6,10 @@ use ganges_bench::scan::LayoutChoice;
 use ganges_bench::util::{Table, bytes_bar, progress_fn};
 use ganges_client::client::Client;
 use ganges_client::cluster::{ClusterFile, ServerEntry};
-use ganges_client::dataset::{self, CopyState, CreateSpec, WriteSource, WriteSpec};
+use ganges_client::dataset::{self, CopyState, CreateSpec};
 use ganges_client::scan::{ReadOptions, ReadReport, open_scan};
 use ganges_client::stream::{OrderedReader, WrittenOrderReader};
+use ganges_client::write::{self, WriteSource, WriteSpec};
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::disk::Fault;
@@ -407,7 +408,7 @@ pub async fn dataset_verify(cluster: &Path, name: DatasetName) -> CliResult<()> 
 
 pub async fn dataset_complete(cluster: &Path, name: DatasetName) -> CliResult<()> {
     let client = connect(cluster).await?;
-    let c = dataset::complete(&client, &name).await?;
+    let c = write::complete(&client, &name).await?;
     if c.blocks == 0 {
         println!("`{name}` is complete: every copy holds every block");
     } else {
@@ -467,7 +468,7 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
     };
     let name = spec.name.clone();
     let out = tokio::select! {
-        r = dataset::write(&client, spec, Some(progress_fn(&bar))) => r?,
+        r = write::write(&client, spec, Some(progress_fn(&bar))) => r?,
         _ = tokio::signal::ctrl_c() => {
             // Abandon the write whole: its staging (or a commit half done) goes everywhere.
             bar.finish_and_clear();

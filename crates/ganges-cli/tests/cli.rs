@@ -489,8 +489,7 @@ fn bench_groups() -> usize {
 /// off the stressed node, and the bench leaves no cgroup behind.
 fn stress_bench_avoids_the_stressed_node(kind: &str) {
     if !common::cgroups_writable() {
-        eprintln!("SKIPPED: cgroup-v1 groups need root and the cpu, cpuacct and memory controllers (CI runs as root)");
-        return;
+        return common::skip("cgroup-v1 groups need root and the cpu, cpuacct and memory controllers");
     }
     let before = bench_groups();
     let dir = tempfile::tempdir().unwrap();

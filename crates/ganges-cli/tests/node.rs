@@ -56,8 +56,7 @@ async fn a_server_reports_its_node_in_stats_and_in_answers_to_probes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_stress_saturates_its_own_node_and_no_other() {
     if !common::cgroups_writable() {
-        eprintln!("SKIPPED: cgroup-v1 groups need root and the cpu, cpuacct and memory controllers (CI runs as root)");
-        return;
+        return common::skip("cgroup-v1 groups need root and the cpu, cpuacct and memory controllers");
     }
     let groups = NodeGroups::create(2).unwrap();
     let root = tempfile::tempdir().unwrap();

@@ -22,9 +22,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn skip(why: &str) {
-    eprintln!("SKIPPED: {why}");
-}
+use common::skip;
 
 fn netns_unavailable() -> Option<String> {
     ganges_harness::netns::unavailable()

@@ -204,7 +204,8 @@ async fn a_server_killed_during_a_scan_costs_nothing_but_time() {
         let (client, m) = (client.clone(), m.clone());
         tokio::spawn(async move { scan_all(&client, &m, ReadPolicyKind::Gd).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    common::until_moved(&client, NodeId(1), 64 << 10, false).await;
+    assert!(!scan.is_finished(), "the server dies mid-scan");
     c.local.kill(NodeId(1));
     let (blocks, reports) = scan.await.unwrap();
     assert_eq!(digest_of(&reports), m.digest, "every byte exactly once");
@@ -232,7 +233,8 @@ async fn get_survives_a_killed_server_and_leaves_nothing_when_a_fragment_is_lost
         let (client, name, path) = (client.clone(), m.name.clone(), path.clone());
         tokio::spawn(async move { dataset::get(&client, &name, &path, ReadOptions::default(), None).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    common::until_moved(&client, NodeId(1), 64 << 10, false).await;
+    assert!(!get.is_finished(), "the server dies mid-export");
     c.local.kill(NodeId(1));
     let (_, written, report) = get.await.unwrap().unwrap();
     assert_eq!(written, path);
@@ -293,7 +295,7 @@ async fn a_corrupt_block_is_never_delivered_and_is_reported() {
 }
 
 /// A static scan of four fragments of `fragment` bytes on four servers, with server 1 frozen
-/// (SIGSTOP) 100 ms in and a 500 ms stall timeout; continued `resume_after` later, while the
+/// (SIGSTOP) once it served a block, and a 500 ms stall timeout; continued `resume_after` later, while the
 /// scan runs, or else once it is done. The scan must neither hang nor panic, and every byte
 /// must arrive once. Returns each consumer's report.
 async fn scan_with_a_frozen_server(
@@ -316,7 +318,7 @@ async fn scan_with_a_frozen_server(
         let (client, m) = (client.clone(), m.clone());
         tokio::spawn(async move { scan_with(&client, &m, opts).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    common::until_moved(&client, NodeId(1), 64 << 10, false).await;
     assert!(ganges_harness::sys::signal(pid, ganges_harness::sys::SIGSTOP));
     if let Some(after) = resume_after {
         tokio::time::sleep(after).await;
@@ -549,10 +551,11 @@ async fn an_idle_server_takes_over_queued_requests_and_nothing_is_served_twice()
     let c = start(4, common::disk(16.0));
     let client = c.client().await;
     let g = Generator::Random { seed: 31 };
-    // 4 MiB at a fifth of 16 MiB/s takes 1.25 s: a server asks for work only once it has
+    // 6 MiB at a fifth of 16 MiB/s takes 1.9 s: a server asks for work only once it has
     // served a read that allows handoff, so only after gd-rr has found the primary slow (its
-    // disk measured over a MiB and slow for a probe interval) and sent the backup a request.
-    let m = Arc::new(create(&client, "ho", vec![4 << 20; 4], 64 << 10, 2, g).await);
+    // disk measured over a MiB, then slow for two probe intervals) and sent the backup a
+    // request.
+    let m = Arc::new(create(&client, "ho", vec![6 << 20; 4], 64 << 10, 2, g).await);
     slow_down(&client, NodeId(0), 0.2).await;
     let (blocks, report) = lone_reader(&client, &m).await;
     check_fragment_0(&m, &blocks, g);
@@ -570,7 +573,7 @@ async fn a_server_killed_after_taking_over_requests_loses_nothing() {
     let mut c = start(4, common::disk(8.0));
     let client = c.client().await;
     let g = Generator::Random { seed: 32 };
-    let m = Arc::new(create(&client, "hok", vec![2 << 20; 4], 64 << 10, 2, g).await);
+    let m = Arc::new(create(&client, "hok", vec![4 << 20; 4], 64 << 10, 2, g).await);
     slow_down(&client, NodeId(0), 0.2).await;
     let scan = {
         let (client, m) = (client.clone(), m.clone());

@@ -5,9 +5,10 @@
 mod common;
 
 use common::{create, start};
-use ganges_client::dataset::{self, WriteOutcome, WriteSource, WriteSpec};
+use ganges_client::dataset;
 use ganges_client::scan::{Block, ReadOptions, ReadReport, open_scan};
 use ganges_client::stream::WrittenOrderReader;
+use ganges_client::write::{self, WriteOutcome, WriteSource, WriteSpec};
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::ids::{FragmentId, NodeId};
@@ -96,7 +97,7 @@ async fn every_write_policy_reads_back_byte_for_byte_with_every_read_policy() {
     for policy in WritePolicyKind::ALL {
         let name = format!("w-{policy}");
         let out: WriteOutcome =
-            dataset::write(&client, spec(&name, policy, total, WriteSource::Generated(g), false), None).await.unwrap();
+            write::write(&client, spec(&name, policy, total, WriteSource::Generated(g), false), None).await.unwrap();
         let m = out.manifest;
         if policy == WritePolicyKind::Dq {
             check_dq(&client, &m, &want, 256 << 10, true).await;
@@ -141,7 +142,7 @@ async fn every_write_policy_reads_back_byte_for_byte_with_every_read_policy() {
             .sum();
         assert_eq!(v.bytes, held, "every block on every copy holding it, and nothing else");
         assert!(held >= total);
-        let done = dataset::complete(&client, &m.name).await.unwrap();
+        let done = write::complete(&client, &m.name).await.unwrap();
         let info = dataset::info(&client, &m.name).await.unwrap();
         assert_eq!(info.manifest.state, DatasetState::Complete);
         assert!(info.copies.iter().all(|c| c.blocks_present == c.blocks), "every copy whole");
@@ -156,7 +157,7 @@ async fn every_write_policy_reads_back_byte_for_byte_with_every_read_policy() {
             assert!(bytes == want, "{policy} then {rp}: content");
         }
         // Completing again does nothing.
-        assert_eq!(dataset::complete(&client, &m.name).await.unwrap().bytes, 0);
+        assert_eq!(write::complete(&client, &m.name).await.unwrap().bytes, 0);
     }
 }
 
@@ -204,7 +205,7 @@ async fn dq_runs_go_whole_to_one_server_in_order() {
         run_blocks: run as u32,
         ..spec("runs", WritePolicyKind::Dq, total, WriteSource::Generated(g), false)
     };
-    let m = dataset::write(&client, s, None).await.unwrap().manifest;
+    let m = write::write(&client, s, None).await.unwrap().manifest;
     check_dq(&client, &m, &want, block as usize, false).await;
     // Where each source block ended up: (fragment, position in its log).
     let (bytes, _) = read_all(&client, &m, ReadPolicyKind::Static).await;
@@ -227,7 +228,7 @@ async fn dq_runs_go_whole_to_one_server_in_order() {
             assert!(places.windows(2).all(|p| p[0].1 < p[1].1), "writer {w} run {r} in order: {places:?}");
         }
     }
-    let err = dataset::write(
+    let err = write::write(
         &client,
         WriteSpec { run_blocks: 4, ..spec("x", WritePolicyKind::Gd, total, WriteSource::Generated(g), false) },
         None,
@@ -345,7 +346,7 @@ async fn a_file_written_by_four_writers_reads_back_as_the_file() {
     let data = generated(Generator::Random { seed: 5 }, len);
     std::fs::write(&path, &data).unwrap();
     let s = spec("file", WritePolicyKind::Gd, 0, WriteSource::File(path.clone()), true);
-    let out = dataset::write(&client, s, None).await.unwrap();
+    let out = write::write(&client, s, None).await.unwrap();
     assert_eq!(out.manifest.state, DatasetState::Complete);
     assert!(out.completion.is_some());
     let copy = dir.path().join("out.bin");
@@ -356,7 +357,7 @@ async fn a_file_written_by_four_writers_reads_back_as_the_file() {
         block_bytes: 64 << 10,
         ..spec("file-dq", WritePolicyKind::Dq, 0, WriteSource::File(path.clone()), true)
     };
-    let out = dataset::write(&client, s, None).await.unwrap();
+    let out = write::write(&client, s, None).await.unwrap();
     assert_eq!(out.manifest.total_bytes(), len);
     check_dq(&client, &out.manifest, &data, 64 << 10, false).await;
     // The servers' logs hold the blocks in their own order; `get` gives the file back.
@@ -398,9 +399,10 @@ async fn a_write_is_committed_whole_or_not_at_all() {
     let s = spec("cut", WritePolicyKind::Gd, 16 << 20, WriteSource::Generated(g), true);
     let w = {
         let client = client.clone();
-        tokio::spawn(async move { dataset::write(&client, s, None).await })
+        tokio::spawn(async move { write::write(&client, s, None).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    common::until_moved(&client, NodeId(0), 256 << 10, true).await;
+    assert!(!w.is_finished(), "the writer dies mid-write");
     w.abort();
     assert!(w.await.unwrap_err().is_cancelled());
     let cut: DatasetName = "cut".parse().unwrap();
@@ -433,7 +435,7 @@ async fn a_write_is_committed_whole_or_not_at_all() {
     assert!(names(&client, true).await.is_empty(), "nothing of it anywhere");
 }
 
-/// Start a write, kill `node` 300 ms in, and expect the write to fail.
+/// Start a write, kill `node` once it has written a block, and expect the write to fail.
 async fn write_losing_a_server(
     client: &Arc<ganges_client::Client>,
     c: &mut common::TestCluster,
@@ -443,9 +445,10 @@ async fn write_losing_a_server(
     let policy = s.policy;
     let w = {
         let client = client.clone();
-        tokio::spawn(async move { dataset::write(&client, s, None).await })
+        tokio::spawn(async move { write::write(&client, s, None).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    common::until_moved(client, node, 1, true).await;
+    assert!(!w.is_finished(), "the server dies mid-write");
     c.local.kill(node);
     let e = w.await.unwrap().expect_err("a write losing a server fails");
     eprintln!("the {policy} write failed as it should: {e}");
@@ -469,7 +472,7 @@ fn tmpfs(dir: &std::path::Path, size: &str) -> Option<Mount> {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        eprintln!("SKIPPED: mounting a tmpfs needs root (CI runs as root)");
+        common::skip("mounting a tmpfs needs root");
     }
     mounted.then(|| Mount(dir.to_path_buf()))
 }
@@ -486,7 +489,7 @@ async fn a_full_disk_fails_the_write_by_name_and_leaves_nothing() {
     let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
     let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();
     let s = spec("big", WritePolicyKind::Static, 16 << 20, WriteSource::Generated(Generator::Random { seed: 1 }), true);
-    let e = dataset::write(&client, s, None).await.expect_err("the write cannot fit");
+    let e = write::write(&client, s, None).await.expect_err("the write cannot fit");
     assert_eq!(e.code(), Some(ErrorCode::DiskFull), "{e}");
     assert!(e.to_string().contains("disk full on node1"), "the error names the server: {e}");
     assert!(names(&client, true).await.is_empty(), "nothing visible, staging removed");

@@ -15,12 +15,9 @@ use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
-use ganges_core::placement::Placement;
-use ganges_core::route::ceft::CeftSettings;
-use ganges_core::route::{PolicySettings, ReadStats};
+use ganges_core::route::ReadStats;
 use ganges_core::sched::{Progress, ProgressMetric, Service};
 use ganges_core::shape::Shape;
-use ganges_core::write::WritePolicyKind;
 use ganges_proto::control::{BadBlock, ControlReply, ControlRequest};
 use ganges_proto::manifest::{Content, DatasetName, DatasetState, MANIFEST_FORMAT, Manifest, RecordFormat};
 use ganges_proto::msg::{Message, WriteReq};
@@ -36,14 +33,14 @@ pub type ProgressFn = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// Blocks per `Generate` request: large enough to amortise a round trip, small enough for a
 /// progress bar to move and a cancelled create to stop soon.
-const GENERATE_CHUNK_BYTES: u64 = 16 << 20;
+pub(crate) const GENERATE_CHUNK_BYTES: u64 = 16 << 20;
 /// Writes in flight while importing a file: keeps every server busy without buffering much.
-const PUT_WRITES_INFLIGHT: usize = 32;
+pub(crate) const PUT_WRITES_INFLIGHT: usize = 32;
 /// Bytes per `Verify` request: a few seconds of work at most, even on a slow disk.
-const VERIFY_CHUNK_BYTES: u64 = 256 << 20;
+pub(crate) const VERIFY_CHUNK_BYTES: u64 = 256 << 20;
 /// Blocks read and waiting for the file writer while exporting: enough to ride out a slow
 /// write, a bound on memory.
-const GET_QUEUE_BLOCKS: usize = 32;
+pub(crate) const GET_QUEUE_BLOCKS: usize = 32;
 
 #[derive(Clone, Debug)]
 pub struct CreateSpec {
@@ -55,11 +52,17 @@ pub struct CreateSpec {
     pub generator: Generator,
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-fn draft(layout: Layout, name: DatasetName, shape: Shape, records: RecordFormat, content: Content) -> Result<Manifest> {
+pub(crate) fn draft(
+    layout: Layout,
+    name: DatasetName,
+    shape: Shape,
+    records: RecordFormat,
+    content: Content,
+) -> Result<Manifest> {
     Ok(Manifest {
         format: MANIFEST_FORMAT,
         name,
@@ -77,7 +80,7 @@ fn draft(layout: Layout, name: DatasetName, shape: Shape, records: RecordFormat,
     })
 }
 
-fn expect_done(node: NodeId, r: Result<ControlReply>) -> Result<()> {
+pub(crate) fn expect_done(node: NodeId, r: Result<ControlReply>) -> Result<()> {
     match r? {
         ControlReply::Done => Ok(()),
         other => Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") }),
@@ -85,20 +88,20 @@ fn expect_done(node: NodeId, r: Result<ControlReply>) -> Result<()> {
 }
 
 /// A dataset being written on every node, until it is committed or aborted.
-struct Staging<'c> {
-    client: &'c Client,
-    name: DatasetName,
-    txid: u64,
-    nodes: Vec<NodeId>,
+pub(crate) struct Staging<'c> {
+    pub(crate) client: &'c Client,
+    pub(crate) name: DatasetName,
+    pub(crate) txid: u64,
+    pub(crate) nodes: Vec<NodeId>,
 }
 
 impl<'c> Staging<'c> {
-    async fn begin(client: &'c Client, manifest: &Manifest) -> Result<Staging<'c>> {
+    pub(crate) async fn begin(client: &'c Client, manifest: &Manifest) -> Result<Staging<'c>> {
         Staging::begin_with(client, manifest, false).await
     }
 
     /// With `append`, every copy is a log of appended blocks (DQ writes).
-    async fn begin_with(client: &'c Client, manifest: &Manifest, append: bool) -> Result<Staging<'c>> {
+    pub(crate) async fn begin_with(client: &'c Client, manifest: &Manifest, append: bool) -> Result<Staging<'c>> {
         client.require_all()?;
         let txid = rand::random::<u64>() | 1;
         let nodes: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
@@ -112,7 +115,7 @@ impl<'c> Staging<'c> {
         Ok(s)
     }
 
-    async fn abort(&self) {
+    pub(crate) async fn abort(&self) {
         let req = ControlRequest::Abort { txid: self.txid, name: self.name.clone() };
         for (node, r) in self.client.control_all(&self.nodes, &req).await {
             if let Err(e) = r {
@@ -123,7 +126,7 @@ impl<'c> Staging<'c> {
 
     /// After the data is written: abort if writing failed, else record the digest and
     /// commit.
-    async fn conclude(self, mut manifest: Manifest, written: Result<Digest>) -> Result<Manifest> {
+    pub(crate) async fn conclude(self, mut manifest: Manifest, written: Result<Digest>) -> Result<Manifest> {
         match written {
             Ok(digest) => manifest.digest = digest,
             Err(e) => {
@@ -136,7 +139,7 @@ impl<'c> Staging<'c> {
     }
 
     /// Prepare everywhere, then commit everywhere.
-    async fn finish(self, manifest: &Manifest) -> Result<()> {
+    pub(crate) async fn finish(self, manifest: &Manifest) -> Result<()> {
         let prepare = ControlRequest::Prepare { txid: self.txid, manifest: manifest.clone() };
         if let Some(e) = first_error(self.client.control_all(&self.nodes, &prepare).await) {
             self.abort().await;
@@ -161,12 +164,12 @@ impl<'c> Staging<'c> {
     }
 }
 
-fn first_error(results: Vec<(NodeId, Result<ControlReply>)>) -> Option<ClientError> {
+pub(crate) fn first_error(results: Vec<(NodeId, Result<ControlReply>)>) -> Option<ClientError> {
     results.into_iter().find_map(|(node, r)| expect_done(node, r).err())
 }
 
 /// The dataset digest from the servers' stored checksums, checking that every copy agrees.
-async fn digest_from_checksums(
+pub(crate) async fn digest_from_checksums(
     client: &Client,
     manifest: &Manifest,
     txid: Option<u64>,
@@ -334,7 +337,7 @@ pub async fn put(
     staging.conclude(manifest, digest).await
 }
 
-async fn send_file(
+pub(crate) async fn send_file(
     client: &Arc<Client>,
     manifest: &Manifest,
     txid: u64,
@@ -724,449 +727,4 @@ pub async fn remove(client: &Client, name: &DatasetName) -> Result<RemoveSummary
         return Err(ClientError::UnknownDataset(name.clone()));
     }
     Ok(s)
-}
-
-/// Where a write's bytes come from.
-#[derive(Clone, Debug)]
-pub enum WriteSource {
-    /// Generated by the writers (the same generator `dataset create` uses on the servers).
-    Generated(Generator),
-    /// A local file, split among the writers in order.
-    File(std::path::PathBuf),
-}
-
-#[derive(Clone, Debug)]
-pub struct WriteSpec {
-    pub name: DatasetName,
-    /// Writers; writer i writes fragment i.
-    pub writers: u32,
-    /// Total bytes (ignored for a file: its size).
-    pub total_bytes: u64,
-    pub block_bytes: u32,
-    pub replicas: u32,
-    /// Where each block goes.
-    pub policy: WritePolicyKind,
-    /// Blocks in flight per writer.
-    pub window: u32,
-    pub source: WriteSource,
-    /// Run replica completion right after the commit.
-    pub complete: bool,
-    /// dq: blocks to a unit of the queue (DQ-3's whole runs; 1 for DQ-1).
-    pub run_blocks: u32,
-    /// ceft, ceft-adaptive: the rule's thresholds and how often nodes are asked (CW-1).
-    pub ceft: CeftSettings,
-    /// LAY-2 mirrored groups (two copies; CEFT-PVFS's RAID-10 arrangement) instead of
-    /// chained declustering.
-    pub mirrored: bool,
-}
-
-#[derive(Debug)]
-struct GeneratedBlocks(Generator);
-
-impl crate::scan::BlockSource for GeneratedBlocks {
-    fn piece(&self, p: &ganges_core::shape::Piece) -> std::io::Result<Bytes> {
-        let mut buf = vec![0u8; p.len as usize];
-        self.0.fill(p.dataset_offset, &mut buf);
-        Ok(Bytes::from(buf))
-    }
-}
-
-#[derive(Debug)]
-struct FileBlocks(std::fs::File);
-
-impl crate::scan::BlockSource for FileBlocks {
-    fn piece(&self, p: &ganges_core::shape::Piece) -> std::io::Result<Bytes> {
-        let mut buf = vec![0u8; p.len as usize];
-        self.0.read_exact_at(&mut buf, p.dataset_offset)?;
-        Ok(Bytes::from(buf))
-    }
-}
-
-/// What a write did.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct WriteOutcome {
-    pub manifest: Manifest,
-    /// From the first block sent to the last one written, all writers together.
-    pub seconds: f64,
-    /// Each writer's report (bytes, time, bytes by copy).
-    pub writers: Vec<ReadReport>,
-    /// Replica completion, when it was asked for.
-    pub completion: Option<CompleteOutcome>,
-}
-
-/// Write a dataset from `spec.writers` writers at once (GW-1), committed whole or not at all.
-/// With a choice of copy, each block lands on one copy and the dataset is committed
-/// `Incomplete`, its placement in the manifest; `spec.complete` then fills every copy.
-pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<ProgressFn>) -> Result<WriteOutcome> {
-    let writers = spec.writers.max(1);
-    let (source, total, content): (Arc<dyn crate::scan::BlockSource>, u64, Content) = match &spec.source {
-        WriteSource::Generated(g) => {
-            (Arc::new(GeneratedBlocks(*g)), spec.total_bytes, Content::Generated { generator: *g })
-        }
-        WriteSource::File(path) => {
-            let f = std::fs::File::open(path).map_err(ClientError::io(format!("opening {}", path.display())))?;
-            let len = f.metadata().map_err(ClientError::io(format!("reading {}", path.display())))?.len();
-            (Arc::new(FileBlocks(f)), len, Content::Imported { source: path.display().to_string() })
-        }
-    };
-    if total == 0 {
-        return Err(ClientError::Invalid("a dataset holds at least one byte".into()));
-    }
-    if spec.run_blocks == 0 || (spec.run_blocks > 1 && spec.policy != WritePolicyKind::Dq) {
-        return Err(ClientError::Invalid(format!(
-            "--run-blocks {} : runs are the unit of a dq write only, and hold at least one block",
-            spec.run_blocks
-        )));
-    }
-    if total.div_ceil(spec.block_bytes as u64) < writers as u64 {
-        return Err(ClientError::Invalid(format!(
-            "{writers} writers need at least {writers} blocks of {} B to write; use smaller blocks or fewer writers",
-            spec.block_bytes
-        )));
-    }
-    let Some(route) = spec.policy.route() else {
-        return write_dq(client, &spec, source, total, content, progress).await;
-    };
-    // Writer i writes fragment i; fragments are whole blocks but the last one of each.
-    let shape = Shape::split(total, writers, spec.block_bytes, spec.block_bytes as u64)?;
-    // The placement (a hex digit per block) travels in the manifest, in control frames.
-    if shape.total_blocks() as usize > ganges_proto::frame::CONTROL_BODY_MAX / 2 {
-        return Err(ClientError::Invalid(format!(
-            "a {} write of {} blocks would need a placement too large for its manifest; use larger \
-             blocks (at most {} blocks)",
-            spec.policy,
-            shape.total_blocks(),
-            ganges_proto::frame::CONTROL_BODY_MAX / 2
-        )));
-    }
-    let settings = PolicySettings { ceft: spec.ceft, ..PolicySettings::default() };
-    settings.validate().map_err(|e| ClientError::Invalid(e.to_string()))?;
-    let layout = if spec.mirrored {
-        if spec.replicas != 2 {
-            return Err(ClientError::Invalid(format!(
-                "mirrored groups hold two copies, not {} (give --replicas 2 or leave it out)",
-                spec.replicas
-            )));
-        }
-        Layout::mirrored(client.nodes())?
-    } else {
-        Layout::chained(client.nodes(), spec.replicas)?
-    };
-    let mut manifest = draft(layout, spec.name.clone(), shape, RecordFormat::Bytes, content)?;
-    manifest.state = DatasetState::Incomplete;
-    let staging = Staging::begin(client, &manifest).await?;
-    let draft_manifest = Arc::new(manifest.clone());
-    let opts = ReadOptions::new(route).with_window(spec.window).with_settings(settings);
-    let started = std::time::Instant::now();
-    let work = async {
-        let mut tasks = JoinSet::new();
-        for partition in draft_manifest.shape.fragment_partitions() {
-            let mut w = crate::scan::WriteStream::open(
-                client.clone(),
-                draft_manifest.clone(),
-                staging.txid,
-                partition,
-                opts,
-                source.clone(),
-            )?;
-            let progress = progress.clone();
-            tasks.spawn(async move {
-                let r = w.run(progress.as_ref()).await;
-                (r, w)
-            });
-        }
-        let mut placement = Placement::empty(&draft_manifest.shape, draft_manifest.layout.replicas());
-        let mut digest = Digest::default();
-        let mut reports = vec![];
-        for w in join_writers(tasks).await? {
-            for p in w.placed() {
-                let copy = draft_manifest.layout.copy_on(p.piece.fragment, p.node).expect("written to a holder");
-                placement.add(p.piece.fragment, p.piece.block, copy);
-            }
-            let report = w.report();
-            digest.merge(report.digest);
-            reports.push(report);
-        }
-        Ok((placement, digest, reports))
-    };
-    let (placement, digest, reports) = match work.await {
-        Ok(x) => x,
-        Err(e) => {
-            staging.abort().await;
-            return Err(e);
-        }
-    };
-    let seconds = started.elapsed().as_secs_f64();
-    if placement.is_complete() {
-        manifest.state = DatasetState::Complete;
-    } else {
-        manifest.placement = Some(placement);
-    }
-    let manifest = staging.conclude(manifest, Ok(digest)).await?;
-    let completion = if spec.complete && manifest.state == DatasetState::Incomplete {
-        let done = complete(client, &manifest.name).await.map_err(|e| {
-            ClientError::Invalid(format!(
-                "`{0}` is written and committed, readable with its copies incomplete, but completing \
-                 them failed ({e}); run `ganges dataset complete {0}` again",
-                manifest.name
-            ))
-        })?;
-        Some(done)
-    } else {
-        None
-    };
-    let manifest = if completion.is_some() { client.manifest(&manifest.name).await? } else { manifest };
-    Ok(WriteOutcome { manifest, seconds, writers: reports, completion })
-}
-
-/// A DQ write (DQ-1, DQ-2): writer i puts its share of the bytes, block by block, each to
-/// the server its distributed queue picks; server n appends what it receives to fragment n.
-/// One copy (LAY-3). The dataset is the servers' logs in node order.
-async fn write_dq(
-    client: &Arc<Client>,
-    spec: &WriteSpec,
-    source: Arc<dyn crate::scan::BlockSource>,
-    total: u64,
-    content: Content,
-    progress: Option<ProgressFn>,
-) -> Result<WriteOutcome> {
-    use crate::dqwrite::DqWriter;
-    use ganges_core::dq::DqSettings;
-    if spec.mirrored {
-        return Err(ClientError::Invalid("dq writes keep one copy; mirrored groups hold two".into()));
-    }
-    if spec.replicas != 1 {
-        return Err(ClientError::Invalid(format!(
-            "dq writes keep one copy (each block goes to exactly one server); got --replicas {}",
-            spec.replicas
-        )));
-    }
-    let nodes = client.nodes();
-    let block = spec.block_bytes as u64;
-    let (writers, blocks_total) = (spec.writers.max(1) as u64, total.div_ceil(block));
-    // Writer i's blocks, in order; the one short block (if any) is held back and appended
-    // last, so that it ends the log it lands in.
-    let per = Shape::split(total, writers as u32, spec.block_bytes, block)?;
-    let mut streams: Vec<Vec<(u64, u32)>> = (0..per.fragment_count())
-        .map(|f| {
-            let (start, len) = (per.fragment_start(FragmentId(f)), per.fragment_bytes(FragmentId(f)));
-            (0..len.div_ceil(block)).map(|b| (start + b * block, (len - b * block).min(block) as u32)).collect()
-        })
-        .collect();
-    let tail = streams.last_mut().and_then(|s| s.pop_if(|b| (b.1 as u64) < block));
-    let last_stream_len = streams.last().map_or(0, Vec::len);
-    for (w, s) in streams.iter().enumerate() {
-        let units = s.len().div_ceil(spec.run_blocks.max(1) as usize);
-        ganges_core::dq::pins(w as u32, writers as u32, nodes, units)
-            .map_err(|e| ClientError::Invalid(e.to_string()))?;
-    }
-    let capacity = Shape::uniform(nodes, blocks_total * block, spec.block_bytes)?;
-    let manifest = draft(Layout::chained(nodes, 1)?, spec.name.clone(), capacity, RecordFormat::Bytes, content)?;
-    let staging = Staging::begin_with(client, &manifest, true).await?;
-    let started = std::time::Instant::now();
-    let work = async {
-        let mut tasks = JoinSet::new();
-        for (i, blocks) in streams.into_iter().enumerate() {
-            let settings = DqSettings::for_consumers(nodes).with_slow_start(ganges_core::dq::START_CREDITS);
-            let seed = manifest.id ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let mut w = DqWriter::new(
-                client.clone(),
-                manifest.name.clone(),
-                staging.txid,
-                (i as u32, writers as u32),
-                blocks,
-                spec.run_blocks,
-                source.clone(),
-                settings,
-                seed,
-            )?;
-            let progress = progress.clone();
-            tasks.spawn(async move {
-                let t = std::time::Instant::now();
-                let r = w.run(progress.as_ref()).await;
-                (r, (i, w, t.elapsed().as_secs_f64()))
-            });
-        }
-        // With runs as the unit, the short block joins the rest of its run.
-        let last = per.fragment_count() as usize - 1;
-        let tail_unit = last_stream_len / spec.run_blocks.max(1) as usize;
-        let mut last_run_node = None;
-        // Per server: (slot, length, crc, where the block was in the source).
-        let mut logs: Vec<Vec<(u32, u32, u32, u64)>> = vec![vec![]; nodes as usize];
-        let mut reports = vec![];
-        for (i, w, seconds) in join_writers(tasks).await? {
-            let mut stats =
-                ganges_core::route::ReadStats { steals: w.steals, moved: w.redirects, ..Default::default() };
-            for l in w.landed() {
-                if i == last && l.block / spec.run_blocks.max(1) as usize == tail_unit {
-                    last_run_node = Some(l.node);
-                }
-                logs[l.node.0 as usize].push((l.slot, l.len, l.crc, l.offset));
-                stats.bytes_by_copy[0] += l.len as u64;
-                stats.requests += 1;
-            }
-            let bytes = stats.bytes_by_copy[0];
-            reports.push(ReadReport { policy: "dq".into(), bytes, seconds, stats, digest: Digest::default() });
-        }
-        if let Some((offset, len)) = tail {
-            // Every other block is on disk: this one ends the log it goes to, the log of the
-            // rest of its run if runs are the unit.
-            let node = if spec.run_blocks > 1 { last_run_node.unwrap_or(NodeId(0)) } else { NodeId(0) };
-            let piece = ganges_core::shape::Piece {
-                fragment: FragmentId(0),
-                block: 0,
-                start_in_block: 0,
-                len,
-                dataset_offset: offset,
-            };
-            let data = source.piece(&piece).map_err(ClientError::io("reading the data to write"))?;
-            let crc = crc32c::crc32c(&data);
-            let msg = Message::Write(WriteReq {
-                stream: rand::random(),
-                progress: Progress { done_bytes: 0, total_bytes: len as u64, metric: ProgressMetric::Bytes },
-                service: Service::FURTHEST_BEHIND,
-                txid: staging.txid,
-                dataset: manifest.name.clone(),
-                fragment: FragmentId(node.0),
-                block: ganges_proto::msg::APPEND,
-                crc,
-                data,
-            });
-            match client.conn(node)?.call(&msg).await? {
-                Message::WriteOk(ok) => logs[node.0 as usize].push((ok.block, len, crc, offset)),
-                Message::Error(err, _) => return Err(ClientError::Server { node, err }),
-                other => return Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
-            }
-            if let Some(p) = &progress {
-                p(len as u64);
-            }
-        }
-        Ok((logs, reports))
-    };
-    let (mut logs, reports) = match work.await {
-        Ok(x) => x,
-        Err(e) => {
-            staging.abort().await;
-            return Err(e);
-        }
-    };
-    let seconds = started.elapsed().as_secs_f64();
-    // The final shape: each server's log, in slot order.
-    let mut sizes = vec![];
-    for (n, log) in logs.iter_mut().enumerate() {
-        log.sort_unstable();
-        if log.iter().enumerate().any(|(i, l)| l.0 != i as u32) {
-            staging.abort().await;
-            return Err(ClientError::Invalid(format!("node{n} gave out slots with a gap; the write was aborted")));
-        }
-        sizes.push(log.iter().map(|l| l.1 as u64).sum::<u64>());
-    }
-    let shape = match Shape::new(sizes, spec.block_bytes) {
-        Ok(s) => s,
-        Err(e) => {
-            staging.abort().await;
-            return Err(e.into());
-        }
-    };
-    let mut digest = Digest::default();
-    for (n, log) in logs.iter().enumerate() {
-        let start = shape.fragment_start(FragmentId(n as u32));
-        for &(slot, len, crc, _) in log {
-            digest.add(start + slot as u64 * block, len, crc);
-        }
-    }
-    // Where each block came from, so `get` exports the data in the writers' order; left out
-    // when it would not fit a control frame (about a quarter of a million blocks).
-    let origin = (shape.total_blocks() as usize <= ganges_proto::frame::CONTROL_BODY_MAX / 16).then(|| {
-        ganges_core::placement::Origin {
-            blocks: logs.iter().map(|log| log.iter().map(|l| l.3 / block).collect()).collect(),
-        }
-    });
-    let mut manifest = manifest;
-    manifest.shape = shape;
-    manifest.origin = origin;
-    let manifest = staging.conclude(manifest, Ok(digest)).await?;
-    Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None })
-}
-
-/// Wait for every writer task. The first to fail ends the wait with its error; dropping the
-/// set aborts the others (their queued blocks are dropped with the staging the caller aborts).
-async fn join_writers<W: Send + 'static>(mut tasks: JoinSet<(Result<()>, W)>) -> Result<Vec<W>> {
-    let mut done = vec![];
-    while let Some(joined) = tasks.join_next().await {
-        let (r, w) = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-        r?;
-        done.push(w);
-    }
-    Ok(done)
-}
-
-/// What replica completion did.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct CompleteOutcome {
-    /// Blocks and bytes copied between servers.
-    pub blocks: u64,
-    pub bytes: u64,
-    pub seconds: f64,
-}
-
-/// Replica completion (GW-2): every copy of an incomplete dataset brings itself the blocks it
-/// lacks from the servers holding them, all copies at once; once all are whole, every node's
-/// manifest says the dataset is complete, and any read policy may read it. Running it again
-/// after a failure finishes the job; on a complete dataset it does nothing.
-pub async fn complete(client: &Arc<Client>, name: &DatasetName) -> Result<CompleteOutcome> {
-    client.require_all()?;
-    // Any node still incomplete (a completion interrupted while marking) decides.
-    let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
-    let req = ControlRequest::GetManifest { name: name.clone() };
-    let mut manifest = None;
-    for (_, r) in client.control_all(&all, &req).await {
-        if let Ok(ControlReply::Manifest { manifest: m }) = r
-            && (manifest.is_none() || m.state == DatasetState::Incomplete)
-        {
-            manifest = Some(m);
-        }
-    }
-    let manifest = match manifest {
-        Some(m) => m,
-        None => client.manifest(name).await?,
-    };
-    let started = std::time::Instant::now();
-    let mut out = CompleteOutcome::default();
-    if let Some(placement) = manifest.placement.as_ref().filter(|_| manifest.state == DatasetState::Incomplete) {
-        let peers: Vec<ganges_proto::control::Peer> = client
-            .cluster()
-            .servers
-            .iter()
-            .map(|s| ganges_proto::control::Peer { node: s.node, addr: s.addr.clone() })
-            .collect();
-        let mut fills = vec![];
-        for f in 0..manifest.shape.fragment_count() {
-            let fragment = FragmentId(f);
-            for copy in 0..manifest.layout.replicas() {
-                if !placement.missing(fragment, copy).is_empty() {
-                    let node = manifest.layout.node_of(fragment, copy);
-                    let req = ControlRequest::Fill { name: name.clone(), fragment, peers: peers.clone() };
-                    fills.push(async move { (node, client.control(node, req).await) });
-                }
-            }
-        }
-        for (node, r) in join_all(fills).await {
-            match r? {
-                ControlReply::Filled { blocks, bytes } => {
-                    out.blocks += blocks;
-                    out.bytes += bytes;
-                }
-                other => return Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") }),
-            }
-        }
-    }
-    let mut done = manifest.clone();
-    done.state = DatasetState::Complete;
-    done.placement = None;
-    if let Some(e) = first_error(client.control_all(&all, &ControlRequest::MarkComplete { manifest: done }).await) {
-        return Err(e);
-    }
-    out.seconds = started.elapsed().as_secs_f64();
-    Ok(out)
 }

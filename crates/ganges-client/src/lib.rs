@@ -8,10 +8,11 @@
 //!   read policies of ganges-core.
 //! - [`stream`]: the ordered reader (bounded reorder buffer, reads of any size), the async
 //!   reader (submit many reads, reap completions) and a blocking `read(offset, len)`.
-//! - [`scan`] also has `WriteStream`, a writer whose blocks go to the copy a write policy
-//!   picks (GW-1); [`dqwrite`] has `DqWriter`, a writer in front of a distributed queue of
-//!   disks (DQ-1).
-//! - [`dataset`]: create, put, write, complete, get, list, info, verify, remove.
+//! - [`write`]: many writers at once (`write`) and replica completion (`complete`);
+//!   `write::stream::WriteStream`, a writer whose blocks go to the copy a write policy picks
+//!   (GW-1), and `write::dq::DqWriter`, a writer in front of a distributed queue of disks
+//!   (DQ-1).
+//! - [`dataset`]: create, put, get, list, info, verify, remove.
 //! - [`error`]: the error type, `ClientError`.
 //!
 //! ```no_run
@@ -31,10 +32,10 @@ pub mod client;
 pub mod cluster;
 pub mod conn;
 pub mod dataset;
-pub mod dqwrite;
 pub mod error;
 pub mod scan;
 pub mod stream;
+pub mod write;
 
 pub use client::Client;
 pub use error::{ClientError, Result};

@@ -20,7 +20,6 @@
 
 use crate::client::Client;
 use crate::conn::Event;
-use crate::dataset::ProgressFn;
 use crate::error::{ClientError, Result};
 use bytes::Bytes;
 use ganges_core::digest::{BlockFolder, Digest};
@@ -142,13 +141,13 @@ pub(crate) fn span_secs(started: Option<Instant>, finished: Option<Instant>) -> 
 }
 
 #[derive(Debug)]
-struct Outstanding {
-    piece: usize,
+pub(crate) struct Outstanding {
+    pub(crate) piece: usize,
     /// The server that owes the answer (changes when a server hands the request off).
-    node: NodeId,
+    pub(crate) node: NodeId,
     /// The server the request was sent to, and its id there (for cancels).
-    sent_to: NodeId,
-    request_id: u64,
+    pub(crate) sent_to: NodeId,
+    pub(crate) request_id: u64,
 }
 
 /// The bytes a writer writes: asked for one block-sized piece at a time, as it is sent.
@@ -158,36 +157,36 @@ pub trait BlockSource: Send + Sync + std::fmt::Debug {
 
 /// What makes a stream a writer: the staging transaction and where the bytes come from.
 #[derive(Debug)]
-struct WriteOp {
-    txid: u64,
-    source: Arc<dyn BlockSource>,
+pub(crate) struct WriteOp {
+    pub(crate) txid: u64,
+    pub(crate) source: Arc<dyn BlockSource>,
     /// (piece, node, crc) of every block a server said it wrote, duplicates included (a
     /// block written twice is on both copies).
-    placed: Vec<(usize, NodeId, u32)>,
-    crcs: HashMap<usize, u32>,
+    pub(crate) placed: Vec<(usize, NodeId, u32)>,
+    pub(crate) crcs: HashMap<usize, u32>,
 }
 
 #[derive(Debug)]
 pub struct ReadStream {
-    write: Option<WriteOp>,
-    client: Arc<Client>,
-    manifest: Arc<Manifest>,
-    engine: ReadEngine,
-    stream_id: u64,
-    tx: mpsc::UnboundedSender<Event>,
-    rx: mpsc::UnboundedReceiver<Event>,
-    outstanding: HashMap<u64, Outstanding>,
-    tag_of: HashMap<(usize, NodeId), u64>,
+    pub(crate) write: Option<WriteOp>,
+    pub(crate) client: Arc<Client>,
+    pub(crate) manifest: Arc<Manifest>,
+    pub(crate) engine: ReadEngine,
+    pub(crate) stream_id: u64,
+    pub(crate) tx: mpsc::UnboundedSender<Event>,
+    pub(crate) rx: mpsc::UnboundedReceiver<Event>,
+    pub(crate) outstanding: HashMap<u64, Outstanding>,
+    pub(crate) tag_of: HashMap<(usize, NodeId), u64>,
     /// Probes in flight (GD-3), by tag, with the server asked.
-    probes: HashMap<u64, NodeId>,
-    next_tag: u64,
-    epoch: Instant,
-    stall_timeout: Duration,
-    started: Option<Instant>,
-    finished: Option<Instant>,
+    pub(crate) probes: HashMap<u64, NodeId>,
+    pub(crate) next_tag: u64,
+    pub(crate) epoch: Instant,
+    pub(crate) stall_timeout: Duration,
+    pub(crate) started: Option<Instant>,
+    pub(crate) finished: Option<Instant>,
     /// What was delivered, folded by block (gd-plan reads a block in pieces).
-    digest: BlockFolder,
-    down: BTreeSet<NodeId>,
+    pub(crate) digest: BlockFolder,
+    pub(crate) down: BTreeSet<NodeId>,
 }
 
 impl ReadStream {
@@ -257,11 +256,11 @@ impl ReadStream {
         Ok(self.engine.add_pieces(&manifest.shape, pieces))
     }
 
-    fn now(&self) -> Time {
+    pub(crate) fn now(&self) -> Time {
         Time(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    fn node_down(&mut self, node: NodeId) {
+    pub(crate) fn node_down(&mut self, node: NodeId) {
         if self.down.insert(node) {
             if self.client.first_seen_down(node) {
                 tracing::warn!(%node, dataset = %self.manifest.name, "server down; reading its share from other copies");
@@ -273,7 +272,7 @@ impl ReadStream {
 
     /// Send what the engine wants sent: new requests up to the window, progress notices,
     /// probes and cancels.
-    fn pump(&mut self) -> Result<()> {
+    pub(crate) fn pump(&mut self) -> Result<()> {
         loop {
             let now = self.now();
             let Some(d) = self.engine.poll_send(now)? else { break };
@@ -465,7 +464,7 @@ impl ReadStream {
     }
 
     /// The next event, or `None` after a stall check (the engine may have work to send).
-    async fn next_event(&mut self) -> Option<Event> {
+    pub(crate) async fn next_event(&mut self) -> Option<Event> {
         let Some(deadline) = self.engine.stall_deadline() else {
             return Some(self.rx.recv().await.expect("the stream holds a sender"));
         };
@@ -500,7 +499,7 @@ impl ReadStream {
     }
 
     /// Fold a delivered piece, whose CRC32C is `crc`, into the digest.
-    fn fold(&mut self, p: &Piece, crc: u32) {
+    pub(crate) fn fold(&mut self, p: &Piece, crc: u32) {
         let shape = &self.manifest.shape;
         let block_offset = p.dataset_offset - u64::from(p.start_in_block);
         self.digest.add(block_offset, shape.block_len(p.fragment, p.block), p.start_in_block, p.len, crc);
@@ -518,69 +517,6 @@ impl ReadStream {
 
     pub fn manifest(&self) -> &Arc<Manifest> {
         &self.manifest
-    }
-}
-
-/// One writer writing its partition of a dataset being staged (GW-1). See the module docs.
-#[derive(Debug)]
-pub struct WriteStream {
-    inner: ReadStream,
-}
-
-/// Where one block landed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Placed {
-    pub piece: Piece,
-    pub node: NodeId,
-    pub crc: u32,
-}
-
-impl WriteStream {
-    /// Prepare to write `partition` of the dataset `manifest` describes, staged as `txid`.
-    /// Pieces must be whole blocks (a partition on block boundaries).
-    pub fn open(
-        client: Arc<Client>,
-        manifest: Arc<Manifest>,
-        txid: u64,
-        partition: Partition,
-        opts: ReadOptions,
-        source: Arc<dyn BlockSource>,
-    ) -> Result<WriteStream> {
-        let mut inner = ReadStream::open(client, manifest, partition, opts)?;
-        if let Some(p) = inner.engine.pieces().iter().find(|p| !p.is_whole_block(&inner.manifest.shape)) {
-            return Err(ClientError::Invalid(format!(
-                "a writer writes whole blocks; its partition cuts {} block {}",
-                p.fragment, p.block
-            )));
-        }
-        inner.write = Some(WriteOp { txid, source, placed: vec![], crcs: HashMap::new() });
-        Ok(WriteStream { inner })
-    }
-
-    /// Write the whole partition; `progress` hears each block's bytes.
-    pub async fn run(&mut self, progress: Option<&ProgressFn>) -> Result<()> {
-        while let Some(b) = self.inner.next().await? {
-            if let Some(p) = progress {
-                p(self.inner.engine.piece(b.piece).len as u64);
-            }
-        }
-        Ok(())
-    }
-
-    /// Every block written, with the server that wrote it (a block may appear twice: a
-    /// steal whose cancel came too late wrote it on both copies).
-    pub fn placed(&self) -> Vec<Placed> {
-        let w = self.inner.write.as_ref().expect("a writer");
-        w.placed.iter().map(|&(i, node, crc)| Placed { piece: *self.inner.engine.piece(i), node, crc }).collect()
-    }
-
-    pub fn report(&self) -> ReadReport {
-        self.inner.report()
-    }
-
-    /// Stop: cancel what is still queued at servers.
-    pub fn close(self) -> ReadReport {
-        self.inner.close()
     }
 }
 

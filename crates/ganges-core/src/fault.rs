@@ -22,13 +22,13 @@ pub enum FaultLayout {
 }
 
 impl FromStr for FaultLayout {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::parse::ParseError;
+    fn from_str(s: &str) -> Result<Self, crate::parse::ParseError> {
         match s {
             "best" => Ok(FaultLayout::Best),
             "worst" => Ok(FaultLayout::Worst),
             "random" => Ok(FaultLayout::Random),
-            _ => Err(format!("unknown fault layout `{s}` (use best, worst or random)")),
+            _ => Err(crate::parse::ParseError::unknown("fault layout", s, ["best", "worst", "random"])),
         }
     }
 }

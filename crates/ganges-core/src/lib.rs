@@ -45,6 +45,7 @@ pub mod ids;
 pub mod layout;
 pub mod link;
 pub mod measure;
+pub mod parse;
 pub mod placement;
 pub mod route;
 pub mod sched;

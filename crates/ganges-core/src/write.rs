@@ -71,12 +71,12 @@ impl WritePolicyKind {
 }
 
 impl FromStr for WritePolicyKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        WritePolicyKind::ALL.into_iter().find(|k| k.to_string() == s).ok_or_else(|| {
-            let names: Vec<String> = WritePolicyKind::ALL.iter().map(|k| k.to_string()).collect();
-            format!("unknown write policy `{s}` (use {})", names.join(", "))
-        })
+    type Err = crate::parse::ParseError;
+    fn from_str(s: &str) -> Result<Self, crate::parse::ParseError> {
+        WritePolicyKind::ALL
+            .into_iter()
+            .find(|k| k.to_string() == s)
+            .ok_or_else(|| crate::parse::ParseError::unknown("write policy", s, WritePolicyKind::ALL))
     }
 }
 
@@ -102,6 +102,6 @@ mod tests {
             assert_eq!(k.to_string().parse::<WritePolicyKind>(), Ok(k));
         }
         let e = "fastest".parse::<WritePolicyKind>().unwrap_err();
-        assert!(e.contains("static, gd, dq, ceft, ceft-adaptive"), "{e}");
+        assert!(e.to_string().contains("static, gd, dq, ceft or ceft-adaptive"), "{e}");
     }
 }

@@ -21,6 +21,7 @@ pub mod frame;
 pub mod io;
 pub mod manifest;
 pub mod msg;
+pub mod service;
 
 pub use frame::{FrameHeader, ProtoError};
 pub use manifest::{DatasetName, Manifest};

@@ -651,7 +651,7 @@ fn get_progress(what: &'static str, b: &mut Bytes) -> Result<(u64, Progress), Pr
 
 /// A request's service: its byte, the share and the guard (4 bytes).
 fn put_service(b: &mut BytesMut, s: &Service) {
-    b.put_u8(s.to_byte());
+    b.put_u8(crate::service::to_byte(*s));
     b.put_u16_le(s.share);
     b.put_u8(s.guard_every);
 }
@@ -660,7 +660,8 @@ fn get_service(what: &'static str, b: &mut Bytes) -> Result<Service, ProtoError>
     let v = b.get_u8();
     let share = b.get_u16_le();
     let guard = b.get_u8();
-    Service::from_byte(v, share, guard).ok_or_else(|| ProtoError::malformed(what, format!("service byte {v:#04x}")))
+    crate::service::from_byte(v, share, guard)
+        .ok_or_else(|| ProtoError::malformed(what, format!("service byte {v:#04x}")))
 }
 
 /// The node-load tail of a State frame: 4 + 4 + 8 + 4 + 4 bytes.

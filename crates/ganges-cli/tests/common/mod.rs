@@ -11,6 +11,20 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Say that a test could not run here and why, where it is seen: straight to the process's
+/// stderr, which the test harness does not capture (it captures `eprintln!`), so a skipped
+/// test never passes silently. With `GANGES_NO_SKIP=1` (a machine that must run everything)
+/// a skip is a failure.
+#[allow(dead_code)]
+pub fn skip(why: &str) {
+    use std::io::Write;
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    if std::env::var_os("GANGES_NO_SKIP").is_some() {
+        panic!("{test} cannot run here and GANGES_NO_SKIP is set: {why}");
+    }
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
 /// Whether this machine lets a test make cgroup-v1 groups (as root, with the cpu, cpuacct and
 /// memory controllers mounted).
 pub fn cgroups_writable() -> bool {
@@ -115,4 +129,23 @@ pub fn processes_with(needle: &str) -> Vec<u32> {
         }
     }
     out
+}
+
+/// Wait until `node` has read (or, with `writes`, written) at least `bytes`, polling its
+/// stats: a fault injected after this lands in the middle of the transfer whatever this
+/// machine's speed, where a fixed sleep lands wherever the setup's timing puts it.
+#[allow(dead_code)]
+pub async fn until_moved(client: &Client, node: ganges_core::ids::NodeId, bytes: u64, writes: bool) {
+    use ganges_proto::control::{ControlReply, ControlRequest};
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(ControlReply::Stats { stats }) = client.control(node, ControlRequest::Stats).await {
+            let moved = if writes { stats.write_bytes } else { stats.read_bytes };
+            if moved >= bytes {
+                return;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "{node} never moved {bytes} bytes");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }

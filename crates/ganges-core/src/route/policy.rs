@@ -134,12 +134,12 @@ impl ReadPolicyKind {
 }
 
 impl FromStr for ReadPolicyKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        ReadPolicyKind::ALL.into_iter().find(|k| k.to_string() == s).ok_or_else(|| {
-            let names: Vec<String> = ReadPolicyKind::ALL.iter().map(|k| k.to_string()).collect();
-            format!("unknown read policy `{s}` (use {})", names.join(", "))
-        })
+    type Err = crate::parse::ParseError;
+    fn from_str(s: &str) -> Result<Self, crate::parse::ParseError> {
+        ReadPolicyKind::ALL
+            .into_iter()
+            .find(|k| k.to_string() == s)
+            .ok_or_else(|| crate::parse::ParseError::unknown("read policy", s, ReadPolicyKind::ALL))
     }
 }
 

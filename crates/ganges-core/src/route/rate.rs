@@ -40,6 +40,8 @@ pub const TROUBLE: f64 = 0.20;
 /// count as contended: a slow link (which the disk's speed does not show) does this, and the
 /// figures of a disk under a kernel throttle, which swing by a fifth or more, do not.
 pub const UNSEEN_CONTENTION: f64 = 0.35;
+/// Probe intervals a primary's disk must read slow before it is trouble.
+pub const SLOW_FOR: u32 = 2;
 /// How close to the others the primary's disk must come back before leaving trouble.
 pub const SETTLED: f64 = 0.10;
 
@@ -50,13 +52,15 @@ pub struct ResponseRate {
     trouble: bool,
     /// Since when the primary's disk has read slow, while it does.
     slow_since: Option<crate::time::Time>,
+    /// Since when the primary has delivered us short of its disk with nobody else queued.
+    short_since: Option<crate::time::Time>,
     /// Backups seen, and when each was last asked for its state.
     probes: Probes,
 }
 
 impl ResponseRate {
     pub fn new(s: RateSettings, handoff: bool) -> ResponseRate {
-        ResponseRate { s, handoff, trouble: false, slow_since: None, probes: Probes::default() }
+        ResponseRate { s, handoff, trouble: false, slow_since: None, short_since: None, probes: Probes::default() }
     }
 
     pub fn in_trouble(&self) -> bool {
@@ -85,12 +89,13 @@ impl ResponseRate {
         };
         let fastest = holders.iter().filter_map(speed).fold(0.0, f64::max);
         let (Some(disk), true) = (speed(&holders[0]), fastest > 0.0) else { return };
-        // A slow disk once it read slow for a probe interval, so over two of its server's
-        // figures: one figure of a real disk (above all one a kernel throttle lets through in
-        // bursts) can be a fifth off.
+        // A slow disk once it read slow for `SLOW_FOR` probe intervals, so over several of its
+        // server's figures: one figure of a real disk can be a fifth off, and under a kernel
+        // throttle a server's first figures, which hold the burst the throttle lets through
+        // when reads begin, read half again above its rate for a meter's window.
         let slow_now = disk < fastest * (1.0 - TROUBLE);
         self.slow_since = if slow_now { self.slow_since.or(Some(view.now)) } else { None };
-        let slow_disk = self.slow_since.is_some_and(|t| view.now.since(t) >= self.s.probe_interval);
+        let slow_disk = self.slow_since.is_some_and(|t| view.now.since(t) >= self.s.probe_interval * SLOW_FOR);
         // Contention (a neighbour served there too, or a slow link: either way it delivers us
         // less than its disk can do) shows only while we still send the primary a full share.
         // At once: the chain of consumers around a slow disk hands the trouble on a hop at a
@@ -103,7 +108,12 @@ impl ResponseRate {
         let seen = p.delivered.span_secs() >= crate::handoff::RateMeter::WINDOW_SECS / 2.0;
         let others_queued = p.last_state.is_some_and(|s| s.queue_len > p.outstanding);
         let shortfall = if others_queued { TROUBLE } else { UNSEEN_CONTENTION };
-        let contended = !self.trouble && seen && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - shortfall));
+        let short = !self.trouble && seen && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - shortfall));
+        // Unseen, it must last a probe interval too: a real disk's figure and our delivered
+        // rate swing apart for a moment when the consumer or the server waits for a CPU.
+        self.short_since = if short && !others_queued { self.short_since.or(Some(view.now)) } else { None };
+        let contended =
+            short && (others_queued || self.short_since.is_some_and(|t| view.now.since(t) >= self.s.probe_interval));
         if slow_disk || contended {
             self.trouble = true;
         } else if self.trouble && self.s.return_to_primary && disk >= fastest * (1.0 - SETTLED) {
@@ -220,11 +230,16 @@ mod tests {
         RouteView { window: 8, ..RouteView::test(nodes) }
     }
 
-    /// Pick twice a probe interval apart, as long as a slow disk must stay slow.
+    /// Pick at `intervals` probe intervals from the start.
+    fn pick_at(p: &mut ResponseRate, nodes: &BTreeMap<NodeId, NodeView>, intervals: u32) -> Pick {
+        let at = crate::time::Time::ZERO + RateSettings::default().probe_interval * intervals;
+        p.pick(&RouteView { now: at, ..view(nodes) }, &H)
+    }
+
+    /// Pick at the start and again as long after as a slow disk must stay slow.
     fn pick_over_time(p: &mut ResponseRate, nodes: &BTreeMap<NodeId, NodeView>) -> Pick {
         p.pick(&view(nodes), &H);
-        let later = crate::time::Time::ZERO + RateSettings::default().probe_interval;
-        p.pick(&RouteView { now: later, ..view(nodes) }, &H)
+        pick_at(p, nodes, SLOW_FOR)
     }
 
     #[test]
@@ -253,7 +268,9 @@ mod tests {
         let n = nodes([16.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]);
         p.pick(&view(&n), &H);
         assert!(!p.in_trouble(), "one figure is not yet a slow disk");
-        assert_eq!(pick_over_time(&mut p, &n), Pick::To(NodeId(1)));
+        pick_at(&mut p, &n, SLOW_FOR - 1);
+        assert!(!p.in_trouble(), "nor slow for less than SLOW_FOR probe intervals");
+        assert_eq!(pick_at(&mut p, &n, SLOW_FOR), Pick::To(NodeId(1)));
         assert!(p.in_trouble());
         let t = p.targets(&view(&n), &H);
         assert_eq!((t[0].1, t[1].1), (4.0, 4.0), "equal answer speeds: equal shares");
@@ -287,7 +304,9 @@ mod tests {
         assert!(!p.in_trouble(), "a twentieth of a second says too little");
         n.get_mut(&NodeId(0)).unwrap().delivered.note(16 << 20, 0.1, 0.25);
         p.pick(&view(&n), &H);
-        assert!(p.in_trouble());
+        assert!(!p.in_trouble(), "with nobody else queued there, a shortfall must last");
+        pick_at(&mut p, &n, 1);
+        assert!(p.in_trouble(), "half short for a probe interval");
         // A quarter short with a neighbour's requests queued there is contention; with none,
         // it is the disk's figures swinging.
         let mut n = nodes([32.0, 32.0], [24.0, 4.0], [0.2, 0.2], [4, 0]);

@@ -439,7 +439,7 @@ fn every_policy_name_parses_and_settings_are_checked() {
         assert_eq!(k.to_string().parse::<ReadPolicyKind>().unwrap(), k);
         assert_eq!(k.build(&PolicySettings::default()).kind(), k);
     }
-    assert!("gd-xyz".parse::<ReadPolicyKind>().unwrap_err().contains("gd-pc"));
+    assert!("gd-xyz".parse::<ReadPolicyKind>().unwrap_err().to_string().contains("gd-pc"));
     PolicySettings::default().validate().unwrap();
     let mut s = PolicySettings::default();
     s.primary.low_watermark = 0.5;

@@ -1,0 +1,297 @@
+//! Per-stream disciplines: each consumer's requests queued as a stream, and the rules
+//! that pick the stream (furthest behind, longest queue), and `Auto`, which lets each
+//! request's own discipline decide.
+
+use super::*;
+
+#[derive(Debug)]
+pub(super) struct StreamQueue {
+    pub(super) jobs: VecDeque<Job>,
+    /// The highest progress this stream has reported; a misbehaving client must not make
+    /// progress go backwards.
+    pub(super) progress_key: f64,
+}
+
+/// Per-stream queues: the state every per-stream discipline shares.
+#[derive(Debug, Default)]
+pub struct Streams {
+    pub(super) streams: BTreeMap<StreamKey, StreamQueue>,
+    pub(super) where_is: BTreeMap<JobId, StreamKey>,
+    /// The stream of the last pop and how many of its jobs ran in a row.
+    pub(super) run: Option<(StreamKey, u32)>,
+}
+
+impl Streams {
+    pub(super) fn push(&mut self, job: Job) {
+        let key = job.progress.key();
+        let q =
+            self.streams.entry(job.stream).or_insert_with(|| StreamQueue { jobs: VecDeque::new(), progress_key: key });
+        q.progress_key = q.progress_key.max(key);
+        q.jobs.push_back(job);
+        self.where_is.insert(job.id, job.stream);
+    }
+
+    pub(super) fn remove(&mut self, id: JobId) -> bool {
+        let Some(stream) = self.where_is.remove(&id) else { return false };
+        let q = self.streams.get_mut(&stream).expect("where_is names a live stream");
+        q.jobs.retain(|j| j.id != id);
+        if q.jobs.is_empty() {
+            self.streams.remove(&stream);
+        }
+        true
+    }
+
+    /// The job of `q` a run on the head's file would take: its first job on that file that
+    /// allows runs (a stream reading two files at this server, as a logical partition does,
+    /// then finishes what it has on one before moving the head), if any.
+    pub(super) fn on_head(q: &StreamQueue, head: Option<FileKey>) -> Option<usize> {
+        let head = head?;
+        q.jobs.iter().position(|j| j.file == head && j.service.runs)
+    }
+
+    /// Where `q`'s next job is: its first on the head's file if that allows runs, else its
+    /// oldest.
+    pub(super) fn next(q: &StreamQueue, head: Option<FileKey>) -> usize {
+        Self::on_head(q, head).unwrap_or(0)
+    }
+
+    /// Take the chosen stream's next job.
+    pub(super) fn take(&mut self, key: StreamKey, head: Option<FileKey>) -> Job {
+        let q = self.streams.get_mut(&key).expect("chosen stream exists");
+        let job = q.jobs.remove(Self::next(q, head)).expect("streams kept non-empty");
+        if q.jobs.is_empty() {
+            self.streams.remove(&key);
+        }
+        self.where_is.remove(&job.id);
+        self.run = match self.run {
+            Some((k, n)) if k == key => Some((k, n + 1)),
+            _ => Some((key, 1)),
+        };
+        job
+    }
+
+    /// The stream a run would continue with, if its next job is on the head's file and the
+    /// run is shorter than `longest` jobs; the discipline still decides whether that is fair.
+    pub(super) fn run_candidate(&self, head: Option<FileKey>, longest: f64) -> Option<&StreamKey> {
+        let (key, n) = self.run.as_ref()?;
+        let q = self.streams.get(key)?;
+        (Self::on_head(q, head).is_some() && f64::from(*n) < longest).then_some(key)
+    }
+
+    /// The best stream by `better(candidate, best_so_far)`, with the common tie-breaks.
+    pub(super) fn best_by(
+        &self,
+        head: Option<FileKey>,
+        better: impl Fn(&StreamQueue, &StreamQueue) -> Option<bool>,
+    ) -> Option<StreamKey> {
+        let mut best: Option<(&StreamKey, &StreamQueue)> = None;
+        for (key, q) in &self.streams {
+            let take = match best {
+                None => true,
+                Some((_, b)) => better(q, b).unwrap_or_else(|| {
+                    let q_on = Some(q.jobs[Self::next(q, head)].file) == head;
+                    let b_on = Some(b.jobs[Self::next(b, head)].file) == head;
+                    if q_on != b_on { q_on } else { q.jobs[0].arrival < b.jobs[0].arrival }
+                }),
+            };
+            if take {
+                best = Some((key, q));
+            }
+        }
+        best.map(|(k, _)| *k)
+    }
+
+    pub(super) fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
+        if let Some(q) = self.streams.get_mut(&stream) {
+            q.progress_key = q.progress_key.max(progress.key());
+        }
+    }
+
+    pub(super) fn queued(&self) -> Vec<Job> {
+        self.streams.values().flat_map(|q| q.jobs.iter().copied()).collect()
+    }
+
+    pub(super) fn assert_invariants(&self) {
+        let queued: usize = self.streams.values().map(|s| s.jobs.len()).sum();
+        assert_eq!(queued, self.where_is.len());
+        assert!(self.streams.values().all(|s| !s.jobs.is_empty()), "no empty stream kept");
+    }
+}
+
+/// What tells the per-stream disciplines apart: which stream's next job the disk runs.
+pub trait Rule: Send + fmt::Debug {
+    fn name(&self) -> &'static str;
+    /// A job is about to be queued.
+    fn on_push(&mut self, _job: &Job) {}
+    /// The stream to serve next; `None` when nothing is queued, or while the rule waits
+    /// (see `wake_at`).
+    fn choose(&mut self, s: &mut Streams, now: Time, head: Option<FileKey>) -> Option<StreamKey>;
+    fn wake_at(&self) -> Option<Time> {
+        None
+    }
+}
+
+/// A scheduler that queues each consumer's requests as a stream and lets a [`Rule`] pick
+/// the stream.
+#[derive(Debug, Default)]
+pub struct PerStream<R> {
+    pub(super) s: Streams,
+    pub(super) rule: R,
+}
+
+impl<R> PerStream<R> {
+    pub fn assert_invariants(&self) {
+        self.s.assert_invariants();
+    }
+}
+
+impl<R: Rule> Scheduler for PerStream<R> {
+    fn name(&self) -> &'static str {
+        self.rule.name()
+    }
+
+    fn push(&mut self, job: Job) {
+        self.rule.on_push(&job);
+        self.s.push(job);
+    }
+
+    fn remove(&mut self, id: JobId) -> bool {
+        self.s.remove(id)
+    }
+
+    fn pop(&mut self, now: Time, head: Option<FileKey>) -> Option<Job> {
+        let key = self.rule.choose(&mut self.s, now, head)?;
+        Some(self.s.take(key, head))
+    }
+
+    fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
+        self.s.update_progress(stream, progress);
+    }
+
+    fn queued(&self) -> Vec<Job> {
+        self.s.queued()
+    }
+
+    fn len(&self) -> usize {
+        self.s.where_is.len()
+    }
+
+    /// Only a scheduler with requests queued can be waiting. A rule whose queue emptied while
+    /// it waited (its requests were cancelled or handed off) may not be asked to choose again
+    /// until a request comes, so its stale deadline would wake the disk at once, again and
+    /// again.
+    fn wake_at(&self) -> Option<Time> {
+        if self.is_empty() { None } else { self.rule.wake_at() }
+    }
+}
+
+/// GD's producer-side scheduler: the consumer furthest behind first.
+pub type FurthestBehind = PerStream<ByProgress>;
+
+#[derive(Debug, Default)]
+pub struct ByProgress;
+
+impl Rule for ByProgress {
+    fn name(&self) -> &'static str {
+        "furthest-behind"
+    }
+
+    fn choose(&mut self, s: &mut Streams, _now: Time, head: Option<FileKey>) -> Option<StreamKey> {
+        if let Some(&key) = s.run_candidate(head, f64::from(RUN_MAX)) {
+            let q = &s.streams[&key];
+            let others = s.streams.iter().filter(|(k, _)| **k != key).map(|(_, o)| o.progress_key);
+            let slack = q.jobs[0].progress.key_step(q.jobs[0].bytes) * RUN_SLACK_JOBS;
+            if others.fold(f64::INFINITY, f64::min) + slack >= q.progress_key {
+                return Some(key);
+            }
+        }
+        s.best_by(head, |q, b| (q.progress_key != b.progress_key).then_some(q.progress_key < b.progress_key))
+    }
+}
+
+/// GD-4's server side: the consumer with the longest queue first, with a starvation guard.
+pub type LongestQueue = PerStream<ByQueue>;
+
+#[derive(Debug, Default)]
+pub struct ByQueue {
+    pub(super) picks: u32,
+}
+
+impl Rule for ByQueue {
+    fn name(&self) -> &'static str {
+        "longest-queue"
+    }
+
+    fn choose(&mut self, s: &mut Streams, _now: Time, head: Option<FileKey>) -> Option<StreamKey> {
+        self.picks = self.picks.wrapping_add(1);
+        let every = s.streams.values().map(|q| q.jobs[0].service.guard_every).filter(|g| *g > 0).min();
+        if s.streams.len() > 1 && self.picks.is_multiple_of(u32::from(every.unwrap_or(GUARD_EVERY))) {
+            // Starvation guard: the stream whose oldest request has waited longest.
+            return s.best_by(head, |q, b| {
+                (q.jobs[0].arrival != b.jobs[0].arrival).then_some(q.jobs[0].arrival < b.jobs[0].arrival)
+            });
+        }
+        if let Some(&key) = s.run_candidate(head, f64::from(RUN_MAX)) {
+            return Some(key);
+        }
+        s.best_by(head, |q, b| (q.jobs.len() != b.jobs.len()).then_some(q.jobs.len() > b.jobs.len()))
+    }
+}
+
+/// Each request's own discipline. When consumers of several disciplines wait at once, the
+/// disciplines take turns, so no kind can shut another out.
+#[derive(Debug)]
+pub struct Auto {
+    pub(super) by: BTreeMap<Discipline, Box<dyn Scheduler>>,
+    /// Which discipline ran last.
+    pub(super) last: Option<Discipline>,
+}
+
+impl Default for Auto {
+    fn default() -> Self {
+        Auto { by: Discipline::ALL.into_iter().map(|d| (d, d.build())).collect(), last: None }
+    }
+}
+
+impl Scheduler for Auto {
+    fn name(&self) -> &'static str {
+        "auto"
+    }
+
+    fn push(&mut self, job: Job) {
+        self.by.get_mut(&job.service.discipline).expect("every discipline has a scheduler").push(job);
+    }
+
+    fn remove(&mut self, id: JobId) -> bool {
+        self.by.values_mut().any(|s| s.remove(id))
+    }
+
+    fn pop(&mut self, now: Time, head: Option<FileKey>) -> Option<Job> {
+        let ready: Vec<Discipline> = self.by.iter().filter(|(_, s)| !s.is_empty()).map(|(d, _)| *d).collect();
+        // The first ready discipline after the one that ran last, in a fixed order.
+        let next = match self.last {
+            Some(last) => ready.iter().find(|d| **d > last).or(ready.first()).copied(),
+            None => ready.first().copied(),
+        }?;
+        self.last = Some(next);
+        self.by.get_mut(&next).expect("listed").pop(now, head)
+    }
+
+    fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
+        for s in self.by.values_mut() {
+            s.update_progress(stream, progress);
+        }
+    }
+
+    fn wake_at(&self) -> Option<Time> {
+        self.by.values().filter_map(|s| s.wake_at()).min()
+    }
+
+    fn queued(&self) -> Vec<Job> {
+        self.by.values().flat_map(|s| s.queued()).collect()
+    }
+
+    fn len(&self) -> usize {
+        self.by.values().map(|s| s.len()).sum()
+    }
+}

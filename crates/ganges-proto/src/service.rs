@@ -1,0 +1,71 @@
+//! A request's service on the wire: one byte for the discipline and its flags, beside the
+//! share (u16) and the guard interval (u8) that travel with it.
+
+use ganges_core::sched::{COPY_MAX, Discipline, Service};
+
+/// Bits 0-1 the discipline, bit 2 runs, bit 3 handoff, bits 4-5 the copy, bit 6 phased.
+pub fn to_byte(s: Service) -> u8 {
+    (match s.discipline {
+        Discipline::FurthestBehind => 0,
+        Discipline::LongestQueue => 1,
+        Discipline::LearnedShares => 2,
+        Discipline::Planned => 3,
+    }) | (u8::from(s.runs) << 2)
+        | (u8::from(s.handoff) << 3)
+        | (s.copy.min(COPY_MAX) << 4)
+        | (u8::from(s.phased) << 6)
+}
+
+/// The service a byte names, with its share and guard; `None` for a byte with unknown bits.
+pub fn from_byte(b: u8, share: u16, guard_every: u8) -> Option<Service> {
+    if b & !0b111_1111 != 0 {
+        return None;
+    }
+    let discipline = match b & 0b11 {
+        0 => Discipline::FurthestBehind,
+        1 => Discipline::LongestQueue,
+        2 => Discipline::LearnedShares,
+        _ => Discipline::Planned,
+    };
+    Some(Service {
+        discipline,
+        runs: b & 4 != 0,
+        handoff: b & 8 != 0,
+        share,
+        copy: (b >> 4) & COPY_MAX,
+        phased: b & 64 != 0,
+        guard_every,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ganges_core::sched::SHARE_ONE;
+
+    const FB: Service = Service::FURTHEST_BEHIND;
+    const FB_RUNS: Service = Service { runs: true, ..Service::FURTHEST_BEHIND };
+    const LQ: Service = Service { discipline: Discipline::LongestQueue, ..Service::FURTHEST_BEHIND };
+
+    #[test]
+    fn service_bytes_round_trip_and_reject_unknown_bits() {
+        for s in [
+            FB,
+            FB_RUNS,
+            LQ,
+            Service { runs: true, handoff: true, guard_every: 3, ..LQ },
+            Service { discipline: Discipline::LearnedShares, runs: true, share: 7, copy: 1, phased: true, ..FB },
+            Service {
+                discipline: Discipline::Planned,
+                runs: true,
+                share: SHARE_ONE,
+                copy: COPY_MAX,
+                phased: true,
+                ..FB
+            },
+        ] {
+            assert_eq!(from_byte(to_byte(s), s.share, s.guard_every), Some(s));
+        }
+        assert_eq!(from_byte(128, 0, 0), None);
+    }
+}
