@@ -22,7 +22,9 @@
 //!   than the fastest gets one at a time (lesson 5).
 //! - **Return to the primary (ours; virtual-streams §5 leaves it open).** With
 //!   `return_to_primary`, once the primary's disk is as fast as the others again (within
-//!   `SETTLED`), the consumer goes back to primary-only.
+//!   `SETTLED`), the consumer goes back to primary-only; trouble found by contention, which
+//!   cannot be judged while the primary has less than a full share, after `CONTENDED_HOLD`
+//!   probe intervals, to be judged again.
 //!
 //! Lesson 4, the starvation guard, lives in `sched::LongestQueue`; its interval is the
 //! `guard_every` setting, which every request carries to the servers. Lesson 2, "artificial
@@ -42,6 +44,8 @@ pub const TROUBLE: f64 = 0.20;
 pub const UNSEEN_CONTENTION: f64 = 0.35;
 /// Probe intervals a primary's disk must read slow before it is trouble.
 pub const SLOW_FOR: u32 = 2;
+/// Probe intervals trouble found by contention lasts before it is judged again.
+pub const CONTENDED_HOLD: u32 = 4;
 /// How close to the others the primary's disk must come back before leaving trouble.
 pub const SETTLED: f64 = 0.10;
 
@@ -54,13 +58,23 @@ pub struct ResponseRate {
     slow_since: Option<crate::time::Time>,
     /// Since when the primary has delivered us short of its disk with nobody else queued.
     short_since: Option<crate::time::Time>,
+    /// When contention (not a slow disk) put us in trouble.
+    contended_since: Option<crate::time::Time>,
     /// Backups seen, and when each was last asked for its state.
     probes: Probes,
 }
 
 impl ResponseRate {
     pub fn new(s: RateSettings, handoff: bool) -> ResponseRate {
-        ResponseRate { s, handoff, trouble: false, slow_since: None, short_since: None, probes: Probes::default() }
+        ResponseRate {
+            s,
+            handoff,
+            trouble: false,
+            slow_since: None,
+            short_since: None,
+            contended_since: None,
+            probes: Probes::default(),
+        }
     }
 
     pub fn in_trouble(&self) -> bool {
@@ -114,10 +128,19 @@ impl ResponseRate {
         self.short_since = if short && !others_queued { self.short_since.or(Some(view.now)) } else { None };
         let contended =
             short && (others_queued || self.short_since.is_some_and(|t| view.now.since(t) >= self.s.probe_interval));
-        if slow_disk || contended {
-            self.trouble = true;
+        if slow_disk {
+            (self.trouble, self.contended_since) = (true, None);
+        } else if contended {
+            (self.trouble, self.contended_since) = (true, Some(view.now));
         } else if self.trouble && self.s.return_to_primary && disk >= fastest * (1.0 - SETTLED) {
-            self.trouble = false;
+            // Contention cannot be judged while we send the primary less than a full share, so
+            // trouble it caused is held for `CONTENDED_HOLD` probe intervals, then judged
+            // again: a slow link is found again a probe interval later and holds most of the
+            // time, a moment's swing costs one hold.
+            let held = self.contended_since.is_none_or(|t| view.now.since(t) >= self.s.probe_interval * CONTENDED_HOLD);
+            if held {
+                (self.trouble, self.contended_since) = (false, None);
+            }
         }
     }
 
@@ -319,6 +342,25 @@ mod tests {
         n.get_mut(&NodeId(0)).unwrap().last_state = state(6);
         q.pick(&view(&n), &H);
         assert!(q.in_trouble());
+    }
+
+    /// Trouble found by contention cannot be judged while the primary gets less than a full
+    /// share: it holds for `CONTENDED_HOLD` probe intervals, then the primary has it all
+    /// again, to be judged afresh.
+    #[test]
+    fn contention_is_held_then_judged_again() {
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        let mut n = nodes([32.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]);
+        n.get_mut(&NodeId(0)).unwrap().delivered.note(16 << 20, 0.2, 0.25);
+        n.get_mut(&NodeId(0)).unwrap().last_state =
+            Some(crate::route::ServerState { queue_len: 8, ..Default::default() });
+        p.pick(&view(&n), &H);
+        assert!(p.in_trouble(), "half short with others queued there: contended at once");
+        let fine = nodes([32.0, 32.0], [16.0, 16.0], [0.2, 0.2], [2, 2]);
+        pick_at(&mut p, &fine, CONTENDED_HOLD - 1);
+        assert!(p.in_trouble(), "held while the primary cannot be judged");
+        pick_at(&mut p, &fine, CONTENDED_HOLD);
+        assert!(!p.in_trouble(), "back to the primary, to be judged again");
     }
 
     #[test]
