@@ -126,8 +126,16 @@ impl ResponseRate {
         // Unseen, it must last a probe interval too: a real disk's figure and our delivered
         // rate swing apart for a moment when the consumer or the server waits for a CPU.
         self.short_since = if short && !others_queued { self.short_since.or(Some(view.now)) } else { None };
-        let contended =
-            short && (others_queued || self.short_since.is_some_and(|t| view.now.since(t) >= self.s.probe_interval));
+        // Seen, only where another holder has less waiting: when the consumers of a ring of
+        // equal disks have all moved reads to their backups, every primary holds others'
+        // requests, and that is no reason to move more (it kept them all in trouble, reading
+        // two fifths of their bytes from backups, with no fault).
+        let queued = |h: &NodeId| view.node(*h).last_state.map(|s| s.queue_len);
+        let lighter_elsewhere =
+            queued(&holders[0]).is_some_and(|mine| holders[1..].iter().any(|h| queued(h).is_some_and(|q| q < mine)));
+        let contended = short
+            && ((others_queued && lighter_elsewhere)
+                || self.short_since.is_some_and(|t| view.now.since(t) >= self.s.probe_interval));
         if slow_disk {
             (self.trouble, self.contended_since) = (true, None);
         } else if contended {
@@ -336,12 +344,19 @@ mod tests {
         n.get_mut(&NodeId(0)).unwrap().delivered.note(24 << 20, 0.2, 0.25);
         let state = |queue_len| Some(crate::route::ServerState { queue_len, ..Default::default() });
         n.get_mut(&NodeId(0)).unwrap().last_state = state(3);
+        n.get_mut(&NodeId(1)).unwrap().last_state = state(4);
         let mut q = ResponseRate::new(RateSettings::default(), false);
         q.pick(&view(&n), &H);
         assert!(!q.in_trouble());
         n.get_mut(&NodeId(0)).unwrap().last_state = state(6);
         q.pick(&view(&n), &H);
-        assert!(q.in_trouble());
+        assert!(q.in_trouble(), "others queued at the primary, fewer at the backup");
+        // As many waiting at the backup (a ring of equal disks whose consumers all moved some
+        // reads): no reason to move more.
+        n.get_mut(&NodeId(1)).unwrap().last_state = state(6);
+        let mut r = ResponseRate::new(RateSettings::default(), false);
+        r.pick(&view(&n), &H);
+        assert!(!r.in_trouble(), "no holder has less waiting");
     }
 
     /// Trouble found by contention cannot be judged while the primary gets less than a full
@@ -354,6 +369,8 @@ mod tests {
         n.get_mut(&NodeId(0)).unwrap().delivered.note(16 << 20, 0.2, 0.25);
         n.get_mut(&NodeId(0)).unwrap().last_state =
             Some(crate::route::ServerState { queue_len: 8, ..Default::default() });
+        n.get_mut(&NodeId(1)).unwrap().last_state =
+            Some(crate::route::ServerState { queue_len: 4, ..Default::default() });
         p.pick(&view(&n), &H);
         assert!(p.in_trouble(), "half short with others queued there: contended at once");
         let fine = nodes([32.0, 32.0], [16.0, 16.0], [0.2, 0.2], [2, 2]);
