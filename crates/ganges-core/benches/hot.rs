@@ -33,7 +33,7 @@ fn job(id: u64, stream: u64, done: u64, service: Service) -> Job {
 fn pick(c: &mut Criterion) {
     for (name, service) in [
         ("furthest behind", Service::FURTHEST_BEHIND),
-        ("longest queue with runs", Service { runs: true, ..Service::FURTHEST_BEHIND }),
+        ("furthest behind with runs", Service { runs: true, ..Service::FURTHEST_BEHIND }),
     ] {
         c.bench_function(&format!("scheduler pick, 16 streams of 4 queued, {name}"), |b| {
             let mut s = Auto::default();
