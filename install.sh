@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 say() { printf 'install: %s\n' "$*" >&2; }
+caller_path=":$PATH:"   # the PATH `ganges demo` will run with, before we add to ours
 
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then
@@ -24,7 +25,20 @@ scripts/ensure-system-deps
 prefix="${GANGES_PREFIX:-$HOME/.cargo}"
 say "building ganges (release) into $prefix/bin"
 cargo install --locked --quiet --path crates/ganges-cli --root "$prefix" --force
-case ":$PATH:" in
-  *":$prefix/bin:"*) say "done: $(command -v ganges)" ;;
-  *) say "done: $prefix/bin/ganges (add $prefix/bin to your PATH)" ;;
+# `./install.sh && ganges demo` runs in the caller's shell, whose PATH this script cannot
+# change: where the install folder is not on it (a fresh rustup), link the binary into the
+# first folder on PATH that we may write to.
+case "$caller_path" in
+  *":$prefix/bin:"*) say "done: $prefix/bin/ganges" ;;
+  *)
+    for dir in /usr/local/bin "$HOME/.local/bin" "$HOME/bin"; do
+      case "$caller_path" in *":$dir:"*) ;; *) continue ;; esac
+      if [ -w "$dir" ] && ln -sf "$prefix/bin/ganges" "$dir/ganges"; then
+        say "done: $dir/ganges (a link to $prefix/bin/ganges)"
+        exit 0
+      fi
+    done
+    say "done: $prefix/bin/ganges; add $prefix/bin to your PATH to run it as \`ganges\`"
+    exit 1
+    ;;
 esac

@@ -1,7 +1,8 @@
 //! `ganges bench scan` (and the demo, which is a small one): how close do the read policies
-//! come to the best the hardware, with its faults, could have done? Per row: all consumers start together after every connection is
-//! open, T is when the last one finishes, and T is compared with the River ideal (MOD-1) and
-//! the layout-aware ideal (MOD-2) for the same server rates and partitions.
+//! come to the best the hardware, with its faults, could have done? Per row: all consumers
+//! start together after every connection is open, T is when the last one finishes, and T is
+//! compared with the River ideal (MOD-1) and the layout-aware ideal (MOD-2) for the same
+//! server rates and partitions (docs/design.md, "The ideals").
 //!
 //! A run is one (block size, fault count, partition ratio, policy); the bench makes one
 //! dataset per block size and alternates everything else, `--repeat` times, reporting the
@@ -28,7 +29,7 @@ use ganges_client::scan::{ReadOptions, ReadReport, ReadStream};
 use ganges_client::stream::AsyncReader;
 use ganges_core::datagen::{Generator, mix64};
 use ganges_core::digest::Digest;
-use ganges_core::disk::Fault;
+use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, read_demands, river_ideal_seconds};
 use ganges_core::ids::{FragmentId, NodeId};
@@ -37,7 +38,7 @@ use ganges_core::parse::ParseError;
 use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_PLAN, WINDOW_RANDOM};
 use ganges_core::shape::{Partition, Shape};
 use ganges_core::units::{ByteSize, Dur, mb_per_sec};
-use ganges_harness::local::{DiskSpec, LocalCluster, LocalSpec};
+use ganges_harness::local::{LocalCluster, LocalSpec};
 use ganges_proto::control::{ControlReply, ControlRequest, ServerStats};
 use ganges_proto::manifest::Manifest;
 use serde::Serialize;
@@ -167,7 +168,7 @@ pub struct ScanBenchSpec {
     pub layout: LayoutChoice,
     pub fragment_bytes: u64,
     pub block_sizes: Vec<u32>,
-    pub disk: Option<DiskSpec>,
+    pub disk: Option<DiskParams>,
     pub fault: Fault,
     pub faults: Vec<u32>,
     pub fault_layout: FaultLayout,
@@ -501,7 +502,7 @@ pub fn run_scan(spec: &ScanBenchSpec) -> BenchResult<Report> {
 /// The local cluster a bench runs on.
 pub(crate) struct BenchCluster {
     pub nodes: u32,
-    pub disk: Option<DiskSpec>,
+    pub disk: Option<DiskParams>,
     /// Where its files go; else a temporary folder under `scratch`, removed afterwards.
     pub root: Option<PathBuf>,
     pub scratch: PathBuf,
@@ -588,7 +589,7 @@ async fn create_dataset(
 /// How a scan bench's faults are made, and the server rates its ideals use.
 pub(crate) enum Faulting {
     /// The disk model's fault, at the model's rate.
-    Model { fault: Fault, disk: Option<DiskSpec> },
+    Model { fault: Fault, disk: Option<DiskParams> },
     /// Real faults, at rates measured before the runs.
     Real { spec: RealSpec, rates: Rates },
 }
@@ -786,11 +787,7 @@ fn simulate(spec: &ScanBenchSpec, run: &Run<'_>) -> BenchResult<ganges_sim::scan
         layout: run.manifest.layout.clone(),
         shape: run.manifest.shape.clone(),
         partitions: run.partitions.to_vec(),
-        disk: ganges_core::disk::DiskParams {
-            rate_bytes_per_sec: disk.rate_bytes_per_sec,
-            seek: disk.seek,
-            queue_depth: disk.queue_depth,
-        },
+        disk,
         faults: run.faulty.iter().map(|&n| (n, spec.fault)).collect(),
         schedule: spec
             .schedule

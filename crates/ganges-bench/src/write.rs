@@ -27,7 +27,7 @@ use crate::util::{BenchResult, Table, fail, git_commit, process_cpu_secs, steps_
 use ganges_client::client::Client;
 use ganges_client::write::{WriteSource, WriteSpec};
 use ganges_core::datagen::Generator;
-use ganges_core::disk::Fault;
+use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::fault::{FaultLayout, place};
 use ganges_core::ideal::{layout_ideal, river_ideal_seconds, scan_demands};
 use ganges_core::ids::{FragmentId, NodeId};
@@ -36,7 +36,7 @@ use ganges_core::route::ceft::CeftSettings;
 use ganges_core::shape::Shape;
 use ganges_core::units::{ByteSize, mb_per_sec};
 use ganges_core::write::WritePolicyKind;
-use ganges_harness::local::{DiskSpec, LocalCluster};
+use ganges_harness::local::LocalCluster;
 use ganges_harness::stress::StressKind;
 use ganges_proto::control::ControlRequest;
 use ganges_proto::manifest::{DatasetState, Manifest};
@@ -52,7 +52,7 @@ pub struct WriteBenchSpec {
     pub fragment_bytes: u64,
     pub block_bytes: u32,
     /// The disk model; `None` with `real`.
-    pub disk: Option<DiskSpec>,
+    pub disk: Option<DiskParams>,
     pub fault: Fault,
     pub faults: Vec<u32>,
     pub fault_layout: FaultLayout,

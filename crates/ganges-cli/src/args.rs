@@ -6,14 +6,13 @@ use ganges_bench::scan::{Access, FaultWindow, LayoutChoice, Ratio};
 use ganges_cli::error::{CliError, CliResult, fail};
 use ganges_client::cluster::default_cluster_path;
 use ganges_core::ceft::CeftThresholds;
-use ganges_core::disk::Fault;
+use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::fault::FaultLayout;
 use ganges_core::route::ceft::CeftSettings;
 use ganges_core::route::{PlanSettings, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, WINDOW_DEFAULT};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::units::{ByteSize, Dur, Rate};
 use ganges_core::write::WritePolicyKind;
-use ganges_harness::local::DiskSpec;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -274,12 +273,12 @@ pub(crate) struct DiskArgs {
 }
 
 impl DiskArgs {
-    pub(crate) fn spec(&self) -> CliResult<Option<DiskSpec>> {
+    pub(crate) fn spec(&self) -> CliResult<Option<DiskParams>> {
         let depth = self.queue_depth.unwrap_or(1);
         if depth == 0 || depth > 64 {
             return fail("--queue-depth must be between 1 and 64");
         }
-        Ok(self.disk_rate.0.map(|rate| DiskSpec { rate_bytes_per_sec: rate, seek: self.seek.0, queue_depth: depth }))
+        Ok(self.disk_rate.0.map(|rate| DiskParams { rate_bytes_per_sec: rate, seek: self.seek.0, queue_depth: depth }))
     }
 
     /// Requests the real disk (no model) is given at once.
@@ -370,7 +369,7 @@ pub(crate) struct LocalDiskArgs {
 }
 
 impl LocalDiskArgs {
-    pub(crate) fn spec(&self) -> CliResult<Option<DiskSpec>> {
+    pub(crate) fn spec(&self) -> CliResult<Option<DiskParams>> {
         DiskArgs { disk_rate: self.disk_rate, seek: self.seek, queue_depth: Some(self.queue_depth) }.spec()
     }
     pub(crate) fn to_args(&self) -> Vec<String> {

@@ -15,7 +15,7 @@ use ganges_core::ids::NodeId;
 use ganges_core::route::{PolicySettings, ReadPolicyKind};
 use ganges_core::units::ByteSize;
 use ganges_core::write::WritePolicyKind;
-use ganges_harness::local::{self, DiskSpec, LocalSpec};
+use ganges_harness::local::{self, LocalSpec};
 use ganges_proto::manifest::DatasetName;
 use ganges_sim::scenario::SimOptions;
 use std::path::PathBuf;
@@ -207,11 +207,7 @@ fn serve(a: ServeArgs) -> CliResult<()> {
             CliError::Failed(format!("give --data-dir, or a cluster file whose {node} has a data_dir"))
         })?;
     let transport = serve_transport(&a, file.as_ref(), node)?;
-    let disk = a.disk.spec()?.map(|d| DiskParams {
-        rate_bytes_per_sec: d.rate_bytes_per_sec,
-        seek: d.seek,
-        queue_depth: d.queue_depth,
-    });
+    let disk = a.disk.spec()?;
     if let Some(group) = &a.node_cgroup {
         ganges_server::node::join_cgroup(group)?;
     }
@@ -555,7 +551,8 @@ fn sim(a: SimArgs) -> CliResult<()> {
 }
 
 fn demo(a: DemoArgs) -> CliResult<()> {
-    let disk = DiskSpec { rate_bytes_per_sec: 32.0 * 1024.0 * 1024.0, seek: Duration::from_millis(4), queue_depth: 1 };
+    let disk =
+        DiskParams { rate_bytes_per_sec: 32.0 * 1024.0 * 1024.0, seek: Duration::from_millis(4), queue_depth: 1 };
     std::fs::create_dir_all(&a.out).map_err(|e| CliError::Failed(format!("creating {}: {e}", a.out.display())))?;
     let json = a.out.join("demo-scan.json");
     let plot = a.out.join("demo-scan.svg");

@@ -33,14 +33,14 @@ pub type ProgressFn = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// Blocks per `Generate` request: large enough to amortise a round trip, small enough for a
 /// progress bar to move and a cancelled create to stop soon.
-pub(crate) const GENERATE_CHUNK_BYTES: u64 = 16 << 20;
+const GENERATE_CHUNK_BYTES: u64 = 16 << 20;
 /// Writes in flight while importing a file: keeps every server busy without buffering much.
-pub(crate) const PUT_WRITES_INFLIGHT: usize = 32;
+const PUT_WRITES_INFLIGHT: usize = 32;
 /// Bytes per `Verify` request: a few seconds of work at most, even on a slow disk.
-pub(crate) const VERIFY_CHUNK_BYTES: u64 = 256 << 20;
+const VERIFY_CHUNK_BYTES: u64 = 256 << 20;
 /// Blocks read and waiting for the file writer while exporting: enough to ride out a slow
 /// write, a bound on memory.
-pub(crate) const GET_QUEUE_BLOCKS: usize = 32;
+const GET_QUEUE_BLOCKS: usize = 32;
 
 #[derive(Clone, Debug)]
 pub struct CreateSpec {
@@ -52,7 +52,7 @@ pub struct CreateSpec {
     pub generator: Generator,
 }
 
-pub(crate) fn unix_now() -> u64 {
+fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
@@ -80,7 +80,7 @@ pub(crate) fn draft(
     })
 }
 
-pub(crate) fn expect_done(node: NodeId, r: Result<ControlReply>) -> Result<()> {
+fn expect_done(node: NodeId, r: Result<ControlReply>) -> Result<()> {
     match r? {
         ControlReply::Done => Ok(()),
         other => Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") }),
@@ -89,10 +89,10 @@ pub(crate) fn expect_done(node: NodeId, r: Result<ControlReply>) -> Result<()> {
 
 /// A dataset being written on every node, until it is committed or aborted.
 pub(crate) struct Staging<'c> {
-    pub(crate) client: &'c Client,
-    pub(crate) name: DatasetName,
+    client: &'c Client,
+    name: DatasetName,
     pub(crate) txid: u64,
-    pub(crate) nodes: Vec<NodeId>,
+    nodes: Vec<NodeId>,
 }
 
 impl<'c> Staging<'c> {
@@ -139,7 +139,7 @@ impl<'c> Staging<'c> {
     }
 
     /// Prepare everywhere, then commit everywhere.
-    pub(crate) async fn finish(self, manifest: &Manifest) -> Result<()> {
+    async fn finish(self, manifest: &Manifest) -> Result<()> {
         let prepare = ControlRequest::Prepare { txid: self.txid, manifest: manifest.clone() };
         if let Some(e) = first_error(self.client.control_all(&self.nodes, &prepare).await) {
             self.abort().await;
@@ -169,7 +169,7 @@ pub(crate) fn first_error(results: Vec<(NodeId, Result<ControlReply>)>) -> Optio
 }
 
 /// The dataset digest from the servers' stored checksums, checking that every copy agrees.
-pub(crate) async fn digest_from_checksums(
+async fn digest_from_checksums(
     client: &Client,
     manifest: &Manifest,
     txid: Option<u64>,
@@ -337,7 +337,7 @@ pub async fn put(
     staging.conclude(manifest, digest).await
 }
 
-pub(crate) async fn send_file(
+async fn send_file(
     client: &Arc<Client>,
     manifest: &Manifest,
     txid: u64,

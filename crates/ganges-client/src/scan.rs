@@ -141,13 +141,13 @@ pub(crate) fn span_secs(started: Option<Instant>, finished: Option<Instant>) -> 
 }
 
 #[derive(Debug)]
-pub(crate) struct Outstanding {
-    pub(crate) piece: usize,
+struct Outstanding {
+    piece: usize,
     /// The server that owes the answer (changes when a server hands the request off).
-    pub(crate) node: NodeId,
+    node: NodeId,
     /// The server the request was sent to, and its id there (for cancels).
-    pub(crate) sent_to: NodeId,
-    pub(crate) request_id: u64,
+    sent_to: NodeId,
+    request_id: u64,
 }
 
 /// The bytes a writer writes: asked for one block-sized piece at a time, as it is sent.
@@ -157,36 +157,36 @@ pub trait BlockSource: Send + Sync + std::fmt::Debug {
 
 /// What makes a stream a writer: the staging transaction and where the bytes come from.
 #[derive(Debug)]
-pub(crate) struct WriteOp {
-    pub(crate) txid: u64,
-    pub(crate) source: Arc<dyn BlockSource>,
+struct WriteOp {
+    txid: u64,
+    source: Arc<dyn BlockSource>,
     /// (piece, node, crc) of every block a server said it wrote, duplicates included (a
     /// block written twice is on both copies).
-    pub(crate) placed: Vec<(usize, NodeId, u32)>,
-    pub(crate) crcs: HashMap<usize, u32>,
+    placed: Vec<(usize, NodeId, u32)>,
+    crcs: HashMap<usize, u32>,
 }
 
 #[derive(Debug)]
 pub struct ReadStream {
-    pub(crate) write: Option<WriteOp>,
-    pub(crate) client: Arc<Client>,
+    write: Option<WriteOp>,
+    client: Arc<Client>,
     pub(crate) manifest: Arc<Manifest>,
     pub(crate) engine: ReadEngine,
-    pub(crate) stream_id: u64,
-    pub(crate) tx: mpsc::UnboundedSender<Event>,
-    pub(crate) rx: mpsc::UnboundedReceiver<Event>,
-    pub(crate) outstanding: HashMap<u64, Outstanding>,
-    pub(crate) tag_of: HashMap<(usize, NodeId), u64>,
+    stream_id: u64,
+    tx: mpsc::UnboundedSender<Event>,
+    rx: mpsc::UnboundedReceiver<Event>,
+    outstanding: HashMap<u64, Outstanding>,
+    tag_of: HashMap<(usize, NodeId), u64>,
     /// Probes in flight (GD-3), by tag, with the server asked.
-    pub(crate) probes: HashMap<u64, NodeId>,
-    pub(crate) next_tag: u64,
-    pub(crate) epoch: Instant,
-    pub(crate) stall_timeout: Duration,
-    pub(crate) started: Option<Instant>,
-    pub(crate) finished: Option<Instant>,
+    probes: HashMap<u64, NodeId>,
+    next_tag: u64,
+    epoch: Instant,
+    stall_timeout: Duration,
+    started: Option<Instant>,
+    finished: Option<Instant>,
     /// What was delivered, folded by block (gd-plan reads a block in pieces).
-    pub(crate) digest: BlockFolder,
-    pub(crate) down: BTreeSet<NodeId>,
+    digest: BlockFolder,
+    down: BTreeSet<NodeId>,
 }
 
 impl ReadStream {
@@ -256,11 +256,11 @@ impl ReadStream {
         Ok(self.engine.add_pieces(&manifest.shape, pieces))
     }
 
-    pub(crate) fn now(&self) -> Time {
+    fn now(&self) -> Time {
         Time(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    pub(crate) fn node_down(&mut self, node: NodeId) {
+    fn node_down(&mut self, node: NodeId) {
         if self.down.insert(node) {
             if self.client.first_seen_down(node) {
                 tracing::warn!(%node, dataset = %self.manifest.name, "server down; reading its share from other copies");
@@ -272,7 +272,7 @@ impl ReadStream {
 
     /// Send what the engine wants sent: new requests up to the window, progress notices,
     /// probes and cancels.
-    pub(crate) fn pump(&mut self) -> Result<()> {
+    fn pump(&mut self) -> Result<()> {
         loop {
             let now = self.now();
             let Some(d) = self.engine.poll_send(now)? else { break };
@@ -464,7 +464,7 @@ impl ReadStream {
     }
 
     /// The next event, or `None` after a stall check (the engine may have work to send).
-    pub(crate) async fn next_event(&mut self) -> Option<Event> {
+    async fn next_event(&mut self) -> Option<Event> {
         let Some(deadline) = self.engine.stall_deadline() else {
             return Some(self.rx.recv().await.expect("the stream holds a sender"));
         };
@@ -499,10 +499,21 @@ impl ReadStream {
     }
 
     /// Fold a delivered piece, whose CRC32C is `crc`, into the digest.
-    pub(crate) fn fold(&mut self, p: &Piece, crc: u32) {
+    fn fold(&mut self, p: &Piece, crc: u32) {
         let shape = &self.manifest.shape;
         let block_offset = p.dataset_offset - u64::from(p.start_in_block);
         self.digest.add(block_offset, shape.block_len(p.fragment, p.block), p.start_in_block, p.len, crc);
+    }
+
+    /// Make this stream a writer's (GW-1): its pieces are written, staged as `txid`, with
+    /// the bytes `source` gives.
+    pub(crate) fn start_writing(&mut self, txid: u64, source: Arc<dyn BlockSource>) {
+        self.write = Some(WriteOp { txid, source, placed: vec![], crcs: HashMap::new() });
+    }
+
+    /// Where each written block went so far: (piece, node, crc), duplicates included.
+    pub(crate) fn placed(&self) -> &[(usize, NodeId, u32)] {
+        self.write.as_ref().map_or(&[], |w| &w.placed)
     }
 
     /// Stop reading: cancel what is still queued at servers. Returns the report.

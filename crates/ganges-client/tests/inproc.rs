@@ -7,8 +7,10 @@ use ganges_client::scan::{ReadOptions, ReadReport, open_scan};
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::disk::DiskParams;
+use ganges_core::ids::NodeId;
 use ganges_core::route::ReadPolicyKind;
 use ganges_harness::InProcessCluster;
+use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::manifest::Manifest;
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,8 +106,18 @@ async fn a_scan_goes_on_when_a_server_stops_under_it() {
             reports
         })
     };
-    // Stop a server once the scan is well under way (a quarter of a 1 s scan in).
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    // Stop server 2 once it has served a block of the scan.
+    let watcher = c.client().await.unwrap();
+    loop {
+        let reply = watcher.control(NodeId(2), ControlRequest::Stats).await.unwrap();
+        if let ControlReply::Stats { stats } = reply
+            && stats.read_bytes > 0
+        {
+            break;
+        }
+        assert!(!running.is_finished(), "the scan ended before server 2 served anything");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     assert!(!running.is_finished(), "the scan still runs when the server stops");
     assert!(c.stop(2).await.is_some_and(|r| r.is_ok()), "the server stopped cleanly");
     let reports = running.await.unwrap();

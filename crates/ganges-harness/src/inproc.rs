@@ -93,15 +93,12 @@ impl InProcessCluster {
     }
 
     /// Stop server `node` as a crash would look to its clients: its listener and every
-    /// connection close at once. Returns what its `run` returned.
+    /// connection close at once. Returns what its `run` returned (`None`: no such server
+    /// running).
     pub async fn stop(&mut self, node: u32) -> Option<Result<(), ganges_server::ServeError>> {
         let server = self.servers.get_mut(node as usize)?.take()?;
         let _ = server.stop.send(());
-        server.task.abort();
-        match server.task.await {
-            Ok(r) => Some(r),
-            Err(_) => Some(Ok(())),
-        }
+        Some(server.task.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
     }
 }
 

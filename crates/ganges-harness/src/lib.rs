@@ -16,4 +16,4 @@ pub mod sys;
 
 pub use error::{HarnessError, HarnessResult};
 pub use inproc::InProcessCluster;
-pub use local::{DiskSpec, LocalCluster, LocalSpec};
+pub use local::{LocalCluster, LocalSpec};

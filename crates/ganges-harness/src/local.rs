@@ -13,6 +13,7 @@ use crate::netns::Network;
 use crate::sys;
 use ganges_client::Client;
 use ganges_client::cluster::{ClusterFile, LocalInfo, ServerEntry};
+use ganges_core::disk::DiskParams;
 use ganges_core::ids::NodeId;
 use ganges_core::sched::SchedulerKind;
 use ganges_proto::control::{ControlReply, ControlRequest, Peer};
@@ -28,20 +29,12 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long servers get to exit after SIGTERM before they are killed.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
-/// The disk model each server runs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DiskSpec {
-    pub rate_bytes_per_sec: f64,
-    pub seek: Duration,
-    pub queue_depth: u32,
-}
-
 #[derive(Clone, Debug)]
 pub struct LocalSpec {
     pub nodes: u32,
     pub root: PathBuf,
     /// `None`: servers read the real file system with no model.
-    pub disk: Option<DiskSpec>,
+    pub disk: Option<DiskParams>,
     pub scheduler: SchedulerKind,
     /// The `ganges` binary to run servers from.
     pub binary: PathBuf,
@@ -62,7 +55,7 @@ pub struct LocalSpec {
 impl LocalSpec {
     /// A cluster of `nodes` servers under `root`, each with the disk model `disk` (or the
     /// real file system), sharing this machine's loopback.
-    pub fn new(nodes: u32, root: PathBuf, disk: Option<DiskSpec>, binary: PathBuf) -> LocalSpec {
+    pub fn new(nodes: u32, root: PathBuf, disk: Option<DiskParams>, binary: PathBuf) -> LocalSpec {
         LocalSpec {
             nodes,
             root,

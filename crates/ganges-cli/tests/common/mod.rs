@@ -4,7 +4,8 @@
 use ganges_client::client::Client;
 use ganges_client::dataset::{self, CreateSpec};
 use ganges_core::datagen::Generator;
-use ganges_harness::local::{DiskSpec, LocalCluster, LocalSpec};
+use ganges_core::disk::DiskParams;
+use ganges_harness::local::{LocalCluster, LocalSpec};
 use ganges_proto::manifest::Manifest;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -45,15 +46,15 @@ pub fn binary() -> PathBuf {
 }
 
 /// A disk model fast enough for tests but real: every reply waits for it.
-pub fn disk(rate_mib_per_sec: f64) -> Option<DiskSpec> {
-    Some(DiskSpec {
+pub fn disk(rate_mib_per_sec: f64) -> Option<DiskParams> {
+    Some(DiskParams {
         rate_bytes_per_sec: rate_mib_per_sec * 1024.0 * 1024.0,
         seek: Duration::from_millis(1),
         queue_depth: 1,
     })
 }
 
-pub fn start(nodes: u32, disk: Option<DiskSpec>) -> TestCluster {
+pub fn start(nodes: u32, disk: Option<DiskParams>) -> TestCluster {
     let root = tempfile::tempdir().unwrap();
     let spec = LocalSpec::new(nodes, root.path().to_path_buf(), disk, binary());
     let local = LocalCluster::start(&spec).expect("local cluster starts");

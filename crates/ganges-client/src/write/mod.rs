@@ -7,7 +7,7 @@ pub mod dq;
 pub mod stream;
 
 use crate::client::Client;
-use crate::dataset::*;
+use crate::dataset::{ProgressFn, Staging, draft, first_error};
 use crate::error::{ClientError, Result};
 use crate::scan::{ReadOptions, ReadReport};
 use bytes::Bytes;

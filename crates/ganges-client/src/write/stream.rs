@@ -4,11 +4,10 @@
 use crate::client::Client;
 use crate::dataset::ProgressFn;
 use crate::error::{ClientError, Result};
-use crate::scan::*;
+use crate::scan::{BlockSource, ReadOptions, ReadReport, ReadStream};
 use ganges_core::ids::NodeId;
 use ganges_core::shape::{Partition, Piece};
 use ganges_proto::manifest::Manifest;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One writer writing its partition of a dataset being staged (GW-1). See the module docs.
@@ -43,7 +42,7 @@ impl WriteStream {
                 p.fragment, p.block
             )));
         }
-        inner.write = Some(WriteOp { txid, source, placed: vec![], crcs: HashMap::new() });
+        inner.start_writing(txid, source);
         Ok(WriteStream { inner })
     }
 
@@ -60,8 +59,8 @@ impl WriteStream {
     /// Every block written, with the server that wrote it (a block may appear twice: a
     /// steal whose cancel came too late wrote it on both copies).
     pub fn placed(&self) -> Vec<Placed> {
-        let w = self.inner.write.as_ref().expect("a writer");
-        w.placed.iter().map(|&(i, node, crc)| Placed { piece: *self.inner.engine.piece(i), node, crc }).collect()
+        let engine = &self.inner.engine;
+        self.inner.placed().iter().map(|&(i, node, crc)| Placed { piece: *engine.piece(i), node, crc }).collect()
     }
 
     pub fn report(&self) -> ReadReport {

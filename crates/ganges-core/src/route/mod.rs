@@ -34,10 +34,10 @@
 //! usual reply time and this server's answer, so queued behind other consumers rather than
 //! on the disk (a backup whose planned share is small serves a reader about once a period).
 //! A wrong guess then costs this consumer nothing and the other disk at most one block, where
-//! a wrong move cost the consumer the whole wait at the new server. A request a server
-//! handed to another (GD-6) is never stolen or hedged: its id belongs to the first server, so it could not be cancelled. A cancel that
-//! arrives too late yields a duplicate, which the engine drops and counts: every piece is
-//! delivered exactly once.
+//! a wrong move cost the consumer the whole wait at the new server. A request a server handed
+//! to another (GD-6) is never stolen or hedged: its id belongs to the first server, so it could
+//! not be cancelled. A cancel that arrives too late yields a duplicate, which the engine drops
+//! and counts: every piece is delivered exactly once.
 //!
 //! **Progress notices.** GD policies tell the other servers holding this consumer's queued
 //! requests whenever its progress changes (`poll_notify`), so every server's furthest-behind
@@ -660,9 +660,7 @@ impl ReadEngine {
     /// configured one before it served anything.
     pub fn on_disk_rate(&mut self, node: NodeId, bytes_per_sec: f64, measured: bool) {
         if measured {
-            let v = self.nodes.entry(node).or_default();
-            v.reports.push(bytes_per_sec);
-            v.reported_disk_bytes_per_sec = v.reports.median();
+            self.nodes.entry(node).or_default().reports.push(bytes_per_sec);
         }
         self.smooth_disk_rate(node, bytes_per_sec);
     }

@@ -409,7 +409,7 @@ mod tests {
             .enumerate()
             .map(|(i, &d)| {
                 let v = NodeView {
-                    reported_disk_bytes_per_sec: Some(d),
+                    reports: crate::route::policy::RecentReports::of(d),
                     replies: 1,
                     outstanding: out.get(i).copied().unwrap_or(0),
                     ..NodeView::default()
@@ -514,7 +514,7 @@ mod tests {
         let mut p = policy(4);
         let mut n = rates(&[1e6; 4]);
         let unknown = n.get_mut(&NodeId(3)).unwrap();
-        (unknown.replies, unknown.reported_disk_bytes_per_sec) = (0, None);
+        (unknown.replies, unknown.reports) = (0, crate::route::policy::RecentReports::default());
         // Every disk counts as equally fast: primaries only, nothing sent to node 3 to learn
         // its speed (that cost a block from a backup per consumer and a seek, often at a
         // slow disk); the probes tell it.

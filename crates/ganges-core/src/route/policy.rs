@@ -373,10 +373,8 @@ pub struct NodeView {
     pub last_reply: Option<Time>,
     /// The server's disk speed, from its reported service times, smoothed (bytes/s).
     pub disk_bytes_per_sec: Option<f64>,
-    /// The server's disk speed as the server itself reported it having measured it (its
-    /// bytes over busy time of its last reads, every consumer's), bytes/s: the median of its
-    /// last `RECENT_REPORTS` figures.
-    pub reported_disk_bytes_per_sec: Option<f64>,
+    /// The disk speeds the server itself reported having measured (its bytes over busy time
+    /// of its last reads, every consumer's), bytes/s: see [`NodeView::reported_disk_bytes_per_sec`].
     pub reports: RecentReports,
     /// The server's disk speed from its replies to us only, smoothed (bytes/s).
     pub replied_disk_bytes_per_sec: Option<f64>,
@@ -399,6 +397,13 @@ pub struct RecentReports {
 }
 
 impl RecentReports {
+    /// Figures holding only `figure`.
+    pub fn of(figure: f64) -> RecentReports {
+        let mut r = RecentReports::default();
+        r.push(figure);
+        r
+    }
+
     pub fn push(&mut self, figure: f64) {
         self.figures[self.seen % RECENT_REPORTS] = figure;
         self.seen += 1;
@@ -454,9 +459,15 @@ impl RateAverage {
 }
 
 impl NodeView {
+    /// The server's disk speed as it reported having measured it: the median of its last
+    /// `RECENT_REPORTS` figures.
+    pub fn reported_disk_bytes_per_sec(&self) -> Option<f64> {
+        self.reports.median()
+    }
+
     /// The server's measured disk speed: its own figure, else what its replies to us showed.
     pub fn disk_speed(&self) -> Option<f64> {
-        self.reported_disk_bytes_per_sec.or(self.replied_disk_bytes_per_sec).filter(|r| *r > 0.0)
+        self.reported_disk_bytes_per_sec().or(self.replied_disk_bytes_per_sec).filter(|r| *r > 0.0)
     }
 }
 

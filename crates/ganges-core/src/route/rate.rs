@@ -89,7 +89,7 @@ impl ResponseRate {
         // how fast its disk is (its meter covers a MiB at least), and not before a few replies
         // unless every holder has said so (a primary whose disk is slow sends those few
         // replies slowly: five took 0.7 s of a 1.8 s scan at 7 MiB/s).
-        let measured = |h: &NodeId| view.node(*h).reported_disk_bytes_per_sec.is_some();
+        let measured = |h: &NodeId| view.node(*h).reported_disk_bytes_per_sec().is_some();
         if !measured(&holders[0]) || (replies < self.s.warmup_replies as u64 && !holders.iter().all(measured)) {
             return;
         }
@@ -249,7 +249,7 @@ mod tests {
                     latency_secs: Some(lat[i]),
                     rate_bytes_per_sec: Some(rate[i]),
                     disk_bytes_per_sec: Some(disk[i]),
-                    reported_disk_bytes_per_sec: Some(disk[i]),
+                    reports: crate::route::policy::RecentReports::of(disk[i]),
                     ..NodeView::default()
                 };
                 (NodeId(i as u32), v)
@@ -319,7 +319,7 @@ mod tests {
             p.pick(&view(&n), &H);
         }
         assert!(!p.in_trouble());
-        n.get_mut(&NodeId(1)).expect("two holders").reported_disk_bytes_per_sec = None;
+        n.get_mut(&NodeId(1)).expect("two holders").reports = crate::route::policy::RecentReports::default();
         pick_over_time(&mut p, &n);
         assert!(p.in_trouble(), "unmeasured, the backup's configured 28 against a measured 16");
     }

@@ -9,7 +9,7 @@ use super::*;
 #[derive(Debug, Default)]
 pub struct PrimaryTracker {
     /// Per dataset id: each primary stream's latest fraction and when it was heard.
-    pub(super) datasets: BTreeMap<u64, BTreeMap<StreamKey, (f64, Time)>>,
+    datasets: BTreeMap<u64, BTreeMap<StreamKey, (f64, Time)>>,
 }
 
 impl PrimaryTracker {

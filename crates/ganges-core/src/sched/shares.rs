@@ -53,19 +53,19 @@ pub type LearnedShares = PerStream<Shares>;
 /// runs and, for planned streams, anticipation. The two differ only in these settings.
 #[derive(Debug)]
 pub struct Shares {
-    pub(super) how: ShareSettings,
+    how: ShareSettings,
     /// Weight and credit of each stream seen recently, and when it was last queued.
     pub(super) state: BTreeMap<StreamKey, ShareState>,
     /// The stream whose next request the disk is waiting for, until when.
-    pub(super) waiting: Option<(StreamKey, Time)>,
+    waiting: Option<(StreamKey, Time)>,
     /// When the disk last chose (phased credits are earned over the time since).
-    pub(super) last_pick: Option<Time>,
+    last_pick: Option<Time>,
     /// Smoothed time between picks while the disk is busy, in nanoseconds: about one job's
     /// service time (a phased disk gives a job to the slot that holds a point of it).
-    pub(super) pick_every: Option<f64>,
+    pick_every: Option<f64>,
     /// The slots were in force at the last pick between streams: the disk phased, no
     /// stream was far behind and none near the end of its scan.
-    pub(super) slots_decide: bool,
+    slots_decide: bool,
 }
 
 /// What sets learned and planned shares apart.
@@ -132,50 +132,50 @@ impl Default for Shares {
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ShareState {
-    pub(super) weight: f64,
+    weight: f64,
     pub(super) credit: f64,
-    pub(super) seen: Time,
+    seen: Time,
     /// The copy its requests read (`Service::copy`): the order of its phase slot.
-    pub(super) copy: u8,
+    copy: u8,
     /// Its requests ask for slots (`Service::phased`).
-    pub(super) phased: bool,
+    phased: bool,
     /// Its lag behind the mean of the server's streams at the last pick it was queued for,
     /// in blocks: a phased slot is lengthened by part of it.
-    pub(super) lag: f64,
+    lag: f64,
     /// Its largest request, in bytes: its block size (a fragment's last block may be
     /// shorter).
-    pub(super) block: u64,
+    block: u64,
 }
 
 impl Shares {
     /// Weight gained per pick per block of lag behind the mean. Learns a 0.5 change of share
     /// in about 20 picks with a 1-block lag: fast against a 64-block scan, slow against noise.
-    pub(super) const GAIN: f64 = 0.01;
+    const GAIN: f64 = 0.01;
     /// Credit each block of current lag is worth when choosing (the proportional term).
-    pub(super) const PROPORTIONAL: f64 = 1.0;
+    const PROPORTIONAL: f64 = 1.0;
     /// Weights of streams idle this long are forgotten (their scans ended).
-    pub(super) const FORGET_AFTER: Duration = Duration::from_secs(1);
-    pub(super) const WEIGHT_MIN: f64 = 0.02;
+    const FORGET_AFTER: Duration = Duration::from_secs(1);
+    const WEIGHT_MIN: f64 = 0.02;
     /// A stream this many blocks behind the mean of its server's streams sets the phase
     /// slots aside. A reader whose backup slot is a third of the period swings about two
     /// blocks either way within a period; a plan that is wrong lets it fall further.
-    pub(super) const PHASE_LAG_BLOCKS: f64 = 4.0;
+    const PHASE_LAG_BLOCKS: f64 = 4.0;
     /// A stream with this many blocks left sets the phase slots aside: the end of a scan
     /// must not wait for a slot.
-    pub(super) const PHASE_END_BLOCKS: u64 = 16;
+    const PHASE_END_BLOCKS: u64 = 16;
     /// Part of its lag (in blocks) a phased slot is lengthened by each period. With half, a
     /// reader three blocks behind takes 1.5 blocks a period from the disk's other reader, a
     /// tenth of its share; a quarter (with `route::plan::ON_TRACK_BLOCKS`, which leaves lags
     /// under 8 blocks to this term) kept the most half-second windows on track in the
     /// simulator.
-    pub(super) const PHASE_LAG_GAIN: f64 = 0.25;
+    const PHASE_LAG_GAIN: f64 = 0.25;
 
     pub fn new(how: ShareSettings) -> Shares {
         Shares { how, state: BTreeMap::new(), waiting: None, last_pick: None, pick_every: None, slots_decide: false }
     }
 
     /// How many of `stream`'s requests count as one block of the settings (`per_unit`).
-    pub(super) fn units(&self, stream: &StreamKey) -> f64 {
+    fn units(&self, stream: &StreamKey) -> f64 {
         match self.state.get(stream) {
             Some(st) if self.how.per_unit => plan_units(st.block),
             _ => 1.0,
@@ -195,7 +195,7 @@ impl Shares {
     /// its lag outside its slot carries a debt into it, where it earns what it takes and so
     /// keeps the debt, and without the wait it lost a block of its slot at every gap in its
     /// requests.
-    pub(super) fn wait_for_run(&mut self, s: &mut Streams, now: Time) -> bool {
+    fn wait_for_run(&mut self, s: &mut Streams, now: Time) -> bool {
         let Some(wait) = self.how.anticipate else { return false };
         let Some((k, n)) = s.run else { return false };
         let units = self.units(&k);
@@ -221,7 +221,7 @@ impl Shares {
 
     /// Whether the slots were in force at the last pick between streams and `k`, a phased
     /// stream with nothing queued, owns the slot that holds `now`.
-    pub(super) fn owns_slot(&self, s: &Streams, k: StreamKey, now: Time) -> bool {
+    fn owns_slot(&self, s: &Streams, k: StreamKey, now: Time) -> bool {
         let queued: Vec<StreamKey> = s.streams.keys().copied().collect();
         self.slots_decide
             && self.state.get(&k).is_some_and(|st| st.phased)
@@ -233,7 +233,7 @@ impl Shares {
     /// declustering a consumer's backup slot at one server then falls where its primary
     /// server serves the backup's other reader) and then by key. As (stream, start, length)
     /// in periods.
-    pub(super) fn slots(&self) -> Vec<Slot> {
+    fn slots(&self) -> Vec<Slot> {
         let mut order: Vec<(&StreamKey, &ShareState)> = self.state.iter().collect();
         order.sort_by_key(|(k, st)| (std::cmp::Reverse(st.copy), **k));
         let all: f64 = order.iter().map(|(_, st)| st.weight).sum();
@@ -259,7 +259,7 @@ impl Shares {
 
     /// The period in nanoseconds, when the disk phases now: phased settings, and every
     /// queued stream (`queued`) asks for slots.
-    pub(super) fn phase_now(&self, queued: &[StreamKey]) -> Option<u64> {
+    fn phase_now(&self, queued: &[StreamKey]) -> Option<u64> {
         let period = self.how.phase?.as_nanos() as u64;
         (period > 0 && queued.iter().all(|k| self.state[k].phased)).then_some(period)
     }
@@ -269,7 +269,7 @@ impl Shares {
     /// [`slots`](Self::slots)), each earns the part of the time since the last pick (at most a
     /// period back) that fell in its slot, and what the slot of a stream with nothing queued
     /// would have earned goes to the others by weight.
-    pub(super) fn gains(&self, queued: &[StreamKey], now: Time, phase: Option<&(u64, Vec<Slot>)>) -> Vec<f64> {
+    fn gains(&self, queued: &[StreamKey], now: Time, phase: Option<&(u64, Vec<Slot>)>) -> Vec<f64> {
         let total: f64 = queued.iter().map(|k| self.state[k].weight).sum();
         let even: Vec<f64> = queued.iter().map(|k| self.state[k].weight / total).collect();
         let (Some((p, slots)), Some(last)) = (phase, self.last_pick) else { return even };
@@ -305,13 +305,13 @@ type Slot = (StreamKey, f64, f64);
 /// 4.2-block one in consecutive periods: 13 of the 14 of its share; two seeks a period move
 /// the jobs 8 ms a period, so there it held for a few periods at a time). Moved, a job
 /// across a boundary goes to each slot about as often as it overlaps it.
-pub(super) fn deciding_point(now: Time, period: u64) -> f64 {
-    pub(super) const GOLDEN: f64 = 0.618_033_988_749_895;
+fn deciding_point(now: Time, period: u64) -> f64 {
+    const GOLDEN: f64 = 0.618_033_988_749_895;
     ((now.0 / period.max(1)) as f64 * GOLDEN).fract()
 }
 
 /// The stream whose slot of a `period` (nanoseconds) holds `at`.
-pub(super) fn slot_owner(slots: &[Slot], period: u64, at: Time) -> Option<StreamKey> {
+fn slot_owner(slots: &[Slot], period: u64, at: Time) -> Option<StreamKey> {
     let at = (at.0 % period) as f64 / period as f64;
     slots.iter().find(|&&(_, start, len)| at < start + len).map(|&(k, _, _)| k)
 }

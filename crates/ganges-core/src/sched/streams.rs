@@ -16,13 +16,13 @@ pub(super) struct StreamQueue {
 #[derive(Debug, Default)]
 pub struct Streams {
     pub(super) streams: BTreeMap<StreamKey, StreamQueue>,
-    pub(super) where_is: BTreeMap<JobId, StreamKey>,
+    where_is: BTreeMap<JobId, StreamKey>,
     /// The stream of the last pop and how many of its jobs ran in a row.
     pub(super) run: Option<(StreamKey, u32)>,
 }
 
 impl Streams {
-    pub(super) fn push(&mut self, job: Job) {
+    fn push(&mut self, job: Job) {
         let key = job.progress.key();
         let q =
             self.streams.entry(job.stream).or_insert_with(|| StreamQueue { jobs: VecDeque::new(), progress_key: key });
@@ -31,7 +31,7 @@ impl Streams {
         self.where_is.insert(job.id, job.stream);
     }
 
-    pub(super) fn remove(&mut self, id: JobId) -> bool {
+    fn remove(&mut self, id: JobId) -> bool {
         let Some(stream) = self.where_is.remove(&id) else { return false };
         let q = self.streams.get_mut(&stream).expect("where_is names a live stream");
         q.jobs.retain(|j| j.id != id);
@@ -44,19 +44,19 @@ impl Streams {
     /// The job of `q` a run on the head's file would take: its first job on that file that
     /// allows runs (a stream reading two files at this server, as a logical partition does,
     /// then finishes what it has on one before moving the head), if any.
-    pub(super) fn on_head(q: &StreamQueue, head: Option<FileKey>) -> Option<usize> {
+    fn on_head(q: &StreamQueue, head: Option<FileKey>) -> Option<usize> {
         let head = head?;
         q.jobs.iter().position(|j| j.file == head && j.service.runs)
     }
 
     /// Where `q`'s next job is: its first on the head's file if that allows runs, else its
     /// oldest.
-    pub(super) fn next(q: &StreamQueue, head: Option<FileKey>) -> usize {
+    fn next(q: &StreamQueue, head: Option<FileKey>) -> usize {
         Self::on_head(q, head).unwrap_or(0)
     }
 
     /// Take the chosen stream's next job.
-    pub(super) fn take(&mut self, key: StreamKey, head: Option<FileKey>) -> Job {
+    fn take(&mut self, key: StreamKey, head: Option<FileKey>) -> Job {
         let q = self.streams.get_mut(&key).expect("chosen stream exists");
         let job = q.jobs.remove(Self::next(q, head)).expect("streams kept non-empty");
         if q.jobs.is_empty() {
@@ -79,7 +79,7 @@ impl Streams {
     }
 
     /// The best stream by `better(candidate, best_so_far)`, with the common tie-breaks.
-    pub(super) fn best_by(
+    fn best_by(
         &self,
         head: Option<FileKey>,
         better: impl Fn(&StreamQueue, &StreamQueue) -> Option<bool>,
@@ -101,17 +101,17 @@ impl Streams {
         best.map(|(k, _)| *k)
     }
 
-    pub(super) fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
+    fn update_progress(&mut self, stream: StreamKey, progress: Progress) {
         if let Some(q) = self.streams.get_mut(&stream) {
             q.progress_key = q.progress_key.max(progress.key());
         }
     }
 
-    pub(super) fn queued(&self) -> Vec<Job> {
+    fn queued(&self) -> Vec<Job> {
         self.streams.values().flat_map(|q| q.jobs.iter().copied()).collect()
     }
 
-    pub(super) fn assert_invariants(&self) {
+    fn assert_invariants(&self) {
         let queued: usize = self.streams.values().map(|s| s.jobs.len()).sum();
         assert_eq!(queued, self.where_is.len());
         assert!(self.streams.values().all(|s| !s.jobs.is_empty()), "no empty stream kept");
@@ -214,7 +214,7 @@ pub type LongestQueue = PerStream<ByQueue>;
 
 #[derive(Debug, Default)]
 pub struct ByQueue {
-    pub(super) picks: u32,
+    picks: u32,
 }
 
 impl Rule for ByQueue {
@@ -242,9 +242,9 @@ impl Rule for ByQueue {
 /// disciplines take turns, so no kind can shut another out.
 #[derive(Debug)]
 pub struct Auto {
-    pub(super) by: BTreeMap<Discipline, Box<dyn Scheduler>>,
+    by: BTreeMap<Discipline, Box<dyn Scheduler>>,
     /// Which discipline ran last.
-    pub(super) last: Option<Discipline>,
+    last: Option<Discipline>,
 }
 
 impl Default for Auto {
