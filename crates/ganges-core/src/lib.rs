@@ -29,9 +29,12 @@
 //! - [`ceft`]: CW-1's rule (CEFT-PVFS): which node of a mirror pair gets the data first, the
 //!   `/proc` and cgroup texts a node's load comes from, and its arithmetic; the write
 //!   routings that use it are `route::ceft`.
+//! - [`array`]: N-dimensional arrays (Panda): layouts, subchunking (AR-2), allocation of
+//!   subchunks to servers (AR-3 to AR-5) and the copies of a reorganization (AR-1).
 //! - [`ideal`]: the two ideals, MOD-1 (River's model) and MOD-2 (layout-aware max-flow).
 //! - [`measure`]: figures from a run's samples (adaptation times, ideals over phases).
 
+pub mod array;
 pub mod ceft;
 pub mod crc;
 pub mod datagen;

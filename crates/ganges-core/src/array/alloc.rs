@@ -1,0 +1,164 @@
+//! Which I/O node writes each subchunk (panda §3.2): round-robin (AR-5, the baseline), static
+//! allocation by measured speed (AR-3) and dynamic allocation by a manager (AR-4).
+
+use crate::parse::ParseError;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::Range;
+use std::str::FromStr;
+
+/// The allocations ganges offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllocKind {
+    /// Subchunk `i` to server `i mod S`: as fast as the slowest server.
+    RoundRobin,
+    /// Planned at the start of each call from the servers' measured write rates.
+    Static,
+    /// Handed out in rounds by a manager as servers ask for work.
+    Dynamic,
+}
+
+impl AllocKind {
+    pub const ALL: [AllocKind; 3] = [AllocKind::RoundRobin, AllocKind::Static, AllocKind::Dynamic];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocKind::RoundRobin => "round-robin",
+            AllocKind::Static => "static",
+            AllocKind::Dynamic => "dynamic",
+        }
+    }
+}
+
+impl FromStr for AllocKind {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<AllocKind, ParseError> {
+        AllocKind::ALL
+            .into_iter()
+            .find(|a| a.name() == s || (s == "rr" && *a == AllocKind::RoundRobin))
+            .ok_or_else(|| ParseError::unknown("allocation", s, AllocKind::ALL.map(AllocKind::name)))
+    }
+}
+
+impl fmt::Display for AllocKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// AR-5: subchunk `i` to server `i mod servers`.
+pub fn round_robin(subchunks: usize, servers: u32) -> Vec<u32> {
+    (0..subchunks).map(|i| (i % servers as usize) as u32).collect()
+}
+
+/// AR-3: each subchunk, in order, to the server that would finish writing it earliest at
+/// its rate (bytes per second; a rate that is not positive counts as the slowest given).
+/// Ties go to the lower server, so the plan is the same wherever it is computed.
+pub fn static_alloc(sizes: &[u64], rates: &[f64]) -> Vec<u32> {
+    let rates = usable(rates);
+    let mut busy_until = vec![0.0f64; rates.len()];
+    sizes
+        .iter()
+        .map(|&bytes| {
+            let finish = |s: usize| busy_until[s] + bytes as f64 / rates[s];
+            let best = (0..rates.len()).min_by(|&a, &b| finish(a).total_cmp(&finish(b))).expect("at least one server");
+            busy_until[best] = finish(best);
+            best as u32
+        })
+        .collect()
+}
+
+/// Rates with every unusable one (not positive, not finite) replaced by the slowest usable
+/// one, or all 1 when none is usable.
+fn usable(rates: &[f64]) -> Vec<f64> {
+    let ok = |r: f64| r.is_finite() && r > 0.0;
+    let floor = rates.iter().copied().filter(|&r| ok(r)).fold(f64::INFINITY, f64::min);
+    let floor = if floor.is_finite() { floor } else { 1.0 };
+    rates.iter().map(|&r| if ok(r) { r } else { floor }).collect()
+}
+
+/// AR-4, the manager of dynamic allocation. Servers ask for work when they run out; each
+/// answer is a run of the next unassigned subchunks. While more than half of the bytes are
+/// unassigned, a round hands out up to `per_round` subchunks per server; when between `1/m`
+/// and `1/(m+1)` remain, `max(1, per_round / m)` per server. A server's `k`-th ask is its part
+/// of round `k`, whose size is fixed by what was unassigned when the first server asked for
+/// round `k`. A round's subchunks are shared in proportion to the servers' latest rates, so a
+/// slow server asks as often as a fast one but takes less each time.
+#[derive(Clone, Debug)]
+pub struct Dynamic {
+    sizes: Vec<u64>,
+    next: usize,
+    total: u64,
+    unassigned: u64,
+    per_round: u32,
+    rates: Vec<f64>,
+    /// Subchunks granted to each server so far.
+    granted: Vec<u64>,
+    /// How many times each server has asked: the round its next ask belongs to.
+    asks: Vec<usize>,
+    /// Subchunks per server of each round begun so far.
+    rounds: Vec<u32>,
+}
+
+/// The paper's `N`: subchunks per server per round while more than half remains.
+pub const DYNAMIC_PER_ROUND: u32 = 20;
+
+impl Dynamic {
+    pub fn new(sizes: Vec<u64>, rates: &[f64], per_round: u32) -> Dynamic {
+        let total = sizes.iter().sum();
+        Dynamic {
+            sizes,
+            next: 0,
+            total,
+            unassigned: total,
+            per_round: per_round.max(1),
+            rates: usable(rates),
+            granted: vec![0; rates.len()],
+            asks: vec![0; rates.len()],
+            rounds: vec![],
+        }
+    }
+
+    /// Server `server` asks for work, reporting the rate it measured on its last batch (if
+    /// any). Returns the subchunks it is to write; empty when none are left.
+    pub fn grant(&mut self, server: u32, rate: Option<f64>) -> Range<u32> {
+        let s = server as usize;
+        if let Some(r) = rate.filter(|r| r.is_finite() && *r > 0.0) {
+            self.rates[s] = r;
+        }
+        let left = self.sizes.len() - self.next;
+        if left == 0 {
+            return self.next as u32..self.next as u32;
+        }
+        let round = self.asks[s];
+        self.asks[s] += 1;
+        if round == self.rounds.len() {
+            let per_server = if 2 * self.unassigned > self.total {
+                self.per_round
+            } else {
+                let m = (self.total / self.unassigned.max(1)).max(1);
+                ((self.per_round as u64 / m).max(1)) as u32
+            };
+            self.rounds.push(per_server);
+        }
+        let round = self.rounds[round] as f64 * self.rates.len() as f64;
+        let sum: f64 = self.rates.iter().sum();
+        let share = (round * self.rates[s] / sum).floor().max(1.0) as usize;
+        let n = share.min(left);
+        let from = self.next;
+        self.next += n;
+        self.unassigned -= self.sizes[from..self.next].iter().sum::<u64>();
+        self.granted[s] += n as u64;
+        from as u32..self.next as u32
+    }
+
+    /// Whether every subchunk has been handed out.
+    pub fn is_done(&self) -> bool {
+        self.next == self.sizes.len()
+    }
+
+    pub fn granted(&self) -> &[u64] {
+        &self.granted
+    }
+}

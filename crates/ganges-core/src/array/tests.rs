@@ -1,0 +1,177 @@
+use super::*;
+use proptest::prelude::*;
+
+const MIB: u64 = 1 << 20;
+
+/// An array of u32 whose every element holds its own row-major index.
+fn numbered(schema: &Schema) -> Vec<u8> {
+    (0..schema.elements() as u32).flat_map(u32::to_le_bytes).collect()
+}
+
+fn layout(mesh: &[u32], dist: &str) -> ArrayLayout {
+    let dist = dist.split(',').map(|d| d.parse().unwrap()).collect();
+    ArrayLayout::new(mesh.to_vec(), dist).unwrap()
+}
+
+#[test]
+fn figure_2_both_cases_give_32_subchunks_of_1_mib() {
+    // A 32 MiB array over a 4×2 compute mesh, (BLOCK, BLOCK) (panda Figure 2).
+    let schema = Schema::new(vec![2048, 4096], DType::F32).unwrap();
+    let natural = Subchunks::new(&schema, &layout(&[4, 2], "BLOCK,BLOCK"), SubchunkStyle::SameDist, MIB).unwrap();
+    assert_eq!(natural.submesh, vec![2, 2]);
+    assert_eq!(natural.len(), 32);
+    assert!(natural.sizes().iter().all(|&b| b == MIB));
+    let rows = Subchunks::new(&schema, &layout(&[2], "BLOCK,*"), SubchunkStyle::SameDist, MIB).unwrap();
+    assert_eq!(rows.submesh, vec![16, 1]);
+    assert_eq!(rows.len(), 32);
+    assert!(rows.sizes().iter().all(|&b| b == MIB));
+}
+
+#[test]
+fn the_issue_s_array_cuts_into_512_subchunks() {
+    let schema = Schema::new(vec![512, 512, 512], DType::F32).unwrap();
+    let s = Subchunks::new(&schema, &layout(&[2, 2, 2], "BLOCK,BLOCK,BLOCK"), SubchunkStyle::SameDist, MIB).unwrap();
+    assert_eq!((s.submesh.clone(), s.len()), (vec![4, 4, 4], 512));
+    let first = Subchunks::new(&schema, &layout(&[8], "BLOCK,*,*"), SubchunkStyle::FirstDim, MIB).unwrap();
+    assert_eq!((first.submesh.clone(), first.len()), (vec![64, 1, 1], 512));
+}
+
+#[test]
+fn all_star_is_left_whole_and_tiny_chunks_stop_halving() {
+    let schema = Schema::new(vec![1024, 1024], DType::F64).unwrap();
+    let whole = Subchunks::new(&schema, &ArrayLayout::whole(2), SubchunkStyle::SameDist, MIB).unwrap();
+    assert_eq!(whole.len(), 1);
+    let thin = Schema::new(vec![3, 1 << 20], DType::U8).unwrap();
+    let s = Subchunks::new(&thin, &layout(&[1], "BLOCK,*"), SubchunkStyle::SameDist, 1024).unwrap();
+    // Only the first dimension may be cut, and it has 3 rows: it stops at 2 parts.
+    assert_eq!(s.submesh, vec![2, 1]);
+}
+
+#[test]
+fn static_allocation_follows_the_paper_s_worked_example() {
+    // 128 subchunks of 1 MB, nodes at 5 and 2 MB/s (panda §3.2).
+    let sizes = vec![1_000_000u64; 128];
+    let plan = static_alloc(&sizes, &[5e6, 2e6]);
+    assert_eq!(&plan[..3], &[0, 0, 1]);
+    let fast = plan.iter().filter(|&&s| s == 0).count();
+    // Both finish within one subchunk's time of each other: 5:2 of 128 is 91.4.
+    assert!((91..=92).contains(&fast), "{fast}");
+}
+
+#[test]
+fn dynamic_allocation_follows_the_paper_s_worked_example() {
+    // 128 subchunks, nodes at 5 and 3 MB/s, N = 20 (panda §3.2).
+    let mut m = Dynamic::new(vec![MIB; 128], &[5e6, 3e6], DYNAMIC_PER_ROUND);
+    assert_eq!(m.grant(0, None).len(), 25);
+    assert_eq!(m.grant(1, None).len(), 15);
+    assert_eq!(m.grant(0, None).len(), 25);
+    assert_eq!(m.grant(1, None).len(), 15);
+    // 48 remain, between a half and a third: ten per server this round.
+    let third = m.grant(0, None).len() + m.grant(1, None).len();
+    assert!((19..=20).contains(&third), "{third}");
+    let mut rest = 0;
+    while !m.is_done() {
+        let g = m.grant(rest % 2, None);
+        assert!(!g.is_empty());
+        rest += 1;
+    }
+    assert_eq!(m.granted().iter().sum::<u64>(), 128);
+    assert!(m.grant(0, None).is_empty());
+}
+
+#[test]
+fn dynamic_allocation_follows_reported_rates() {
+    let mut m = Dynamic::new(vec![MIB; 400], &[10e6, 10e6], DYNAMIC_PER_ROUND);
+    assert_eq!(m.grant(0, Some(30e6)).len(), 30);
+    assert_eq!(m.grant(1, Some(10e6)).len(), 10);
+}
+
+#[test]
+fn round_robin_deals_in_turn() {
+    assert_eq!(round_robin(5, 2), vec![0, 1, 0, 1, 0]);
+}
+
+#[test]
+fn layouts_parse_as_the_command_line_writes_them() {
+    assert_eq!("cyclic(4)".parse::<Dist>().unwrap(), Dist::Cyclic(4));
+    assert!("CYCLIC(0)".parse::<Dist>().is_err());
+    assert!("ROWS".parse::<Dist>().is_err());
+    let l = layout(&[8], "BLOCK,*,*");
+    assert_eq!(l.mesh, vec![8, 1, 1]);
+    assert!(ArrayLayout::new(vec![2, 2], vec![Dist::Block, Dist::Star, Dist::Star]).is_err());
+    assert!(ArrayLayout::new(vec![2, 2], vec![Dist::Block, Dist::Star]).is_err());
+    assert!(Schema::new(vec![], DType::U8).is_err());
+    assert!(Schema::new(vec![4, 0], DType::U8).is_err());
+}
+
+fn dist_strategy() -> impl Strategy<Value = Dist> {
+    prop_oneof![Just(Dist::Block), Just(Dist::Star), (1u64..4).prop_map(Dist::Cyclic)]
+}
+
+fn case() -> impl Strategy<Value = (Schema, ArrayLayout, ArrayLayout, u64)> {
+    (1usize..=4).prop_flat_map(|rank| {
+        (
+            prop::collection::vec(1u64..9, rank),
+            prop::collection::vec((1u32..4, dist_strategy()), rank),
+            prop::collection::vec((1u32..4, prop::bool::ANY), rank),
+            16u64..512,
+        )
+            .prop_map(|(shape, mem, disk, threshold)| {
+                let schema = Schema::new(shape, DType::U32).unwrap();
+                let fix = |(m, d): (u32, Dist)| if d == Dist::Star { (1, d) } else { (m, d) };
+                let (mm, md): (Vec<u32>, Vec<Dist>) = mem.into_iter().map(fix).unzip();
+                let (dm, dd): (Vec<u32>, Vec<Dist>) =
+                    disk.into_iter().map(|(m, block)| if block { (m, Dist::Block) } else { (1, Dist::Star) }).unzip();
+                (schema, ArrayLayout::new(mm, md).unwrap(), ArrayLayout::new(dm, dd).unwrap(), threshold)
+            })
+    })
+}
+
+proptest! {
+    /// Every element lands in exactly one memory chunk and one subchunk, and moving the data
+    /// from the memory layout to the subchunks and back gives every element its own value.
+    #[test]
+    fn every_element_lands_exactly_once((schema, mem, disk, threshold) in case(), first_dim in prop::bool::ANY) {
+        let elem = schema.dtype.size();
+        let whole = schema.whole();
+        let data = numbered(&schema);
+        let style = if first_dim { SubchunkStyle::FirstDim } else { SubchunkStyle::SameDist };
+        let subs = Subchunks::new(&schema, &disk, style, threshold).unwrap();
+        let chunks: Vec<Region> = (0..mem.positions()).map(|p| mem.chunk(&schema, p)).collect();
+        prop_assert_eq!(chunks.iter().map(Region::elements).sum::<u64>(), schema.elements());
+        prop_assert_eq!(subs.boxes.iter().map(Region::elements).sum::<u64>(), schema.elements());
+        let local: Vec<Vec<u8>> = chunks.iter().map(|c| gather(elem, &whole, &data, c).unwrap()).collect();
+        // Write: each subchunk gathered from the pieces of every memory chunk it overlaps.
+        let mut back: Vec<Vec<u8>> = chunks.iter().map(|c| vec![0xff; (c.elements() * 4) as usize]).collect();
+        for sub in &subs.boxes {
+            let mut buf = vec![0xff; (sub.elements() * 4) as usize];
+            for (c, bytes) in chunks.iter().zip(&local) {
+                let part = c.intersect(sub);
+                let piece = gather(elem, c, bytes, &part).unwrap();
+                copy_overlap(elem, &part, &piece, sub, &mut buf, &part).unwrap();
+            }
+            prop_assert_eq!(&buf, &gather(elem, &whole, &data, sub).unwrap());
+            // Read: scatter the subchunk back into every memory chunk.
+            for (c, out) in chunks.iter().zip(back.iter_mut()) {
+                copy_overlap(elem, sub, &buf, c, out, &c.intersect(sub)).unwrap();
+            }
+        }
+        prop_assert_eq!(back, local);
+    }
+
+    #[test]
+    fn static_allocation_finishes_within_one_subchunk_of_the_best(
+        sizes in prop::collection::vec(1u64..4, 1..200),
+        rates in prop::collection::vec(1.0f64..10.0, 1..9),
+    ) {
+        let plan = static_alloc(&sizes, &rates);
+        let mut t = vec![0.0; rates.len()];
+        for (&s, &b) in plan.iter().zip(&sizes) {
+            t[s as usize] += b as f64 / rates[s as usize];
+        }
+        let makespan = t.iter().cloned().fold(0.0, f64::max);
+        let ideal = sizes.iter().sum::<u64>() as f64 / rates.iter().sum::<f64>();
+        let slack = 3.0 / rates.iter().cloned().fold(f64::INFINITY, f64::min);
+        prop_assert!(makespan <= ideal + slack, "{makespan} vs {ideal}");
+    }
+}
