@@ -265,6 +265,7 @@ async fn a_busy_server_gives_queued_appends_back_redirected_to_an_idle_one() {
         origin: None,
         checksum: "crc32c".into(),
         digest: Digest::default(),
+        array: None,
         created_unix_secs: 0,
     };
     let txid = 0x77;

@@ -76,6 +76,7 @@ pub(crate) fn draft(
         origin: None,
         checksum: "crc32c".into(),
         digest: Digest::default(),
+        array: None,
         created_unix_secs: unix_now(),
     })
 }
@@ -88,6 +89,7 @@ fn expect_done(node: NodeId, r: Result<ControlReply>) -> Result<()> {
 }
 
 /// A dataset being written on every node, until it is committed or aborted.
+#[derive(Debug)]
 pub(crate) struct Staging<'c> {
     client: &'c Client,
     name: DatasetName,
@@ -102,8 +104,17 @@ impl<'c> Staging<'c> {
 
     /// With `append`, every copy is a log of appended blocks (DQ writes).
     pub(crate) async fn begin_with(client: &'c Client, manifest: &Manifest, append: bool) -> Result<Staging<'c>> {
+        Staging::begin_as(client, manifest, append, rand::random::<u64>() | 1).await
+    }
+
+    /// Under a transaction id the caller chose (a collective array write's call id).
+    pub(crate) async fn begin_as(
+        client: &'c Client,
+        manifest: &Manifest,
+        append: bool,
+        txid: u64,
+    ) -> Result<Staging<'c>> {
         client.require_all()?;
-        let txid = rand::random::<u64>() | 1;
         let nodes: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
         let s = Staging { client, name: manifest.name.clone(), txid, nodes };
         let req = ControlRequest::Stage { txid, manifest: manifest.clone(), append };
@@ -169,7 +180,7 @@ pub(crate) fn first_error(results: Vec<(NodeId, Result<ControlReply>)>) -> Optio
 }
 
 /// The dataset digest from the servers' stored checksums, checking that every copy agrees.
-async fn digest_from_checksums(
+pub(crate) async fn digest_from_checksums(
     client: &Client,
     manifest: &Manifest,
     txid: Option<u64>,

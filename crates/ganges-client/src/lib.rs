@@ -12,6 +12,8 @@
 //!   `write::stream::WriteStream`, a writer whose blocks go to the copy a write policy picks
 //!   (GW-1), and `write::dq::DqWriter`, a writer in front of a distributed queue of disks
 //!   (DQ-1).
+//! - [`array`]: N-dimensional arrays (Panda): collective, server-directed writes with
+//!   round-robin, static or dynamic allocation, and reads into any memory layout.
 //! - [`dataset`]: create, put, get, list, info, verify, remove.
 //! - [`error`]: the error type, `ClientError`.
 //!
@@ -28,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod array;
 pub mod client;
 pub mod cluster;
 pub mod conn;

@@ -8,6 +8,7 @@
 //! then `Commit` on every node (rename staging to the dataset's name). Until the first commit
 //! nothing is visible; `Abort` or `Remove` clean up.
 
+use crate::array::{ArrayOutcome, ArrayPlan, ArrayWritten};
 use crate::manifest::{DatasetName, Manifest};
 use ganges_core::disk::{DiskParams, DiskStats, Fault};
 use ganges_core::ids::{FragmentId, NodeId};
@@ -87,6 +88,21 @@ pub enum ControlRequest {
         #[serde(default)]
         appends: Vec<u64>,
     },
+    /// Time `count` writes of `bytes` each through the server's disk queue (panda §3.2's
+    /// empirical test: three 1 MiB writes), and answer the rate.
+    WriteProbe { bytes: u32, count: u32 },
+    /// Begin this server's part of a collective array write (staged already under
+    /// `plan.txid`): it works out what it must gather and starts asking the processes.
+    ArrayOpen { plan: Box<ArrayPlan> },
+    /// From process `rank` of the collective write `txid` of `name`: which subchunks do you
+    /// want pieces of from me? Waits a while for an answer (an empty one when the write is not
+    /// open yet, or has nothing for now); `outcome` is set once the write ended.
+    ArrayWants { name: DatasetName, txid: u64, rank: u32 },
+    /// From a server to the manager (dynamic allocation): give me work; my last batch ran at
+    /// `rate` bytes per second.
+    ArrayGrant { name: DatasetName, txid: u64, from: NodeId, rate: Option<f64> },
+    /// Wait until this server has written everything it gathered, and say where it put it.
+    ArrayFinish { name: DatasetName, txid: u64 },
 }
 
 /// Faults a server makes real on its own machine (FI-2). Each is off when `None`.
@@ -230,9 +246,10 @@ impl ControlRequest {
     /// commit fsync a node's whole share of a dataset, which runs at disk speed.
     pub fn timeout(&self) -> std::time::Duration {
         match self {
-            ControlRequest::Prepare { .. } | ControlRequest::Commit { .. } | ControlRequest::Fill { .. } => {
-                std::time::Duration::from_secs(600)
-            }
+            ControlRequest::Prepare { .. }
+            | ControlRequest::Commit { .. }
+            | ControlRequest::Fill { .. }
+            | ControlRequest::ArrayFinish { .. } => std::time::Duration::from_secs(600),
             _ => std::time::Duration::from_secs(60),
         }
     }
@@ -259,6 +276,11 @@ impl ControlRequest {
             ControlRequest::MarkComplete { .. } => "mark-complete",
             ControlRequest::SetPeers { .. } => "set-peers",
             ControlRequest::HandoffAsk { .. } => "handoff-ask",
+            ControlRequest::WriteProbe { .. } => "write-probe",
+            ControlRequest::ArrayOpen { .. } => "array-open",
+            ControlRequest::ArrayWants { .. } => "array-wants",
+            ControlRequest::ArrayGrant { .. } => "array-grant",
+            ControlRequest::ArrayFinish { .. } => "array-finish",
         }
     }
 }
@@ -299,6 +321,23 @@ pub enum ControlReply {
     },
     Calibrated {
         calibration: Calibration,
+    },
+    /// A `WriteProbe`'s rate.
+    Rate {
+        bytes_per_sec: f64,
+    },
+    ArrayWants {
+        subchunks: Vec<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outcome: Option<ArrayOutcome>,
+    },
+    /// Subchunks `from..to` are the asker's to write; none when `from == to`.
+    ArrayGranted {
+        from: u32,
+        to: u32,
+    },
+    ArrayWritten {
+        written: ArrayWritten,
     },
 }
 

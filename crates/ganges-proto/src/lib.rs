@@ -6,6 +6,7 @@
 //! - [`msg`]: every message, its binary layout, `encode` and `decode` (pure, no I/O).
 //! - [`control`]: control requests and replies (JSON bodies): datasets, faults, stats.
 //! - [`manifest`]: the immutable dataset manifest and dataset names.
+//! - [`array`]: a collective array write's plan, and what an array adds to a manifest.
 //! - [`io`]: reading and writing frames on async streams (tokio), kept apart from parsing
 //!   (mini-redis's `read_frame` / `parse_frame` split) so the codec can be fuzzed alone.
 //!
@@ -16,6 +17,7 @@
 //! and service time. Anything malformed, oversized or out of order gets an `Error` frame and
 //! the connection is closed.
 
+pub mod array;
 pub mod control;
 pub mod frame;
 pub mod io;

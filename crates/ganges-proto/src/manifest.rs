@@ -118,6 +118,9 @@ pub struct Manifest {
     /// exported in that order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
+    /// For an array (`ganges array`): its schema and where each subchunk is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<Box<crate::array::ArrayMeta>>,
     /// Always "crc32c": one CRC32C per checksum unit of each block (`Shape::check_bytes`),
     /// checked on every read.
     pub checksum: String,

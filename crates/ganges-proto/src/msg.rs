@@ -52,6 +52,7 @@ pub mod kind {
     pub const SINK: u8 = 0x07;
     pub const AUTH_INIT: u8 = 0x08;
     pub const AUTH_PROOF: u8 = 0x09;
+    pub const PIECE: u8 = 0x0A;
     pub const CONTROL: u8 = 0x10;
     pub const HELLO_OK: u8 = 0x81;
     pub const READ_OK: u8 = 0x82;
@@ -68,7 +69,7 @@ pub mod kind {
 
     /// Whether a kind is one a client may send (the rest only come from servers).
     pub fn from_client(k: u8) -> bool {
-        matches!(k, HELLO | READ | CANCEL | WRITE | PROGRESS | PROBE | SINK | CONTROL | AUTH_INIT | AUTH_PROOF)
+        matches!(k, HELLO | READ | CANCEL | WRITE | PIECE | PROGRESS | PROBE | SINK | CONTROL | AUTH_INIT | AUTH_PROOF)
     }
 }
 
@@ -178,6 +179,20 @@ pub struct WriteReq {
     pub block: u32,
     /// CRC32C of `data`, checked by the server before it writes.
     pub crc: u32,
+    pub data: Bytes,
+}
+
+/// A process's piece of a subchunk, sent when a server gathering the subchunk asked for it
+/// (server-directed I/O, panda §2): the elements of the process's memory chunk that fall in
+/// the subchunk, row-major over that overlap. Answered `ControlOk(Done)` once the server has
+/// copied it into place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PieceReq {
+    /// The collective write's staging transaction.
+    pub txid: u64,
+    pub subchunk: u32,
+    /// The sending process.
+    pub rank: u32,
     pub data: Bytes,
 }
 
@@ -304,6 +319,7 @@ pub enum Message {
     Read(ReadReq),
     Cancel,
     Write(WriteReq),
+    Piece(PieceReq),
     Progress(ProgressNote),
     Probe(Probe),
     /// Bytes the server reads and drops: traffic that loads its link (`ganges stress network`).
@@ -406,6 +422,7 @@ impl Message {
             Message::Read(_) => kind::READ,
             Message::Cancel => kind::CANCEL,
             Message::Write(_) => kind::WRITE,
+            Message::Piece(_) => kind::PIECE,
             Message::Progress(_) => kind::PROGRESS,
             Message::Probe(_) => kind::PROBE,
             Message::Sink(_) => kind::SINK,
@@ -497,6 +514,12 @@ impl Message {
                 fields.put_u32_le(w.crc);
                 put_name(&mut fields, &w.dataset);
                 payload = w.data.clone();
+            }
+            Message::Piece(p) => {
+                fields.put_u64_le(p.txid);
+                fields.put_u32_le(p.subchunk);
+                fields.put_u32_le(p.rank);
+                payload = p.data.clone();
             }
             Message::Error(e, origin) => {
                 if let Some(o) = origin {
@@ -616,6 +639,13 @@ impl Message {
                 let crc = b.get_u32_le();
                 let dataset = get_name("write", &mut b)?;
                 Message::Write(WriteReq { stream, progress, service, txid, dataset, fragment, block, crc, data: b })
+            }
+            kind::PIECE => {
+                need("piece", &b, 16)?;
+                let txid = b.get_u64_le();
+                let subchunk = b.get_u32_le();
+                let rank = b.get_u32_le();
+                Message::Piece(PieceReq { txid, subchunk, rank, data: b })
             }
             kind::ERROR | kind::ERROR_MOVED => {
                 let origin = get_origin_if(header.kind == kind::ERROR_MOVED, "error", &mut b)?;
@@ -853,18 +883,32 @@ mod tests {
                 }),
             any::<u32>().prop_map(|n| Message::Moved { to: NodeId(n) }),
             any::<u32>().prop_map(|n| Message::Redirected { to: NodeId(n) }),
-            (any::<u64>(), progress(), service(), any::<u64>(), name(), any::<u32>(), any::<u32>(), any::<u32>(), data)
-                .prop_map(|(stream, progress, service, txid, dataset, f, block, crc, data)| Message::Write(WriteReq {
-                    stream,
-                    progress,
-                    service,
-                    txid,
-                    dataset,
-                    fragment: FragmentId(f),
-                    block,
-                    crc,
-                    data
-                })),
+            (
+                any::<u64>(),
+                progress(),
+                service(),
+                any::<u64>(),
+                name(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>(),
+                data.clone()
+            )
+                .prop_map(
+                    |(stream, progress, service, txid, dataset, f, block, crc, data)| Message::Write(WriteReq {
+                        stream,
+                        progress,
+                        service,
+                        txid,
+                        dataset,
+                        fragment: FragmentId(f),
+                        block,
+                        crc,
+                        data
+                    })
+                ),
+            (any::<u64>(), any::<u32>(), any::<u32>(), data.clone())
+                .prop_map(|(txid, subchunk, rank, data)| Message::Piece(PieceReq { txid, subchunk, rank, data })),
             (any::<u16>(), "[ -~]{0,100}", origin())
                 .prop_map(|(c, m, o)| Message::Error(WireError::new(ErrorCode::from_u16(c), m), o)),
             (name(), prop::option::of(0.01f64..1.0)).prop_map(|(n, f)| Message::Control(if f.is_some() {
@@ -912,7 +956,10 @@ mod tests {
                     };
                     prop_assert!(
                         state_without_load
-                            || matches!(d, Message::ReadOk(_) | Message::Write(_) | Message::Sink(_) | Message::Error(..))
+                            || matches!(
+                                d,
+                                Message::ReadOk(_) | Message::Write(_) | Message::Piece(_) | Message::Sink(_) | Message::Error(..)
+                            )
                     );
                 }
             }

@@ -273,6 +273,17 @@ async fn read_loop(
                     outbox.reply(id, Message::Error(e, None));
                 }
             }
+            Message::Piece(p) => {
+                if !outbox.admit() {
+                    outbox.send(id, too_many());
+                    continue;
+                }
+                let reply = match crate::array::piece(shared, p) {
+                    Ok(()) => Message::ControlOk(Box::new(ControlReply::Done)),
+                    Err(e) => store_error(e),
+                };
+                outbox.reply(id, reply);
+            }
             Message::Control(c) => {
                 if !outbox.admit() {
                     outbox.send(id, too_many());
@@ -316,6 +327,13 @@ fn wire_error(e: StoreError) -> WireError {
 
 fn store_error(e: StoreError) -> Message {
     Message::Error(wire_error(e), None)
+}
+
+fn reply_of(r: Result<ControlReply, StoreError>) -> Message {
+    match r {
+        Ok(reply) => Message::ControlOk(Box::new(reply)),
+        Err(e) => store_error(e),
+    }
 }
 
 fn enqueue_read(
@@ -481,6 +499,15 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
         ControlRequest::HandoffAsk { from, rate_bytes_per_sec, clients, appends } => {
             Message::ControlOk(Box::new(crate::handoff::give(shared, from, rate_bytes_per_sec, &clients, &appends)))
         }
+        ControlRequest::WriteProbe { bytes, count } => reply_of(crate::array::probe(shared, bytes, count).await),
+        ControlRequest::ArrayOpen { plan } => reply_of(crate::array::open(shared, *plan)),
+        ControlRequest::ArrayWants { name, txid, rank } => {
+            reply_of(crate::array::wants(shared, &name, txid, rank).await)
+        }
+        ControlRequest::ArrayGrant { name, txid, from, rate } => {
+            reply_of(crate::array::grant(shared, &name, txid, from, rate).await)
+        }
+        ControlRequest::ArrayFinish { name, txid } => reply_of(crate::array::finish(shared, &name, txid).await),
         ControlRequest::Fill { name, fragment, peers } => {
             match crate::fill::fill(shared, &name, fragment, &peers).await {
                 Ok(reply) => Message::ControlOk(Box::new(reply)),
@@ -491,8 +518,17 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
             }
         }
         other => {
+            // Commit and abort end a collective array write of that transaction, if any.
+            let ends = match &other {
+                ControlRequest::Commit { txid, name } => Some((name.clone(), *txid, true)),
+                ControlRequest::Abort { txid, name } => Some((name.clone(), *txid, false)),
+                _ => None,
+            };
             let store = shared.store.clone();
             let result = tokio::task::spawn_blocking(move || blocking_control(&store, other)).await;
+            if let Some((name, txid, commit)) = ends {
+                shared.arrays.conclude(&name, txid, commit && matches!(result, Ok(Ok(_))));
+            }
             match result {
                 Ok(Ok(reply)) => Message::ControlOk(Box::new(reply)),
                 Ok(Err(e)) => {
@@ -579,7 +615,12 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
         | ControlRequest::Calibrate { .. }
         | ControlRequest::ForgetRate
         | ControlRequest::SetPeers { .. }
-        | ControlRequest::HandoffAsk { .. } => {
+        | ControlRequest::HandoffAsk { .. }
+        | ControlRequest::WriteProbe { .. }
+        | ControlRequest::ArrayOpen { .. }
+        | ControlRequest::ArrayWants { .. }
+        | ControlRequest::ArrayGrant { .. }
+        | ControlRequest::ArrayFinish { .. } => {
             unreachable!("handled without blocking")
         }
     })

@@ -63,6 +63,8 @@ pub enum WriteTarget {
     Staged(StagedWrite),
     /// A block replica completion brought to this node's copy of a committed dataset.
     Fill { dataset: Arc<Dataset>, files: Arc<FillFiles> },
+    /// A timed write to a scratch file at `offset` (an array write's empirical test).
+    Scratch { file: Arc<std::fs::File>, offset: u64 },
 }
 
 /// Who hears that a write finished.
@@ -71,7 +73,7 @@ pub enum WriteReply {
     /// A client, on its connection; the permit bounds the write data a connection queues.
     Conn { outbox: Outbox, _permit: OwnedSemaphorePermit },
     /// This server's own replica completion.
-    Local(oneshot::Sender<Result<(), StoreError>>),
+    Local(oneshot::Sender<Result<u32, StoreError>>),
 }
 
 /// A queued write.
@@ -211,6 +213,15 @@ async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<gange
             let w = tokio::task::spawn_blocking(fill).await;
             (w, id)
         }
+        WriteTarget::Scratch { file, offset } => {
+            let scratch = move || {
+                use std::os::unix::fs::FileExt;
+                file.write_all_at(&data, offset)
+                    .map(|()| block)
+                    .map_err(|e| StoreError::Io { what: "writing the write probe's scratch file".into(), err: e })
+            };
+            (tokio::task::spawn_blocking(scratch).await, 0)
+        }
     };
     let written = written.unwrap_or_else(|e| Err(StoreError::BadRequest(format!("write task failed: {e}"))));
     let service = disk_time(shared, modelled, began, len).await;
@@ -221,7 +232,7 @@ async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<gange
     };
     match reply {
         WriteReply::Local(tx) => {
-            let _ = tx.send(written.map(drop));
+            let _ = tx.send(written);
         }
         WriteReply::Conn { outbox, .. } => {
             let msg = match written {

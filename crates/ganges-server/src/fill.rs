@@ -76,7 +76,7 @@ pub async fn fill(
         let mut conn = PeerConn::connect(shared, addr).await.map_err(|e| peer_err(node, e.to_string()))?;
         let mut next = 0;
         let mut asked: HashMap<u64, u32> = HashMap::new();
-        let mut writes: VecDeque<oneshot::Receiver<Result<(), StoreError>>> = VecDeque::new();
+        let mut writes: VecDeque<oneshot::Receiver<Result<u32, StoreError>>> = VecDeque::new();
         while next < wanted.len() || !asked.is_empty() {
             while asked.len() < FILL_WINDOW && next < wanted.len() {
                 let block = wanted[next];
@@ -147,6 +147,6 @@ pub async fn fill(
     Ok(ControlReply::Filled { blocks, bytes: done })
 }
 
-async fn wait(rx: oneshot::Receiver<Result<(), StoreError>>) -> Result<(), StoreError> {
-    rx.await.map_err(|_| StoreError::BadRequest("the server dropped a queued fill write".into()))?
+async fn wait(rx: oneshot::Receiver<Result<u32, StoreError>>) -> Result<(), StoreError> {
+    rx.await.map_err(|_| StoreError::BadRequest("the server dropped a queued fill write".into()))?.map(drop)
 }

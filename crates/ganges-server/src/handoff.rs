@@ -91,7 +91,7 @@ impl PeerConn {
         Ok(id)
     }
 
-    async fn control(&mut self, req: ControlRequest) -> std::io::Result<ControlReply> {
+    pub(crate) async fn control(&mut self, req: ControlRequest) -> std::io::Result<ControlReply> {
         let id = self.next_id;
         self.next_id += 1;
         write_frame(&mut self.wr, &Message::Control(req).encode(id)).await?;

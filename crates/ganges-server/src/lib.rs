@@ -9,6 +9,7 @@
 //! - [`conn`]: one connection: handshake (through `ganges-net`), frame dispatch, replies,
 //!   protocol errors.
 //! - [`direct`]: direct I/O (`--direct-io`): aligned reads and writes past the page cache.
+//! - [`array`]: collective array writes, server-directed (Panda): gather, assemble, append.
 //! - [`fill`]: GW-2 replica completion: a copy brings itself the blocks it lacks from peers.
 //! - [`handoff`]: GD-6: an idle server asks its peers for queued requests; a busy one gives.
 //! - [`node`]: CW-1: the node's CPU, load, memory, network and disk, sampled once a second.
@@ -18,6 +19,7 @@
 //! The entry point is [`run`], which takes its listener and a shutdown future (mini-redis
 //! style), so tests bind port 0 and stop servers when they like.
 
+pub mod array;
 pub mod conn;
 pub mod direct;
 pub mod disk;
@@ -148,6 +150,8 @@ pub struct Shared {
     /// fault runs `tc` and writes cgroup files.
     pub real_faults: Mutex<realfault::RealFaultState>,
     pub fault_env: realfault::FaultEnv,
+    /// The collective array writes this server takes part in.
+    pub arrays: array::Arrays,
     /// Time zero of this server, for the `Time` values policies see: the last whole second
     /// of the wall clock before it started, so that every server's `Time` is in the same
     /// phase within a second (a phased disk, `sched::ShareSettings::phase`, relies on it).
@@ -276,6 +280,7 @@ pub async fn run(
         link,
         real_faults: Mutex::new(realfault::RealFaultState::default()),
         fault_env,
+        arrays: array::Arrays::default(),
         epoch: second_aligned_epoch(),
         started: Instant::now(),
     });

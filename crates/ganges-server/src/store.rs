@@ -244,6 +244,10 @@ impl StagedWrite {
     pub fn appends(&self) -> bool {
         self.txn.append.is_some()
     }
+
+    pub fn block_bytes(&self) -> u32 {
+        self.txn.manifest.shape.block_bytes()
+    }
 }
 
 /// A copy of a committed, incomplete dataset opened for replica completion.
@@ -900,8 +904,11 @@ impl Store {
             Some(txid) => {
                 let txn = self.txn(name, txid)?;
                 self.txn_copy(&txn, fragment)?;
+                // An append-mode copy: the slots handed out so far.
+                let slots = txn.append.as_ref().map(|l| l.lock().expect("txn lock")[&fragment].slots as usize);
                 let crcs = txn.crcs.lock().expect("txn lock");
-                crcs[&fragment]
+                let crcs = &crcs[&fragment];
+                crcs[..slots.unwrap_or(crcs.len()).min(crcs.len())]
                     .iter()
                     .enumerate()
                     .map(|(b, sums)| match sums {
@@ -1139,6 +1146,7 @@ mod tests {
             origin: None,
             checksum: "crc32c".into(),
             digest: Digest(0),
+            array: None,
             created_unix_secs: 0,
         }
     }

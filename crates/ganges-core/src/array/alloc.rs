@@ -84,7 +84,10 @@ fn usable(rates: &[f64]) -> Vec<f64> {
 /// and `1/(m+1)` remain, `max(1, per_round / m)` per server. A server's `k`-th ask is its part
 /// of round `k`, whose size is fixed by what was unassigned when the first server asked for
 /// round `k`. A round's subchunks are shared in proportion to the servers' latest rates, so a
-/// slow server asks as often as a fast one but takes less each time.
+/// slow server asks as often as a fast one but takes less each time. (Ours: no grant exceeds
+/// the asker's proportional share of what is unassigned, so that on an array of few
+/// subchunks the first server to ask does not take them all; in the paper's worked example it
+/// never binds.)
 #[derive(Clone, Debug)]
 pub struct Dynamic {
     sizes: Vec<u64>,
@@ -144,7 +147,9 @@ impl Dynamic {
         }
         let round = self.rounds[round] as f64 * self.rates.len() as f64;
         let sum: f64 = self.rates.iter().sum();
-        let share = (round * self.rates[s] / sum).floor().max(1.0) as usize;
+        let share = (round * self.rates[s] / sum).floor();
+        let fair = (left as f64 * self.rates[s] / sum).ceil();
+        let share = share.min(fair).max(1.0) as usize;
         let n = share.min(left);
         let from = self.next;
         self.next += n;

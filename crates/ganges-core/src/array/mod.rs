@@ -17,12 +17,14 @@
 
 mod alloc;
 mod copy;
+mod generate;
 mod subchunk;
 #[cfg(test)]
 mod tests;
 
 pub use alloc::{AllocKind, DYNAMIC_PER_ROUND, Dynamic, round_robin, static_alloc};
 pub use copy::{copy_overlap, gather};
+pub use generate::generated;
 pub use subchunk::{SubchunkStyle, Subchunks, find_submesh};
 
 use crate::parse::ParseError;

@@ -87,6 +87,17 @@ fn dynamic_allocation_follows_reported_rates() {
 }
 
 #[test]
+fn generated_elements_hold_their_index_whatever_the_region() {
+    let schema = Schema::new(vec![3, 5], DType::U16).unwrap();
+    let whole = generated(&schema, &schema.whole());
+    assert_eq!(whole, (0u16..15).flat_map(u16::to_le_bytes).collect::<Vec<u8>>());
+    let part = Region { dims: vec![vec![1..3], vec![0..1, 3..5]] };
+    let got: Vec<u16> = generated(&schema, &part).chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+    assert_eq!(got, vec![5, 8, 9, 10, 13, 14]);
+    assert_eq!(gather(2, &schema.whole(), &whole, &part).unwrap(), generated(&schema, &part));
+}
+
+#[test]
 fn round_robin_deals_in_turn() {
     assert_eq!(round_robin(5, 2), vec![0, 1, 0, 1, 0]);
 }

@@ -1,0 +1,100 @@
+//! What an array write says to the servers, and what an array's manifest adds to a dataset's.
+//!
+//! An array is stored as a dataset with one fragment per server: each server's fragment is the
+//! subchunks it wrote, one after another, in the order it wrote them. The manifest's
+//! [`ArrayMeta`] says which array it is (schema, disk layout, how it was cut) and where each
+//! subchunk lives, so the array reads back into any memory layout whatever allocation wrote it
+//! (AR-6); the dataset's commit makes the whole array visible at once, or none of it.
+
+use crate::control::Peer;
+use crate::manifest::DatasetName;
+use ganges_core::array::{AllocKind, ArrayError, ArrayLayout, Schema, SubchunkStyle, Subchunks};
+use serde::{Deserialize, Serialize};
+
+/// Where one subchunk is: the fragment (= the server that wrote it) and its byte offset there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    pub fragment: u32,
+    pub offset: u64,
+}
+
+/// The array part of a manifest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayMeta {
+    pub schema: Schema,
+    /// The disk layout the writer asked for; subchunks cut its chunks.
+    pub disk: ArrayLayout,
+    pub style: SubchunkStyle,
+    /// The largest subchunk, in bytes.
+    pub threshold: u64,
+    /// The allocation that placed the subchunks.
+    pub alloc: AllocKind,
+    /// Where each subchunk is, in the order [`Subchunks`] numbers them.
+    pub places: Vec<Place>,
+}
+
+impl ArrayMeta {
+    /// The subchunks, recomputed from the schema and layout (they are not stored).
+    pub fn subchunks(&self) -> Result<Subchunks, ArrayError> {
+        let s = Subchunks::new(&self.schema, &self.disk, self.style, self.threshold)?;
+        if s.len() != self.places.len() {
+            return Err(ArrayError::BadLayout(format!(
+                "the manifest places {} subchunks but the layout cuts {}",
+                self.places.len(),
+                s.len()
+            )));
+        }
+        Ok(s)
+    }
+}
+
+/// One collective write, as every server of the cluster gets it (`ArrayOpen`): enough for each
+/// to work out, independently and identically, what it must gather from which process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArrayPlan {
+    pub name: DatasetName,
+    /// The staging transaction the array's fragments are appended to.
+    pub txid: u64,
+    pub schema: Schema,
+    /// How the writing processes hold the array: process `r` holds chunk `r` of this layout.
+    pub memory: ArrayLayout,
+    pub disk: ArrayLayout,
+    pub style: SubchunkStyle,
+    pub threshold: u64,
+    pub alloc: AllocKind,
+    /// Each server's write rate, bytes per second, measured by its empirical test or during
+    /// the previous collective call (static and dynamic allocation start from them).
+    pub rates: Vec<f64>,
+    /// The server that runs dynamic allocation's manager.
+    pub manager: Peer,
+    /// Dynamic allocation's `N`.
+    pub per_round: u32,
+}
+
+impl ArrayPlan {
+    /// How many processes take part.
+    pub fn ranks(&self) -> u32 {
+        self.memory.positions()
+    }
+}
+
+/// How a collective write ended, as the servers tell every process of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayOutcome {
+    pub committed: bool,
+    /// Why not, when it was not.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub why: String,
+}
+
+/// What one server wrote in a collective call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArrayWritten {
+    /// (subchunk, offset in this server's fragment), in the order written.
+    pub placed: Vec<(u32, u64)>,
+    /// The size of this server's fragment (one byte of padding when it got no subchunk).
+    pub fragment_bytes: u64,
+    pub bytes: u64,
+    /// Time the disk spent on those bytes: the server's write rate for the next call.
+    pub disk_secs: f64,
+}

@@ -1,0 +1,563 @@
+//! Collective array writes, server-directed (panda §2, §3): the processes of a collective
+//! call only say what they hold; each server works out which subchunks are its to write, asks
+//! every process holding part of one for its piece, assembles the subchunk and appends it to
+//! its fragment of the array's staged dataset.
+//!
+//! **The exchange.** The first process stages the array's dataset (one append-mode fragment
+//! per server) and sends every server `ArrayOpen` with the plan. Every process then long-polls
+//! every server with `ArrayWants` (which subchunks do you want pieces of from me?) and answers
+//! each with `Piece` frames. A server keeps a few subchunks in assembly at once
+//! ([`GATHER_AHEAD`]), so memory stays bounded and the disk never waits for the network.
+//!
+//! **Who writes what.** Round-robin and static allocation are computed by every server alike
+//! from the plan (ganges-core's `round_robin`, `static_alloc`). Dynamic allocation asks the
+//! manager, a `Dynamic` state machine on the plan's manager server, with `ArrayGrant` each time
+//! a batch is gathered, reporting the rate its disk wrote the last batch at.
+//!
+//! **The end.** `ArrayFinish` waits for the server's last block and answers where each
+//! subchunk went; the first process builds the manifest and commits the dataset as for any
+//! write. Commit and abort reach the session, whose outcome ends every process's polling, so
+//! every process learns whether the array was committed.
+
+use crate::Shared;
+use crate::disk::{Ctx, WriteCtx, WriteReply, WriteTarget};
+use crate::handoff::PeerConn;
+use crate::store::StoreError;
+use bytes::Bytes;
+use ganges_core::array::{AllocKind, Dynamic, Region, Subchunks, copy_overlap, round_robin, static_alloc};
+use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
+use ganges_proto::DatasetName;
+use ganges_proto::array::{ArrayOutcome, ArrayPlan, ArrayWritten};
+use ganges_proto::control::{ControlReply, ControlRequest};
+use ganges_proto::msg::{APPEND, PieceReq};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+
+/// Subchunks a server has in assembly at once (asked for, not yet all pieces in).
+pub const GATHER_AHEAD: usize = 4;
+/// Gathered subchunks waiting for the disk: enough that the disk never waits for a gather.
+const WRITE_AHEAD: usize = 2;
+/// A collective write that makes no progress for this long has lost a process: it fails.
+pub const STALL: Duration = Duration::from_secs(60);
+/// How long one `ArrayWants` poll waits for something to say.
+const POLL: Duration = Duration::from_secs(20);
+/// How long a finished session's outcome stays to be polled.
+const LINGER: Duration = Duration::from_secs(120);
+
+/// The array writes a server takes part in, by array name.
+#[derive(Debug, Default)]
+pub struct Arrays {
+    sessions: Mutex<HashMap<DatasetName, Arc<Session>>>,
+    /// Wakes anyone waiting for a session to open.
+    opened: Notify,
+}
+
+#[derive(Debug)]
+struct Session {
+    plan: ArrayPlan,
+    subs: Subchunks,
+    /// The memory chunk of each process.
+    chunks: Vec<Region>,
+    /// Per process: the subchunks this server wants pieces of, as the gatherer asks.
+    wants: Vec<tokio::sync::Mutex<mpsc::UnboundedReceiver<u32>>>,
+    assembly: Mutex<HashMap<u32, Assembly>>,
+    /// The manager of dynamic allocation, on the manager's server.
+    manager: Option<Mutex<Dynamic>>,
+    written: watch::Sender<Option<Result<ArrayWritten, String>>>,
+    outcome: watch::Sender<Option<ArrayOutcome>>,
+}
+
+#[derive(Debug)]
+struct Assembly {
+    buf: Vec<u8>,
+    waiting: BTreeSet<u32>,
+    done: Option<oneshot::Sender<Vec<u8>>>,
+}
+
+fn bad(why: impl Into<String>) -> StoreError {
+    StoreError::BadRequest(why.into())
+}
+
+impl Arrays {
+    fn get(&self, name: &DatasetName) -> Option<Arc<Session>> {
+        self.sessions.lock().expect("arrays lock").get(name).cloned()
+    }
+
+    /// The session of `name`, waiting a while for it to open (processes may ask before the
+    /// first one has opened it).
+    async fn wait_for(&self, name: &DatasetName, txid: u64) -> Result<Arc<Session>, StoreError> {
+        let deadline = tokio::time::Instant::now() + POLL;
+        loop {
+            let opened = self.opened.notified();
+            if let Some(s) = self.get(name).filter(|s| s.plan.txid == txid) {
+                return Ok(s);
+            }
+            if tokio::time::timeout_at(deadline, opened).await.is_err() {
+                return Err(bad(format!("no collective write of `{name}` is open on this server")));
+            }
+        }
+    }
+
+    /// Tell the session of a transaction how it ended (from `Commit` and `Abort`).
+    pub fn conclude(&self, name: &DatasetName, txid: u64, committed: bool) {
+        if let Some(s) = self.get(name).filter(|s| s.plan.txid == txid) {
+            let why = if committed { String::new() } else { "the write was aborted".into() };
+            s.outcome.send_if_modified(|o| o.is_none() && o.replace(ArrayOutcome { committed, why }).is_none());
+        }
+    }
+}
+
+/// `ArrayOpen`: start this server's part of a collective write.
+pub fn open(shared: &Arc<Shared>, plan: ArrayPlan) -> Result<ControlReply, StoreError> {
+    let subs = Subchunks::new(&plan.schema, &plan.disk, plan.style, plan.threshold).map_err(|e| bad(e.to_string()))?;
+    plan.memory.check(&plan.schema).map_err(|e| bad(e.to_string()))?;
+    let servers = plan.rates.len() as u32;
+    if servers == 0 || shared.config.node.0 >= servers {
+        return Err(bad(format!("the plan has {servers} servers; this is {}", shared.config.node)));
+    }
+    // The staging must be there: appends will be checked against it.
+    shared.store.check_write(plan.txid, &plan.name, FragmentId(shared.config.node.0), APPEND, 1)?;
+    let ranks = plan.ranks();
+    let chunks: Vec<Region> = (0..ranks).map(|r| plan.memory.chunk(&plan.schema, r)).collect();
+    let (senders, wants): (Vec<_>, Vec<_>) = (0..ranks)
+        .map(|_| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            (tx, tokio::sync::Mutex::new(rx))
+        })
+        .unzip();
+    let manager = (plan.alloc == AllocKind::Dynamic && plan.manager.node == shared.config.node)
+        .then(|| Mutex::new(Dynamic::new(subs.sizes(), &plan.rates, plan.per_round)));
+    let session = Arc::new(Session {
+        plan,
+        subs,
+        chunks,
+        wants,
+        assembly: Mutex::new(HashMap::new()),
+        manager,
+        written: watch::channel(None).0,
+        outcome: watch::channel(None).0,
+    });
+    {
+        let mut all = shared.arrays.sessions.lock().expect("arrays lock");
+        if let Some(old) = all.get(&session.plan.name)
+            && old.outcome.borrow().is_none()
+        {
+            return Err(bad(format!("`{}` is being written already", session.plan.name)));
+        }
+        all.insert(session.plan.name.clone(), session.clone());
+    }
+    shared.arrays.opened.notify_waiters();
+    tracing::info!(node = %shared.config.node, array = %session.plan.name, subchunks = session.subs.len(),
+        alloc = %session.plan.alloc, "collective write opened");
+    let (shared, s) = (shared.clone(), session.clone());
+    tokio::spawn(async move {
+        let result = gather(&shared, &s, senders).await;
+        if let Err(why) = &result {
+            tracing::warn!(node = %shared.config.node, array = %s.plan.name, why, "collective write failed");
+            s.outcome.send_if_modified(|o| {
+                o.is_none() && o.replace(ArrayOutcome { committed: false, why: why.clone() }).is_none()
+            });
+        }
+        s.written.send_replace(Some(result));
+        // Keep the outcome for late polls, then forget the session.
+        let mut outcome = s.outcome.subscribe();
+        let _ = tokio::time::timeout(STALL * 10, outcome.wait_for(Option::is_some)).await;
+        tokio::time::sleep(LINGER).await;
+        let mut all = shared.arrays.sessions.lock().expect("arrays lock");
+        if all.get(&s.plan.name).is_some_and(|cur| Arc::ptr_eq(cur, &s)) {
+            all.remove(&s.plan.name);
+        }
+    });
+    Ok(ControlReply::Done)
+}
+
+/// `ArrayWants`: the subchunks this server wants pieces of from `rank`, once there are some;
+/// the outcome once there will be none.
+pub async fn wants(shared: &Arc<Shared>, name: &DatasetName, txid: u64, rank: u32) -> Result<ControlReply, StoreError> {
+    let Ok(s) = shared.arrays.wait_for(name, txid).await else {
+        // Not open yet: the process asks again.
+        return Ok(ControlReply::ArrayWants { subchunks: vec![], outcome: None });
+    };
+    let Some(rx) = s.wants.get(rank as usize) else {
+        return Err(bad(format!("`{name}` is written by {} processes; there is no process {rank}", s.wants.len())));
+    };
+    let mut rx = rx.lock().await;
+    match tokio::time::timeout(POLL, rx.recv()).await {
+        Ok(Some(first)) => {
+            let mut subchunks = vec![first];
+            while let Ok(more) = rx.try_recv() {
+                subchunks.push(more);
+            }
+            Ok(ControlReply::ArrayWants { subchunks, outcome: None })
+        }
+        Ok(None) => {
+            // Nothing more is wanted from this process: wait for the end.
+            let mut outcome = s.outcome.subscribe();
+            let got = tokio::time::timeout(POLL, outcome.wait_for(Option::is_some)).await;
+            let outcome = got.ok().and_then(|o| o.ok().and_then(|o| o.clone()));
+            Ok(ControlReply::ArrayWants { subchunks: vec![], outcome })
+        }
+        Err(_) => Ok(ControlReply::ArrayWants { subchunks: vec![], outcome: s.outcome.borrow().clone() }),
+    }
+}
+
+/// A `Piece` frame: copy it into its subchunk's assembly.
+pub fn piece(shared: &Arc<Shared>, p: PieceReq) -> Result<(), StoreError> {
+    let s = {
+        let all = shared.arrays.sessions.lock().expect("arrays lock");
+        all.values().find(|s| s.plan.txid == p.txid).cloned()
+    };
+    let s = s.ok_or_else(|| bad(format!("no collective write {:016x} is open on this server", p.txid)))?;
+    let (Some(sub), Some(chunk)) = (s.subs.boxes.get(p.subchunk as usize), s.chunks.get(p.rank as usize)) else {
+        return Err(bad(format!(
+            "a piece of subchunk {} from process {}: no such subchunk or process",
+            p.subchunk, p.rank
+        )));
+    };
+    let part = chunk.intersect(sub);
+    let elem = s.plan.schema.dtype.size();
+    let mut assembly = s.assembly.lock().expect("assembly lock");
+    let Some(a) = assembly.get_mut(&p.subchunk) else {
+        return Err(bad(format!("subchunk {} was not asked for", p.subchunk)));
+    };
+    if !a.waiting.remove(&p.rank) {
+        return Err(bad(format!("process {} sent subchunk {} twice, or was not asked", p.rank, p.subchunk)));
+    }
+    if let Err(e) = copy_overlap(elem, &part, &p.data, sub, &mut a.buf, &part) {
+        a.waiting.insert(p.rank);
+        return Err(bad(format!("the piece of subchunk {} from process {}: {e}", p.subchunk, p.rank)));
+    }
+    if a.waiting.is_empty() {
+        let a = assembly.remove(&p.subchunk).expect("present");
+        if let Some(done) = a.done {
+            let _ = done.send(a.buf);
+        }
+    }
+    Ok(())
+}
+
+/// `ArrayGrant`, on the manager's server: the asker's next batch.
+pub async fn grant(
+    shared: &Arc<Shared>,
+    name: &DatasetName,
+    txid: u64,
+    from: NodeId,
+    rate: Option<f64>,
+) -> Result<ControlReply, StoreError> {
+    let s = shared.arrays.wait_for(name, txid).await?;
+    let Some(manager) = &s.manager else {
+        return Err(bad(format!("{} does not manage the write of `{name}`", shared.config.node)));
+    };
+    if from.0 as usize >= s.plan.rates.len() {
+        return Err(bad(format!("{from} is not a server of the write of `{name}`")));
+    }
+    let r = manager.lock().expect("manager lock").grant(from.0, rate);
+    Ok(ControlReply::ArrayGranted { from: r.start, to: r.end })
+}
+
+/// `ArrayFinish`: wait for this server's last block, then say where everything went.
+pub async fn finish(shared: &Arc<Shared>, name: &DatasetName, txid: u64) -> Result<ControlReply, StoreError> {
+    let s = shared.arrays.wait_for(name, txid).await?;
+    let mut written = s.written.subscribe();
+    let done = written.wait_for(Option::is_some).await.map_err(|_| bad("the write's gatherer is gone"))?;
+    match done.clone().expect("some") {
+        Ok(written) => Ok(ControlReply::ArrayWritten { written }),
+        Err(why) => {
+            Err(StoreError::Incomplete(format!("{} could not write its part of `{name}`: {why}", shared.config.node)))
+        }
+    }
+}
+
+/// Where this server's work comes from.
+enum Work {
+    Fixed(std::vec::IntoIter<u32>),
+    Managed { conn: Option<PeerConn>, batch: std::ops::Range<u32> },
+}
+
+/// The gatherer: asks for pieces, assembles subchunks and hands them to the writer.
+async fn gather(
+    shared: &Arc<Shared>,
+    s: &Arc<Session>,
+    senders: Vec<mpsc::UnboundedSender<u32>>,
+) -> Result<ArrayWritten, String> {
+    let me = shared.config.node;
+    let plan = &s.plan;
+    let servers = plan.rates.len() as u32;
+    let mut work = match plan.alloc {
+        AllocKind::RoundRobin => Work::Fixed(mine(round_robin(s.subs.len(), servers), me)),
+        AllocKind::Static => Work::Fixed(mine(static_alloc(&s.subs.sizes(), &plan.rates), me)),
+        AllocKind::Dynamic => Work::Managed { conn: None, batch: 0..0 },
+    };
+    let meter = Arc::new(Mutex::new(Meter::default()));
+    let (tx, rx) = mpsc::channel::<(u32, Vec<u8>)>(WRITE_AHEAD);
+    let writer = tokio::spawn(write_all(shared.clone(), s.clone(), rx, meter.clone()));
+    let mut inflight = futures_util::stream::FuturesOrdered::new();
+    let mut exhausted = false;
+    loop {
+        while !exhausted && inflight.len() < GATHER_AHEAD {
+            match next(shared, s, &mut work, &meter).await? {
+                Some(i) => inflight.push_back(ask(s, &senders, i)),
+                None => exhausted = true,
+            }
+        }
+        use futures_util::StreamExt;
+        let Some(got) = inflight.next().await else { break };
+        let (i, buf) = got?;
+        if tx.send((i, buf)).await.is_err() {
+            break;
+        }
+    }
+    drop(senders);
+    drop(tx);
+    let (placed, fragment_bytes) = writer.await.map_err(|e| format!("the writer failed: {e}"))??;
+    let m = *meter.lock().expect("meter lock");
+    Ok(ArrayWritten { placed, fragment_bytes, bytes: m.bytes, disk_secs: m.secs })
+}
+
+fn mine(alloc: Vec<u32>, me: NodeId) -> std::vec::IntoIter<u32> {
+    alloc.iter().enumerate().filter(|(_, s)| **s == me.0).map(|(i, _)| i as u32).collect::<Vec<_>>().into_iter()
+}
+
+/// The next subchunk this server is to write, asking the manager when a batch runs out.
+async fn next(
+    shared: &Arc<Shared>,
+    s: &Arc<Session>,
+    work: &mut Work,
+    meter: &Mutex<Meter>,
+) -> Result<Option<u32>, String> {
+    match work {
+        Work::Fixed(it) => Ok(it.next()),
+        Work::Managed { conn, batch } => {
+            if let Some(i) = batch.next() {
+                return Ok(Some(i));
+            }
+            let rate = meter.lock().expect("meter lock").rate();
+            let (name, txid, me) = (s.plan.name.clone(), s.plan.txid, shared.config.node);
+            let reply = if s.plan.manager.node == me {
+                grant(shared, &name, txid, me, rate).await.map_err(|e| e.to_string())?
+            } else {
+                if conn.is_none() {
+                    let c = PeerConn::connect(shared, &s.plan.manager.addr)
+                        .await
+                        .map_err(|e| format!("reaching the manager at {}: {e}", s.plan.manager.addr))?;
+                    *conn = Some(c);
+                }
+                let c = conn.as_mut().expect("connected");
+                let req = ControlRequest::ArrayGrant { name, txid, from: me, rate };
+                tokio::time::timeout(STALL, c.control(req))
+                    .await
+                    .map_err(|_| "the manager did not answer".to_string())?
+                    .map_err(|e| format!("asking the manager for work: {e}"))?
+            };
+            match reply {
+                ControlReply::ArrayGranted { from, to } => {
+                    *batch = from..to;
+                    Ok(batch.next())
+                }
+                other => Err(format!("the manager answered {other:?}")),
+            }
+        }
+    }
+}
+
+/// Ask every process holding part of subchunk `i` for its piece, and wait for them all.
+fn ask(
+    s: &Arc<Session>,
+    senders: &[mpsc::UnboundedSender<u32>],
+    i: u32,
+) -> impl std::future::Future<Output = Result<(u32, Vec<u8>), String>> + use<> {
+    let sub = &s.subs.boxes[i as usize];
+    let holders: BTreeSet<u32> =
+        (0..s.chunks.len() as u32).filter(|&r| !s.chunks[r as usize].intersect(sub).is_empty()).collect();
+    let (done, rx) = oneshot::channel();
+    let len = s.subs.bytes(i as usize) as usize;
+    s.assembly
+        .lock()
+        .expect("assembly lock")
+        .insert(i, Assembly { buf: vec![0; len], waiting: holders.clone(), done: Some(done) });
+    for r in &holders {
+        let _ = senders[*r as usize].send(i);
+    }
+    async move {
+        match tokio::time::timeout(STALL, rx).await {
+            Ok(Ok(buf)) => Ok((i, buf)),
+            Ok(Err(_)) => Err(format!("subchunk {i} was dropped")),
+            Err(_) => Err(format!(
+                "no piece of subchunk {i} for {}s from processes {holders:?}: a process of the call is gone",
+                STALL.as_secs()
+            )),
+        }
+    }
+}
+
+/// What the disk did for this write: the rate dynamic allocation and the next call's static
+/// allocation plan with.
+#[derive(Clone, Copy, Debug, Default)]
+struct Meter {
+    bytes: u64,
+    secs: f64,
+}
+
+impl Meter {
+    fn rate(&self) -> Option<f64> {
+        (self.bytes > 0 && self.secs > 0.0).then(|| self.bytes as f64 / self.secs)
+    }
+}
+
+/// The writer: packs gathered subchunks into the fragment's blocks, one block at a time
+/// through the disk queue, and records where each subchunk starts.
+async fn write_all(
+    shared: Arc<Shared>,
+    s: Arc<Session>,
+    mut rx: mpsc::Receiver<(u32, Vec<u8>)>,
+    meter: Arc<Mutex<Meter>>,
+) -> Result<(Vec<(u32, u64)>, u64), String> {
+    let fragment = FragmentId(shared.config.node.0);
+    let block_bytes = shared
+        .store
+        .check_write(s.plan.txid, &s.plan.name, fragment, APPEND, 1)
+        .map_err(|e| e.to_string())?
+        .block_bytes() as usize;
+    let mut placed = vec![];
+    let mut offset = 0u64;
+    let mut pending: Vec<u8> = Vec::with_capacity(block_bytes);
+    let mut slots = 0u32;
+    while let Some((i, buf)) = rx.recv().await {
+        placed.push((i, offset));
+        offset += buf.len() as u64;
+        let mut rest = &buf[..];
+        while !rest.is_empty() {
+            let take = (block_bytes - pending.len()).min(rest.len());
+            pending.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            if pending.len() == block_bytes {
+                let block = std::mem::replace(&mut pending, Vec::with_capacity(block_bytes));
+                write_block(&shared, &s, fragment, block, &mut slots, offset, &meter).await?;
+            }
+        }
+    }
+    if offset == 0 {
+        // Every fragment of a dataset holds at least one block: a server given no subchunk
+        // holds one byte no subchunk points at.
+        pending.push(0);
+        offset = 1;
+    }
+    let padding = u64::from(placed.is_empty());
+    if !pending.is_empty() {
+        write_block(&shared, &s, fragment, pending, &mut slots, offset, &meter).await?;
+    }
+    meter.lock().expect("meter lock").bytes -= padding;
+    Ok((placed, offset))
+}
+
+async fn write_block(
+    shared: &Arc<Shared>,
+    s: &Session,
+    fragment: FragmentId,
+    data: Vec<u8>,
+    slots: &mut u32,
+    done: u64,
+    meter: &Mutex<Meter>,
+) -> Result<(), String> {
+    let data = Bytes::from(data);
+    let staged =
+        shared.store.check_write(s.plan.txid, &s.plan.name, fragment, APPEND, data.len()).map_err(|e| e.to_string())?;
+    let (tx, rx) = oneshot::channel();
+    let job = Job {
+        id: 0,
+        stream: StreamKey { conn: 0, stream: s.plan.txid },
+        file: staged.key,
+        bytes: data.len() as u64,
+        progress: Progress { done_bytes: done, total_bytes: s.plan.schema.bytes(), metric: ProgressMetric::Bytes },
+        service: Service::FURTHEST_BEHIND,
+        arrival: shared.now(),
+    };
+    let len = data.len() as u64;
+    let crc = crc32c::crc32c(&data);
+    let ctx = WriteCtx {
+        conn: 0,
+        request_id: 0,
+        target: WriteTarget::Staged(staged),
+        block: APPEND,
+        crc,
+        data,
+        reply: WriteReply::Local(tx),
+    };
+    let began = Instant::now();
+    shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
+    shared.disk_wake.notify_one();
+    match rx.await {
+        Ok(Ok(slot)) if slot == *slots => {}
+        Ok(Ok(slot)) => return Err(format!("block {} landed in slot {slot}", *slots)),
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("the disk driver dropped a write".into()),
+    }
+    *slots += 1;
+    let mut m = meter.lock().expect("meter lock");
+    m.bytes += len;
+    m.secs += began.elapsed().as_secs_f64();
+    Ok(())
+}
+
+/// `WriteProbe`: panda's empirical test, `count` writes of `bytes` through the disk queue (so
+/// a disk model and its faults apply as to any write), then a sync; the rate it took.
+pub async fn probe(shared: &Arc<Shared>, bytes: u32, count: u32) -> Result<ControlReply, StoreError> {
+    if bytes == 0 || count == 0 || u64::from(bytes) * u64::from(count) > 64 << 20 {
+        return Err(bad("a write probe writes 1 byte to 64 MiB in all"));
+    }
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = shared.config.data_dir.join(format!("write-probe-{n}.tmp"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)
+        .map_err(|err| StoreError::Io { what: format!("creating {}", path.display()), err })?;
+    let file = Arc::new(file);
+    let data = Bytes::from(vec![0x5a; bytes as usize]);
+    let began = Instant::now();
+    let mut result = Ok(());
+    for k in 0..count {
+        let (tx, rx) = oneshot::channel();
+        let job = Job {
+            id: 0,
+            stream: StreamKey { conn: 0, stream: u64::MAX },
+            file: u64::MAX - u64::from(shared.config.node.0),
+            bytes: u64::from(bytes),
+            progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
+            service: Service::FURTHEST_BEHIND,
+            arrival: shared.now(),
+        };
+        let offset = u64::from(k) * u64::from(bytes);
+        let ctx = WriteCtx {
+            conn: 0,
+            request_id: 0,
+            target: WriteTarget::Scratch { file: file.clone(), offset },
+            block: k,
+            crc: 0,
+            data: data.clone(),
+            reply: WriteReply::Local(tx),
+        };
+        shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
+        shared.disk_wake.notify_one();
+        result = rx.await.unwrap_or_else(|_| Err(bad("the disk driver dropped a write"))).map(drop);
+        if result.is_err() {
+            break;
+        }
+    }
+    let synced = {
+        let f = file.clone();
+        tokio::task::spawn_blocking(move || f.sync_data()).await
+    };
+    let secs = began.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&path);
+    result?;
+    synced
+        .map_err(|e| bad(format!("sync task failed: {e}")))?
+        .map_err(|err| StoreError::Io { what: "syncing the write probe".into(), err })?;
+    Ok(ControlReply::Rate { bytes_per_sec: u64::from(bytes) as f64 * f64::from(count) / secs.max(1e-9) })
+}
