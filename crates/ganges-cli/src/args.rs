@@ -12,6 +12,7 @@ use ganges_core::route::ceft::CeftSettings;
 use ganges_core::route::{PlanSettings, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, WINDOW_DEFAULT};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::units::{ByteSize, Dur, Rate};
+use ganges_core::array::{AllocKind, DType, Dist};
 use ganges_core::write::WritePolicyKind;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -63,6 +64,11 @@ pub(crate) enum Cmd {
     Dataset {
         #[command(subcommand)]
         cmd: DatasetCmd,
+    },
+    /// N-dimensional arrays: collective writes that follow the disks, reads into any layout
+    Array {
+        #[command(subcommand)]
+        cmd: ArrayCmd,
     },
     /// Write a dataset from many writers at once; blocks go where the write policy sends them
     #[command(
@@ -385,6 +391,95 @@ impl LocalDiskArgs {
             self.queue_depth.to_string(),
         ]
     }
+}
+
+/// A memory or disk layout on the command line: a mesh and a distribution per dimension.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct MemoryLayoutArgs {
+    /// Processes along each dimension (or along each distributed one) [default: one process]
+    #[arg(long, value_delimiter = ',', value_name = "N,N,..")]
+    pub(crate) memory_mesh: Option<Vec<u32>>,
+    /// BLOCK, CYCLIC(k) or * per dimension [default: BLOCK along every dimension the mesh cuts]
+    #[arg(long, value_delimiter = ',', value_name = "DIST,..")]
+    pub(crate) memory_dist: Option<Vec<Dist>>,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ArrayCmd {
+    /// Write an array from many processes at once (run here as tasks): the servers gather
+    /// each subchunk from the processes holding it and write where the allocation says
+    #[command(
+        after_help = "Examples:\n  ganges array write cube --shape 512,512,512 --dtype f32 --memory-mesh 2,2,2 --memory-dist BLOCK,BLOCK,BLOCK --disk-mesh 8 --disk-dist BLOCK,*,* --alloc dynamic\n  ganges array write field --shape 4096,4096 --dtype f64 --from field.bin"
+    )]
+    Write(Box<ArrayWriteArgs>),
+    /// Read an array into a memory layout (any, whatever wrote it), checking generated
+    /// elements, optionally to a file in row-major order
+    #[command(
+        after_help = "Examples:\n  ganges array read cube --memory-mesh 4 --memory-dist BLOCK,*,*\n  ganges array read field --to field.copy"
+    )]
+    Read {
+        name: String,
+        #[command(flatten)]
+        memory: MemoryLayoutArgs,
+        /// Write the whole array here, row-major
+        #[arg(long, value_name = "FILE")]
+        to: Option<PathBuf>,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// An array's schema, layout, and where its subchunks are
+    #[command(after_help = "Example:\n  ganges array info cube")]
+    Info {
+        name: String,
+        /// Print the manifest's array part (every subchunk's place) as JSON
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Remove an array
+    #[command(after_help = "Example:\n  ganges array rm cube")]
+    Rm {
+        name: String,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ArrayWriteArgs {
+    pub(crate) name: String,
+    /// Extent of each dimension (1 to 8 of them)
+    #[arg(long, value_delimiter = ',', required = true, value_name = "N,N,..")]
+    pub(crate) shape: Vec<u64>,
+    /// Element type: u8, i8, u16, i16, u32, i32, f32, u64, i64 or f64
+    #[arg(long, default_value = "f32")]
+    pub(crate) dtype: DType,
+    #[command(flatten)]
+    pub(crate) memory: MemoryLayoutArgs,
+    /// Logical I/O nodes along each (distributed) dimension of the disk layout [default: one
+    /// per server along the first]
+    #[arg(long, value_delimiter = ',', value_name = "N,N,..")]
+    pub(crate) disk_mesh: Option<Vec<u32>>,
+    /// BLOCK or * per dimension of the disk layout [default: BLOCK,*,..,* (row-major order)]
+    #[arg(long, value_delimiter = ',', value_name = "DIST,..")]
+    pub(crate) disk_dist: Option<Vec<Dist>>,
+    /// Which server writes each subchunk: round-robin, static (by measured speed) or dynamic
+    /// (a manager hands out work as servers ask)
+    #[arg(long, default_value = "dynamic")]
+    pub(crate) alloc: AllocKind,
+    /// Largest subchunk
+    #[arg(long, default_value = "1MiB")]
+    pub(crate) subchunk: ByteSize,
+    /// Cut chunks along their first dimension only, (BLOCK,*,..,*), so a chunk's subchunks
+    /// concatenate to it
+    #[arg(long)]
+    pub(crate) first_dim_subchunks: bool,
+    /// The array's bytes, row-major, instead of generated elements (each its own index)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) from: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArg,
 }
 
 #[derive(Subcommand, Debug)]

@@ -74,6 +74,7 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Serve(a) => serve(a),
         Cmd::Local { cmd } => local_cmd(cmd),
         Cmd::Dataset { cmd } => runtime()?.block_on(dataset_cmd(cmd)),
+        Cmd::Array { cmd } => runtime()?.block_on(array_cmd(cmd)),
         Cmd::Write(a) => {
             let source = match a.from {
                 Some(path) => WriteSource::File(path),
@@ -432,6 +433,42 @@ async fn dataset_cmd(cmd: DatasetCmd) -> CliResult<()> {
         DatasetCmd::Complete { name: n, cluster } => commands::dataset_complete(&cluster.path(), name(&n)?).await,
         DatasetCmd::Verify { name: n, cluster } => commands::dataset_verify(&cluster.path(), name(&n)?).await,
         DatasetCmd::Rm { name: n, cluster } => commands::dataset_rm(&cluster.path(), name(&n)?).await,
+    }
+}
+
+async fn array_cmd(cmd: ArrayCmd) -> CliResult<()> {
+    use ganges_cli::array::{self as cmds, layout};
+    use ganges_core::array::{ArrayLayout, Dist, Schema, SubchunkStyle};
+    match cmd {
+        ArrayCmd::Write(a) => {
+            let a = *a;
+            let schema = Schema::new(a.shape, a.dtype).map_err(|e| CliError::Failed(e.to_string()))?;
+            let rank = schema.rank();
+            let memory = layout("memory", rank, a.memory.memory_mesh, a.memory.memory_dist, None)?;
+            let servers = ClusterFile::load(&a.cluster.path())?.nodes();
+            let row_major = (0..rank).map(|d| if d == 0 { Dist::Block } else { Dist::Star }).collect();
+            let disk = layout("disk", rank, a.disk_mesh, a.disk_dist, ArrayLayout::new(vec![servers], row_major).ok())?;
+            let mut spec = ganges_client::array::ArraySpec::new(name(&a.name)?, schema, memory, disk, a.alloc);
+            spec.threshold = a.subchunk.0;
+            if a.first_dim_subchunks {
+                spec.style = SubchunkStyle::FirstDim;
+            }
+            cmds::write(&a.cluster.path(), spec, a.from.as_deref()).await
+        }
+        ArrayCmd::Read { name: n, memory, to, cluster } => {
+            let layout = match (memory.memory_mesh, memory.memory_dist) {
+                (None, None) => None,
+                (mesh, dist) => {
+                    let client = ganges_cli::commands::connect(&cluster.path()).await?;
+                    let m = client.manifest(&name(&n)?).await?;
+                    let rank = ganges_client::array::meta(&m)?.schema.rank();
+                    Some(layout("memory", rank, mesh, dist, None)?)
+                }
+            };
+            cmds::read(&cluster.path(), name(&n)?, layout, to.as_deref()).await
+        }
+        ArrayCmd::Info { name: n, json, cluster } => cmds::info(&cluster.path(), name(&n)?, json).await,
+        ArrayCmd::Rm { name: n, cluster } => cmds::rm(&cluster.path(), name(&n)?).await,
     }
 }
 

@@ -57,6 +57,17 @@ pub struct ArraySpec {
     pub alloc: AllocKind,
     /// Dynamic allocation's `N`.
     pub per_round: u32,
+    /// The elements are `ganges_core::array::generated`'s (each its own index), so a reader
+    /// can check every one; the manifest's content says so.
+    pub generated: bool,
+}
+
+/// The manifest content of an array whose elements are generated (each holds its index).
+pub const GENERATED_SOURCE: &str = "generated: each element holds its row-major index";
+
+/// Whether the array in `manifest` holds generated elements, which any read can check.
+pub fn is_generated(manifest: &Manifest) -> bool {
+    matches!(&manifest.content, Content::Imported { source } if source == GENERATED_SOURCE)
 }
 
 impl ArraySpec {
@@ -77,6 +88,7 @@ impl ArraySpec {
             threshold: SUBCHUNK_BYTES,
             alloc,
             per_round: DYNAMIC_PER_ROUND,
+            generated: false,
         }
     }
 
@@ -120,6 +132,16 @@ impl CallId {
         }
         CallId(h | 1)
     }
+}
+
+/// This process's rank and the number of processes, as the MPI launcher (Open MPI, MPICH and
+/// other PMI launchers, Slurm's `srun`) tells them in its environment; `None` outside one.
+pub fn launcher_rank() -> Option<(u32, u32)> {
+    let get = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u32>().ok());
+    [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"), ("PMIX_RANK", "PMIX_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")]
+        .into_iter()
+        .find_map(|(r, s)| Some((get(r)?, get(s)?)))
+        .filter(|(r, s)| r < s)
 }
 
 /// The servers' write rates, bytes per second, kept between collective calls: static
@@ -198,7 +220,12 @@ impl<'c> Coordinator<'c> {
         let most = spec.schema.bytes().div_ceil(u64::from(block)).max(1) * u64::from(block);
         let shape = Shape::uniform(servers, most, block)?;
         let layout = Layout::chained(servers, 1)?;
-        let content = Content::Imported { source: format!("a collective write of {} processes", spec.ranks()) };
+        let source = if spec.generated {
+            GENERATED_SOURCE.to_string()
+        } else {
+            format!("a collective write of {} processes", spec.ranks())
+        };
+        let content = Content::Imported { source };
         let manifest = draft(layout, spec.name.clone(), shape, RecordFormat::Bytes, content)?;
         let staging = Staging::begin_as(client, &manifest, true, call.0).await?;
         let manager = client.cluster().server(NodeId(0))?;
