@@ -10,6 +10,7 @@
 //! - [`plot`]: SVG and PNG line charts.
 //! - [`util`]: the benches' error type, progress bars, tables.
 
+pub mod array;
 pub mod plot;
 pub mod real;
 pub mod scan;

@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use ganges_bench::scan::{Access, FaultWindow, LayoutChoice, Ratio};
 use ganges_cli::error::{CliError, CliResult, fail};
 use ganges_client::cluster::default_cluster_path;
+use ganges_core::array::{AllocKind, DType, Dist};
 use ganges_core::ceft::CeftThresholds;
 use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::fault::FaultLayout;
@@ -12,7 +13,6 @@ use ganges_core::route::ceft::CeftSettings;
 use ganges_core::route::{PlanSettings, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, WINDOW_DEFAULT};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::units::{ByteSize, Dur, Rate};
-use ganges_core::array::{AllocKind, DType, Dist};
 use ganges_core::write::WritePolicyKind;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -802,6 +802,12 @@ pub(crate) enum BenchCmd {
         after_help = "Examples:\n  ganges bench write --json write.json --plot write.svg\n  ganges bench write --quick\n  ganges bench write --policies dq --faults 0,4 --repeat 3"
     )]
     Write(Box<BenchWriteArgs>),
+    /// Collective array writes (Panda's Figures 4 to 7): round-robin, static and dynamic
+    /// allocation with 0 to all servers slow, and a server slow for one call of ten
+    #[command(
+        after_help = "Examples:\n  ganges bench array --json array.json --plot array.svg\n  ganges bench array --quick\n  ganges bench array --figures iterations --iteration-servers 2,16"
+    )]
+    Array(Box<BenchArrayArgs>),
     /// What securing connections costs on the data path: plain, the cluster secret, and TLS,
     /// one consumer reading one server from the page cache, in one run
     #[command(after_help = "Example:\n  ganges bench transport --size 1GiB --repeat 5")]
@@ -817,6 +823,49 @@ pub(crate) enum BenchCmd {
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct BenchArrayArgs {
+    /// Which figures: natural (Figure 4), row-major (Figure 5), iterations (Figures 6 and 7)
+    #[arg(long, value_delimiter = ',', default_value = "natural,row-major,iterations")]
+    pub(crate) figures: Vec<ArrayFigure>,
+    /// Server counts of Figures 4 and 5
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+    pub(crate) servers: Vec<u32>,
+    /// Server counts of Figures 6 and 7
+    #[arg(long, value_delimiter = ',', default_value = "2,16")]
+    pub(crate) iteration_servers: Vec<u32>,
+    /// The array's shape (f32 elements)
+    #[arg(long, value_delimiter = ',', default_value = "512,512,512")]
+    pub(crate) shape: Vec<u64>,
+    #[arg(long, value_delimiter = ',', default_value = "round-robin,static,dynamic")]
+    pub(crate) allocs: Vec<AllocKind>,
+    /// Each server's modelled disk bandwidth (a slow one has half)
+    #[arg(long, default_value = "32MiB/s")]
+    pub(crate) disk_rate: Rate,
+    #[arg(long, default_value = "1ms")]
+    pub(crate) seek: Dur,
+    /// Calls per configuration of Figures 4 and 5 (the mean is shown)
+    #[arg(long, default_value_t = 2)]
+    pub(crate) repeat: u32,
+    /// Calls of Figures 6 and 7 (the server is slow in the fifth)
+    #[arg(long, default_value_t = 10)]
+    pub(crate) iterations: u32,
+    /// A smaller run: a 64 MiB array, 2 to 8 servers, one call each
+    #[arg(long)]
+    pub(crate) quick: bool,
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    pub(crate) plot: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ArrayFigure {
+    Natural,
+    RowMajor,
+    Iterations,
 }
 
 #[derive(Args, Debug)]

@@ -68,7 +68,9 @@ fn chunks(spec: &ArraySpec, from: Option<&Path>) -> CliResult<Vec<Bytes>> {
     (0..spec.ranks())
         .map(|r| {
             let part = spec.memory.chunk(schema, r);
-            gather(schema.dtype.size(), &region, &whole, &part).map(Bytes::from).map_err(|e| CliError::Failed(e.to_string()))
+            gather(schema.dtype.size(), &region, &whole, &part)
+                .map(Bytes::from)
+                .map_err(|e| CliError::Failed(e.to_string()))
         })
         .collect()
 }
@@ -181,7 +183,12 @@ pub async fn info(cluster: &Path, name: DatasetName, json: bool) -> CliResult<()
         let bytes: u64 = mine.iter().map(|&i| subs.bytes(i)).sum();
         let first: Vec<String> = mine.iter().take(8).map(usize::to_string).collect();
         let more = if mine.len() > 8 { ", …" } else { "" };
-        t.row(vec![format!("node{k}"), mine.len().to_string(), ByteSize(bytes).to_string(), format!("{}{more}", first.join(", "))]);
+        t.row(vec![
+            format!("node{k}"),
+            mine.len().to_string(),
+            ByteSize(bytes).to_string(),
+            format!("{}{more}", first.join(", ")),
+        ]);
     }
     print!("{}", t.render());
     Ok(())

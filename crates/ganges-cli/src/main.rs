@@ -156,6 +156,7 @@ fn run(cli: Cli) -> CliResult<()> {
         },
         Cmd::Bench { cmd: BenchCmd::Scan(a) } => bench_scan(*a),
         Cmd::Bench { cmd: BenchCmd::Write(a) } => bench_write(*a),
+        Cmd::Bench { cmd: BenchCmd::Array(a) } => bench_array(*a),
         Cmd::Bench { cmd: BenchCmd::Transport { size, block_size, repeat, json } } => {
             let spec = ganges_bench::transport::TransportBenchSpec {
                 bytes: size.0,
@@ -509,6 +510,49 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
     print!("{}", bench::render(&report));
     bench::write_outputs(&report, spec.json.as_ref(), spec.plot.as_ref(), spec.plot_time.as_ref())?;
     for (what, p) in [("json", &spec.json), ("plot", &spec.plot), ("plot of rates over time", &spec.plot_time)] {
+        if let Some(p) = p {
+            println!("{what}: {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+fn bench_array(a: BenchArrayArgs) -> CliResult<()> {
+    use ganges_bench::array::{self as bench_arr, Figure};
+    let figures = a
+        .figures
+        .iter()
+        .map(|f| match f {
+            ArrayFigure::Natural => Figure::Natural,
+            ArrayFigure::RowMajor => Figure::RowMajor,
+            ArrayFigure::Iterations => Figure::Iterations,
+        })
+        .collect();
+    let mut spec = bench_arr::ArrayBenchSpec {
+        figures,
+        servers: a.servers,
+        iteration_servers: a.iteration_servers,
+        shape: a.shape,
+        allocs: a.allocs,
+        disk: DiskParams { rate_bytes_per_sec: a.disk_rate.0, seek: a.seek.0, queue_depth: 1 },
+        repeat: a.repeat.max(1),
+        iterations: a.iterations.max(5),
+        binary: binary()?,
+    };
+    if a.quick {
+        spec.shape = vec![256, 256, 256];
+        spec.servers = vec![2, 4, 8];
+        spec.iteration_servers = vec![2, 8];
+        spec.repeat = 1;
+        spec.iterations = 6;
+    }
+    if spec.servers.contains(&0) || spec.iteration_servers.contains(&0) {
+        return fail("a server count must be at least 1");
+    }
+    let report = bench_arr::run(&spec)?;
+    print!("{}", bench_arr::render(&report));
+    bench_arr::write_outputs(&report, a.json.as_ref(), a.plot.as_ref())?;
+    for (what, p) in [("json", &a.json), ("plot", &a.plot)] {
         if let Some(p) = p {
             println!("{what}: {}", p.display());
         }

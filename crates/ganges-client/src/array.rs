@@ -138,10 +138,15 @@ impl CallId {
 /// other PMI launchers, Slurm's `srun`) tells them in its environment; `None` outside one.
 pub fn launcher_rank() -> Option<(u32, u32)> {
     let get = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u32>().ok());
-    [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"), ("PMIX_RANK", "PMIX_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")]
-        .into_iter()
-        .find_map(|(r, s)| Some((get(r)?, get(s)?)))
-        .filter(|(r, s)| r < s)
+    [
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI_RANK", "PMI_SIZE"),
+        ("PMIX_RANK", "PMIX_SIZE"),
+        ("SLURM_PROCID", "SLURM_NTASKS"),
+    ]
+    .into_iter()
+    .find_map(|(r, s)| Some((get(r)?, get(s)?)))
+    .filter(|(r, s)| r < s)
 }
 
 /// The servers' write rates, bytes per second, kept between collective calls: static
@@ -502,7 +507,9 @@ pub async fn read_chunk(
     let region = memory.chunk(&meta.schema, rank);
     let elem = meta.schema.dtype.size();
     let mut out = vec![0u8; (region.elements() * u64::from(elem)) as usize];
-    let mut reader = AsyncReader::open(client.clone(), manifest.clone(), ReadOptions::new(ReadPolicyKind::Gd))?;
+    // Enough in flight to keep every server's disk busy from one reader.
+    let opts = ReadOptions::new(ReadPolicyKind::Gd).with_window(4 * manifest.shape.fragment_count());
+    let mut reader = AsyncReader::open(client.clone(), manifest.clone(), opts)?;
     let mut tickets = std::collections::HashMap::new();
     let mut budget = 0u64;
     let wanted: Vec<usize> = (0..subs.len()).filter(|&i| !region.intersect(&subs.boxes[i]).is_empty()).collect();

@@ -40,6 +40,10 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 pub const GATHER_AHEAD: usize = 4;
 /// Gathered subchunks waiting for the disk: enough that the disk never waits for a gather.
 const WRITE_AHEAD: usize = 2;
+/// Under dynamic allocation, subchunks a server holds granted and not yet written: it asks
+/// the manager for more only below this. Work taken early is work a faster server cannot
+/// take at the end; two keep the disk busy while the next is gathered.
+const DYNAMIC_AHEAD: u64 = 2;
 /// A collective write that makes no progress for this long has lost a process: it fails.
 pub const STALL: Duration = Duration::from_secs(60);
 /// How long one `ArrayWants` poll waits for something to say.
@@ -291,17 +295,39 @@ async fn gather(
         AllocKind::Static => Work::Fixed(mine(static_alloc(&s.subs.sizes(), &plan.rates), me)),
         AllocKind::Dynamic => Work::Managed { conn: None, batch: 0..0 },
     };
+    // The writer holds back a partial block, so the bound is at least two blocks.
+    let block = shared
+        .store
+        .check_write(plan.txid, &plan.name, FragmentId(me.0), APPEND, 1)
+        .map_err(|e| e.to_string())?
+        .block_bytes();
+    let ahead_max = match work {
+        Work::Managed { .. } => DYNAMIC_AHEAD * plan.threshold.max(u64::from(block)),
+        Work::Fixed(_) => u64::MAX,
+    };
     let meter = Arc::new(Mutex::new(Meter::default()));
     let (tx, rx) = mpsc::channel::<(u32, Vec<u8>)>(WRITE_AHEAD);
-    let writer = tokio::spawn(write_all(shared.clone(), s.clone(), rx, meter.clone()));
+    let (progress, mut written) = watch::channel(0u64);
+    let writer = tokio::spawn(write_all(shared.clone(), s.clone(), rx, meter.clone(), progress));
     let mut inflight = futures_util::stream::FuturesOrdered::new();
     let mut exhausted = false;
+    let mut taken = 0u64;
     loop {
-        while !exhausted && inflight.len() < GATHER_AHEAD {
+        while !exhausted && inflight.len() < GATHER_AHEAD && taken.saturating_sub(*written.borrow()) < ahead_max {
             match next(shared, s, &mut work, &meter).await? {
-                Some(i) => inflight.push_back(ask(s, &senders, i)),
+                Some(i) => {
+                    taken += s.subs.bytes(i as usize);
+                    inflight.push_back(ask(s, &senders, i));
+                }
                 None => exhausted = true,
             }
+        }
+        if inflight.is_empty() {
+            // Done, or holding all the work allowed ahead: wait for the disk.
+            if exhausted || written.changed().await.is_err() {
+                break;
+            }
+            continue;
         }
         use futures_util::StreamExt;
         let Some(got) = inflight.next().await else { break };
@@ -414,6 +440,7 @@ async fn write_all(
     s: Arc<Session>,
     mut rx: mpsc::Receiver<(u32, Vec<u8>)>,
     meter: Arc<Mutex<Meter>>,
+    progress: watch::Sender<u64>,
 ) -> Result<(Vec<(u32, u64)>, u64), String> {
     let fragment = FragmentId(shared.config.node.0);
     let block_bytes = shared
@@ -436,6 +463,7 @@ async fn write_all(
             if pending.len() == block_bytes {
                 let block = std::mem::replace(&mut pending, Vec::with_capacity(block_bytes));
                 write_block(&shared, &s, fragment, block, &mut slots, offset, &meter).await?;
+                progress.send_replace(meter.lock().expect("meter lock").bytes);
             }
         }
     }

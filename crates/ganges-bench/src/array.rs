@@ -1,0 +1,389 @@
+//! `ganges bench array`: the Panda paper's Figures 4 to 7 for ganges, on a local cluster with
+//! the disk model, slow servers at half speed.
+//!
+//! - **Figure 4**: a 512 MiB array (512³ f32) from 8 processes (2×2×2, BLOCK³), natural
+//!   chunking on disk (the disk layout is the memory layout), 2 to 16 servers, 0 to all slow.
+//! - **Figure 5**: the same from 32 processes (4×4×2), stored row-major (disk `BLOCK,*,*` over
+//!   the servers): a reorganization on the way.
+//! - **Figures 6 and 7**: 16 processes (4×2×2), row-major on disk, ten calls in a row; at the
+//!   fifth one server turns twice as slow, at the sixth it recovers.
+//!
+//! Each write's throughput is divided by the peak of the I/O subsystem as the paper computes
+//! it: the sum of the servers' available rates (a slow server counts at half). A call is timed
+//! from the open to the commit; static allocation's empirical test, run before a
+//! configuration's first call, is not (the paper leaves it out too). Figures 4 and 5 report
+//! the mean of `repeat` calls, each planned with the rates its predecessor measured.
+
+use crate::plot::{self, Series};
+use crate::scan::BenchCluster;
+use crate::util::{BenchResult, Table, fail, git_commit, steps_bar};
+use bytes::Bytes;
+use ganges_client::Client;
+use ganges_client::array::{self as arr, ArraySpec, Rates};
+use ganges_core::array::{AllocKind, ArrayLayout, DType, Dist, Schema, generated};
+use ganges_core::disk::{DiskParams, Fault};
+use ganges_core::ids::NodeId;
+use ganges_proto::control::ControlRequest;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// How much slower a slow server is (the paper wrote each chunk twice).
+pub const SLOW_FACTOR: f64 = 0.5;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Figure {
+    /// Figure 4: natural chunking.
+    Natural,
+    /// Figure 5: row-major on disk from 32 processes.
+    RowMajor,
+    /// Figures 6 and 7: a server slow for one call of ten.
+    Iterations,
+}
+
+#[derive(Clone, Debug)]
+pub struct ArrayBenchSpec {
+    pub figures: Vec<Figure>,
+    pub servers: Vec<u32>,
+    /// Server counts of the iterations figure.
+    pub iteration_servers: Vec<u32>,
+    pub shape: Vec<u64>,
+    pub allocs: Vec<AllocKind>,
+    pub disk: DiskParams,
+    pub repeat: u32,
+    pub iterations: u32,
+    pub binary: PathBuf,
+}
+
+/// Where the servers keep their data: memory when there is room (the disk model is the disk
+/// here; a real disk's flushes at commit would only add noise), else the temp folder.
+fn scratch(array_bytes: u64) -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    match ganges_harness::sys::free_bytes(&shm) {
+        Some(free) if free > 4 * array_bytes => shm,
+        _ => std::env::temp_dir(),
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    pub figure: Figure,
+    pub servers: u32,
+    pub slow: u32,
+    pub alloc: AllocKind,
+    /// For the iterations figure: the call (1-based); else 0.
+    pub iteration: u32,
+    pub mb_per_sec: f64,
+    pub peak_mb_per_sec: f64,
+    /// Mean over the calls.
+    pub frac_peak: f64,
+    /// Each call's fraction of peak.
+    pub calls: Vec<f64>,
+    /// Bytes each server wrote in the last call.
+    pub server_bytes: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    /// "array", for the pages that show it.
+    pub bench: String,
+    pub git_commit: String,
+    pub shape: Vec<u64>,
+    pub disk_bytes_per_sec: f64,
+    pub slow_factor: f64,
+    pub repeat: u32,
+    pub rows: Vec<Row>,
+}
+
+/// The slow counts Figures 4 and 5 show for `servers`: none, one, half, all but one, all.
+pub fn slow_counts(servers: u32) -> Vec<u32> {
+    let mut v = vec![0, 1, servers / 2, servers.saturating_sub(1), servers];
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn layout(mesh: &[u32], dist: &[Dist]) -> BenchResult<ArrayLayout> {
+    ArrayLayout::new(mesh.to_vec(), dist.to_vec()).map_err(|e| crate::util::BenchError::Failed(e.to_string()))
+}
+
+/// The memory and disk layouts of a figure on `servers` servers.
+fn layouts(figure: Figure, servers: u32, rank: usize) -> BenchResult<(ArrayLayout, ArrayLayout)> {
+    let block = vec![Dist::Block; rank];
+    let mut rows = vec![Dist::Star; rank];
+    rows[0] = Dist::Block;
+    let mesh = |m: &[u32]| -> Vec<u32> { (0..rank).map(|d| m.get(d).copied().unwrap_or(1)).collect() };
+    Ok(match figure {
+        Figure::Natural => (layout(&mesh(&[2, 2, 2]), &block)?, layout(&mesh(&[2, 2, 2]), &block)?),
+        Figure::RowMajor => (layout(&mesh(&[4, 4, 2]), &block)?, layout(&[servers], &rows)?),
+        Figure::Iterations => (layout(&mesh(&[4, 2, 2]), &block)?, layout(&[servers], &rows)?),
+    })
+}
+
+pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
+    if spec.shape.len() < 3 {
+        return fail("the bench's layouts are three-dimensional: give a shape of 3 dimensions or more");
+    }
+    let schema =
+        Schema::new(spec.shape.clone(), DType::F32).map_err(|e| crate::util::BenchError::Failed(e.to_string()))?;
+    let mut counts: Vec<u32> = spec.servers.clone();
+    if spec.figures.contains(&Figure::Iterations) {
+        counts.extend(&spec.iteration_servers);
+    }
+    counts.sort_unstable();
+    counts.dedup();
+    let steps: usize = spec
+        .figures
+        .iter()
+        .map(|f| match f {
+            Figure::Iterations => spec.iteration_servers.len() * spec.allocs.len(),
+            _ => spec.servers.iter().map(|&s| slow_counts(s).len() * spec.allocs.len()).sum(),
+        })
+        .sum();
+    let bar = steps_bar(steps as u64, "array");
+    let mut rows = vec![];
+    for servers in counts {
+        let cluster = BenchCluster {
+            nodes: servers,
+            disk: Some(spec.disk),
+            root: None,
+            scratch: scratch(schema.bytes()),
+            binary: spec.binary.clone(),
+            node_groups: None,
+            real: None,
+        };
+        let started = cluster.start()?;
+        let client = started.block_on(async { Ok(Client::connect(started.cluster.cluster().clone()).await?) })?;
+        for &figure in &spec.figures {
+            let wanted = match figure {
+                Figure::Iterations => spec.iteration_servers.contains(&servers),
+                _ => spec.servers.contains(&servers),
+            };
+            if !wanted {
+                continue;
+            }
+            let (memory, disk) = layouts(figure, servers, schema.rank())?;
+            let chunks: Vec<Bytes> =
+                (0..memory.positions()).map(|r| Bytes::from(generated(&schema, &memory.chunk(&schema, r)))).collect();
+            for &alloc in &spec.allocs {
+                let mut spec_w =
+                    ArraySpec::new("bench-array".parse()?, schema.clone(), memory.clone(), disk.clone(), alloc);
+                spec_w.generated = true;
+                let run = Run { client: &client, spec: &spec_w, chunks: &chunks, disk: spec.disk, servers };
+                if figure == Figure::Iterations {
+                    bar.set_message(format!("figures 6-7: {alloc}, {servers} servers"));
+                    rows.extend(started.block_on(run.iterations(spec.iterations))?);
+                    bar.inc(1);
+                    continue;
+                }
+                for slow in slow_counts(servers) {
+                    bar.set_message(format!("{figure:?}: {alloc}, {slow}/{servers} slow"));
+                    rows.push(started.block_on(run.calls(figure, slow, spec.repeat))?);
+                    bar.inc(1);
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(Report {
+        bench: "array".into(),
+        git_commit: git_commit(),
+        shape: spec.shape.clone(),
+        disk_bytes_per_sec: spec.disk.rate_bytes_per_sec,
+        slow_factor: SLOW_FACTOR,
+        repeat: spec.repeat,
+        rows,
+    })
+}
+
+struct Run<'a> {
+    client: &'a std::sync::Arc<Client>,
+    spec: &'a ArraySpec,
+    chunks: &'a [Bytes],
+    disk: DiskParams,
+    servers: u32,
+}
+
+impl Run<'_> {
+    /// Make the first `slow` servers slow, the rest healthy.
+    async fn set_slow(&self, slow: u32) -> BenchResult<()> {
+        for n in 0..self.servers {
+            let fault = (n < slow).then_some(Fault::Factor { factor: SLOW_FACTOR });
+            self.client.control(NodeId(n), ControlRequest::SetFault { fault }).await?;
+        }
+        Ok(())
+    }
+
+    fn peak(&self, slow: u32) -> f64 {
+        let r = self.disk.rate_bytes_per_sec;
+        f64::from(self.servers - slow) * r + f64::from(slow) * r * SLOW_FACTOR
+    }
+
+    /// One collective write; its fraction of peak and the rates it measured.
+    async fn call(&self, slow: u32, rates: &mut Rates) -> BenchResult<(f64, Vec<u64>)> {
+        let report = arr::write_all(self.client, self.spec, rates, self.chunks.to_vec()).await?;
+        rates.0 = Some(report.rates.clone());
+        ganges_client::dataset::remove(self.client, &self.spec.name).await?;
+        let rate = self.spec.schema.bytes() as f64 / report.seconds;
+        Ok((rate / self.peak(slow), report.server_bytes))
+    }
+
+    async fn calls(&self, figure: Figure, slow: u32, repeat: u32) -> BenchResult<Row> {
+        self.set_slow(slow).await?;
+        let mut rates = Rates::default();
+        let mut calls = vec![];
+        let mut server_bytes = vec![];
+        for _ in 0..repeat.max(1) {
+            let (frac, bytes) = self.call(slow, &mut rates).await?;
+            calls.push(frac);
+            server_bytes = bytes;
+        }
+        let frac_peak = calls.iter().sum::<f64>() / calls.len() as f64;
+        let peak = self.peak(slow);
+        Ok(Row {
+            figure,
+            servers: self.servers,
+            slow,
+            alloc: self.spec.alloc,
+            iteration: 0,
+            mb_per_sec: frac_peak * peak / 1e6,
+            peak_mb_per_sec: peak / 1e6,
+            frac_peak,
+            calls,
+            server_bytes,
+        })
+    }
+
+    /// Ten calls; server 0 is slow in the fifth only.
+    async fn iterations(&self, iterations: u32) -> BenchResult<Vec<Row>> {
+        let mut rates = Rates::default();
+        let mut rows = vec![];
+        for i in 1..=iterations {
+            let slow = u32::from(i == 5);
+            self.set_slow(slow).await?;
+            let (frac, server_bytes) = self.call(slow, &mut rates).await?;
+            let peak = self.peak(slow);
+            rows.push(Row {
+                figure: Figure::Iterations,
+                servers: self.servers,
+                slow,
+                alloc: self.spec.alloc,
+                iteration: i,
+                mb_per_sec: frac * peak / 1e6,
+                peak_mb_per_sec: peak / 1e6,
+                frac_peak: frac,
+                calls: vec![frac],
+                server_bytes,
+            });
+        }
+        self.set_slow(0).await?;
+        Ok(rows)
+    }
+}
+
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let allocs: Vec<AllocKind> =
+        AllocKind::ALL.into_iter().filter(|a| report.rows.iter().any(|r| r.alloc == *a)).collect();
+    for (figure, title) in [
+        (Figure::Natural, "Figure 4: natural chunking, 8 processes (2x2x2)"),
+        (Figure::RowMajor, "Figure 5: row-major on disk, 32 processes (4x4x2)"),
+    ] {
+        let rows: Vec<&Row> = report.rows.iter().filter(|r| r.figure == figure).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("{title}: fraction of peak (MB/s)\n"));
+        let mut header = vec!["slow/servers".to_string(), "peak MB/s".to_string()];
+        header.extend(allocs.iter().map(|a| a.to_string()));
+        let mut t = Table::new(&header.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut keys: Vec<(u32, u32)> = rows.iter().map(|r| (r.servers, r.slow)).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for (servers, slow) in keys {
+            let mut cells = vec![format!("{slow}/{servers}")];
+            let peak = rows.iter().find(|r| (r.servers, r.slow) == (servers, slow)).map_or(0.0, |r| r.peak_mb_per_sec);
+            cells.push(format!("{peak:.0}"));
+            for a in &allocs {
+                cells.push(match rows.iter().find(|r| (r.servers, r.slow, r.alloc) == (servers, slow, *a)) {
+                    Some(r) => format!("{:.1}% ({:.0})", 100.0 * r.frac_peak, r.mb_per_sec),
+                    None => "-".into(),
+                });
+            }
+            t.row(cells);
+        }
+        out.push_str(&t.render());
+        out.push('\n');
+    }
+    let iters: Vec<&Row> = report.rows.iter().filter(|r| r.figure == Figure::Iterations).collect();
+    if !iters.is_empty() {
+        out.push_str("Figures 6-7: 16 processes (4x2x2), row-major on disk; server 0 half as fast in call 5 only\n");
+        let mut servers: Vec<u32> = iters.iter().map(|r| r.servers).collect();
+        servers.sort_unstable();
+        servers.dedup();
+        let mut header = vec!["servers".to_string(), "alloc".to_string()];
+        let n = iters.iter().map(|r| r.iteration).max().unwrap_or(0);
+        header.extend((1..=n).map(|i| i.to_string()));
+        let mut t = Table::new(&header.iter().map(String::as_str).collect::<Vec<_>>());
+        for s in servers {
+            for a in &allocs {
+                let mut cells = vec![s.to_string(), a.to_string()];
+                for i in 1..=n {
+                    cells.push(match iters.iter().find(|r| (r.servers, r.alloc, r.iteration) == (s, *a, i)) {
+                        Some(r) => format!("{:.0}%", 100.0 * r.frac_peak),
+                        None => "-".into(),
+                    });
+                }
+                t.row(cells);
+            }
+        }
+        out.push_str(&t.render());
+    }
+    out
+}
+
+pub fn write_outputs(report: &Report, json: Option<&PathBuf>, plot_path: Option<&PathBuf>) -> BenchResult<()> {
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_vec_pretty(report)?)
+            .map_err(|e| crate::util::BenchError::Failed(format!("writing {}: {e}", path.display())))?;
+    }
+    let Some(path) = plot_path else { return Ok(()) };
+    let mut series = vec![];
+    for (k, a) in AllocKind::ALL.into_iter().enumerate() {
+        let mut servers: Vec<u32> =
+            report.rows.iter().filter(|r| r.figure == Figure::RowMajor).map(|r| r.servers).collect();
+        servers.sort_unstable();
+        servers.dedup();
+        for (j, s) in servers.into_iter().enumerate() {
+            let points: Vec<(f64, f64)> = report
+                .rows
+                .iter()
+                .filter(|r| r.figure == Figure::RowMajor && r.alloc == a && r.servers == s)
+                .map(|r| (f64::from(r.slow) / f64::from(s), r.frac_peak))
+                .collect();
+            if !points.is_empty() {
+                series.push(Series {
+                    name: format!("{a}"),
+                    points,
+                    color: Some(k),
+                    unlabelled: j > 0,
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    series.push(Series {
+        name: "peak".into(),
+        points: vec![(0.0, 1.0), (1.0, 1.0)],
+        dashed: true,
+        ..Default::default()
+    });
+    plot::line_chart(
+        path,
+        "array writes (Figure 5): fraction of peak",
+        "share of servers slow",
+        "fraction of peak",
+        &series,
+        1.1,
+    )
+}
