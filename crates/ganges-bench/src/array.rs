@@ -8,6 +8,11 @@
 //! - **Figures 6 and 7**: 16 processes (4×2×2), row-major on disk, ten calls in a row; at the
 //!   fifth one server turns twice as slow, at the sixth it recovers.
 //!
+//! - **Reads** (ours, beyond Panda): the array written with two copies (chained declustering),
+//!   read back by 8 processes in another layout (`BLOCK,*,*`) with `static` (primary copies
+//!   only) and `gd` (graduated declustering), one server slow; against the layout-aware
+//!   ideal of that read.
+//!
 //! Each write's throughput is divided by the peak of the I/O subsystem as the paper computes
 //! it: the sum of the servers' available rates (a slow server counts at half). A call is timed
 //! from the open to the commit; static allocation's empirical test, run before a
@@ -23,6 +28,7 @@ use ganges_client::array::{self as arr, ArraySpec, Rates};
 use ganges_core::array::{AllocKind, ArrayLayout, DType, Dist, Schema, generated};
 use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::ids::NodeId;
+use ganges_core::route::ReadPolicyKind;
 use ganges_proto::control::ControlRequest;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -39,6 +45,8 @@ pub enum Figure {
     RowMajor,
     /// Figures 6 and 7: a server slow for one call of ten.
     Iterations,
+    /// Reads of an array with two copies, a server slow.
+    Reads,
 }
 
 #[derive(Clone, Debug)]
@@ -47,6 +55,10 @@ pub struct ArrayBenchSpec {
     pub servers: Vec<u32>,
     /// Server counts of the iterations figure.
     pub iteration_servers: Vec<u32>,
+    /// Server counts of the reads figure.
+    pub read_servers: Vec<u32>,
+    /// Read policies of the reads figure.
+    pub read_policies: Vec<ReadPolicyKind>,
     pub shape: Vec<u64>,
     pub allocs: Vec<AllocKind>,
     pub disk: DiskParams,
@@ -73,6 +85,9 @@ pub struct Row {
     pub alloc: AllocKind,
     /// For the iterations figure: the call (1-based); else 0.
     pub iteration: u32,
+    /// For the reads figure: the read policy (the fraction is then of the layout-aware ideal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
     pub mb_per_sec: f64,
     pub peak_mb_per_sec: f64,
     /// Mean over the calls.
@@ -117,6 +132,7 @@ fn layouts(figure: Figure, servers: u32, rank: usize) -> BenchResult<(ArrayLayou
         Figure::Natural => (layout(&mesh(&[2, 2, 2]), &block)?, layout(&mesh(&[2, 2, 2]), &block)?),
         Figure::RowMajor => (layout(&mesh(&[4, 4, 2]), &block)?, layout(&[servers], &rows)?),
         Figure::Iterations => (layout(&mesh(&[4, 2, 2]), &block)?, layout(&[servers], &rows)?),
+        Figure::Reads => (layout(&mesh(&[2, 2, 2]), &block)?, layout(&[servers], &rows)?),
     })
 }
 
@@ -130,6 +146,9 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
     if spec.figures.contains(&Figure::Iterations) {
         counts.extend(&spec.iteration_servers);
     }
+    if spec.figures.contains(&Figure::Reads) {
+        counts.extend(&spec.read_servers);
+    }
     counts.sort_unstable();
     counts.dedup();
     let steps: usize = spec
@@ -137,6 +156,7 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
         .iter()
         .map(|f| match f {
             Figure::Iterations => spec.iteration_servers.len() * spec.allocs.len(),
+            Figure::Reads => spec.read_servers.len(),
             _ => spec.servers.iter().map(|&s| slow_counts(s).len() * spec.allocs.len()).sum(),
         })
         .sum();
@@ -157,6 +177,7 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
         for &figure in &spec.figures {
             let wanted = match figure {
                 Figure::Iterations => spec.iteration_servers.contains(&servers),
+                Figure::Reads => spec.read_servers.contains(&servers),
                 _ => spec.servers.contains(&servers),
             };
             if !wanted {
@@ -165,6 +186,21 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
             let (memory, disk) = layouts(figure, servers, schema.rank())?;
             let chunks: Vec<Bytes> =
                 (0..memory.positions()).map(|r| Bytes::from(generated(&schema, &memory.chunk(&schema, r)))).collect();
+            if figure == Figure::Reads {
+                let mut spec_w = ArraySpec::new(
+                    "bench-array".parse()?,
+                    schema.clone(),
+                    memory.clone(),
+                    disk.clone(),
+                    AllocKind::Dynamic,
+                );
+                spec_w.replicas = 2;
+                let run = Run { client: &client, spec: &spec_w, chunks: &chunks, disk: spec.disk, servers };
+                bar.set_message(format!("reads: {servers} servers"));
+                rows.extend(started.block_on(run.reads(&spec.read_policies))?);
+                bar.inc(1);
+                continue;
+            }
             for &alloc in &spec.allocs {
                 let mut spec_w =
                     ArraySpec::new("bench-array".parse()?, schema.clone(), memory.clone(), disk.clone(), alloc);
@@ -246,12 +282,79 @@ impl Run<'_> {
             slow,
             alloc: self.spec.alloc,
             iteration: 0,
+            policy: None,
             mb_per_sec: frac_peak * peak / 1e6,
             peak_mb_per_sec: peak / 1e6,
             frac_peak,
             calls,
             server_bytes,
         })
+    }
+
+    /// Write the array once with two copies, then read it back as 8 processes holding
+    /// `BLOCK,*,*` chunks, with each policy, with no server and then one server slow.
+    async fn reads(&self, policies: &[ReadPolicyKind]) -> BenchResult<Vec<Row>> {
+        self.set_slow(0).await?;
+        let mut rates = Rates::default();
+        let report = arr::write_all(self.client, self.spec, &rates, self.chunks.to_vec()).await?;
+        rates.0 = Some(report.rates);
+        let manifest = std::sync::Arc::new(report.manifest);
+        let schema = &self.spec.schema;
+        let mut rows_layout = vec![Dist::Star; schema.rank()];
+        rows_layout[0] = Dist::Block;
+        let memory = layout(&[8], &rows_layout)?;
+        let reads: Vec<Vec<ganges_core::shape::Partition>> = (0..memory.positions())
+            .map(|r| arr::region_reads(&manifest, &memory.chunk(schema, r)))
+            .collect::<Result<_, _>>()?;
+        let demands = ganges_core::ideal::read_demands(&manifest.shape, reads.iter().map(Vec::as_slice))?;
+        let mut rows = vec![];
+        for slow in [0, 1] {
+            self.set_slow(slow).await?;
+            let rate = |n: u32| self.disk.rate_bytes_per_sec * if n < slow { SLOW_FACTOR } else { 1.0 };
+            let node_rates: Vec<f64> = (0..self.servers).map(rate).collect();
+            let ideal = ganges_core::ideal::layout_ideal(&demands, &manifest.layout, &node_rates)?.seconds;
+            let bytes: u64 = reads.iter().flatten().map(|p| p.len).sum();
+            for &policy in policies {
+                for n in 0..self.servers {
+                    self.client.control(NodeId(n), ControlRequest::ForgetRate).await?;
+                }
+                let t0 = std::time::Instant::now();
+                let tasks: Vec<_> = (0..memory.positions())
+                    .map(|r| {
+                        let (client, manifest, memory) = (self.client.clone(), manifest.clone(), memory.clone());
+                        tokio::spawn(async move { arr::read_chunk_with(&client, &manifest, &memory, r, policy).await })
+                    })
+                    .collect();
+                let mut got = vec![];
+                for t in tasks {
+                    got.push(t.await.map_err(|e| crate::util::BenchError::Failed(format!("a reader failed: {e}")))??);
+                }
+                let secs = t0.elapsed().as_secs_f64();
+                // Checked after the clock stops: generating the expected elements is not the read's cost.
+                for (r, chunk) in got.iter().enumerate() {
+                    if *chunk != generated(schema, &memory.chunk(schema, r as u32)) {
+                        return fail(format!("process {r} read elements that were not written"));
+                    }
+                }
+                let frac = ideal / secs;
+                rows.push(Row {
+                    figure: Figure::Reads,
+                    servers: self.servers,
+                    slow,
+                    alloc: AllocKind::Dynamic,
+                    iteration: 0,
+                    policy: Some(policy.to_string()),
+                    mb_per_sec: bytes as f64 / secs / 1e6,
+                    peak_mb_per_sec: bytes as f64 / ideal / 1e6,
+                    frac_peak: frac,
+                    calls: vec![frac],
+                    server_bytes: vec![],
+                });
+            }
+        }
+        self.set_slow(0).await?;
+        ganges_client::dataset::remove(self.client, &self.spec.name).await?;
+        Ok(rows)
     }
 
     /// Ten calls; server 0 is slow in the fifth only.
@@ -269,6 +372,7 @@ impl Run<'_> {
                 slow,
                 alloc: self.spec.alloc,
                 iteration: i,
+                policy: None,
                 mb_per_sec: frac * peak / 1e6,
                 peak_mb_per_sec: peak / 1e6,
                 frac_peak: frac,
@@ -311,6 +415,22 @@ pub fn render(report: &Report) -> String {
                 });
             }
             t.row(cells);
+        }
+        out.push_str(&t.render());
+        out.push('\n');
+    }
+    let reads: Vec<&Row> = report.rows.iter().filter(|r| r.figure == Figure::Reads).collect();
+    if !reads.is_empty() {
+        out.push_str(
+            "Reads (ours): two copies, 8 processes reading BLOCK,*,*; fraction of the layout-aware ideal (MB/s)\n",
+        );
+        let mut t = Table::new(&["slow/servers", "policy", "of ideal"]);
+        for r in &reads {
+            t.row(vec![
+                format!("{}/{}", r.slow, r.servers),
+                r.policy.clone().unwrap_or_default(),
+                format!("{:.1}% ({:.0})", 100.0 * r.frac_peak, r.mb_per_sec),
+            ]);
         }
         out.push_str(&t.render());
         out.push('\n');

@@ -421,6 +421,9 @@ pub(crate) enum ArrayCmd {
         name: String,
         #[command(flatten)]
         memory: MemoryLayoutArgs,
+        /// Read policy, by the names `ganges scan --policy` takes (with one copy, all read alike)
+        #[arg(long, default_value = "gd")]
+        policy: ReadPolicyKind,
         /// Write the whole array here, row-major
         #[arg(long, value_name = "FILE")]
         to: Option<PathBuf>,
@@ -434,6 +437,18 @@ pub(crate) enum ArrayCmd {
         /// Print the manifest's array part (every subchunk's place) as JSON
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Write an array as a Zarr v3 array (a new folder) that zarr-python, TensorStore and
+    /// other Zarr readers open
+    #[command(
+        after_help = "Example:\n  ganges array export cube ./cube.zarr\n  python3 -c 'import zarr; print(zarr.open_array(\"cube.zarr\")[0, 0, :4])'"
+    )]
+    Export {
+        name: String,
+        /// The folder to create
+        dir: PathBuf,
         #[command(flatten)]
         cluster: ClusterArg,
     },
@@ -471,6 +486,10 @@ pub(crate) struct ArrayWriteArgs {
     /// Largest subchunk
     #[arg(long, default_value = "1MiB")]
     pub(crate) subchunk: ByteSize,
+    /// Copies of every subchunk, on the next servers round the ring; reads then take
+    /// graduated declustering's way round a slow server
+    #[arg(long, default_value_t = 1)]
+    pub(crate) replicas: u32,
     /// Cut chunks along their first dimension only, (BLOCK,*,..,*), so a chunk's subchunks
     /// concatenate to it
     #[arg(long)]
@@ -827,8 +846,9 @@ pub(crate) enum BenchCmd {
 
 #[derive(Args, Debug)]
 pub(crate) struct BenchArrayArgs {
-    /// Which figures: natural (Figure 4), row-major (Figure 5), iterations (Figures 6 and 7)
-    #[arg(long, value_delimiter = ',', default_value = "natural,row-major,iterations")]
+    /// Which figures: natural (Figure 4), row-major (Figure 5), iterations (Figures 6 and 7),
+    /// reads (two copies read back with static and gd, a server slow)
+    #[arg(long, value_delimiter = ',', default_value = "natural,row-major,iterations,reads")]
     pub(crate) figures: Vec<ArrayFigure>,
     /// Server counts of Figures 4 and 5
     #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
@@ -836,6 +856,12 @@ pub(crate) struct BenchArrayArgs {
     /// Server counts of Figures 6 and 7
     #[arg(long, value_delimiter = ',', default_value = "2,16")]
     pub(crate) iteration_servers: Vec<u32>,
+    /// Server counts of the reads
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    pub(crate) read_servers: Vec<u32>,
+    /// Read policies of the reads
+    #[arg(long, value_delimiter = ',', default_value = "static,gd")]
+    pub(crate) read_policies: Vec<ReadPolicyKind>,
     /// The array's shape (f32 elements)
     #[arg(long, value_delimiter = ',', default_value = "512,512,512")]
     pub(crate) shape: Vec<u64>,
@@ -866,6 +892,7 @@ pub(crate) enum ArrayFigure {
     Natural,
     RowMajor,
     Iterations,
+    Reads,
 }
 
 #[derive(Args, Debug)]

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use ganges_bench::util::Table;
 use ganges_client::array::{self, ArraySpec, Rates};
 use ganges_core::array::{ArrayLayout, Dist, Schema, copy_overlap, gather, generated};
+use ganges_core::route::ReadPolicyKind;
 use ganges_core::units::{ByteSize, mb_per_sec};
 use ganges_proto::manifest::DatasetName;
 use std::path::Path;
@@ -104,7 +105,13 @@ pub async fn write(cluster: &Path, spec: ArraySpec, from: Option<&Path>) -> CliR
     Ok(())
 }
 
-pub async fn read(cluster: &Path, name: DatasetName, memory: Option<ArrayLayout>, to: Option<&Path>) -> CliResult<()> {
+pub async fn read(
+    cluster: &Path,
+    name: DatasetName,
+    memory: Option<ArrayLayout>,
+    policy: ReadPolicyKind,
+    to: Option<&Path>,
+) -> CliResult<()> {
     let client = connect(cluster).await?;
     let manifest = Arc::new(client.manifest(&name).await?);
     let meta = array::meta(&manifest)?.clone();
@@ -115,7 +122,7 @@ pub async fn read(cluster: &Path, name: DatasetName, memory: Option<ArrayLayout>
     let tasks: Vec<_> = (0..memory.positions())
         .map(|r| {
             let (client, manifest, memory) = (client.clone(), manifest.clone(), memory.clone());
-            tokio::spawn(async move { array::read_chunk(&client, &manifest, &memory, r).await })
+            tokio::spawn(async move { array::read_chunk_with(&client, &manifest, &memory, r, policy).await })
         })
         .collect();
     let mut parts = vec![];
@@ -176,6 +183,7 @@ pub async fn info(cluster: &Path, name: DatasetName, json: bool) -> CliResult<()
         meta.style
     );
     println!("allocation {}", meta.alloc);
+    println!("copies     {} ({})", manifest.layout.replicas(), manifest.layout.describe());
     println!("content    {}", if array::is_generated(&manifest) { array::GENERATED_SOURCE } else { "imported" });
     let mut t = Table::new(&["server", "subchunks", "bytes", "first subchunks"]);
     for k in 0..manifest.shape.fragment_count() {
@@ -191,6 +199,22 @@ pub async fn info(cluster: &Path, name: DatasetName, json: bool) -> CliResult<()
         ]);
     }
     print!("{}", t.render());
+    Ok(())
+}
+
+pub async fn export(cluster: &Path, name: DatasetName, dir: &Path) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let manifest = Arc::new(client.manifest(&name).await?);
+    let t0 = Instant::now();
+    let e = array::export_zarr(&client, &manifest, dir).await?;
+    println!(
+        "exported `{name}` to {} as a Zarr v3 array: {} chunks of {:?}, {} in {:.2} s",
+        e.dir.display(),
+        e.chunks,
+        e.chunk_shape,
+        ByteSize(e.bytes),
+        t0.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -451,12 +451,13 @@ async fn array_cmd(cmd: ArrayCmd) -> CliResult<()> {
             let disk = layout("disk", rank, a.disk_mesh, a.disk_dist, ArrayLayout::new(vec![servers], row_major).ok())?;
             let mut spec = ganges_client::array::ArraySpec::new(name(&a.name)?, schema, memory, disk, a.alloc);
             spec.threshold = a.subchunk.0;
+            spec.replicas = a.replicas;
             if a.first_dim_subchunks {
                 spec.style = SubchunkStyle::FirstDim;
             }
             cmds::write(&a.cluster.path(), spec, a.from.as_deref()).await
         }
-        ArrayCmd::Read { name: n, memory, to, cluster } => {
+        ArrayCmd::Read { name: n, memory, policy, to, cluster } => {
             let layout = match (memory.memory_mesh, memory.memory_dist) {
                 (None, None) => None,
                 (mesh, dist) => {
@@ -466,9 +467,10 @@ async fn array_cmd(cmd: ArrayCmd) -> CliResult<()> {
                     Some(layout("memory", rank, mesh, dist, None)?)
                 }
             };
-            cmds::read(&cluster.path(), name(&n)?, layout, to.as_deref()).await
+            cmds::read(&cluster.path(), name(&n)?, layout, policy, to.as_deref()).await
         }
         ArrayCmd::Info { name: n, json, cluster } => cmds::info(&cluster.path(), name(&n)?, json).await,
+        ArrayCmd::Export { name: n, dir, cluster } => cmds::export(&cluster.path(), name(&n)?, &dir).await,
         ArrayCmd::Rm { name: n, cluster } => cmds::rm(&cluster.path(), name(&n)?).await,
     }
 }
@@ -526,12 +528,15 @@ fn bench_array(a: BenchArrayArgs) -> CliResult<()> {
             ArrayFigure::Natural => Figure::Natural,
             ArrayFigure::RowMajor => Figure::RowMajor,
             ArrayFigure::Iterations => Figure::Iterations,
+            ArrayFigure::Reads => Figure::Reads,
         })
         .collect();
     let mut spec = bench_arr::ArrayBenchSpec {
         figures,
         servers: a.servers,
         iteration_servers: a.iteration_servers,
+        read_servers: a.read_servers,
+        read_policies: a.read_policies,
         shape: a.shape,
         allocs: a.allocs,
         disk: DiskParams { rate_bytes_per_sec: a.disk_rate.0, seek: a.seek.0, queue_depth: 1 },
@@ -543,10 +548,11 @@ fn bench_array(a: BenchArrayArgs) -> CliResult<()> {
         spec.shape = vec![256, 256, 256];
         spec.servers = vec![2, 4, 8];
         spec.iteration_servers = vec![2, 8];
+        spec.read_servers = vec![4];
         spec.repeat = 1;
         spec.iterations = 6;
     }
-    if spec.servers.contains(&0) || spec.iteration_servers.contains(&0) {
+    if [&spec.servers, &spec.iteration_servers, &spec.read_servers].iter().any(|s| s.contains(&0)) {
         return fail("a server count must be at least 1");
     }
     let report = bench_arr::run(&spec)?;

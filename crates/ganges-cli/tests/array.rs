@@ -134,3 +134,57 @@ fn bench_array_writes_json_and_a_plot() {
     }
     assert!(std::fs::metadata(&plot).unwrap().len() > 1000);
 }
+
+/// The Python that reads Zarr (scripts/test makes one); `None` when there is none.
+fn zarr_python() -> Option<String> {
+    let py = std::env::var("GANGES_TEST_PYTHON").ok().filter(|p| !p.is_empty())?;
+    let ok = std::process::Command::new(&py).args(["-c", "import zarr, numpy"]).status().is_ok_and(|s| s.success());
+    ok.then_some(py)
+}
+
+#[test]
+fn an_exported_array_opens_in_zarr_python_with_every_element_in_place() {
+    let Some(py) = zarr_python() else {
+        return common::skip("no Python with zarr and numpy (scripts/test makes target/pyenv; set GANGES_TEST_PYTHON)");
+    };
+    let c = start(3, common::disk(256.0));
+    let cluster = c.root.path().join("cluster.toml");
+    c.local.cluster().save(&cluster).unwrap();
+    let cl = cluster.to_str().unwrap();
+    // Shapes that do not divide evenly: edge chunks are padded, and must not show.
+    ok(&[
+        "array",
+        "write",
+        "grid",
+        "--shape",
+        "50,30,7",
+        "--dtype",
+        "i32",
+        "--memory-mesh",
+        "2,3",
+        "--disk-mesh",
+        "3,2",
+        "--subchunk",
+        "2KiB",
+        "--alloc",
+        "dynamic",
+        "--cluster",
+        cl,
+    ]);
+    let dir = c.root.path().join("grid.zarr");
+    let out = ok(&["array", "export", "grid", dir.to_str().unwrap(), "--cluster", cl]);
+    assert!(out.contains("as a Zarr v3 array"), "{out}");
+    let check = "import sys, zarr, numpy as np\n\
+                 a = zarr.open_array(sys.argv[1], mode='r')\n\
+                 want = np.arange(50 * 30 * 7, dtype=np.int32).reshape(50, 30, 7)\n\
+                 assert a.shape == (50, 30, 7) and a.dtype == np.int32, (a.shape, a.dtype)\n\
+                 assert (a[:] == want).all()\n\
+                 assert (a[13:41, 5:29:3, 6] == want[13:41, 5:29:3, 6]).all()\n\
+                 print('zarr ok', a.chunks)\n";
+    let run = std::process::Command::new(&py).args(["-c", check, dir.to_str().unwrap()]).output().unwrap();
+    let said = String::from_utf8_lossy(&run.stdout).to_string() + &String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success() && said.contains("zarr ok"), "{said}");
+    // An existing folder is refused, and nothing half-written is left.
+    let err = fails(&["array", "export", "grid", dir.to_str().unwrap(), "--cluster", cl], 1);
+    assert!(err.contains("exists already"), "{err}");
+}

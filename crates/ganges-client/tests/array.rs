@@ -73,7 +73,7 @@ async fn static_and_dynamic_allocation_give_a_slow_server_less() {
     };
     client.control(ganges_core::ids::NodeId(1), slow).await.unwrap();
     let schema = Schema::new(vec![1024, 4096], DType::U8).unwrap();
-    for alloc in [AllocKind::Static, AllocKind::Dynamic] {
+    for alloc in [AllocKind::Static, AllocKind::Dynamic, AllocKind::Steal] {
         let spec = ArraySpec::new(
             format!("slow-{alloc}").parse().unwrap(),
             schema.clone(),
@@ -88,6 +88,36 @@ async fn static_and_dynamic_allocation_give_a_slow_server_less() {
         assert!(slow * 2 < fast, "{alloc}: fast {fast}, slow {slow}");
         check_reads(&c, &spec.name.to_string(), &schema, &spec.memory).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_copies_hold_the_same_bytes_and_read_round_a_slow_server() {
+    let c = InProcessCluster::start(4, model(128.0)).await.unwrap();
+    let client = c.client().await.unwrap();
+    let schema = Schema::new(vec![64, 128, 256], DType::U32).unwrap();
+    let mut spec = ArraySpec::new(
+        "twice".parse().unwrap(),
+        schema.clone(),
+        layout(&[2, 2], "BLOCK,BLOCK,*"),
+        layout(&[4], "BLOCK,*,*"),
+        AllocKind::Dynamic,
+    );
+    spec.replicas = 2;
+    spec.threshold = 512 << 10;
+    let report = array::write_all(&client, &spec, &Rates::default(), chunks(&spec)).await.expect("write");
+    assert_eq!(report.manifest.layout.replicas(), 2);
+    // Every copy of every fragment is checked against the other when read or verified.
+    let v = ganges_client::dataset::verify(&client, &spec.name, None).await.expect("verify");
+    assert!(v.is_clean(), "{v:?}");
+    let slow = ganges_proto::control::ControlRequest::SetFault {
+        fault: Some(ganges_core::disk::Fault::Factor { factor: 0.25 }),
+    };
+    client.control(ganges_core::ids::NodeId(2), slow).await.unwrap();
+    check_reads(&c, "twice", &schema, &layout(&[4], "BLOCK,*,*")).await;
+    // With one copy stopped, every element still reads (from the other).
+    let mut c = c;
+    c.stop(1).await;
+    check_reads(&c, "twice", &schema, &ArrayLayout::whole(3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

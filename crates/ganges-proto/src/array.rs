@@ -67,6 +67,11 @@ pub struct ArrayPlan {
     pub rates: Vec<f64>,
     /// The server that runs dynamic allocation's manager.
     pub manager: Peer,
+    /// Every server of the cluster (a server sends the other copies of its blocks to theirs).
+    pub peers: Vec<Peer>,
+    /// Copies of every subchunk: 1, or more on the next servers round the ring (chained
+    /// declustering), so that reads can take graduated declustering's way round a slow one.
+    pub replicas: u32,
     /// Dynamic allocation's `N`.
     pub per_round: u32,
 }

@@ -101,6 +101,9 @@ pub enum ControlRequest {
     /// From a server to the manager (dynamic allocation): give me work; my last batch ran at
     /// `rate` bytes per second.
     ArrayGrant { name: DatasetName, txid: u64, from: NodeId, rate: Option<f64> },
+    /// From a server that ran out of subchunks to another (`steal` allocation): give me some
+    /// of your unstarted ones; mine write at `rate` bytes per second.
+    ArraySteal { name: DatasetName, txid: u64, from: NodeId, rate: Option<f64> },
     /// Wait until this server has written everything it gathered, and say where it put it.
     ArrayFinish { name: DatasetName, txid: u64 },
 }
@@ -280,6 +283,7 @@ impl ControlRequest {
             ControlRequest::ArrayOpen { .. } => "array-open",
             ControlRequest::ArrayWants { .. } => "array-wants",
             ControlRequest::ArrayGrant { .. } => "array-grant",
+            ControlRequest::ArraySteal { .. } => "array-steal",
             ControlRequest::ArrayFinish { .. } => "array-finish",
         }
     }
@@ -338,6 +342,10 @@ pub enum ControlReply {
     },
     ArrayWritten {
         written: ArrayWritten,
+    },
+    /// The subchunks a `steal` gives; none when there was nothing to give.
+    ArrayStolen {
+        subchunks: Vec<u32>,
     },
 }
 

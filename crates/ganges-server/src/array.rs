@@ -24,14 +24,14 @@ use crate::disk::{Ctx, WriteCtx, WriteReply, WriteTarget};
 use crate::handoff::PeerConn;
 use crate::store::StoreError;
 use bytes::Bytes;
-use ganges_core::array::{AllocKind, Dynamic, Region, Subchunks, copy_overlap, round_robin, static_alloc};
+use ganges_core::array::{AllocKind, Dynamic, Region, Subchunks, Thief, copy_overlap, round_robin, static_alloc};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
 use ganges_proto::DatasetName;
 use ganges_proto::array::{ArrayOutcome, ArrayPlan, ArrayWritten};
 use ganges_proto::control::{ControlReply, ControlRequest};
-use ganges_proto::msg::{APPEND, PieceReq};
-use std::collections::{BTreeSet, HashMap};
+use ganges_proto::msg::{APPEND, Message, PieceReq, WriteReq};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -70,6 +70,11 @@ struct Session {
     assembly: Mutex<HashMap<u32, Assembly>>,
     /// The manager of dynamic allocation, on the manager's server.
     manager: Option<Mutex<Dynamic>>,
+    /// This server's unstarted subchunks (round-robin, static, steal): the gatherer takes
+    /// from the front, a thief from the back.
+    queue: Mutex<VecDeque<u32>>,
+    /// What this server's disk did for this write so far.
+    meter: Mutex<Meter>,
     written: watch::Sender<Option<Result<ArrayWritten, String>>>,
     outcome: watch::Sender<Option<ArrayOutcome>>,
 }
@@ -122,6 +127,9 @@ pub fn open(shared: &Arc<Shared>, plan: ArrayPlan) -> Result<ControlReply, Store
     if servers == 0 || shared.config.node.0 >= servers {
         return Err(bad(format!("the plan has {servers} servers; this is {}", shared.config.node)));
     }
+    if plan.replicas == 0 || plan.replicas > servers {
+        return Err(bad(format!("{} copies of each subchunk on {servers} servers", plan.replicas)));
+    }
     // The staging must be there: appends will be checked against it.
     shared.store.check_write(plan.txid, &plan.name, FragmentId(shared.config.node.0), APPEND, 1)?;
     let ranks = plan.ranks();
@@ -141,6 +149,8 @@ pub fn open(shared: &Arc<Shared>, plan: ArrayPlan) -> Result<ControlReply, Store
         wants,
         assembly: Mutex::new(HashMap::new()),
         manager,
+        queue: Mutex::new(VecDeque::new()),
+        meter: Mutex::new(Meter::default()),
         written: watch::channel(None).0,
         outcome: watch::channel(None).0,
     });
@@ -262,6 +272,33 @@ pub async fn grant(
     Ok(ControlReply::ArrayGranted { from: r.start, to: r.end })
 }
 
+/// `ArraySteal`, on any server of a `steal` write: give the thief its share of this
+/// server's unstarted subchunks, from the back of the queue.
+pub async fn steal(
+    shared: &Arc<Shared>,
+    name: &DatasetName,
+    txid: u64,
+    from: NodeId,
+    rate: Option<f64>,
+) -> Result<ControlReply, StoreError> {
+    let s = shared.arrays.wait_for(name, txid).await?;
+    let servers = s.plan.rates.len();
+    if from.0 as usize >= servers {
+        return Err(bad(format!("{from} is not a server of the write of `{name}`")));
+    }
+    let me = shared.config.node.0 as usize;
+    let mine = s.meter.lock().expect("meter lock").rate().unwrap_or(s.plan.rates[me]);
+    let thief = rate.unwrap_or(s.plan.rates[from.0 as usize]);
+    let mut queue = s.queue.lock().expect("queue lock");
+    let n = Thief::share(queue.len(), thief, mine);
+    let at = queue.len() - n;
+    let subchunks: Vec<u32> = queue.split_off(at).into();
+    if !subchunks.is_empty() {
+        tracing::debug!(node = %shared.config.node, thief = %from, n, "gave subchunks to a thief");
+    }
+    Ok(ControlReply::ArrayStolen { subchunks })
+}
+
 /// `ArrayFinish`: wait for this server's last block, then say where everything went.
 pub async fn finish(shared: &Arc<Shared>, name: &DatasetName, txid: u64) -> Result<ControlReply, StoreError> {
     let s = shared.arrays.wait_for(name, txid).await?;
@@ -277,8 +314,12 @@ pub async fn finish(shared: &Arc<Shared>, name: &DatasetName, txid: u64) -> Resu
 
 /// Where this server's work comes from.
 enum Work {
-    Fixed(std::vec::IntoIter<u32>),
+    /// The session's queue, planned at the start.
+    Fixed,
+    /// Batches from the manager.
     Managed { conn: Option<PeerConn>, batch: std::ops::Range<u32> },
+    /// The session's queue, then what other servers give.
+    Steal { thief: Thief, conns: HashMap<u32, PeerConn> },
 }
 
 /// The gatherer: asks for pieces, assembles subchunks and hands them to the writer.
@@ -290,10 +331,16 @@ async fn gather(
     let me = shared.config.node;
     let plan = &s.plan;
     let servers = plan.rates.len() as u32;
+    let planned = match plan.alloc {
+        AllocKind::RoundRobin => round_robin(s.subs.len(), servers),
+        AllocKind::Static | AllocKind::Steal => static_alloc(&s.subs.sizes(), &plan.rates),
+        AllocKind::Dynamic => vec![],
+    };
+    s.queue.lock().expect("queue lock").extend(mine(planned, me));
     let mut work = match plan.alloc {
-        AllocKind::RoundRobin => Work::Fixed(mine(round_robin(s.subs.len(), servers), me)),
-        AllocKind::Static => Work::Fixed(mine(static_alloc(&s.subs.sizes(), &plan.rates), me)),
+        AllocKind::RoundRobin | AllocKind::Static => Work::Fixed,
         AllocKind::Dynamic => Work::Managed { conn: None, batch: 0..0 },
+        AllocKind::Steal => Work::Steal { thief: Thief::new(me.0, servers), conns: HashMap::new() },
     };
     // The writer holds back a partial block, so the bound is at least two blocks.
     let block = shared
@@ -301,20 +348,21 @@ async fn gather(
         .check_write(plan.txid, &plan.name, FragmentId(me.0), APPEND, 1)
         .map_err(|e| e.to_string())?
         .block_bytes();
+    // Work taken early is work others cannot take: under dynamic allocation and stealing, a
+    // server holds little ahead of its disk.
     let ahead_max = match work {
-        Work::Managed { .. } => DYNAMIC_AHEAD * plan.threshold.max(u64::from(block)),
-        Work::Fixed(_) => u64::MAX,
+        Work::Managed { .. } | Work::Steal { .. } => DYNAMIC_AHEAD * plan.threshold.max(u64::from(block)),
+        Work::Fixed => u64::MAX,
     };
-    let meter = Arc::new(Mutex::new(Meter::default()));
     let (tx, rx) = mpsc::channel::<(u32, Vec<u8>)>(WRITE_AHEAD);
     let (progress, mut written) = watch::channel(0u64);
-    let writer = tokio::spawn(write_all(shared.clone(), s.clone(), rx, meter.clone(), progress));
+    let writer = tokio::spawn(write_all(shared.clone(), s.clone(), rx, progress));
     let mut inflight = futures_util::stream::FuturesOrdered::new();
     let mut exhausted = false;
     let mut taken = 0u64;
     loop {
         while !exhausted && inflight.len() < GATHER_AHEAD && taken.saturating_sub(*written.borrow()) < ahead_max {
-            match next(shared, s, &mut work, &meter).await? {
+            match next(shared, s, &mut work).await? {
                 Some(i) => {
                     taken += s.subs.bytes(i as usize);
                     inflight.push_back(ask(s, &senders, i));
@@ -339,23 +387,62 @@ async fn gather(
     drop(senders);
     drop(tx);
     let (placed, fragment_bytes) = writer.await.map_err(|e| format!("the writer failed: {e}"))??;
-    let m = *meter.lock().expect("meter lock");
+    let m = *s.meter.lock().expect("meter lock");
     Ok(ArrayWritten { placed, fragment_bytes, bytes: m.bytes, disk_secs: m.secs })
 }
 
-fn mine(alloc: Vec<u32>, me: NodeId) -> std::vec::IntoIter<u32> {
-    alloc.iter().enumerate().filter(|(_, s)| **s == me.0).map(|(i, _)| i as u32).collect::<Vec<_>>().into_iter()
+fn mine(alloc: Vec<u32>, me: NodeId) -> impl Iterator<Item = u32> {
+    alloc.into_iter().enumerate().filter(move |(_, s)| *s == me.0).map(|(i, _)| i as u32)
 }
 
 /// The next subchunk this server is to write, asking the manager when a batch runs out.
-async fn next(
-    shared: &Arc<Shared>,
-    s: &Arc<Session>,
-    work: &mut Work,
-    meter: &Mutex<Meter>,
-) -> Result<Option<u32>, String> {
+async fn next(shared: &Arc<Shared>, s: &Arc<Session>, work: &mut Work) -> Result<Option<u32>, String> {
+    let meter = &s.meter;
+    let own = || s.queue.lock().expect("queue lock").pop_front();
     match work {
-        Work::Fixed(it) => Ok(it.next()),
+        Work::Fixed => Ok(own()),
+        Work::Steal { thief, conns } => {
+            if let Some(i) = own() {
+                return Ok(Some(i));
+            }
+            let rate = meter.lock().expect("meter lock").rate();
+            let (me, servers) = (shared.config.node, s.plan.rates.len() as u32);
+            while let Some(victim) = thief.victim() {
+                let peer = s
+                    .plan
+                    .peers
+                    .iter()
+                    .find(|p| p.node.0 == victim)
+                    .ok_or_else(|| format!("no address for node{victim}"))?;
+                let c = match conns.entry(victim) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                        PeerConn::connect(shared, &peer.addr)
+                            .await
+                            .map_err(|e| format!("reaching {}: {e}", peer.addr))?,
+                    ),
+                };
+                let req = ControlRequest::ArraySteal { name: s.plan.name.clone(), txid: s.plan.txid, from: me, rate };
+                let got = match tokio::time::timeout(STALL, c.control(req)).await {
+                    Ok(Ok(ControlReply::ArrayStolen { subchunks })) => subchunks,
+                    Ok(Ok(other)) => return Err(format!("node{victim} answered a steal with {other:?}")),
+                    // A server that cannot answer has nothing to give; its own part fails the write if it is gone.
+                    Ok(Err(e)) => {
+                        tracing::debug!(%victim, %e, "steal refused");
+                        vec![]
+                    }
+                    Err(_) => vec![],
+                };
+                thief.on_reply(got.len());
+                debug_assert!(victim < servers);
+                if !got.is_empty() {
+                    let mut q = s.queue.lock().expect("queue lock");
+                    q.extend(got);
+                    return Ok(q.pop_front());
+                }
+            }
+            Ok(None)
+        }
         Work::Managed { conn, batch } => {
             if let Some(i) = batch.next() {
                 return Ok(Some(i));
@@ -434,12 +521,13 @@ impl Meter {
 }
 
 /// The writer: packs gathered subchunks into the fragment's blocks, one block at a time
-/// through the disk queue, and records where each subchunk starts.
+/// through the disk queue (and, with more than one copy, to the servers holding the other
+/// copies, in the same order, so that every copy's log is the same), and records where each
+/// subchunk starts.
 async fn write_all(
     shared: Arc<Shared>,
     s: Arc<Session>,
     mut rx: mpsc::Receiver<(u32, Vec<u8>)>,
-    meter: Arc<Mutex<Meter>>,
     progress: watch::Sender<u64>,
 ) -> Result<(Vec<(u32, u64)>, u64), String> {
     let fragment = FragmentId(shared.config.node.0);
@@ -448,10 +536,12 @@ async fn write_all(
         .check_write(s.plan.txid, &s.plan.name, fragment, APPEND, 1)
         .map_err(|e| e.to_string())?
         .block_bytes() as usize;
+    let meter = &s.meter;
+    let mut w = BlockWriter { shared: &shared, s: &s, fragment, slots: 0, copies: vec![] };
+    w.connect_copies().await?;
     let mut placed = vec![];
     let mut offset = 0u64;
     let mut pending: Vec<u8> = Vec::with_capacity(block_bytes);
-    let mut slots = 0u32;
     while let Some((i, buf)) = rx.recv().await {
         placed.push((i, offset));
         offset += buf.len() as u64;
@@ -462,7 +552,7 @@ async fn write_all(
             rest = &rest[take..];
             if pending.len() == block_bytes {
                 let block = std::mem::replace(&mut pending, Vec::with_capacity(block_bytes));
-                write_block(&shared, &s, fragment, block, &mut slots, offset, &meter).await?;
+                w.write(block, offset).await?;
                 progress.send_replace(meter.lock().expect("meter lock").bytes);
             }
         }
@@ -475,59 +565,129 @@ async fn write_all(
     }
     let padding = u64::from(placed.is_empty());
     if !pending.is_empty() {
-        write_block(&shared, &s, fragment, pending, &mut slots, offset, &meter).await?;
+        w.write(pending, offset).await?;
     }
     meter.lock().expect("meter lock").bytes -= padding;
     Ok((placed, offset))
 }
 
-async fn write_block(
-    shared: &Arc<Shared>,
-    s: &Session,
+/// Appends blocks to this server's fragment, here and at the other copies' servers.
+struct BlockWriter<'a> {
+    shared: &'a Arc<Shared>,
+    s: &'a Session,
     fragment: FragmentId,
-    data: Vec<u8>,
-    slots: &mut u32,
-    done: u64,
-    meter: &Mutex<Meter>,
-) -> Result<(), String> {
-    let data = Bytes::from(data);
-    let staged =
-        shared.store.check_write(s.plan.txid, &s.plan.name, fragment, APPEND, data.len()).map_err(|e| e.to_string())?;
-    let (tx, rx) = oneshot::channel();
-    let job = Job {
-        id: 0,
-        stream: StreamKey { conn: 0, stream: s.plan.txid },
-        file: staged.key,
-        bytes: data.len() as u64,
-        progress: Progress { done_bytes: done, total_bytes: s.plan.schema.bytes(), metric: ProgressMetric::Bytes },
-        service: Service::FURTHEST_BEHIND,
-        arrival: shared.now(),
-    };
-    let len = data.len() as u64;
-    let crc = crc32c::crc32c(&data);
-    let ctx = WriteCtx {
-        conn: 0,
-        request_id: 0,
-        target: WriteTarget::Staged(staged),
-        block: APPEND,
-        crc,
-        data,
-        reply: WriteReply::Local(tx),
-    };
-    let began = Instant::now();
-    shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
-    shared.disk_wake.notify_one();
-    match rx.await {
-        Ok(Ok(slot)) if slot == *slots => {}
-        Ok(Ok(slot)) => return Err(format!("block {} landed in slot {slot}", *slots)),
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err("the disk driver dropped a write".into()),
+    /// Blocks written so far: the slot the next one must land in, everywhere.
+    slots: u32,
+    /// Connections to the servers holding the fragment's other copies.
+    copies: Vec<(NodeId, PeerConn)>,
+}
+
+impl BlockWriter<'_> {
+    async fn connect_copies(&mut self) -> Result<(), String> {
+        let plan = &self.s.plan;
+        let servers = plan.rates.len() as u32;
+        for c in 1..plan.replicas {
+            let node = NodeId((self.fragment.0 + c) % servers);
+            let peer = plan.peers.iter().find(|p| p.node == node).ok_or_else(|| format!("no address for {node}"))?;
+            let conn = PeerConn::connect(self.shared, &peer.addr)
+                .await
+                .map_err(|e| format!("reaching {node} for copy {c} at {}: {e}", peer.addr))?;
+            self.copies.push((node, conn));
+        }
+        Ok(())
     }
-    *slots += 1;
-    let mut m = meter.lock().expect("meter lock");
-    m.bytes += len;
-    m.secs += began.elapsed().as_secs_f64();
-    Ok(())
+
+    async fn write(&mut self, data: Vec<u8>, done: u64) -> Result<(), String> {
+        let (shared, plan) = (self.shared, &self.s.plan);
+        let data = Bytes::from(data);
+        let len = data.len() as u64;
+        let crc = crc32c::crc32c(&data);
+        let progress = Progress { done_bytes: done, total_bytes: plan.schema.bytes(), metric: ProgressMetric::Bytes };
+        let staged = shared
+            .store
+            .check_write(plan.txid, &plan.name, self.fragment, APPEND, data.len())
+            .map_err(|e| e.to_string())?;
+        let (tx, rx) = oneshot::channel();
+        let job = Job {
+            id: 0,
+            stream: StreamKey { conn: 0, stream: plan.txid },
+            file: staged.key,
+            bytes: len,
+            progress,
+            service: Service::FURTHEST_BEHIND,
+            arrival: shared.now(),
+        };
+        let ctx = WriteCtx {
+            conn: 0,
+            request_id: 0,
+            target: WriteTarget::Staged(staged),
+            block: APPEND,
+            crc,
+            data: data.clone(),
+            reply: WriteReply::Local(tx),
+        };
+        let began = Instant::now();
+        shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
+        shared.disk_wake.notify_one();
+        let local = async {
+            match rx.await {
+                Ok(Ok(slot)) => Ok(slot),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("the disk driver dropped a write".to_string()),
+            }
+        };
+        let req = WriteReq {
+            stream: plan.txid,
+            progress,
+            service: Service::FURTHEST_BEHIND,
+            txid: plan.txid,
+            dataset: plan.name.clone(),
+            fragment: self.fragment,
+            block: APPEND,
+            crc,
+            data,
+        };
+        let copies = &mut self.copies;
+        let remote = async move {
+            let mut slots = vec![];
+            for (node, conn) in copies.iter_mut() {
+                slots.push(forward(conn, *node, &req).await?);
+            }
+            Ok::<_, String>(slots)
+        };
+        let (local, remote) = tokio::join!(local, remote);
+        let want = self.slots;
+        for slot in std::iter::once(local?).chain(remote?) {
+            if slot != want {
+                return Err(format!("block {want} of {} landed in slot {slot}", self.fragment));
+            }
+        }
+        self.slots += 1;
+        let mut m = self.s.meter.lock().expect("meter lock");
+        m.bytes += len;
+        m.secs += began.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
+
+/// Append a block to another server's copy of the fragment; the slot it landed in.
+async fn forward(conn: &mut PeerConn, node: NodeId, req: &WriteReq) -> Result<u32, String> {
+    let fail = |why: String| format!("writing a copy on {node}: {why}");
+    let id = conn.send(&Message::Write(req.clone())).await.map_err(|e| fail(e.to_string()))?;
+    loop {
+        let (got, reply) = tokio::time::timeout(STALL, conn.read_tagged())
+            .await
+            .map_err(|_| fail(format!("no answer for {}s", STALL.as_secs())))?
+            .map_err(|e| fail(e.to_string()))?;
+        if got != id {
+            continue;
+        }
+        return match reply {
+            Message::WriteOk(ok) => Ok(ok.block),
+            Message::Error(e, _) => Err(fail(e.to_string())),
+            other => Err(fail(format!("unexpected reply kind {:#04x}", other.kind()))),
+        };
+    }
 }
 
 /// `WriteProbe`: panda's empirical test, `count` writes of `bytes` through the disk queue (so

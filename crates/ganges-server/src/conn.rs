@@ -507,6 +507,9 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
         ControlRequest::ArrayGrant { name, txid, from, rate } => {
             reply_of(crate::array::grant(shared, &name, txid, from, rate).await)
         }
+        ControlRequest::ArraySteal { name, txid, from, rate } => {
+            reply_of(crate::array::steal(shared, &name, txid, from, rate).await)
+        }
         ControlRequest::ArrayFinish { name, txid } => reply_of(crate::array::finish(shared, &name, txid).await),
         ControlRequest::Fill { name, fragment, peers } => {
             match crate::fill::fill(shared, &name, fragment, &peers).await {
@@ -620,6 +623,7 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
         | ControlRequest::ArrayOpen { .. }
         | ControlRequest::ArrayWants { .. }
         | ControlRequest::ArrayGrant { .. }
+        | ControlRequest::ArraySteal { .. }
         | ControlRequest::ArrayFinish { .. } => {
             unreachable!("handled without blocking")
         }

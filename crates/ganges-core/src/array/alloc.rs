@@ -17,16 +17,20 @@ pub enum AllocKind {
     Static,
     /// Handed out in rounds by a manager as servers ask for work.
     Dynamic,
+    /// Ours: planned as `Static`, then a server that runs out takes a share of the unstarted
+    /// subchunks of another (server-to-server stealing): dynamic, with no manager.
+    Steal,
 }
 
 impl AllocKind {
-    pub const ALL: [AllocKind; 3] = [AllocKind::RoundRobin, AllocKind::Static, AllocKind::Dynamic];
+    pub const ALL: [AllocKind; 4] = [AllocKind::RoundRobin, AllocKind::Static, AllocKind::Dynamic, AllocKind::Steal];
 
     pub fn name(self) -> &'static str {
         match self {
             AllocKind::RoundRobin => "round-robin",
             AllocKind::Static => "static",
             AllocKind::Dynamic => "dynamic",
+            AllocKind::Steal => "steal",
         }
     }
 }
@@ -165,5 +169,49 @@ impl Dynamic {
 
     pub fn granted(&self) -> &[u64] {
         &self.granted
+    }
+}
+
+/// Ours, the thief's side of [`AllocKind::Steal`]: whom a server that ran out of subchunks
+/// asks next. It goes round the other servers from the one after it, asks again the last one
+/// that gave, and is done once every other server in a row had nothing to give (a server's
+/// unstarted subchunks only shrink, except by stealing, so a full round of nothing means none
+/// are left anywhere).
+#[derive(Clone, Debug)]
+pub struct Thief {
+    me: u32,
+    servers: u32,
+    next: u32,
+    dry: u32,
+}
+
+impl Thief {
+    pub fn new(me: u32, servers: u32) -> Thief {
+        Thief { me, servers: servers.max(1), next: (me + 1) % servers.max(1), dry: 0 }
+    }
+
+    /// The server to ask next; `None` once none has anything left.
+    pub fn victim(&self) -> Option<u32> {
+        (self.servers > 1 && self.dry < self.servers - 1).then_some(self.next)
+    }
+
+    /// The victim's answer: `got` subchunks.
+    pub fn on_reply(&mut self, got: usize) {
+        if got > 0 {
+            self.dry = 0;
+            return;
+        }
+        self.dry += 1;
+        self.next = (self.next + 1) % self.servers;
+        if self.next == self.me {
+            self.next = (self.next + 1) % self.servers;
+        }
+    }
+
+    /// How many of its `queued` unstarted subchunks a victim writing at `rate_victim` gives a
+    /// thief writing at `rate_thief`: the share that makes both finish together (GD-6's
+    /// handoff rule), the victim keeping at least one.
+    pub fn share(queued: usize, rate_thief: f64, rate_victim: f64) -> usize {
+        crate::handoff::share_at_least(1, queued, rate_thief, rate_victim)
     }
 }

@@ -22,10 +22,10 @@ mod subchunk;
 #[cfg(test)]
 mod tests;
 
-pub use alloc::{AllocKind, DYNAMIC_PER_ROUND, Dynamic, round_robin, static_alloc};
+pub use alloc::{AllocKind, DYNAMIC_PER_ROUND, Dynamic, Thief, round_robin, static_alloc};
 pub use copy::{copy_overlap, gather};
 pub use generate::generated;
-pub use subchunk::{SubchunkStyle, Subchunks, find_submesh};
+pub use subchunk::{SUBCHUNK_MAX, SUBCHUNKS_MAX, SubchunkStyle, Subchunks, find_submesh};
 
 use crate::parse::ParseError;
 use serde::{Deserialize, Serialize};

@@ -7,6 +7,12 @@ use super::{ArrayError, ArrayLayout, Dist, Region, Schema};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
+/// The largest subchunk: a piece of one travels in one frame, and a server holds a few in
+/// memory while it gathers them.
+pub const SUBCHUNK_MAX: u64 = 16 << 20;
+/// The most subchunks an array may have: each has a place in the manifest.
+pub const SUBCHUNKS_MAX: usize = 1 << 16;
+
 /// How a chunk is cut into subchunks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -102,7 +108,21 @@ impl Subchunks {
                 }
             }
         }
-        Ok(Subchunks { submesh, boxes, chunk, elem: schema.dtype.size() })
+        let s = Subchunks { submesh, boxes, chunk, elem: schema.dtype.size() };
+        let largest = (0..s.len()).map(|i| s.bytes(i)).max().unwrap_or(0);
+        if largest > SUBCHUNK_MAX {
+            return Err(ArrayError::BadLayout(format!(
+                "this disk layout leaves subchunks of {largest} bytes, and at most {SUBCHUNK_MAX} fit: distribute \
+                 more dimensions on disk, or give a smaller subchunk size"
+            )));
+        }
+        if s.len() > SUBCHUNKS_MAX {
+            return Err(ArrayError::BadLayout(format!(
+                "{} subchunks, and an array may have at most {SUBCHUNKS_MAX}: give a larger subchunk size",
+                s.len()
+            )));
+        }
+        Ok(s)
     }
 
     pub fn len(&self) -> usize {

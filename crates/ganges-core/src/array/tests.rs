@@ -48,6 +48,17 @@ fn all_star_is_left_whole_and_tiny_chunks_stop_halving() {
 }
 
 #[test]
+fn subchunks_too_large_or_too_many_are_refused_with_advice() {
+    // A disk layout that distributes nothing leaves the whole 64 MiB array as one subchunk.
+    let schema = Schema::new(vec![4096, 4096], DType::F32).unwrap();
+    let err = Subchunks::new(&schema, &ArrayLayout::whole(2), SubchunkStyle::SameDist, MIB).unwrap_err();
+    assert!(err.to_string().contains("distribute more dimensions"), "{err}");
+    let long = Schema::new(vec![1 << 17, 4], DType::U8).unwrap();
+    let err = Subchunks::new(&long, &layout(&[1], "BLOCK,*"), SubchunkStyle::SameDist, 1).unwrap_err();
+    assert!(err.to_string().contains("larger subchunk size"), "{err}");
+}
+
+#[test]
 fn static_allocation_follows_the_paper_s_worked_example() {
     // 128 subchunks of 1 MB, nodes at 5 and 2 MB/s (panda §3.2).
     let sizes = vec![1_000_000u64; 128];
@@ -95,6 +106,24 @@ fn generated_elements_hold_their_index_whatever_the_region() {
     let got: Vec<u16> = generated(&schema, &part).chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
     assert_eq!(got, vec![5, 8, 9, 10, 13, 14]);
     assert_eq!(gather(2, &schema.whole(), &whole, &part).unwrap(), generated(&schema, &part));
+}
+
+#[test]
+fn a_thief_goes_round_the_others_and_stops_after_a_dry_round() {
+    let mut t = Thief::new(2, 4);
+    assert_eq!(t.victim(), Some(3));
+    t.on_reply(5);
+    assert_eq!(t.victim(), Some(3), "asks the giver again");
+    t.on_reply(0);
+    assert_eq!(t.victim(), Some(0));
+    t.on_reply(0);
+    assert_eq!(t.victim(), Some(1), "never itself");
+    t.on_reply(0);
+    assert_eq!(t.victim(), None, "three in a row had nothing");
+    assert_eq!(Thief::new(0, 1).victim(), None);
+    // A thief twice as fast takes two thirds, and the victim keeps one.
+    assert_eq!(Thief::share(9, 2.0, 1.0), 6);
+    assert_eq!(Thief::share(1, 5.0, 1.0), 0);
 }
 
 #[test]

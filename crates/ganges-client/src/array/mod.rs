@@ -10,23 +10,25 @@
 //! processes for their pieces of them, which [`write_rank`] answers. Every process's call
 //! returns once the array is committed, or with the reason it was not.
 //!
-//! **Reading.** [`read_chunk`] reads one process's chunk of any memory layout, whatever
-//! layout and allocation wrote the array: the subchunks it overlaps, from wherever the
-//! manifest says they are, scattered into place.
+//! **Reading** ([`read`]). [`read_chunk`] reads one process's chunk of any memory layout,
+//! whatever layout and allocation wrote the array: the subchunks it overlaps, from wherever
+//! the manifest says they are, scattered into place. [`export_zarr`] writes the array as a
+//! Zarr v3 array that Zarr readers open.
+
+mod read;
+mod zarr;
+
+pub use read::{read_chunk, read_chunk_with, read_region, region_reads};
+pub use zarr::{ZarrExport, export_zarr};
 
 use crate::client::Client;
 use crate::dataset::{Staging, digest_from_checksums, draft};
 use crate::error::{ClientError, Result};
-use crate::scan::ReadOptions;
-use crate::stream::AsyncReader;
 use bytes::Bytes;
 use futures_util::future::join_all;
-use ganges_core::array::{
-    AllocKind, ArrayLayout, DYNAMIC_PER_ROUND, Region, Schema, SubchunkStyle, Subchunks, copy_overlap, gather,
-};
+use ganges_core::array::{AllocKind, ArrayLayout, DYNAMIC_PER_ROUND, Region, Schema, SubchunkStyle, Subchunks, gather};
 use ganges_core::ids::NodeId;
 use ganges_core::layout::Layout;
-use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::Shape;
 use ganges_proto::DatasetName;
 use ganges_proto::array::{ArrayMeta, ArrayOutcome, ArrayPlan, ArrayWritten, Place};
@@ -57,6 +59,8 @@ pub struct ArraySpec {
     pub alloc: AllocKind,
     /// Dynamic allocation's `N`.
     pub per_round: u32,
+    /// Copies of every subchunk (chained declustering: the next servers round the ring).
+    pub replicas: u32,
     /// The elements are `ganges_core::array::generated`'s (each its own index), so a reader
     /// can check every one; the manifest's content says so.
     pub generated: bool,
@@ -88,6 +92,7 @@ impl ArraySpec {
             threshold: SUBCHUNK_BYTES,
             alloc,
             per_round: DYNAMIC_PER_ROUND,
+            replicas: 1,
             generated: false,
         }
     }
@@ -224,7 +229,14 @@ impl<'c> Coordinator<'c> {
         let block = (spec.threshold.clamp(64 << 10, 4 << 20) as u32).next_power_of_two().min(4 << 20);
         let most = spec.schema.bytes().div_ceil(u64::from(block)).max(1) * u64::from(block);
         let shape = Shape::uniform(servers, most, block)?;
-        let layout = Layout::chained(servers, 1)?;
+        if spec.replicas == 0 || spec.replicas > servers.min(4) {
+            return Err(ClientError::Invalid(format!(
+                "{} copies on {servers} servers: give 1 to {}",
+                spec.replicas,
+                servers.min(4)
+            )));
+        }
+        let layout = Layout::chained(servers, spec.replicas)?;
         let source = if spec.generated {
             GENERATED_SOURCE.to_string()
         } else {
@@ -245,6 +257,8 @@ impl<'c> Coordinator<'c> {
             alloc: spec.alloc,
             rates: rates.clone(),
             manager: Peer { node: NodeId(0), addr: manager.addr.clone() },
+            peers: client.cluster().servers.iter().map(|s| Peer { node: s.node, addr: s.addr.clone() }).collect(),
+            replicas: spec.replicas,
             per_round: spec.per_round,
         };
         let mut c = Coordinator { client, spec, subs, staging, staged: manifest, rates, began, probe_seconds };
@@ -293,7 +307,13 @@ impl<'c> Coordinator<'c> {
                 return Err(e);
             }
         };
-        let digest = digest_from_checksums(c, &manifest, Some(self.staging.txid)).await.map(|(d, _)| d);
+        // Every copy must hold the same bytes (a server forwards its blocks to the others).
+        let digest = digest_from_checksums(c, &manifest, Some(self.staging.txid)).await.and_then(|(d, differ)| {
+            match differ.first() {
+                None => Ok(d),
+                Some(first) => Err(ClientError::Invalid(format!("the copies of `{}` differ: {first}", manifest.name))),
+            }
+        });
         manifest = self.staging.conclude(manifest, digest).await?;
         let rates = parts
             .iter()
@@ -487,51 +507,4 @@ pub fn meta(manifest: &Manifest) -> Result<&ArrayMeta> {
         .array
         .as_deref()
         .ok_or_else(|| ClientError::Invalid(format!("`{}` is a dataset, not an array", manifest.name)))
-}
-
-/// Read process `rank`'s chunk of `memory` (any layout) of the array in `manifest`, row-major
-/// over the chunk.
-pub async fn read_chunk(
-    client: &Arc<Client>,
-    manifest: &Arc<Manifest>,
-    memory: &ArrayLayout,
-    rank: u32,
-) -> Result<Vec<u8>> {
-    let meta = meta(manifest)?;
-    let invalid = |e: ganges_core::array::ArrayError| ClientError::Invalid(e.to_string());
-    memory.check(&meta.schema).map_err(invalid)?;
-    if rank >= memory.positions() {
-        return Err(ClientError::Invalid(format!("rank {rank} of a layout of {} processes", memory.positions())));
-    }
-    let subs = meta.subchunks().map_err(invalid)?;
-    let region = memory.chunk(&meta.schema, rank);
-    let elem = meta.schema.dtype.size();
-    let mut out = vec![0u8; (region.elements() * u64::from(elem)) as usize];
-    // Enough in flight to keep every server's disk busy from one reader.
-    let opts = ReadOptions::new(ReadPolicyKind::Gd).with_window(4 * manifest.shape.fragment_count());
-    let mut reader = AsyncReader::open(client.clone(), manifest.clone(), opts)?;
-    let mut tickets = std::collections::HashMap::new();
-    let mut budget = 0u64;
-    let wanted: Vec<usize> = (0..subs.len()).filter(|&i| !region.intersect(&subs.boxes[i]).is_empty()).collect();
-    let mut next = wanted.into_iter().peekable();
-    loop {
-        while let Some(&i) = next.peek() {
-            let len = subs.bytes(i);
-            if budget + len > crate::stream::SUBMITTED_BYTES_MAX / 4 && !tickets.is_empty() {
-                break;
-            }
-            let p = meta.places[i];
-            let offset = manifest.shape.fragment_start(ganges_core::ids::FragmentId(p.fragment)) + p.offset;
-            tickets.insert(reader.submit(offset, len)?, i);
-            budget += len;
-            next.next();
-        }
-        let Some((ticket, data)) = reader.reap().await? else { break };
-        let i = tickets.remove(&ticket).expect("every ticket is a subchunk");
-        budget -= data.len() as u64;
-        let sub = &subs.boxes[i];
-        copy_overlap(elem, sub, &data, &region, &mut out, &region.intersect(sub)).map_err(invalid)?;
-    }
-    reader.close();
-    Ok(out)
 }
