@@ -13,6 +13,11 @@
 //!   only) and `gd` (graduated declustering), one server slow; against the layout-aware
 //!   ideal of that read.
 //!
+//! With `--real` the servers write the real disk with direct I/O, each capped by the kernel at
+//! an equal share of what the disk gives them all at once, and a slow server is one the kernel
+//! caps at half of that (the scan and write benches' real faults, `crate::real`); the peak is
+//! the sum of those caps.
+//!
 //! Each write's throughput is divided by the peak of the I/O subsystem as the paper computes
 //! it: the sum of the servers' available rates (a slow server counts at half). A call is timed
 //! from the open to the commit; static allocation's empirical test, run before a
@@ -20,6 +25,7 @@
 //! the mean of `repeat` calls, each planned with the rates its predecessor measured.
 
 use crate::plot::{self, Series};
+use crate::real::{Rates as RealRates, RealSpec};
 use crate::scan::BenchCluster;
 use crate::util::{BenchResult, Table, fail, git_commit, steps_bar};
 use bytes::Bytes;
@@ -65,6 +71,8 @@ pub struct ArrayBenchSpec {
     pub repeat: u32,
     pub iterations: u32,
     pub binary: PathBuf,
+    /// Real disks and kernel faults instead of the disk model.
+    pub real: Option<RealSpec>,
 }
 
 /// Where the servers keep their data: memory when there is room (the disk model is the disk
@@ -98,11 +106,14 @@ pub struct Row {
     pub server_bytes: Vec<u64>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Report {
     /// "array", for the pages that show it.
     pub bench: String,
     pub git_commit: String,
+    /// With `--real`: what was measured before the runs, per server count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured: Vec<(u32, RealRates)>,
     pub shape: Vec<u64>,
     pub disk_bytes_per_sec: f64,
     pub slow_factor: f64,
@@ -162,18 +173,28 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
         .sum();
     let bar = steps_bar(steps as u64, "array");
     let mut rows = vec![];
+    let mut measured = vec![];
     for servers in counts {
         let cluster = BenchCluster {
             nodes: servers,
-            disk: Some(spec.disk),
+            disk: spec.real.is_none().then_some(spec.disk),
             root: None,
-            scratch: scratch(schema.bytes()),
+            scratch: if spec.real.is_some() { std::env::temp_dir() } else { scratch(schema.bytes()) },
             binary: spec.binary.clone(),
             node_groups: None,
-            real: None,
+            real: spec.real,
         };
         let started = cluster.start()?;
         let client = started.block_on(async { Ok(Client::connect(started.cluster.cluster().clone()).await?) })?;
+        let real = match &spec.real {
+            Some(r) => {
+                eprintln!("measuring the {servers} servers' disk writes, alone and all at once");
+                let rates = started.block_on(crate::real::measure(&client, r))?;
+                measured.push((servers, rates.clone()));
+                Some((*r, rates))
+            }
+            None => None,
+        };
         for &figure in &spec.figures {
             let wanted = match figure {
                 Figure::Iterations => spec.iteration_servers.contains(&servers),
@@ -195,7 +216,14 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
                     AllocKind::Dynamic,
                 );
                 spec_w.replicas = 2;
-                let run = Run { client: &client, spec: &spec_w, chunks: &chunks, disk: spec.disk, servers };
+                let run = Run {
+                    client: &client,
+                    spec: &spec_w,
+                    chunks: &chunks,
+                    disk: spec.disk,
+                    servers,
+                    real: real.as_ref(),
+                };
                 bar.set_message(format!("reads: {servers} servers"));
                 rows.extend(started.block_on(run.reads(&spec.read_policies))?);
                 bar.inc(1);
@@ -205,7 +233,14 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
                 let mut spec_w =
                     ArraySpec::new("bench-array".parse()?, schema.clone(), memory.clone(), disk.clone(), alloc);
                 spec_w.generated = true;
-                let run = Run { client: &client, spec: &spec_w, chunks: &chunks, disk: spec.disk, servers };
+                let run = Run {
+                    client: &client,
+                    spec: &spec_w,
+                    chunks: &chunks,
+                    disk: spec.disk,
+                    servers,
+                    real: real.as_ref(),
+                };
                 if figure == Figure::Iterations {
                     bar.set_message(format!("figures 6-7: {alloc}, {servers} servers"));
                     rows.extend(started.block_on(run.iterations(spec.iterations))?);
@@ -224,6 +259,7 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
     Ok(Report {
         bench: "array".into(),
         git_commit: git_commit(),
+        measured,
         shape: spec.shape.clone(),
         disk_bytes_per_sec: spec.disk.rate_bytes_per_sec,
         slow_factor: SLOW_FACTOR,
@@ -238,11 +274,17 @@ struct Run<'a> {
     chunks: &'a [Bytes],
     disk: DiskParams,
     servers: u32,
+    /// Real disks: the spec and what was measured.
+    real: Option<&'a (RealSpec, RealRates)>,
 }
 
 impl Run<'_> {
     /// Make the first `slow` servers slow, the rest healthy.
     async fn set_slow(&self, slow: u32) -> BenchResult<()> {
+        if let Some((spec, rates)) = self.real {
+            let faulty: Vec<NodeId> = (0..slow).map(NodeId).collect();
+            return crate::real::apply(self.client, spec, rates, &faulty).await;
+        }
         for n in 0..self.servers {
             let fault = (n < slow).then_some(Fault::Factor { factor: SLOW_FACTOR });
             self.client.control(NodeId(n), ControlRequest::SetFault { fault }).await?;
@@ -250,9 +292,18 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn peak(&self, slow: u32) -> f64 {
+    /// Each server's available rate with the first `slow` slow.
+    fn rates(&self, slow: u32) -> Vec<f64> {
+        if let Some((spec, rates)) = self.real {
+            let faulty: Vec<NodeId> = (0..slow).map(NodeId).collect();
+            return crate::real::rates_with(spec, rates, &faulty);
+        }
         let r = self.disk.rate_bytes_per_sec;
-        f64::from(self.servers - slow) * r + f64::from(slow) * r * SLOW_FACTOR
+        (0..self.servers).map(|n| if n < slow { r * SLOW_FACTOR } else { r }).collect()
+    }
+
+    fn peak(&self, slow: u32) -> f64 {
+        self.rates(slow).iter().sum()
     }
 
     /// One collective write; its fraction of peak and the rates it measured.
@@ -310,8 +361,7 @@ impl Run<'_> {
         let mut rows = vec![];
         for slow in [0, 1] {
             self.set_slow(slow).await?;
-            let rate = |n: u32| self.disk.rate_bytes_per_sec * if n < slow { SLOW_FACTOR } else { 1.0 };
-            let node_rates: Vec<f64> = (0..self.servers).map(rate).collect();
+            let node_rates = self.rates(slow);
             let ideal = ganges_core::ideal::layout_ideal(&demands, &manifest.layout, &node_rates)?.seconds;
             let bytes: u64 = reads.iter().flatten().map(|p| p.len).sum();
             for &policy in policies {

@@ -881,6 +881,13 @@ pub(crate) struct BenchArrayArgs {
     /// A smaller run: a 64 MiB array, 2 to 8 servers, one call each
     #[arg(long)]
     pub(crate) quick: bool,
+    /// Real disks with direct I/O: every server capped by the kernel at an equal share of what
+    /// the disk gives them all at once, a slow one at half of that (root, cgroup blkio)
+    #[arg(long)]
+    pub(crate) real: bool,
+    /// With --real: the cap [default: 0.6 of the servers' mean write rate all at once]
+    #[arg(long, requires = "real", value_name = "RATE")]
+    pub(crate) disk_cap: Option<Rate>,
     #[arg(long, value_name = "FILE")]
     pub(crate) json: Option<PathBuf>,
     #[arg(long, value_name = "FILE")]

@@ -543,6 +543,14 @@ fn bench_array(a: BenchArrayArgs) -> CliResult<()> {
         repeat: a.repeat.max(1),
         iterations: a.iterations.max(5),
         binary: binary()?,
+        real: a.real.then(|| ganges_bench::real::RealSpec {
+            kind: ganges_bench::real::RealFaultKind::Kernel,
+            factor: bench_arr::SLOW_FACTOR,
+            share: 0.5,
+            isolate: true,
+            cap: a.disk_cap.map(|r| r.0),
+            writes: true,
+        }),
     };
     if a.quick {
         spec.shape = vec![256, 256, 256];

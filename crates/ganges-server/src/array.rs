@@ -690,8 +690,16 @@ async fn forward(conn: &mut PeerConn, node: NodeId, req: &WriteReq) -> Result<u3
     }
 }
 
+/// The least time a write probe runs: a kernel throttle lets a burst through at the disk's
+/// own speed (a token bucket), and three 1 MiB writes fit inside it, so a short probe would
+/// take a throttled disk for a fast one.
+const PROBE_MIN: Duration = Duration::from_millis(250);
+/// The scratch file's largest size: the probe writes round it.
+const PROBE_FILE_WRITES: u32 = 16;
+
 /// `WriteProbe`: panda's empirical test, `count` writes of `bytes` through the disk queue (so
-/// a disk model and its faults apply as to any write), then a sync; the rate it took.
+/// a disk model and its faults apply as to any write), continued until [`PROBE_MIN`] has
+/// passed (ours), then a sync; the rate it took.
 pub async fn probe(shared: &Arc<Shared>, bytes: u32, count: u32) -> Result<ControlReply, StoreError> {
     if bytes == 0 || count == 0 || u64::from(bytes) * u64::from(count) > 64 << 20 {
         return Err(bad("a write probe writes 1 byte to 64 MiB in all"));
@@ -706,10 +714,19 @@ pub async fn probe(shared: &Arc<Shared>, bytes: u32, count: u32) -> Result<Contr
         .open(&path)
         .map_err(|err| StoreError::Io { what: format!("creating {}", path.display()), err })?;
     let file = Arc::new(file);
+    // With direct I/O, as the server's data goes: a kernel throttle then holds the probe too.
+    let direct = match shared.config.direct_io {
+        true => Some(Arc::new(
+            crate::direct::open(&path, true)
+                .map_err(|err| StoreError::Io { what: format!("opening {} for direct I/O", path.display()), err })?,
+        )),
+        false => None,
+    };
     let data = Bytes::from(vec![0x5a; bytes as usize]);
     let began = Instant::now();
     let mut result = Ok(());
-    for k in 0..count {
+    let mut k = 0u32;
+    while (k < count || began.elapsed() < PROBE_MIN) && u64::from(k) * u64::from(bytes) < 256 << 20 {
         let (tx, rx) = oneshot::channel();
         let job = Job {
             id: 0,
@@ -720,11 +737,11 @@ pub async fn probe(shared: &Arc<Shared>, bytes: u32, count: u32) -> Result<Contr
             service: Service::FURTHEST_BEHIND,
             arrival: shared.now(),
         };
-        let offset = u64::from(k) * u64::from(bytes);
+        let offset = u64::from(k % PROBE_FILE_WRITES) * u64::from(bytes);
         let ctx = WriteCtx {
             conn: 0,
             request_id: 0,
-            target: WriteTarget::Scratch { file: file.clone(), offset },
+            target: WriteTarget::Scratch { file: file.clone(), direct: direct.clone(), offset },
             block: k,
             crc: 0,
             data: data.clone(),
@@ -736,6 +753,7 @@ pub async fn probe(shared: &Arc<Shared>, bytes: u32, count: u32) -> Result<Contr
         if result.is_err() {
             break;
         }
+        k += 1;
     }
     let synced = {
         let f = file.clone();
@@ -747,5 +765,5 @@ pub async fn probe(shared: &Arc<Shared>, bytes: u32, count: u32) -> Result<Contr
     synced
         .map_err(|e| bad(format!("sync task failed: {e}")))?
         .map_err(|err| StoreError::Io { what: "syncing the write probe".into(), err })?;
-    Ok(ControlReply::Rate { bytes_per_sec: u64::from(bytes) as f64 * f64::from(count) / secs.max(1e-9) })
+    Ok(ControlReply::Rate { bytes_per_sec: u64::from(bytes) as f64 * f64::from(k) / secs.max(1e-9) })
 }

@@ -63,8 +63,9 @@ pub enum WriteTarget {
     Staged(StagedWrite),
     /// A block replica completion brought to this node's copy of a committed dataset.
     Fill { dataset: Arc<Dataset>, files: Arc<FillFiles> },
-    /// A timed write to a scratch file at `offset` (an array write's empirical test).
-    Scratch { file: Arc<std::fs::File>, offset: u64 },
+    /// A timed write to a scratch file at `offset` (an array write's empirical test), with
+    /// direct I/O when the server uses it (so a kernel throttle holds it as it holds data).
+    Scratch { file: Arc<std::fs::File>, direct: Option<Arc<std::fs::File>>, offset: u64 },
 }
 
 /// Who hears that a write finished.
@@ -213,10 +214,14 @@ async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<gange
             let w = tokio::task::spawn_blocking(fill).await;
             (w, id)
         }
-        WriteTarget::Scratch { file, offset } => {
+        WriteTarget::Scratch { file, direct, offset } => {
             let scratch = move || {
                 use std::os::unix::fs::FileExt;
-                file.write_all_at(&data, offset)
+                let written = match &direct {
+                    Some(d) if crate::direct::aligned(offset, data.len()) => crate::direct::write_at(d, &data, offset),
+                    _ => file.write_all_at(&data, offset),
+                };
+                written
                     .map(|()| block)
                     .map_err(|e| StoreError::Io { what: "writing the write probe's scratch file".into(), err: e })
             };
