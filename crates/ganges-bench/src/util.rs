@@ -105,15 +105,22 @@ impl Table {
     }
 }
 
-/// The commit the binary runs from, when run inside a git checkout.
+/// The commit the binary runs from, when run inside a git checkout (`-dirty` when the code
+/// differs from it).
 pub fn git_commit() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let Some(head) = git(&["rev-parse", "--short=12", "HEAD"]) else { return "unknown".into() };
+    // A run from uncommitted code says so: its results are not that commit's.
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no", "--", "crates", "Cargo.lock"])
+        .is_some_and(|s| !s.is_empty());
+    if dirty { format!("{head}-dirty") } else { head }
 }
 
 /// CPU seconds used by this process so far.
