@@ -190,9 +190,18 @@ async fn a_competing_reader_runs_while_its_fault_is_set_and_dies_with_its_server
             })
             .count()
     };
+    // The reader is started before the fault is acknowledged, but its command line shows
+    // only once it has exec'd: wait for it, briefly.
+    let until_one = |readers: &dyn Fn() -> usize| {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while readers() != 1 {
+            assert!(Instant::now() < deadline, "{} competing readers, not one", readers());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
     let faults = RealFaults { competing_reader: Some(0.5), ..Default::default() };
     client.control(NodeId(1), ControlRequest::SetRealFaults { faults }).await.unwrap();
-    assert_eq!(readers(), 1);
+    until_one(&readers);
     client.control(NodeId(1), ControlRequest::SetRealFaults { faults: RealFaults::default() }).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while readers() > 0 {
@@ -201,7 +210,7 @@ async fn a_competing_reader_runs_while_its_fault_is_set_and_dies_with_its_server
     }
     let faults = RealFaults { competing_reader: Some(1.0), ..Default::default() };
     client.control(NodeId(1), ControlRequest::SetRealFaults { faults }).await.unwrap();
-    assert_eq!(readers(), 1);
+    until_one(&readers);
     local.kill(NodeId(1));
     let deadline = Instant::now() + Duration::from_secs(5);
     while readers() > 0 {
