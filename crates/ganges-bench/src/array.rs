@@ -207,6 +207,14 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
             let (memory, disk) = layouts(figure, servers, schema.rank())?;
             let chunks: Vec<Bytes> =
                 (0..memory.positions()).map(|r| Bytes::from(generated(&schema, &memory.chunk(&schema, r)))).collect();
+            let run_of = |spec_w| Run {
+                client: &client,
+                spec: spec_w,
+                chunks: &chunks,
+                disk: spec.disk,
+                servers,
+                real: real.as_ref(),
+            };
             if figure == Figure::Reads {
                 let mut spec_w = ArraySpec::new(
                     "bench-array".parse()?,
@@ -216,14 +224,7 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
                     AllocKind::Dynamic,
                 );
                 spec_w.replicas = 2;
-                let run = Run {
-                    client: &client,
-                    spec: &spec_w,
-                    chunks: &chunks,
-                    disk: spec.disk,
-                    servers,
-                    real: real.as_ref(),
-                };
+                let run = run_of(spec_w);
                 bar.set_message(format!("reads: {servers} servers"));
                 rows.extend(started.block_on(run.reads(&spec.read_policies))?);
                 bar.inc(1);
@@ -233,14 +234,7 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
                 let mut spec_w =
                     ArraySpec::new("bench-array".parse()?, schema.clone(), memory.clone(), disk.clone(), alloc);
                 spec_w.generated = true;
-                let run = Run {
-                    client: &client,
-                    spec: &spec_w,
-                    chunks: &chunks,
-                    disk: spec.disk,
-                    servers,
-                    real: real.as_ref(),
-                };
+                let run = run_of(spec_w);
                 if figure == Figure::Iterations {
                     bar.set_message(format!("figures 6-7: {alloc}, {servers} servers"));
                     rows.extend(started.block_on(run.iterations(spec.iterations))?);
@@ -270,7 +264,7 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
 
 struct Run<'a> {
     client: &'a std::sync::Arc<Client>,
-    spec: &'a ArraySpec,
+    spec: ArraySpec,
     chunks: &'a [Bytes],
     disk: DiskParams,
     servers: u32,
@@ -308,7 +302,7 @@ impl Run<'_> {
 
     /// One collective write; its fraction of peak and the rates it measured.
     async fn call(&self, slow: u32, rates: &mut Rates) -> BenchResult<(f64, Vec<u64>)> {
-        let report = arr::write_all(self.client, self.spec, rates, self.chunks.to_vec()).await?;
+        let report = arr::write_all(self.client, &self.spec, rates, self.chunks.to_vec()).await?;
         rates.0 = Some(report.rates.clone());
         ganges_client::dataset::remove(self.client, &self.spec.name).await?;
         let rate = self.spec.schema.bytes() as f64 / report.seconds;
@@ -347,7 +341,7 @@ impl Run<'_> {
     async fn reads(&self, policies: &[ReadPolicyKind]) -> BenchResult<Vec<Row>> {
         self.set_slow(0).await?;
         let mut rates = Rates::default();
-        let report = arr::write_all(self.client, self.spec, &rates, self.chunks.to_vec()).await?;
+        let report = arr::write_all(self.client, &self.spec, &rates, self.chunks.to_vec()).await?;
         rates.0 = Some(report.rates);
         let manifest = std::sync::Arc::new(report.manifest);
         let schema = &self.spec.schema;

@@ -8,7 +8,7 @@
 
 use crate::control::Peer;
 use crate::manifest::DatasetName;
-use ganges_core::array::{AllocKind, ArrayError, ArrayLayout, Schema, SubchunkStyle, Subchunks};
+use ganges_core::array::{AllocKind, ArrayError, ArrayLayout, DYNAMIC_PER_ROUND, Schema, SubchunkStyle, Subchunks};
 use serde::{Deserialize, Serialize};
 
 /// Where one subchunk is: the fragment (= the server that wrote it) and its byte offset there.
@@ -48,20 +48,81 @@ impl ArrayMeta {
     }
 }
 
-/// One collective write, as every server of the cluster gets it (`ArrayOpen`): enough for each
-/// to work out, independently and identically, what it must gather from which process.
+/// The largest subchunk by default (panda §3.1: 1 MB gives the file system its peak).
+pub const SUBCHUNK_BYTES: u64 = 1 << 20;
+
+/// One collective write, as every process of it describes it (the same on all of them).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ArrayPlan {
+pub struct ArraySpec {
     pub name: DatasetName,
-    /// The staging transaction the array's fragments are appended to.
-    pub txid: u64,
     pub schema: Schema,
     /// How the writing processes hold the array: process `r` holds chunk `r` of this layout.
     pub memory: ArrayLayout,
     pub disk: ArrayLayout,
     pub style: SubchunkStyle,
+    /// The largest subchunk, in bytes.
     pub threshold: u64,
     pub alloc: AllocKind,
+    /// Dynamic allocation's `N`.
+    pub per_round: u32,
+    /// Copies of every subchunk: 1, or more on the next servers round the ring (chained
+    /// declustering), so that reads can take graduated declustering's way round a slow one.
+    pub replicas: u32,
+    /// The elements are `ganges_core::array::generated`'s (each its own index), so a reader
+    /// can check every one; the manifest's content says so.
+    pub generated: bool,
+}
+
+impl ArraySpec {
+    /// A write with the paper's defaults: 1 MiB subchunks cut like their chunks, `N` = 20.
+    pub fn new(
+        name: DatasetName,
+        schema: Schema,
+        memory: ArrayLayout,
+        disk: ArrayLayout,
+        alloc: AllocKind,
+    ) -> ArraySpec {
+        ArraySpec {
+            name,
+            schema,
+            memory,
+            disk,
+            style: SubchunkStyle::SameDist,
+            threshold: SUBCHUNK_BYTES,
+            alloc,
+            per_round: DYNAMIC_PER_ROUND,
+            replicas: 1,
+            generated: false,
+        }
+    }
+
+    /// How many processes write: one per memory chunk.
+    pub fn ranks(&self) -> u32 {
+        self.memory.positions()
+    }
+
+    /// The bytes of process `rank`'s chunk.
+    pub fn chunk_bytes(&self, rank: u32) -> u64 {
+        self.memory.chunk(&self.schema, rank).elements() * u64::from(self.schema.dtype.size())
+    }
+
+    /// Check the layouts against the schema, and cut the subchunks.
+    pub fn check(&self) -> Result<Subchunks, ArrayError> {
+        self.memory.check(&self.schema)?;
+        if self.threshold == 0 {
+            return Err(ArrayError::BadLayout("the subchunk size must be at least 1 byte".into()));
+        }
+        Subchunks::new(&self.schema, &self.disk, self.style, self.threshold)
+    }
+}
+
+/// One collective write, as every server of the cluster gets it (`ArrayOpen`): enough for each
+/// to work out, independently and identically, what it must gather from which process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArrayPlan {
+    pub spec: ArraySpec,
+    /// The staging transaction the array's fragments are appended to.
+    pub txid: u64,
     /// Each server's write rate, bytes per second, measured by its empirical test or during
     /// the previous collective call (static and dynamic allocation start from them).
     pub rates: Vec<f64>,
@@ -69,17 +130,12 @@ pub struct ArrayPlan {
     pub manager: Peer,
     /// Every server of the cluster (a server sends the other copies of its blocks to theirs).
     pub peers: Vec<Peer>,
-    /// Copies of every subchunk: 1, or more on the next servers round the ring (chained
-    /// declustering), so that reads can take graduated declustering's way round a slow one.
-    pub replicas: u32,
-    /// Dynamic allocation's `N`.
-    pub per_round: u32,
 }
 
 impl ArrayPlan {
     /// How many processes take part.
     pub fn ranks(&self) -> u32 {
-        self.memory.positions()
+        self.spec.ranks()
     }
 }
 

@@ -24,7 +24,9 @@ use crate::disk::{Ctx, WriteCtx, WriteReply, WriteTarget};
 use crate::handoff::PeerConn;
 use crate::store::StoreError;
 use bytes::Bytes;
-use ganges_core::array::{AllocKind, Dynamic, Region, Subchunks, Thief, copy_overlap, round_robin, static_alloc};
+use ganges_core::array::{
+    AllocKind, Dynamic, HELD_AHEAD, Region, Subchunks, Thief, copy_overlap, round_robin, static_alloc,
+};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
 use ganges_proto::DatasetName;
@@ -40,10 +42,6 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 pub const GATHER_AHEAD: usize = 4;
 /// Gathered subchunks waiting for the disk: enough that the disk never waits for a gather.
 const WRITE_AHEAD: usize = 2;
-/// Under dynamic allocation, subchunks a server holds granted and not yet written: it asks
-/// the manager for more only below this. Work taken early is work a faster server cannot
-/// take at the end; two keep the disk busy while the next is gathered.
-const DYNAMIC_AHEAD: u64 = 2;
 /// A collective write that makes no progress for this long has lost a process: it fails.
 pub const STALL: Duration = Duration::from_secs(60);
 /// How long one `ArrayWants` poll waits for something to say.
@@ -81,9 +79,10 @@ struct Session {
 
 #[derive(Debug)]
 struct Assembly {
-    buf: Vec<u8>,
+    /// Made at the first piece that is not the whole subchunk.
+    buf: Option<Vec<u8>>,
     waiting: BTreeSet<u32>,
-    done: Option<oneshot::Sender<Vec<u8>>>,
+    done: Option<oneshot::Sender<Bytes>>,
 }
 
 fn bad(why: impl Into<String>) -> StoreError {
@@ -121,27 +120,26 @@ impl Arrays {
 
 /// `ArrayOpen`: start this server's part of a collective write.
 pub fn open(shared: &Arc<Shared>, plan: ArrayPlan) -> Result<ControlReply, StoreError> {
-    let subs = Subchunks::new(&plan.schema, &plan.disk, plan.style, plan.threshold).map_err(|e| bad(e.to_string()))?;
-    plan.memory.check(&plan.schema).map_err(|e| bad(e.to_string()))?;
+    let subs = plan.spec.check().map_err(|e| bad(e.to_string()))?;
     let servers = plan.rates.len() as u32;
     if servers == 0 || shared.config.node.0 >= servers {
         return Err(bad(format!("the plan has {servers} servers; this is {}", shared.config.node)));
     }
-    if plan.replicas == 0 || plan.replicas > servers {
-        return Err(bad(format!("{} copies of each subchunk on {servers} servers", plan.replicas)));
+    if plan.spec.replicas == 0 || plan.spec.replicas > servers {
+        return Err(bad(format!("{} copies of each subchunk on {servers} servers", plan.spec.replicas)));
     }
     // The staging must be there: appends will be checked against it.
-    shared.store.check_write(plan.txid, &plan.name, FragmentId(shared.config.node.0), APPEND, 1)?;
+    shared.store.check_write(plan.txid, &plan.spec.name, FragmentId(shared.config.node.0), APPEND, 1)?;
     let ranks = plan.ranks();
-    let chunks: Vec<Region> = (0..ranks).map(|r| plan.memory.chunk(&plan.schema, r)).collect();
+    let chunks: Vec<Region> = (0..ranks).map(|r| plan.spec.memory.chunk(&plan.spec.schema, r)).collect();
     let (senders, wants): (Vec<_>, Vec<_>) = (0..ranks)
         .map(|_| {
             let (tx, rx) = mpsc::unbounded_channel();
             (tx, tokio::sync::Mutex::new(rx))
         })
         .unzip();
-    let manager = (plan.alloc == AllocKind::Dynamic && plan.manager.node == shared.config.node)
-        .then(|| Mutex::new(Dynamic::new(subs.sizes(), &plan.rates, plan.per_round)));
+    let manager = (plan.spec.alloc == AllocKind::Dynamic && plan.manager.node == shared.config.node)
+        .then(|| Mutex::new(Dynamic::new(subs.sizes(), &plan.rates, plan.spec.per_round)));
     let session = Arc::new(Session {
         plan,
         subs,
@@ -156,21 +154,21 @@ pub fn open(shared: &Arc<Shared>, plan: ArrayPlan) -> Result<ControlReply, Store
     });
     {
         let mut all = shared.arrays.sessions.lock().expect("arrays lock");
-        if let Some(old) = all.get(&session.plan.name)
+        if let Some(old) = all.get(&session.plan.spec.name)
             && old.outcome.borrow().is_none()
         {
-            return Err(bad(format!("`{}` is being written already", session.plan.name)));
+            return Err(bad(format!("`{}` is being written already", session.plan.spec.name)));
         }
-        all.insert(session.plan.name.clone(), session.clone());
+        all.insert(session.plan.spec.name.clone(), session.clone());
     }
     shared.arrays.opened.notify_waiters();
-    tracing::info!(node = %shared.config.node, array = %session.plan.name, subchunks = session.subs.len(),
-        alloc = %session.plan.alloc, "collective write opened");
+    tracing::info!(node = %shared.config.node, array = %session.plan.spec.name, subchunks = session.subs.len(),
+        alloc = %session.plan.spec.alloc, "collective write opened");
     let (shared, s) = (shared.clone(), session.clone());
     tokio::spawn(async move {
         let result = gather(&shared, &s, senders).await;
         if let Err(why) = &result {
-            tracing::warn!(node = %shared.config.node, array = %s.plan.name, why, "collective write failed");
+            tracing::warn!(node = %shared.config.node, array = %s.plan.spec.name, why, "collective write failed");
             s.outcome.send_if_modified(|o| {
                 o.is_none() && o.replace(ArrayOutcome { committed: false, why: why.clone() }).is_none()
             });
@@ -181,8 +179,8 @@ pub fn open(shared: &Arc<Shared>, plan: ArrayPlan) -> Result<ControlReply, Store
         let _ = tokio::time::timeout(STALL * 10, outcome.wait_for(Option::is_some)).await;
         tokio::time::sleep(LINGER).await;
         let mut all = shared.arrays.sessions.lock().expect("arrays lock");
-        if all.get(&s.plan.name).is_some_and(|cur| Arc::ptr_eq(cur, &s)) {
-            all.remove(&s.plan.name);
+        if all.get(&s.plan.spec.name).is_some_and(|cur| Arc::ptr_eq(cur, &s)) {
+            all.remove(&s.plan.spec.name);
         }
     });
     Ok(ControlReply::Done)
@@ -232,25 +230,52 @@ pub fn piece(shared: &Arc<Shared>, p: PieceReq) -> Result<(), StoreError> {
         )));
     };
     let part = chunk.intersect(sub);
-    let elem = s.plan.schema.dtype.size();
+    let elem = s.plan.spec.schema.dtype.size();
     let mut assembly = s.assembly.lock().expect("assembly lock");
     let Some(a) = assembly.get_mut(&p.subchunk) else {
         return Err(bad(format!("subchunk {} was not asked for", p.subchunk)));
     };
-    if !a.waiting.remove(&p.rank) {
+    if !a.waiting.contains(&p.rank) {
         return Err(bad(format!("process {} sent subchunk {} twice, or was not asked", p.rank, p.subchunk)));
     }
-    if let Err(e) = copy_overlap(elem, &part, &p.data, sub, &mut a.buf, &part) {
-        a.waiting.insert(p.rank);
-        return Err(bad(format!("the piece of subchunk {} from process {}: {e}", p.subchunk, p.rank)));
+    let whole = part.elements() == sub.elements();
+    let len = (sub.elements() * u64::from(elem)) as usize;
+    if whole && p.data.len() != len {
+        let got = p.data.len();
+        return Err(bad(format!(
+            "the piece of subchunk {} from process {} is {got} bytes, not {len}",
+            p.subchunk, p.rank
+        )));
     }
+    if !whole {
+        let buf = a.buf.get_or_insert_with(|| vec![0; len]);
+        copy_overlap(elem, &part, &p.data, sub, buf, &part)
+            .map_err(|e| bad(format!("the piece of subchunk {} from process {}: {e}", p.subchunk, p.rank)))?;
+    }
+    a.waiting.remove(&p.rank);
     if a.waiting.is_empty() {
         let a = assembly.remove(&p.subchunk).expect("present");
+        // One process held the whole subchunk: its piece is the subchunk, uncopied.
+        let bytes = if whole { p.data } else { Bytes::from(a.buf.expect("pieces were copied in")) };
         if let Some(done) = a.done {
-            let _ = done.send(a.buf);
+            let _ = done.send(bytes);
         }
     }
     Ok(())
+}
+
+/// The session of a server-to-server request from `from`, which must be a server of it.
+async fn peer_session(
+    shared: &Arc<Shared>,
+    name: &DatasetName,
+    txid: u64,
+    from: NodeId,
+) -> Result<Arc<Session>, StoreError> {
+    let s = shared.arrays.wait_for(name, txid).await?;
+    if from.0 as usize >= s.plan.rates.len() {
+        return Err(bad(format!("{from} is not a server of the write of `{name}`")));
+    }
+    Ok(s)
 }
 
 /// `ArrayGrant`, on the manager's server: the asker's next batch.
@@ -261,13 +286,10 @@ pub async fn grant(
     from: NodeId,
     rate: Option<f64>,
 ) -> Result<ControlReply, StoreError> {
-    let s = shared.arrays.wait_for(name, txid).await?;
+    let s = peer_session(shared, name, txid, from).await?;
     let Some(manager) = &s.manager else {
         return Err(bad(format!("{} does not manage the write of `{name}`", shared.config.node)));
     };
-    if from.0 as usize >= s.plan.rates.len() {
-        return Err(bad(format!("{from} is not a server of the write of `{name}`")));
-    }
     let r = manager.lock().expect("manager lock").grant(from.0, rate);
     Ok(ControlReply::ArrayGranted { from: r.start, to: r.end })
 }
@@ -281,11 +303,7 @@ pub async fn steal(
     from: NodeId,
     rate: Option<f64>,
 ) -> Result<ControlReply, StoreError> {
-    let s = shared.arrays.wait_for(name, txid).await?;
-    let servers = s.plan.rates.len();
-    if from.0 as usize >= servers {
-        return Err(bad(format!("{from} is not a server of the write of `{name}`")));
-    }
+    let s = peer_session(shared, name, txid, from).await?;
     let me = shared.config.node.0 as usize;
     let mine = s.meter.lock().expect("meter lock").rate().unwrap_or(s.plan.rates[me]);
     let thief = rate.unwrap_or(s.plan.rates[from.0 as usize]);
@@ -331,13 +349,13 @@ async fn gather(
     let me = shared.config.node;
     let plan = &s.plan;
     let servers = plan.rates.len() as u32;
-    let planned = match plan.alloc {
+    let planned = match plan.spec.alloc {
         AllocKind::RoundRobin => round_robin(s.subs.len(), servers),
         AllocKind::Static | AllocKind::Steal => static_alloc(&s.subs.sizes(), &plan.rates),
         AllocKind::Dynamic => vec![],
     };
     s.queue.lock().expect("queue lock").extend(mine(planned, me));
-    let mut work = match plan.alloc {
+    let mut work = match plan.spec.alloc {
         AllocKind::RoundRobin | AllocKind::Static => Work::Fixed,
         AllocKind::Dynamic => Work::Managed { conn: None, batch: 0..0 },
         AllocKind::Steal => Work::Steal { thief: Thief::new(me.0, servers), conns: HashMap::new() },
@@ -345,16 +363,16 @@ async fn gather(
     // The writer holds back a partial block, so the bound is at least two blocks.
     let block = shared
         .store
-        .check_write(plan.txid, &plan.name, FragmentId(me.0), APPEND, 1)
+        .check_write(plan.txid, &plan.spec.name, FragmentId(me.0), APPEND, 1)
         .map_err(|e| e.to_string())?
         .block_bytes();
     // Work taken early is work others cannot take: under dynamic allocation and stealing, a
     // server holds little ahead of its disk.
     let ahead_max = match work {
-        Work::Managed { .. } | Work::Steal { .. } => DYNAMIC_AHEAD * plan.threshold.max(u64::from(block)),
+        Work::Managed { .. } | Work::Steal { .. } => HELD_AHEAD * plan.spec.threshold.max(u64::from(block)),
         Work::Fixed => u64::MAX,
     };
-    let (tx, rx) = mpsc::channel::<(u32, Vec<u8>)>(WRITE_AHEAD);
+    let (tx, rx) = mpsc::channel::<(u32, Bytes)>(WRITE_AHEAD);
     let (progress, mut written) = watch::channel(0u64);
     let writer = tokio::spawn(write_all(shared.clone(), s.clone(), rx, progress));
     let mut inflight = futures_util::stream::FuturesOrdered::new();
@@ -422,7 +440,8 @@ async fn next(shared: &Arc<Shared>, s: &Arc<Session>, work: &mut Work) -> Result
                             .map_err(|e| format!("reaching {}: {e}", peer.addr))?,
                     ),
                 };
-                let req = ControlRequest::ArraySteal { name: s.plan.name.clone(), txid: s.plan.txid, from: me, rate };
+                let req =
+                    ControlRequest::ArraySteal { name: s.plan.spec.name.clone(), txid: s.plan.txid, from: me, rate };
                 let got = match tokio::time::timeout(STALL, c.control(req)).await {
                     Ok(Ok(ControlReply::ArrayStolen { subchunks })) => subchunks,
                     Ok(Ok(other)) => return Err(format!("node{victim} answered a steal with {other:?}")),
@@ -448,7 +467,7 @@ async fn next(shared: &Arc<Shared>, s: &Arc<Session>, work: &mut Work) -> Result
                 return Ok(Some(i));
             }
             let rate = meter.lock().expect("meter lock").rate();
-            let (name, txid, me) = (s.plan.name.clone(), s.plan.txid, shared.config.node);
+            let (name, txid, me) = (s.plan.spec.name.clone(), s.plan.txid, shared.config.node);
             let reply = if s.plan.manager.node == me {
                 grant(shared, &name, txid, me, rate).await.map_err(|e| e.to_string())?
             } else {
@@ -481,16 +500,13 @@ fn ask(
     s: &Arc<Session>,
     senders: &[mpsc::UnboundedSender<u32>],
     i: u32,
-) -> impl std::future::Future<Output = Result<(u32, Vec<u8>), String>> + use<> {
+) -> impl std::future::Future<Output = Result<(u32, Bytes), String>> + use<> {
     let sub = &s.subs.boxes[i as usize];
     let holders: BTreeSet<u32> =
         (0..s.chunks.len() as u32).filter(|&r| !s.chunks[r as usize].intersect(sub).is_empty()).collect();
     let (done, rx) = oneshot::channel();
-    let len = s.subs.bytes(i as usize) as usize;
-    s.assembly
-        .lock()
-        .expect("assembly lock")
-        .insert(i, Assembly { buf: vec![0; len], waiting: holders.clone(), done: Some(done) });
+    let assembly = Assembly { buf: None, waiting: holders.clone(), done: Some(done) };
+    s.assembly.lock().expect("assembly lock").insert(i, assembly);
     for r in &holders {
         let _ = senders[*r as usize].send(i);
     }
@@ -527,13 +543,13 @@ impl Meter {
 async fn write_all(
     shared: Arc<Shared>,
     s: Arc<Session>,
-    mut rx: mpsc::Receiver<(u32, Vec<u8>)>,
+    mut rx: mpsc::Receiver<(u32, Bytes)>,
     progress: watch::Sender<u64>,
 ) -> Result<(Vec<(u32, u64)>, u64), String> {
     let fragment = FragmentId(shared.config.node.0);
     let block_bytes = shared
         .store
-        .check_write(s.plan.txid, &s.plan.name, fragment, APPEND, 1)
+        .check_write(s.plan.txid, &s.plan.spec.name, fragment, APPEND, 1)
         .map_err(|e| e.to_string())?
         .block_bytes() as usize;
     let meter = &s.meter;
@@ -545,6 +561,12 @@ async fn write_all(
     while let Some((i, buf)) = rx.recv().await {
         placed.push((i, offset));
         offset += buf.len() as u64;
+        if pending.is_empty() && buf.len() == block_bytes {
+            // A subchunk of exactly a block, at a block's start: written as it came.
+            w.write(buf, offset).await?;
+            progress.send_replace(meter.lock().expect("meter lock").bytes);
+            continue;
+        }
         let mut rest = &buf[..];
         while !rest.is_empty() {
             let take = (block_bytes - pending.len()).min(rest.len());
@@ -552,7 +574,7 @@ async fn write_all(
             rest = &rest[take..];
             if pending.len() == block_bytes {
                 let block = std::mem::replace(&mut pending, Vec::with_capacity(block_bytes));
-                w.write(block, offset).await?;
+                w.write(Bytes::from(block), offset).await?;
                 progress.send_replace(meter.lock().expect("meter lock").bytes);
             }
         }
@@ -565,7 +587,7 @@ async fn write_all(
     }
     let padding = u64::from(placed.is_empty());
     if !pending.is_empty() {
-        w.write(pending, offset).await?;
+        w.write(Bytes::from(pending), offset).await?;
     }
     meter.lock().expect("meter lock").bytes -= padding;
     Ok((placed, offset))
@@ -586,7 +608,7 @@ impl BlockWriter<'_> {
     async fn connect_copies(&mut self) -> Result<(), String> {
         let plan = &self.s.plan;
         let servers = plan.rates.len() as u32;
-        for c in 1..plan.replicas {
+        for c in 1..plan.spec.replicas {
             let node = NodeId((self.fragment.0 + c) % servers);
             let peer = plan.peers.iter().find(|p| p.node == node).ok_or_else(|| format!("no address for {node}"))?;
             let conn = PeerConn::connect(self.shared, &peer.addr)
@@ -597,15 +619,15 @@ impl BlockWriter<'_> {
         Ok(())
     }
 
-    async fn write(&mut self, data: Vec<u8>, done: u64) -> Result<(), String> {
+    async fn write(&mut self, data: Bytes, done: u64) -> Result<(), String> {
         let (shared, plan) = (self.shared, &self.s.plan);
-        let data = Bytes::from(data);
         let len = data.len() as u64;
         let crc = crc32c::crc32c(&data);
-        let progress = Progress { done_bytes: done, total_bytes: plan.schema.bytes(), metric: ProgressMetric::Bytes };
+        let progress =
+            Progress { done_bytes: done, total_bytes: plan.spec.schema.bytes(), metric: ProgressMetric::Bytes };
         let staged = shared
             .store
-            .check_write(plan.txid, &plan.name, self.fragment, APPEND, data.len())
+            .check_write(plan.txid, &plan.spec.name, self.fragment, APPEND, data.len())
             .map_err(|e| e.to_string())?;
         let (tx, rx) = oneshot::channel();
         let job = Job {
@@ -641,7 +663,7 @@ impl BlockWriter<'_> {
             progress,
             service: Service::FURTHEST_BEHIND,
             txid: plan.txid,
-            dataset: plan.name.clone(),
+            dataset: plan.spec.name.clone(),
             fragment: self.fragment,
             block: APPEND,
             crc,

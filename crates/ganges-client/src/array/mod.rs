@@ -18,6 +18,7 @@
 mod read;
 mod zarr;
 
+pub use ganges_proto::array::{ArraySpec, SUBCHUNK_BYTES};
 pub use read::{read_chunk, read_chunk_with, read_region, region_reads};
 pub use zarr::{ZarrExport, export_zarr};
 
@@ -26,7 +27,7 @@ use crate::dataset::{Staging, digest_from_checksums, draft};
 use crate::error::{ClientError, Result};
 use bytes::Bytes;
 use futures_util::future::join_all;
-use ganges_core::array::{AllocKind, ArrayLayout, DYNAMIC_PER_ROUND, Region, Schema, SubchunkStyle, Subchunks, gather};
+use ganges_core::array::{AllocKind, Region, Subchunks, contiguous, gather};
 use ganges_core::ids::NodeId;
 use ganges_core::layout::Layout;
 use ganges_core::shape::Shape;
@@ -38,33 +39,12 @@ use ganges_proto::msg::{Message, PieceReq};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The largest subchunk by default (panda §3.1: 1 MB gives the file system its peak).
-pub const SUBCHUNK_BYTES: u64 = 1 << 20;
 /// The empirical test: three writes of 1 MiB on every server.
 pub const PROBE_WRITES: u32 = 3;
 /// Pieces a process sends to one server at once.
 const PIECES_AT_ONCE: usize = 4;
 /// How long a process waits for a server to open the write before giving up.
 const OPEN_WAIT: Duration = Duration::from_secs(120);
-
-/// One collective write: the same on every process of the call.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ArraySpec {
-    pub name: DatasetName,
-    pub schema: Schema,
-    pub memory: ArrayLayout,
-    pub disk: ArrayLayout,
-    pub style: SubchunkStyle,
-    pub threshold: u64,
-    pub alloc: AllocKind,
-    /// Dynamic allocation's `N`.
-    pub per_round: u32,
-    /// Copies of every subchunk (chained declustering: the next servers round the ring).
-    pub replicas: u32,
-    /// The elements are `ganges_core::array::generated`'s (each its own index), so a reader
-    /// can check every one; the manifest's content says so.
-    pub generated: bool,
-}
 
 /// The manifest content of an array whose elements are generated (each holds its index).
 pub const GENERATED_SOURCE: &str = "generated: each element holds its row-major index";
@@ -74,47 +54,9 @@ pub fn is_generated(manifest: &Manifest) -> bool {
     matches!(&manifest.content, Content::Imported { source } if source == GENERATED_SOURCE)
 }
 
-impl ArraySpec {
-    /// A write with the paper's defaults: 1 MiB subchunks cut like their chunks, `N` = 20.
-    pub fn new(
-        name: DatasetName,
-        schema: Schema,
-        memory: ArrayLayout,
-        disk: ArrayLayout,
-        alloc: AllocKind,
-    ) -> ArraySpec {
-        ArraySpec {
-            name,
-            schema,
-            memory,
-            disk,
-            style: SubchunkStyle::SameDist,
-            threshold: SUBCHUNK_BYTES,
-            alloc,
-            per_round: DYNAMIC_PER_ROUND,
-            replicas: 1,
-            generated: false,
-        }
-    }
-
-    /// How many processes write: one per memory chunk.
-    pub fn ranks(&self) -> u32 {
-        self.memory.positions()
-    }
-
-    fn check(&self) -> Result<Subchunks> {
-        let invalid = |e: ganges_core::array::ArrayError| ClientError::Invalid(e.to_string());
-        self.memory.check(&self.schema).map_err(invalid)?;
-        if self.threshold == 0 {
-            return Err(ClientError::Invalid("the subchunk size must be at least 1 byte".into()));
-        }
-        Subchunks::new(&self.schema, &self.disk, self.style, self.threshold).map_err(invalid)
-    }
-
-    /// The bytes of process `rank`'s chunk.
-    pub fn chunk_bytes(&self, rank: u32) -> u64 {
-        self.memory.chunk(&self.schema, rank).elements() * u64::from(self.schema.dtype.size())
-    }
+/// The spec's subchunks, once it is checked (a bad spec is the caller's error).
+fn check(spec: &ArraySpec) -> Result<Subchunks> {
+    spec.check().map_err(|e| ClientError::Invalid(e.to_string()))
 }
 
 /// What names one collective call on every process: a number they agree on (rank 0 may draw
@@ -211,7 +153,7 @@ impl<'c> Coordinator<'c> {
         call: CallId,
         rates: &Rates,
     ) -> Result<Coordinator<'c>> {
-        let subs = spec.check()?;
+        let subs = check(&spec)?;
         client.require_all()?;
         let servers = client.nodes();
         let (rates, probe_seconds) = match &rates.0 {
@@ -247,19 +189,11 @@ impl<'c> Coordinator<'c> {
         let staging = Staging::begin_as(client, &manifest, true, call.0).await?;
         let manager = client.cluster().server(NodeId(0))?;
         let plan = ArrayPlan {
-            name: spec.name.clone(),
+            spec: spec.clone(),
             txid: call.0,
-            schema: spec.schema.clone(),
-            memory: spec.memory.clone(),
-            disk: spec.disk.clone(),
-            style: spec.style,
-            threshold: spec.threshold,
-            alloc: spec.alloc,
             rates: rates.clone(),
             manager: Peer { node: NodeId(0), addr: manager.addr.clone() },
             peers: client.cluster().servers.iter().map(|s| Peer { node: s.node, addr: s.addr.clone() }).collect(),
-            replicas: spec.replicas,
-            per_round: spec.per_round,
         };
         let mut c = Coordinator { client, spec, subs, staging, staged: manifest, rates, began, probe_seconds };
         // The manager first, so that no server asks it for work before it knows the write.
@@ -369,7 +303,7 @@ impl<'c> Coordinator<'c> {
 /// `chunk` (this process's chunk of the memory layout, row-major over it) until the write
 /// ends. Returns once the array is committed; an error says why it was not.
 pub async fn write_rank(client: &Arc<Client>, spec: &ArraySpec, call: CallId, rank: u32, chunk: Bytes) -> Result<()> {
-    let subs = spec.check()?;
+    let subs = check(spec)?;
     if rank >= spec.ranks() {
         return Err(ClientError::Invalid(format!("rank {rank} of a write by {} processes", spec.ranks())));
     }
@@ -439,8 +373,14 @@ async fn serve(
                 });
             };
             let part = region.intersect(sub);
-            let data = gather(elem, region, chunk, &part).map_err(|e| ClientError::Invalid(e.to_string()))?;
-            let msg = Message::Piece(PieceReq { txid: call.0, subchunk: i, rank, data: Bytes::from(data) });
+            // A run of the chunk's bytes goes as a slice of it; anything else is gathered.
+            let data = match contiguous(elem, region, &part) {
+                Some(run) => chunk.slice(run),
+                None => {
+                    Bytes::from(gather(elem, region, chunk, &part).map_err(|e| ClientError::Invalid(e.to_string()))?)
+                }
+            };
+            let msg = Message::Piece(PieceReq { txid: call.0, subchunk: i, rank, data });
             sends.push(async move {
                 match conn.call(&msg).await? {
                     Message::ControlOk(_) => Ok(()),

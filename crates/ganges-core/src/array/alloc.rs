@@ -111,6 +111,11 @@ pub struct Dynamic {
 /// The paper's `N`: subchunks per server per round while more than half remains.
 pub const DYNAMIC_PER_ROUND: u32 = 20;
 
+/// Ours, under dynamic allocation and stealing: the subchunks a server holds taken and not yet
+/// written; it takes more only below this. Work taken early is work a faster server cannot
+/// take at the end; two keep the disk busy while the next is gathered.
+pub const HELD_AHEAD: u64 = 2;
+
 impl Dynamic {
     pub fn new(sizes: Vec<u64>, rates: &[f64], per_round: u32) -> Dynamic {
         let total = sizes.iter().sum();

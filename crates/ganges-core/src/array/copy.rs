@@ -73,3 +73,24 @@ impl Walk<'_> {
         }
     }
 }
+
+/// Where `part` lies in `src_region`'s bytes, when it is one contiguous run of them (a block
+/// of whole rows, say): then a piece is a slice of the chunk, and nothing need be copied.
+pub fn contiguous(elem: u32, src_region: &Region, part: &Region) -> Option<std::ops::Range<usize>> {
+    if part.is_empty() || part.dims.iter().any(|d| d.len() != 1) {
+        return None;
+    }
+    let rank = part.dims.len();
+    // The first dimension where the part is more than one index wide; after it, every
+    // dimension must be whole.
+    let k = (0..rank).find(|&d| part.extent(d) > 1).unwrap_or(rank - 1);
+    if (k + 1..rank).any(|d| part.extent(d) != src_region.extent(d)) {
+        return None;
+    }
+    let mut start = 0u64;
+    for d in 0..rank {
+        start = start * src_region.extent(d) + src_region.local(d, part.dims[d][0].start);
+    }
+    let (start, len) = (start * u64::from(elem), part.elements() * u64::from(elem));
+    Some(start as usize..(start + len) as usize)
+}

@@ -22,8 +22,8 @@ mod subchunk;
 #[cfg(test)]
 mod tests;
 
-pub use alloc::{AllocKind, DYNAMIC_PER_ROUND, Dynamic, Thief, round_robin, static_alloc};
-pub use copy::{copy_overlap, gather};
+pub use alloc::{AllocKind, DYNAMIC_PER_ROUND, Dynamic, HELD_AHEAD, Thief, round_robin, static_alloc};
+pub use copy::{contiguous, copy_overlap, gather};
 pub use generate::generated;
 pub use subchunk::{SUBCHUNK_MAX, SUBCHUNKS_MAX, SubchunkStyle, Subchunks, find_submesh};
 

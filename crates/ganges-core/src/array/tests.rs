@@ -143,6 +143,15 @@ fn a_thief_goes_round_the_others_and_stops_after_a_dry_round() {
 }
 
 #[test]
+fn whole_rows_of_a_chunk_are_a_run_of_its_bytes() {
+    let chunk = Region::boxed(vec![10..20, 0..8, 0..4]);
+    assert_eq!(contiguous(4, &chunk, &Region::boxed(vec![12..15, 0..8, 0..4])), Some(256..640));
+    assert_eq!(contiguous(4, &chunk, &Region::boxed(vec![12..13, 2..5, 0..4])), Some(288..336));
+    assert_eq!(contiguous(4, &chunk, &Region::boxed(vec![12..14, 2..5, 0..4])), None);
+    assert_eq!(contiguous(4, &chunk, &Region::boxed(vec![12..13, 2..3, 1..3])), Some(292..300));
+}
+
+#[test]
 fn round_robin_deals_in_turn() {
     assert_eq!(round_robin(5, 2), vec![0, 1, 0, 1, 0]);
 }
@@ -197,6 +206,15 @@ proptest! {
         prop_assert_eq!(chunks.iter().map(Region::elements).sum::<u64>(), schema.elements());
         prop_assert_eq!(subs.boxes.iter().map(Region::elements).sum::<u64>(), schema.elements());
         let local: Vec<Vec<u8>> = chunks.iter().map(|c| gather(elem, &whole, &data, c).unwrap()).collect();
+        // Where a piece is a run of its chunk's bytes, the run is exactly what gather copies.
+        for (c, bytes) in chunks.iter().zip(&local) {
+            for sub in &subs.boxes {
+                let part = c.intersect(sub);
+                if let Some(r) = contiguous(elem, c, &part) {
+                    prop_assert_eq!(&bytes[r], &gather(elem, c, bytes, &part).unwrap()[..]);
+                }
+            }
+        }
         // Write: each subchunk gathered from the pieces of every memory chunk it overlaps.
         let mut back: Vec<Vec<u8>> = chunks.iter().map(|c| vec![0xff; (c.elements() * 4) as usize]).collect();
         for sub in &subs.boxes {
