@@ -6,7 +6,8 @@ use ganges_bench::scan::LayoutChoice;
 use ganges_bench::util::{Table, bytes_bar, progress_fn};
 use ganges_client::client::Client;
 use ganges_client::cluster::{ClusterFile, ServerEntry};
-use ganges_client::dataset::{self, CopyState, CreateSpec};
+use ganges_client::dataset::{self, CopyState, CreateSpec, Sizing};
+use ganges_client::fault;
 use ganges_client::scan::{ReadOptions, ReadReport, open_scan};
 use ganges_client::stream::{OrderedReader, WrittenOrderReader};
 use ganges_client::write::{self, WriteSource, WriteSpec};
@@ -34,16 +35,9 @@ pub async fn connect(cluster: &Path) -> CliResult<Arc<Client>> {
 }
 
 #[derive(Debug)]
-pub enum SizeSpec {
-    Total(u64),
-    PerFragment(u64),
-    List(Vec<u64>),
-}
-
-#[derive(Debug)]
 pub struct CreateArgs {
     pub name: DatasetName,
-    pub size: SizeSpec,
+    pub size: Sizing,
     pub fragments: Option<u32>,
     pub replicas: u32,
     pub layout: LayoutChoice,
@@ -57,12 +51,7 @@ pub async fn dataset_create(cluster: &Path, a: CreateArgs) -> CliResult<()> {
     if fragments == 0 {
         return fail("--fragments must be at least 1");
     }
-    let align = a.generator.align();
-    let sizes = match a.size {
-        SizeSpec::List(v) => v,
-        SizeSpec::PerFragment(b) => vec![b / align * align; fragments as usize],
-        SizeSpec::Total(t) => Shape::split(t, fragments, a.block_bytes, align)?.fragment_sizes().to_vec(),
-    };
+    let sizes = a.size.fragment_bytes(fragments, a.block_bytes, a.generator.align())?;
     let total: u64 = sizes.iter().sum();
     let bar = bytes_bar(total * a.replicas as u64, "create");
     let started = Instant::now();
@@ -450,6 +439,7 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
             std::fs::metadata(p).map_err(|e| CliError::Failed(format!("{}: {e}", p.display())))?.len()
         }
         WriteSource::Generated(_) => a.total_bytes,
+        WriteSource::Buffers(b) => b.iter().map(|b| b.len() as u64).sum(),
     };
     let bar = bytes_bar(total, "write");
     let spec = WriteSpec {
@@ -588,54 +578,26 @@ pub async fn fault_set(
     model: Option<Fault>,
     real: ganges_proto::control::RealFaults,
 ) -> CliResult<()> {
-    if let Some(f) = model {
-        f.validate()?;
-    }
-    real.validate().map_err(CliError::Failed)?;
     let client = connect(cluster).await?;
-    for &n in nodes {
-        if n >= client.nodes() {
-            return fail(format!("node {n} is not in the cluster (nodes 0..{})", client.nodes()));
+    let nodes: Vec<NodeId> = nodes.iter().map(|&n| NodeId(n)).collect();
+    for done in fault::set(&client, &nodes, model, &real).await? {
+        if let Some(w) = &done.warning {
+            eprintln!("warning: {w}");
         }
-    }
-    for &n in nodes {
-        let node = NodeId(n);
-        if let Some(fault) = model {
-            client.control(node, ControlRequest::SetFault { fault: Some(fault) }).await?;
-            println!("node {n}: {fault}");
+        if let Some(f) = done.model {
+            println!("{}: {f}", done.node);
         }
-        if !real.is_none() {
-            // Real faults are set whole: merge these into those in force.
-            let stats = server_stats(&client, node).await?;
-            if real.kernel_read_bytes_per_sec.is_some() && !stats.direct_io {
-                eprintln!(
-                    "warning: node {n} reads through the page cache (no --direct-io), which may answer reads the kernel \
-                     throttle never sees"
-                );
-            }
-            let faults = stats.real_faults.merged(&real);
-            client.control(node, ControlRequest::SetRealFaults { faults: faults.clone() }).await?;
-            println!("node {n}: {faults}");
+        if let Some(r) = &done.real {
+            println!("{}: {r}", done.node);
         }
     }
     Ok(())
 }
 
-async fn server_stats(client: &Client, node: NodeId) -> CliResult<ganges_proto::control::ServerStats> {
-    match client.control(node, ControlRequest::Stats).await? {
-        ControlReply::Stats { stats } => Ok(stats),
-        other => fail(format!("{node} answered stats with {other:?}")),
-    }
-}
-
 pub async fn fault_clear(cluster: &Path, nodes: Option<Vec<u32>>) -> CliResult<()> {
     let client = connect(cluster).await?;
-    let nodes = nodes.unwrap_or_else(|| client.live_nodes().iter().map(|n| n.0).collect());
-    for n in nodes {
-        let node = NodeId(n);
-        client.control(node, ControlRequest::SetFault { fault: None }).await?;
-        client.control(node, ControlRequest::SetRealFaults { faults: Default::default() }).await?;
-    }
+    let nodes: Option<Vec<NodeId>> = nodes.map(|v| v.into_iter().map(NodeId).collect());
+    fault::clear(&client, nodes.as_deref()).await?;
     println!("faults cleared");
     Ok(())
 }

@@ -3,9 +3,10 @@
 
 use clap::Parser;
 use ganges_bench::scan::{self as bench, Access, LayoutChoice, Ratio, ScanBenchSpec};
-use ganges_cli::commands::{self, CreateArgs, ModelLayoutArgs, SizeSpec};
+use ganges_cli::commands::{self, CreateArgs, ModelLayoutArgs};
 use ganges_cli::error::{CliError, CliResult, fail};
 use ganges_client::cluster::{ClusterFile, default_cluster_path, default_local_root};
+use ganges_client::dataset::Sizing;
 use ganges_client::scan::ReadOptions;
 use ganges_client::write::WriteSource;
 use ganges_core::datagen::Generator;
@@ -397,10 +398,10 @@ async fn dataset_cmd(cmd: DatasetCmd) -> CliResult<()> {
     match cmd {
         DatasetCmd::Create(a) => {
             let size = match (a.size, a.fragment_size, a.fragment_sizes) {
-                (Some(t), _, _) => SizeSpec::Total(t.0),
-                (_, _, Some(list)) => SizeSpec::List(list.iter().map(|b| b.0).collect()),
-                (_, Some(f), _) => SizeSpec::PerFragment(f.0),
-                _ => SizeSpec::PerFragment(64 << 20),
+                (Some(t), _, _) => Sizing::Total(t.0),
+                (_, _, Some(list)) => Sizing::List(list.iter().map(|b| b.0).collect()),
+                (_, Some(f), _) => Sizing::PerFragment(f.0),
+                _ => Sizing::PerFragment(64 << 20),
             };
             let generator = match a.format.as_str() {
                 "records" => Generator::Records { seed: a.seed },

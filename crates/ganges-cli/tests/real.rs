@@ -83,6 +83,15 @@ async fn a_netns_cluster_serves_across_namespaces_with_its_secret_and_a_link_fau
         Err(ClientError::Refused { err, .. }) => assert_eq!(err.code, ErrorCode::AuthRequired, "{err}"),
         other => panic!("{other:?}"),
     }
+    // With another secret, too: refused for it, not reported as servers that are down.
+    let other_secret = root.path().join("other-secret");
+    ganges_net::Secret::generate(&other_secret).unwrap();
+    let mut wrong = file.clone();
+    wrong.security.secret_file = Some(other_secret);
+    match Client::connect(wrong).await {
+        Err(ClientError::Refused { err, .. }) => assert_eq!(err.code, ErrorCode::AuthFailed, "{err}"),
+        other => panic!("{other:?}"),
+    }
 
     // A link shaped to 16 MiB/s makes its fragment take about 2 s (32 MiB); clearing it
     // gives the link back.

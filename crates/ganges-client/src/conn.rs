@@ -111,6 +111,10 @@ impl Connection {
         let refused = |err| ClientError::Refused { node, addr: addr.to_string(), err };
         let stream = transport.connect(addr).await.map_err(|e| match e {
             HandshakeError::Refused(err) => refused(err),
+            // Not a server that is down: one with another secret, refused like a wrong proof.
+            e @ HandshakeError::ServerUnproven => {
+                refused(ganges_proto::msg::WireError::new(ganges_proto::msg::ErrorCode::AuthFailed, e.to_string()))
+            }
             e => fail(e.to_string()),
         })?;
         let (mut rd, mut wr) = (stream.rd, stream.wr);

@@ -42,6 +42,36 @@ const VERIFY_CHUNK_BYTES: u64 = 256 << 20;
 /// write, a bound on memory.
 const GET_QUEUE_BLOCKS: usize = 32;
 
+/// How big a new dataset's fragments are.
+#[derive(Clone, Debug)]
+pub enum Sizing {
+    /// This many bytes in all (rounded down to whole records), split evenly among the
+    /// fragments.
+    Total(u64),
+    /// This many bytes in each fragment.
+    PerFragment(u64),
+    /// One size per fragment (LAY-4: they may differ).
+    List(Vec<u64>),
+}
+
+impl Sizing {
+    /// Each fragment's size, for `fragments` fragments of whole `align`-byte units (a record
+    /// never straddles two fragments).
+    pub fn fragment_bytes(self, fragments: u32, block_bytes: u32, align: u64) -> Result<Vec<u64>> {
+        if fragments == 0 {
+            return Err(ClientError::Invalid("a dataset has at least one fragment".into()));
+        }
+        Ok(match self {
+            Sizing::List(v) => v,
+            Sizing::PerFragment(b) => vec![b / align * align; fragments as usize],
+            // Whole units in all, so every fragment holds whole units.
+            Sizing::Total(t) => {
+                Shape::split(t / align * align, fragments, block_bytes, align)?.fragment_sizes().to_vec()
+            }
+        })
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct CreateSpec {
     pub name: DatasetName,

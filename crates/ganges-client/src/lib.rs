@@ -36,6 +36,7 @@ pub mod cluster;
 pub mod conn;
 pub mod dataset;
 pub mod error;
+pub mod fault;
 pub mod scan;
 pub mod stream;
 pub mod write;

@@ -37,6 +37,9 @@ pub enum WriteSource {
     Generated(Generator),
     /// A local file, split among the writers in order.
     File(std::path::PathBuf),
+    /// Buffers in memory, one after another, split among the writers in order (a Python
+    /// program's arrays, taken without a copy).
+    Buffers(Arc<[Bytes]>),
 }
 
 #[derive(Clone, Debug)]
@@ -86,6 +89,56 @@ impl crate::scan::BlockSource for FileBlocks {
     }
 }
 
+/// Buffers laid end to end: a piece inside one buffer is a slice of it, without a copy.
+#[derive(Debug)]
+struct BufferBlocks {
+    buffers: Arc<[Bytes]>,
+    /// Where each buffer starts, then the total.
+    starts: Vec<u64>,
+}
+
+impl BufferBlocks {
+    fn new(buffers: Arc<[Bytes]>) -> BufferBlocks {
+        let mut starts = Vec::with_capacity(buffers.len() + 1);
+        let mut at = 0u64;
+        for b in buffers.iter() {
+            starts.push(at);
+            at += b.len() as u64;
+        }
+        starts.push(at);
+        BufferBlocks { buffers, starts }
+    }
+
+    fn total(&self) -> u64 {
+        *self.starts.last().expect("holds the total")
+    }
+}
+
+impl crate::scan::BlockSource for BufferBlocks {
+    fn piece(&self, p: &ganges_core::shape::Piece) -> std::io::Result<Bytes> {
+        let (start, end) = (p.dataset_offset, p.dataset_offset + p.len as u64);
+        if end > self.total() {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "past the end of the buffers"));
+        }
+        // The last buffer starting at or before `start` (empty buffers share a start).
+        let mut i = self.starts.partition_point(|&s| s <= start) - 1;
+        let local = (start - self.starts[i]) as usize;
+        if end <= self.starts[i + 1] {
+            return Ok(self.buffers[i].slice(local..local + p.len as usize));
+        }
+        let mut out = Vec::with_capacity(p.len as usize);
+        let mut at = start;
+        while at < end {
+            let from = (at - self.starts[i]) as usize;
+            let to = (end.min(self.starts[i + 1]) - self.starts[i]) as usize;
+            out.extend_from_slice(&self.buffers[i][from..to]);
+            at = self.starts[i] + to as u64;
+            i += 1;
+        }
+        Ok(Bytes::from(out))
+    }
+}
+
 /// What a write did.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WriteOutcome {
@@ -111,6 +164,11 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
             let f = std::fs::File::open(path).map_err(ClientError::io(format!("opening {}", path.display())))?;
             let len = f.metadata().map_err(ClientError::io(format!("reading {}", path.display())))?.len();
             (Arc::new(FileBlocks(f)), len, Content::Imported { source: path.display().to_string() })
+        }
+        WriteSource::Buffers(buffers) => {
+            let blocks = BufferBlocks::new(buffers.clone());
+            let total = blocks.total();
+            (Arc::new(blocks), total, Content::Imported { source: format!("{} buffers in memory", buffers.len()) })
         }
     };
     if total == 0 {
@@ -473,4 +531,32 @@ pub async fn complete(client: &Arc<Client>, name: &DatasetName) -> Result<Comple
     }
     out.seconds = started.elapsed().as_secs_f64();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::BlockSource;
+    use ganges_core::shape::Piece;
+
+    fn piece(dataset_offset: u64, len: u32) -> Piece {
+        Piece { fragment: FragmentId(0), block: 0, start_in_block: 0, len, dataset_offset }
+    }
+
+    #[test]
+    fn buffers_read_as_one_stream_and_inner_pieces_are_not_copied() {
+        let bufs: Arc<[Bytes]> =
+            vec![Bytes::from_static(b"abc"), Bytes::new(), Bytes::from_static(b"defgh"), Bytes::from_static(b"ij")]
+                .into();
+        let src = BufferBlocks::new(bufs.clone());
+        assert_eq!(src.total(), 10);
+        let all: Vec<u8> = (0..10).flat_map(|o| src.piece(&piece(o, 1)).unwrap().to_vec()).collect();
+        assert_eq!(all, b"abcdefghij");
+        assert_eq!(&src.piece(&piece(2, 6)).unwrap()[..], b"cdefgh");
+        assert_eq!(&src.piece(&piece(0, 10)).unwrap()[..], b"abcdefghij");
+        let inner = src.piece(&piece(4, 3)).unwrap();
+        assert_eq!(&inner[..], b"efg");
+        assert_eq!(inner.as_ptr(), bufs[2][1..].as_ptr(), "a piece inside one buffer is a slice of it");
+        assert!(src.piece(&piece(8, 3)).is_err());
+    }
 }

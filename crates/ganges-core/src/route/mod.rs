@@ -180,6 +180,13 @@ pub enum Delivery {
 pub enum RouteError {
     #[error("no live server holds {fragment} any more (copies on {holders:?} are down or corrupt)")]
     NoLiveCopy { fragment: FragmentId, holders: Vec<NodeId> },
+    /// Every copy the servers still serve failed its checksum: nothing is delivered rather
+    /// than bad bytes.
+    #[error(
+        "every live copy of the block at dataset offset {offset} failed its checksum (on {corrupt_on:?}); \
+         `ganges dataset verify` lists the damage"
+    )]
+    Corrupt { offset: u64, corrupt_on: Vec<NodeId> },
     #[error("a window of {0} requests is out of range 1..={WINDOW_MAX}")]
     Window(u32),
     #[error("a stall timeout must be positive")]
@@ -559,6 +566,11 @@ impl ReadEngine {
         let live = self.live_holders(piece);
         if live.is_empty() {
             let fragment = self.pieces[piece].fragment;
+            let corrupt_on: Vec<NodeId> =
+                self.holders[&fragment].iter().copied().filter(|n| self.bad.contains(&(piece, *n))).collect();
+            if !corrupt_on.is_empty() {
+                return Err(RouteError::Corrupt { offset: self.pieces[piece].dataset_offset, corrupt_on });
+            }
             return Err(RouteError::NoLiveCopy { fragment, holders: self.holders[&fragment].clone() });
         }
         let view = RouteView { fragment: Some(self.pieces[piece].fragment), ..view!(self, now) };

@@ -132,6 +132,19 @@ fn a_corrupt_block_is_read_from_another_copy() {
 }
 
 #[test]
+fn a_block_corrupt_on_every_live_copy_is_a_checksum_error() {
+    let mut e = engine(ReadPolicyKind::Static, 4, 2, 0, 2);
+    let sends = drain(&mut e);
+    let piece = sends[0].piece;
+    e.on_failure(Time::ZERO, piece, NodeId(0), Failure::Corrupt);
+    let again = drain(&mut e);
+    e.on_node_down(Time::ZERO, NodeId(1));
+    assert_eq!(again[0].piece, piece);
+    let err = e.poll_send(Time::ZERO).unwrap_err();
+    assert_eq!(err, RouteError::Corrupt { offset: 0, corrupt_on: vec![NodeId(0)] });
+}
+
+#[test]
 fn the_end_of_a_scan_steals_from_a_loaded_server_and_drops_the_duplicate() {
     let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 4);
     let sends = drain(&mut e); // pieces 0..4 on nodes 0,1,0,1
