@@ -1,0 +1,500 @@
+//! `Cluster`: the connections to a cluster (any cluster file, or a local cluster this process
+//! started), and every operation on datasets, writes and faults.
+
+use crate::convert::{DurArg, RateArg, SizeArg, dataset_name, parse, progress, to_python};
+use crate::errors::{self, invalid};
+use crate::read::{RandomReader, Reader, Scan};
+use crate::runtime::wait;
+use bytes::Bytes;
+use ganges_client::Client;
+use ganges_client::cluster::{ClusterFile, default_cluster_path};
+use ganges_client::dataset::{self, CreateSpec, Sizing};
+use ganges_client::scan::ReadOptions;
+use ganges_client::write::{self, WriteSource, WriteSpec};
+use ganges_core::datagen::Generator;
+use ganges_core::disk::{DiskParams, Fault};
+use ganges_core::ideal;
+use ganges_core::ids::NodeId;
+use ganges_core::layout::Layout;
+use ganges_core::route::{ReadPolicyKind, WINDOW_DEFAULT};
+use ganges_core::write::WritePolicyKind;
+use ganges_harness::local::{LocalCluster, LocalSpec};
+use ganges_proto::control::RealFaults;
+use pyo3::prelude::*;
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A local cluster, stopped by the process that started it and by no other: a forked child
+/// that inherits the handle leaves the servers alone.
+#[derive(Debug)]
+struct Local {
+    owner: u32,
+    servers: Option<LocalCluster>,
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        if self.owner != std::process::id() {
+            std::mem::forget(self.servers.take());
+        }
+    }
+}
+
+/// Where a write's bytes come from, as Python gave them.
+#[derive(Debug, FromPyObject)]
+pub enum SourceArg {
+    Path(PathBuf),
+    Buffers(Vec<pyo3_bytes::PyBytes>),
+}
+
+#[pyclass(module = "ganges._ganges", frozen)]
+#[derive(Debug)]
+pub struct Cluster {
+    file: ClusterFile,
+    /// This process's connections, made again in a forked child.
+    client: Mutex<Option<(u32, Arc<Client>)>>,
+    local: Mutex<Option<Local>>,
+}
+
+impl Cluster {
+    fn new(file: ClusterFile, local: Option<LocalCluster>) -> Cluster {
+        let local = local.map(|servers| Local { owner: std::process::id(), servers: Some(servers) });
+        Cluster { file, client: Mutex::new(None), local: Mutex::new(local) }
+    }
+
+    /// The connections for this process, made on first use in it.
+    pub fn client(&self, py: Python<'_>) -> PyResult<Arc<Client>> {
+        let pid = std::process::id();
+        if let Some((owner, c)) = &*self.client.lock().unwrap_or_else(|e| e.into_inner())
+            && *owner == pid
+        {
+            return Ok(c.clone());
+        }
+        let c = wait(py, Client::connect(self.file.clone()))?.map_err(errors::client)?;
+        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, c.clone()));
+        Ok(c)
+    }
+
+    /// Each server's stats; None where it did not answer.
+    fn all_stats(&self, py: Python<'_>) -> PyResult<Vec<Option<ganges_proto::control::ServerStats>>> {
+        let client = self.client(py)?;
+        let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
+        wait(py, async {
+            let mut out = Vec::with_capacity(all.len());
+            for &n in &all {
+                out.push(ganges_client::fault::stats(&client, n).await.ok());
+            }
+            out
+        })
+    }
+
+    async fn manifest(client: &Client, name: &str) -> PyResult<Arc<ganges_proto::manifest::Manifest>> {
+        Ok(Arc::new(client.manifest(&dataset_name(name)?).await.map_err(errors::client)?))
+    }
+}
+
+fn read_options(policy: &str, window: Option<u32>) -> PyResult<ReadOptions> {
+    let opts = ReadOptions::new(parse::<ReadPolicyKind>("policy", policy)?);
+    Ok(match window {
+        Some(0) => return Err(invalid("window must be at least 1")),
+        Some(w) => opts.with_window(w),
+        None => opts,
+    })
+}
+
+fn nodes_arg(nodes: Vec<u32>) -> Vec<NodeId> {
+    nodes.into_iter().map(NodeId).collect()
+}
+
+#[pymethods]
+impl Cluster {
+    /// Connect to the cluster a cluster file lists (default: $GANGES_CLUSTER, else the local
+    /// cluster's file).
+    #[staticmethod]
+    #[pyo3(signature = (path=None))]
+    fn connect(py: Python<'_>, path: Option<PathBuf>) -> PyResult<Cluster> {
+        let path = path.unwrap_or_else(default_cluster_path);
+        let file = ClusterFile::load(&path).map_err(errors::client)?;
+        let cluster = Cluster::new(file, None);
+        cluster.client(py)?;
+        Ok(cluster)
+    }
+
+    /// Start `nodes` servers on this machine under `root`, from the `ganges` binary
+    /// `binary`; `disk_rate` (bytes/s) gives each the disk model, `None` the real disk.
+    #[staticmethod]
+    #[pyo3(signature = (nodes, root, binary, disk_rate=None, seek=None, direct_io=false, secret=false))]
+    fn start_local(
+        py: Python<'_>,
+        nodes: u32,
+        root: PathBuf,
+        binary: PathBuf,
+        disk_rate: Option<RateArg>,
+        seek: Option<DurArg>,
+        direct_io: bool,
+        secret: bool,
+    ) -> PyResult<Cluster> {
+        let disk = match disk_rate {
+            None => None,
+            Some(r) => {
+                let rate = r.bytes_per_sec("disk_rate")?;
+                if !(rate.is_finite() && rate > 0.0) {
+                    return Err(invalid(format!("disk_rate {rate}: give a rate above 0, or None for the real disk")));
+                }
+                let seek = seek.map(|s| s.duration("seek")).transpose()?.unwrap_or(Duration::from_millis(5));
+                Some(DiskParams { rate_bytes_per_sec: rate, seek, queue_depth: 1 })
+            }
+        };
+        let mut spec = LocalSpec::new(nodes, root, disk, binary);
+        spec.direct_io = direct_io;
+        spec.secret = secret;
+        // On this thread, not an I/O thread: the servers are tied to the thread that starts
+        // them and die with it.
+        let servers = py.detach(|| LocalCluster::start(&spec)).map_err(errors::harness)?;
+        let mut file = servers.cluster().clone();
+        let path = spec.root.join("cluster.toml");
+        file.save(&path).map_err(errors::client)?;
+        file.path = path;
+        let cluster = Cluster::new(file, Some(servers));
+        cluster.client(py)?;
+        Ok(cluster)
+    }
+
+    /// Stop a local cluster's servers (nothing for a cluster this process did not start).
+    fn stop(&self, py: Python<'_>) {
+        let local = self.local.lock().unwrap_or_else(|e| e.into_inner()).take();
+        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        py.detach(move || drop(local));
+    }
+
+    /// The cluster file (other processes connect with it).
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.file.path.clone()
+    }
+
+    #[getter]
+    fn nodes(&self) -> u32 {
+        self.file.nodes()
+    }
+
+    /// Process ids of a local cluster's servers (None where one has exited).
+    fn server_pids(&self) -> Vec<Option<u32>> {
+        let local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(servers) = local.as_ref().and_then(|l| l.servers.as_ref()) else { return vec![] };
+        (0..self.file.nodes()).map(|n| servers.pid(NodeId(n))).collect()
+    }
+
+    /// Kill one server of a local cluster (to see reads survive it).
+    fn kill(&self, node: u32) -> PyResult<()> {
+        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(servers) = local.as_mut().and_then(|l| l.servers.as_mut()) else {
+            return Err(invalid("kill stops a server of a local cluster this process started"));
+        };
+        if node >= self.file.nodes() {
+            return Err(invalid(format!("node {node} is not in the cluster (nodes 0..{})", self.file.nodes())));
+        }
+        servers.kill(NodeId(node));
+        Ok(())
+    }
+
+    #[pyo3(signature = (name, size=None, fragment_size=None, fragments=None, replicas=2, block_size=None, records=false, seed=1, layout="chained", progress_cb=None))]
+    fn create<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        size: Option<SizeArg>,
+        fragment_size: Option<SizeArg>,
+        fragments: Option<u32>,
+        replicas: u32,
+        block_size: Option<SizeArg>,
+        records: bool,
+        seed: u64,
+        layout: &str,
+        progress_cb: Option<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let block_bytes = block_size.map_or(Ok(1 << 20), |b| b.block_bytes())?;
+        let sizing = match (size, fragment_size) {
+            (Some(_), Some(_)) => return Err(invalid("give size (in all) or fragment_size (each), not both")),
+            (Some(t), None) => Sizing::Total(t.bytes("size")?),
+            (None, Some(f)) => Sizing::PerFragment(f.bytes("fragment_size")?),
+            (None, None) => Sizing::PerFragment(64 << 20),
+        };
+        let generator = if records { Generator::Records { seed } } else { Generator::Random { seed } };
+        let fragments = fragments.unwrap_or(client.nodes());
+        let fragment_bytes =
+            sizing.fragment_bytes(fragments, block_bytes, generator.align()).map_err(errors::client)?;
+        let layout = match layout {
+            "chained" => Layout::chained(client.nodes(), replicas),
+            "mirrored" if replicas == 2 => Layout::mirrored(client.nodes()),
+            "mirrored" => return Err(invalid("layout mirrored keeps two copies, one in each group: replicas=2")),
+            other => return Err(invalid(format!("layout {other:?}: chained or mirrored"))),
+        }
+        .map_err(|e| invalid(e.to_string()))?;
+        let spec = CreateSpec { name: dataset_name(name)?, fragment_bytes, block_bytes, replicas, generator };
+        let m = wait(py, dataset::create_with_layout(&client, spec, layout, progress(progress_cb)))?
+            .map_err(errors::client)?;
+        to_python(py, &m)
+    }
+
+    /// Import a local file as a dataset.
+    #[pyo3(signature = (name, path, fragments=None, replicas=2, block_size=None, progress_cb=None))]
+    fn put<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        path: PathBuf,
+        fragments: Option<u32>,
+        replicas: u32,
+        block_size: Option<SizeArg>,
+        progress_cb: Option<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let block_bytes = block_size.map_or(Ok(1 << 20), |b| b.block_bytes())?;
+        let fragments = fragments.unwrap_or(client.nodes());
+        let name = dataset_name(name)?;
+        let m = wait(py, dataset::put(&client, name, &path, fragments, block_bytes, replicas, progress(progress_cb)))?
+            .map_err(errors::client)?;
+        to_python(py, &m)
+    }
+
+    /// Export a dataset to a local file (checked against its digest before it appears).
+    #[pyo3(signature = (name, path, policy="gd", progress_cb=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        path: PathBuf,
+        policy: &str,
+        progress_cb: Option<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let (name, opts) = (dataset_name(name)?, read_options(policy, None)?);
+        let (_, file, report) =
+            wait(py, dataset::get(&client, &name, &path, opts, progress(progress_cb)))?.map_err(errors::client)?;
+        to_python(py, &json!({ "path": file, "report": report }))
+    }
+
+    /// Every dataset (with `staging`, writes not yet committed too).
+    #[pyo3(signature = (staging=false))]
+    fn ls<'py>(&self, py: Python<'py>, staging: bool) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let (entries, unreachable) = wait(py, dataset::list(&client, staging))?.map_err(errors::client)?;
+        to_python(py, &json!({ "datasets": entries, "unreachable": unreachable }))
+    }
+
+    fn info<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let name = dataset_name(name)?;
+        let info = wait(py, dataset::info(&client, &name))?.map_err(errors::client)?;
+        to_python(py, &info)
+    }
+
+    #[pyo3(signature = (name, progress_cb=None))]
+    fn verify<'py>(&self, py: Python<'py>, name: &str, progress_cb: Option<Py<PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let name = dataset_name(name)?;
+        let v = wait(py, dataset::verify(&client, &name, progress(progress_cb)))?.map_err(errors::client)?;
+        let clean = v.is_clean();
+        let out = to_python(py, &v)?;
+        out.set_item("clean", clean)?;
+        Ok(out)
+    }
+
+    fn rm<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let name = dataset_name(name)?;
+        let s = wait(py, dataset::remove(&client, &name))?.map_err(errors::client)?;
+        to_python(py, &s)
+    }
+
+    /// Fill every copy of a dataset written with a choice of copy (replica completion).
+    fn complete<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let name = dataset_name(name)?;
+        let c = wait(py, write::complete(&client, &name))?.map_err(errors::client)?;
+        to_python(py, &c)
+    }
+
+    /// Write a dataset from `writers` writers at once through a write policy, from a file,
+    /// buffers in memory, or (with `size`) generated bytes.
+    #[pyo3(signature = (name, source=None, size=None, writers=None, policy="gd", replicas=None, block_size=None, complete=true, seed=1, window=WINDOW_DEFAULT, progress_cb=None))]
+    fn write<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        source: Option<SourceArg>,
+        size: Option<SizeArg>,
+        writers: Option<u32>,
+        policy: &str,
+        replicas: Option<u32>,
+        block_size: Option<SizeArg>,
+        complete: bool,
+        seed: u64,
+        window: u32,
+        progress_cb: Option<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let policy: WritePolicyKind = parse("policy", policy)?;
+        let (source, total_bytes) = match (source, size) {
+            (Some(_), Some(_)) => return Err(invalid("give a source or a size to generate, not both")),
+            (None, None) => return Err(invalid("give a source (a path or buffers) or a size to generate")),
+            (None, Some(s)) => (WriteSource::Generated(Generator::Random { seed }), s.bytes("size")?),
+            (Some(SourceArg::Path(p)), None) => (WriteSource::File(p), 0),
+            (Some(SourceArg::Buffers(b)), None) => {
+                let buffers: Arc<[Bytes]> = b.into_iter().map(pyo3_bytes::PyBytes::into_inner).collect();
+                (WriteSource::Buffers(buffers), 0)
+            }
+        };
+        let spec = WriteSpec {
+            name: dataset_name(name)?,
+            writers: writers.unwrap_or(client.nodes()),
+            total_bytes,
+            block_bytes: block_size.map_or(Ok(1 << 20), |b| b.block_bytes())?,
+            replicas: replicas.unwrap_or(policy.default_replicas()),
+            policy,
+            window,
+            source,
+            complete,
+            run_blocks: 1,
+            ceft: Default::default(),
+            mirrored: policy.default_mirrored(),
+        };
+        let out = wait(py, write::write(&client, spec, progress(progress_cb)))?.map_err(errors::client)?;
+        to_python(py, &out)
+    }
+
+    /// Set faults on servers: the disk model's (`factor`, `competing_share`) or real ones.
+    #[pyo3(signature = (nodes, factor=None, competing_share=None, kernel_read_rate=None, kernel_write_rate=None, competing_reader=None, link_rate=None, link_delay=None))]
+    fn fault_set<'py>(
+        &self,
+        py: Python<'py>,
+        nodes: Vec<u32>,
+        factor: Option<f64>,
+        competing_share: Option<f64>,
+        kernel_read_rate: Option<RateArg>,
+        kernel_write_rate: Option<RateArg>,
+        competing_reader: Option<f64>,
+        link_rate: Option<RateArg>,
+        link_delay: Option<DurArg>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let model = match (factor, competing_share) {
+            (Some(_), Some(_)) => return Err(invalid("give factor or competing_share, not both")),
+            (Some(factor), None) => Some(Fault::Factor { factor }),
+            (None, Some(share)) => Some(Fault::Competing { share }),
+            (None, None) => None,
+        };
+        let rate = |r: Option<RateArg>, what: &str| -> PyResult<Option<u64>> {
+            r.map(|r| r.bytes_per_sec(what).map(|b| b.round() as u64)).transpose()
+        };
+        let real = RealFaults {
+            kernel_read_bytes_per_sec: rate(kernel_read_rate, "kernel_read_rate")?,
+            kernel_write_bytes_per_sec: rate(kernel_write_rate, "kernel_write_rate")?,
+            competing_reader,
+            competing_bytes_per_sec: None,
+            link_bytes_per_sec: rate(link_rate, "link_rate")?,
+            link_delay_us: link_delay.map(|d| d.duration("link_delay").map(|d| d.as_micros() as u64)).transpose()?,
+        };
+        let nodes = nodes_arg(nodes);
+        let done = wait(py, ganges_client::fault::set(&client, &nodes, model, &real))?.map_err(errors::client)?;
+        let out: Vec<_> = done
+            .iter()
+            .map(|d| {
+                json!({
+                    "node": d.node.0,
+                    "model": d.model.map(|f| f.to_string()),
+                    "real": d.real.as_ref().map(|r| r.to_string()),
+                    "warning": d.warning,
+                })
+            })
+            .collect();
+        to_python(py, &out)
+    }
+
+    /// Remove every fault from `nodes` (default: every live server).
+    #[pyo3(signature = (nodes=None))]
+    fn fault_clear(&self, py: Python<'_>, nodes: Option<Vec<u32>>) -> PyResult<()> {
+        let client = self.client(py)?;
+        let nodes = nodes.map(nodes_arg);
+        wait(py, ganges_client::fault::clear(&client, nodes.as_deref()))?.map_err(errors::client)
+    }
+
+    /// Every server's disk, faults in force and counters.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let stats = self.all_stats(py)?;
+        to_python(py, &stats)
+    }
+
+    /// The ideal time of a scan by `consumers` consumers (default: one per fragment): the
+    /// least time in which the servers, at their modelled rates with the faults in force,
+    /// can deliver every consumer's share from the copies that hold it. None when a server
+    /// reads a real disk (no model rate to reckon with) or is unreachable.
+    #[pyo3(signature = (name, consumers=None))]
+    fn ideal_seconds(&self, py: Python<'_>, name: &str, consumers: Option<u32>) -> PyResult<Option<f64>> {
+        let client = self.client(py)?;
+        let manifest = wait(py, Cluster::manifest(&client, name))??;
+        let stats = self.all_stats(py)?;
+        let rates: Option<Vec<f64>> = stats
+            .iter()
+            .map(|s| {
+                let s = s.as_ref()?;
+                Some(s.disk?.rate_bytes_per_sec * s.fault.map_or(1.0, |f| f.rate_fraction()))
+            })
+            .collect();
+        let Some(rates) = rates else { return Ok(None) };
+        let parts = crate::read::partitions(&manifest.shape, consumers)?;
+        let demands = ideal::scan_demands(&manifest.shape, &parts).map_err(|e| invalid(e.to_string()))?;
+        let best = ideal::layout_ideal(&demands, &manifest.layout, &rates).map_err(|e| invalid(e.to_string()))?;
+        Ok(Some(best.seconds))
+    }
+
+    /// One consumer's unordered read: `consumer` of `consumers` reads its share of the
+    /// dataset (one fragment each by default).
+    #[pyo3(signature = (name, consumer=0, consumers=None, policy="gd", window=None))]
+    fn scan(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        consumer: u32,
+        consumers: Option<u32>,
+        policy: &str,
+        window: Option<u32>,
+    ) -> PyResult<Scan> {
+        let client = self.client(py)?;
+        let opts = read_options(policy, window)?;
+        let manifest = wait(py, Cluster::manifest(&client, name))??;
+        Scan::open(client, manifest, consumer, consumers, opts)
+    }
+
+    /// An ordered reader of `length` bytes at `offset` (default: to the end), at most
+    /// `buffer_blocks` blocks read ahead; `written_order` reads a dq write in its writers' order.
+    #[pyo3(signature = (name, offset=0, length=None, policy="gd", buffer_blocks=32, written_order=false))]
+    fn reader(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        offset: u64,
+        length: Option<u64>,
+        policy: &str,
+        buffer_blocks: u32,
+        written_order: bool,
+    ) -> PyResult<Reader> {
+        let client = self.client(py)?;
+        let opts = read_options(policy, None)?;
+        let manifest = wait(py, Cluster::manifest(&client, name))??;
+        Reader::open(client, manifest, offset, length, opts, buffer_blocks, written_order)
+    }
+
+    /// A random-access reader: `read(offset, length)` and `read_many(ranges)`.
+    #[pyo3(signature = (name, policy="gd"))]
+    fn random_reader(&self, py: Python<'_>, name: &str, policy: &str) -> PyResult<RandomReader> {
+        let client = self.client(py)?;
+        let opts = read_options(policy, None)?;
+        let manifest = wait(py, Cluster::manifest(&client, name))??;
+        RandomReader::open(client, manifest, opts)
+    }
+}

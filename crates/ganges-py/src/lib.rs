@@ -1,0 +1,31 @@
+//! `ganges._ganges`: the Python binding of ganges. Newtypes and conversions only; every
+//! decision is the Rust library's. The `ganges` Python package wraps it (python/ganges).
+//!
+//! - [`cluster`]: `Cluster`, a cluster's connections and every operation on it.
+//! - [`read`]: scans, ordered and random-access readers, blocks as zero-copy buffers.
+//! - [`errors`]: Rust errors as a small Python exception hierarchy.
+//! - [`runtime`]: one tokio runtime per process (again after `fork`), the GIL released
+//!   while waiting.
+
+// Methods mirror Python's keyword arguments, which are many by design.
+#![allow(clippy::too_many_arguments)]
+
+mod cluster;
+mod convert;
+mod errors;
+mod read;
+mod runtime;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _ganges(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<cluster::Cluster>()?;
+    m.add_class::<read::Block>()?;
+    m.add_class::<read::Scan>()?;
+    m.add_class::<read::Reader>()?;
+    m.add_class::<read::RandomReader>()?;
+    m.add_class::<pyo3_bytes::PyBytes>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)
+}
