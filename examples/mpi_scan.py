@@ -1,7 +1,7 @@
 """Scan a dataset from every rank of an MPI job: each rank is one graduated-declustering
 consumer, and rank 0 prints each rank's share against the ideal.
 
-    mpirun -n 4 python examples/mpi_scan.py --cluster CLUSTER_FILE --dataset events
+    mpirun -n 4 python -m mpi4py examples/mpi_scan.py --cluster CLUSTER_FILE --dataset events
 
 With one slow disk, the ranks still finish together: each server's load shifts to the copies
 on its neighbours as it falls behind. `--policy static` shows what happens without that.

@@ -255,6 +255,104 @@ class Cluster:
         )
         return Dataset(self, name)
 
+    def write_array(
+        self,
+        name: str,
+        array: npt.NDArray[Any],
+        *,
+        disk_mesh: Sequence[int] | None = None,
+        disk_dist: Sequence[str] | None = None,
+        alloc: str = "dynamic",
+        replicas: int = 1,
+        subchunk: Size | None = None,
+    ) -> dict[str, Any]:
+        """Write a whole N-dimensional array from this process (Panda's server-directed
+        write: the servers take 1 MiB subchunks by the allocation `alloc`: round-robin,
+        static, dynamic or steal). The disk layout defaults to BLOCK over the servers along
+        the first dimension."""
+        a = _native(array)
+        result: dict[str, Any] = _ganges.array_write(
+            self._inner,
+            name,
+            _contiguous(a),
+            list(a.shape),
+            _dtype_name(a.dtype),
+            disk_mesh=disk_mesh,
+            disk_dist=disk_dist,
+            alloc=alloc,
+            replicas=replicas,
+            subchunk=subchunk,
+        )
+        return result
+
+    def write_array_part(
+        self,
+        name: str,
+        chunk: npt.NDArray[Any],
+        *,
+        shape: Sequence[int],
+        memory_mesh: Sequence[int],
+        memory_dist: Sequence[str] | None = None,
+        rank: int | None = None,
+        disk_mesh: Sequence[int] | None = None,
+        disk_dist: Sequence[str] | None = None,
+        alloc: str = "dynamic",
+        replicas: int = 1,
+        subchunk: Size | None = None,
+        call: int = 0,
+    ) -> dict[str, Any] | None:
+        """One process's part of a collective array write: every process of the memory
+        layout (`memory_mesh`, `memory_dist`: "BLOCK", "CYCLIC(k)" or "*" per dimension) calls
+        this with its chunk of the global array `shape`; the servers gather what they need
+        from each. `rank` defaults to the MPI or Slurm launcher's. `call` numbers the
+        collective writes of one name: each its own, the same in every process (a time step,
+        or a random number rank 0 broadcasts). Returns, on rank 0, the report once the array
+        is committed (None on the others)."""
+        if rank is None:
+            launched = _ganges.launcher_rank()
+            if launched is None:
+                raise InvalidArgument("no rank given and no MPI or Slurm launcher's rank in the environment")
+            rank = launched[0]
+        c = _native(chunk)
+        result: dict[str, Any] | None = _ganges.array_write_part(
+            self._inner,
+            name,
+            _contiguous(c),
+            rank,
+            list(shape),
+            _dtype_name(c.dtype),
+            memory_mesh=memory_mesh,
+            memory_dist=memory_dist,
+            disk_mesh=disk_mesh,
+            disk_dist=disk_dist,
+            alloc=alloc,
+            replicas=replicas,
+            subchunk=subchunk,
+            call=call,
+        )
+        return result
+
+    def read_array(
+        self,
+        name: str,
+        *,
+        memory_mesh: Sequence[int] | None = None,
+        memory_dist: Sequence[str] | None = None,
+        rank: int = 0,
+        policy: str = "gd",
+    ) -> npt.NDArray[Any]:
+        """Process `rank`'s chunk of an array in any memory layout (default: the whole
+        array), as a read-only NumPy array over the bytes read (no copy)."""
+        data, shape, dtype = _ganges.array_read(
+            self._inner, name, memory_mesh=memory_mesh, memory_dist=memory_dist, rank=rank, policy=policy
+        )
+        return np.frombuffer(memoryview(data), dtype=_numpy_dtype(dtype)).reshape(shape)
+
+    def export_zarr(self, name: str, folder: PathLike) -> dict[str, Any]:
+        """Write an array as a Zarr v3 array (`zarr.open_array(folder)`)."""
+        result: dict[str, Any] = _ganges.array_export_zarr(self._inner, name, folder)
+        return result
+
     def fault_set(
         self,
         nodes: int | Sequence[int],
@@ -307,6 +405,23 @@ def _contiguous(buf: Any) -> Any:
     if isinstance(buf, np.ndarray):
         return np.ascontiguousarray(buf).reshape(-1).view(np.uint8)
     return memoryview(buf).cast("B")
+
+
+def _native(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The array in native byte order (ganges stores elements little-endian, as x86 and Arm)."""
+    a = np.asarray(a)
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
+def _dtype_name(dtype: np.dtype[Any]) -> str:
+    """ganges's element type for a NumPy dtype: u8..u64, i8..i64, f32, f64."""
+    if dtype.kind not in "uif":
+        raise InvalidArgument(f"arrays of {dtype} are not supported: use unsigned or signed ints or floats")
+    return f"{dtype.kind}{8 * dtype.itemsize}"
+
+
+def _numpy_dtype(name: str) -> np.dtype[Any]:
+    return np.dtype(f"{name[0]}{int(name[1:]) // 8}")
 
 
 class Dataset:

@@ -147,6 +147,45 @@ class Cluster:
     ) -> Reader: ...
     def random_reader(self, name: str, policy: str = "gd") -> RandomReader: ...
 
+def launcher_rank() -> tuple[int, int] | None: ...
+def array_write_part(
+    cluster: Cluster,
+    name: str,
+    chunk: Any,
+    rank: int,
+    shape: Sequence[int],
+    dtype: str,
+    memory_mesh: Sequence[int] | None = None,
+    memory_dist: Sequence[str] | None = None,
+    disk_mesh: Sequence[int] | None = None,
+    disk_dist: Sequence[str] | None = None,
+    alloc: str = "dynamic",
+    replicas: int = 1,
+    subchunk: Size | None = None,
+    call: int = 0,
+) -> Json | None: ...
+def array_write(
+    cluster: Cluster,
+    name: str,
+    data: Any,
+    shape: Sequence[int],
+    dtype: str,
+    disk_mesh: Sequence[int] | None = None,
+    disk_dist: Sequence[str] | None = None,
+    alloc: str = "dynamic",
+    replicas: int = 1,
+    subchunk: Size | None = None,
+) -> Json: ...
+def array_read(
+    cluster: Cluster,
+    name: str,
+    memory_mesh: Sequence[int] | None = None,
+    memory_dist: Sequence[str] | None = None,
+    rank: int = 0,
+    policy: str = "gd",
+) -> tuple[Bytes, list[int], str]: ...
+def array_export_zarr(cluster: Cluster, name: str, dir: str | PathLike[str]) -> Json: ...
+
 class GangesError(Exception): ...
 class ClusterUnreachable(GangesError): ...
 class AuthenticationError(GangesError): ...

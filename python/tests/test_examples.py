@@ -1,6 +1,6 @@
-"""The examples in examples/ run for real against a local cluster: MPI under mpirun, Dask,
-Ray Data and a PyTorch DataLoader. A tool this machine lacks is a skip that says what is
-missing (with GANGES_NO_SKIP=1, a failure)."""
+"""The examples in examples/ run for real against a local cluster: a scan and an array
+checkpoint under mpirun, Dask, Ray Data and a PyTorch DataLoader. A tool this machine lacks
+is a skip that says what is missing (with GANGES_NO_SKIP=1, a failure)."""
 
 from __future__ import annotations
 
@@ -58,11 +58,25 @@ def test_mpi_scan_under_mpirun(slow_cluster: ganges.Cluster) -> None:
     script = str(EXAMPLES / "mpi_scan.py")
     args = ["--cluster", slow_cluster.path, "--dataset", "ex-events"]
     flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    out = run(mpirun, *flags, "-n", "4", sys.executable, script, *args)
+    out = run(mpirun, *flags, "-n", "4", sys.executable, "-m", "mpi4py", script, *args)
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+\s+\d+\s", line)]
     assert [int(r[0]) for r in rows] == [0, 1, 2, 3], out
     assert sum(int(r[1]) for r in rows) == 64 << 20
     assert re.search(r"gd: 67108864 bytes in [\d.]+ s = [\d.]+ MB/s; ideal [\d.]+ s, \d+% of ideal", out), out
+
+
+def test_mpi_array_checkpoint_under_mpirun(slow_cluster: ganges.Cluster) -> None:
+    mpirun = shutil.which("mpirun")
+    need(mpirun is not None, "no mpirun (Debian: apt-get install openmpi-bin libopenmpi-dev)")
+    need(has("mpi4py"), "no mpi4py (pip install mpi4py)")
+    assert mpirun is not None
+    script = str(EXAMPLES / "mpi_array.py")
+    flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    for _ in range(2):  # the second checkpoint replaces the first
+        args = ["--cluster", slow_cluster.path, "--shape", "96,64,64", "--alloc", "dynamic"]
+        out = run(mpirun, *flags, "-n", "3", sys.executable, "-m", "mpi4py", script, *args)
+        assert "3 of 3 ranks read their CYCLIC chunk back exactly" in out, out
+    assert slow_cluster.read_array("checkpoint").shape == (96, 64, 64)
 
 
 def test_dask_counts_every_record(slow_cluster: ganges.Cluster) -> None:

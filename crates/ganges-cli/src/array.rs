@@ -24,28 +24,11 @@ pub fn layout(
     dist: Option<Vec<Dist>>,
     default: Option<ArrayLayout>,
 ) -> CliResult<ArrayLayout> {
-    let built = match (mesh, dist) {
-        (None, None) => return Ok(default.unwrap_or_else(|| ArrayLayout::whole(rank))),
-        (Some(mesh), None) if mesh.len() <= rank => {
-            let dist = (0..rank).map(|d| if d < mesh.len() { Dist::Block } else { Dist::Star }).collect();
-            let mesh = (0..rank).map(|d| mesh.get(d).copied().unwrap_or(1)).collect();
-            ArrayLayout::new(mesh, dist)
-        }
-        (Some(mesh), None) => return fail(format!("--{what}-mesh has {} extents for {rank} dimensions", mesh.len())),
-        (None, Some(dist)) => {
-            let cut = dist.iter().filter(|d| **d != Dist::Star).count();
-            if cut > 0 {
-                return fail(format!("give --{what}-mesh too: how many along each distributed dimension"));
-            }
-            ArrayLayout::new(vec![1; rank], dist)
-        }
-        (Some(mesh), Some(dist)) => ArrayLayout::new(mesh, dist),
-    };
-    let l = built.map_err(|e| CliError::Failed(format!("--{what}-mesh/--{what}-dist: {e}")))?;
-    if l.dist.len() != rank {
-        return fail(format!("the {what} layout has {} dimensions but the array has {rank}", l.dist.len()));
+    match ArrayLayout::from_options(rank, mesh, dist) {
+        Ok(Some(l)) => Ok(l),
+        Ok(None) => Ok(default.unwrap_or_else(|| ArrayLayout::whole(rank))),
+        Err(e) => fail(format!("--{what}-mesh/--{what}-dist: {e}")),
     }
-    Ok(l)
 }
 
 /// The chunk of each process of `spec`'s memory layout: generated, or cut from `from`.

@@ -440,7 +440,7 @@ async fn dataset_cmd(cmd: DatasetCmd) -> CliResult<()> {
 
 async fn array_cmd(cmd: ArrayCmd) -> CliResult<()> {
     use ganges_cli::array::{self as cmds, layout};
-    use ganges_core::array::{ArrayLayout, Dist, Schema, SubchunkStyle};
+    use ganges_core::array::{ArrayLayout, Schema, SubchunkStyle};
     match cmd {
         ArrayCmd::Write(a) => {
             let a = *a;
@@ -448,8 +448,7 @@ async fn array_cmd(cmd: ArrayCmd) -> CliResult<()> {
             let rank = schema.rank();
             let memory = layout("memory", rank, a.memory.memory_mesh, a.memory.memory_dist, None)?;
             let servers = ClusterFile::load(&a.cluster.path())?.nodes();
-            let row_major = (0..rank).map(|d| if d == 0 { Dist::Block } else { Dist::Star }).collect();
-            let disk = layout("disk", rank, a.disk_mesh, a.disk_dist, ArrayLayout::new(vec![servers], row_major).ok())?;
+            let disk = layout("disk", rank, a.disk_mesh, a.disk_dist, ArrayLayout::row_major(rank, servers).ok())?;
             let mut spec = ganges_client::array::ArraySpec::new(name(&a.name)?, schema, memory, disk, a.alloc);
             spec.threshold = a.subchunk.0;
             spec.replicas = a.replicas;

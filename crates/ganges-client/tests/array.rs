@@ -154,3 +154,33 @@ async fn a_server_lost_mid_write_commits_nothing_and_every_process_hears_it() {
     let err = client.manifest(&"lost".parse().unwrap()).await.expect_err("nothing is visible");
     assert!(err.to_string().contains("lost"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_joins_an_ended_call_is_told_so_at_once() {
+    let c = InProcessCluster::start(2, None).await.unwrap();
+    let client = c.client().await.unwrap();
+    let spec = ArraySpec::new(
+        "again".parse().unwrap(),
+        Schema::new(vec![64, 64], DType::U32).unwrap(),
+        layout(&[2], "BLOCK,*"),
+        layout(&[2], "BLOCK,*"),
+        AllocKind::Static,
+    );
+    let call = CallId::derive(&spec.name, 7);
+    let coordinator = array::Coordinator::begin(&client, spec.clone(), call, &Rates::default()).await.unwrap();
+    let parts = chunks(&spec);
+    let (a, b, report) = tokio::join!(
+        array::write_rank(&client, &spec, call, 0, parts[0].clone()),
+        array::write_rank(&client, &spec, call, 1, parts[1].clone()),
+        coordinator.finish()
+    );
+    a.unwrap();
+    b.unwrap();
+    report.unwrap();
+    // The servers remember call 7's outcome: a process of a later write that reuses the id
+    // must not take it for its own (and leave the servers waiting for its pieces).
+    let started = std::time::Instant::now();
+    let err = array::write_rank(&client, &spec, call, 1, parts[1].clone()).await.expect_err("an ended call");
+    assert!(err.to_string().contains("had ended"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

@@ -2,6 +2,7 @@
 //! decision is the Rust library's. The `ganges` Python package wraps it (python/ganges).
 //!
 //! - [`cluster`]: `Cluster`, a cluster's connections and every operation on it.
+//! - [`array`]: collective array writes (each process its chunk), reads of any layout, Zarr.
 //! - [`read`]: scans, ordered and random-access readers, blocks as zero-copy buffers.
 //! - [`errors`]: Rust errors as a small Python exception hierarchy.
 //! - [`runtime`]: one tokio runtime per process (again after `fork`), the GIL released
@@ -10,6 +11,7 @@
 // Methods mirror Python's keyword arguments, which are many by design.
 #![allow(clippy::too_many_arguments)]
 
+mod array;
 mod cluster;
 mod convert;
 mod errors;
@@ -26,6 +28,11 @@ fn _ganges(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<read::Reader>()?;
     m.add_class::<read::RandomReader>()?;
     m.add_class::<pyo3_bytes::PyBytes>()?;
+    m.add_function(wrap_pyfunction!(array::array_write_part, m)?)?;
+    m.add_function(wrap_pyfunction!(array::array_write, m)?)?;
+    m.add_function(wrap_pyfunction!(array::array_read, m)?)?;
+    m.add_function(wrap_pyfunction!(array::array_export_zarr, m)?)?;
+    m.add_function(wrap_pyfunction!(array::launcher_rank, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)
 }

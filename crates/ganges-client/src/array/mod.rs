@@ -318,17 +318,29 @@ pub async fn write_rank(client: &Arc<Client>, spec: &ArraySpec, call: CallId, ra
     let outcomes =
         join_all((0..client.nodes()).map(|k| serve(client, spec, &subs, call, rank, &region, &chunk, NodeId(k)))).await;
     let mut outcome: Option<ArrayOutcome> = None;
+    let mut served = 0;
     for o in outcomes {
-        let o = o?;
+        let (o, n) = o?;
         if !o.committed {
             return Err(ClientError::Invalid(format!("the write of `{}` was not committed: {}", spec.name, o.why)));
         }
+        served += n;
         outcome = Some(o);
+    }
+    // A process holding data that no server asked for joined a call that had ended: an earlier
+    // write under the same call id (the servers remember its outcome), not this one.
+    if served == 0 && !chunk.is_empty() {
+        return Err(ClientError::Invalid(format!(
+            "call {:#x} of `{}` had ended before process {rank} took part: give each collective write \
+             of a name its own call number (the same in every process; CallId::derive(name, step) in Rust)",
+            call.0, spec.name
+        )));
     }
     outcome.map(drop).ok_or_else(|| ClientError::Invalid("a cluster with no servers".into()))
 }
 
-/// Answer one server until it reports the write's outcome.
+/// Answer one server until it reports the write's outcome; with it, how many subchunks
+/// this process gave that server.
 #[allow(clippy::too_many_arguments)]
 async fn serve(
     client: &Arc<Client>,
@@ -339,10 +351,11 @@ async fn serve(
     region: &Region,
     chunk: &Bytes,
     node: NodeId,
-) -> Result<ArrayOutcome> {
+) -> Result<(ArrayOutcome, usize)> {
     let conn = client.conn(node)?;
     let elem = spec.schema.dtype.size();
     let mut last_heard = Instant::now();
+    let mut served = 0;
     loop {
         let req = ControlRequest::ArrayWants { name: spec.name.clone(), txid: call.0, rank };
         let (subchunks, outcome) = match conn.control(req).await? {
@@ -350,7 +363,7 @@ async fn serve(
             other => return Err(ClientError::Protocol { node, why: format!("unexpected reply {other:?}") }),
         };
         if let Some(o) = outcome {
-            return Ok(o);
+            return Ok((o, served));
         }
         if subchunks.is_empty() {
             if last_heard.elapsed() > OPEN_WAIT {
@@ -364,6 +377,7 @@ async fn serve(
             continue;
         }
         last_heard = Instant::now();
+        served += subchunks.len();
         let mut sends = vec![];
         for i in subchunks {
             let Some(sub) = subs.boxes.get(i as usize) else {

@@ -236,6 +236,45 @@ impl ArrayLayout {
         Ok(ArrayLayout { mesh, dist })
     }
 
+    /// A layout from what a user gave for an array of `rank` dimensions: `None` when neither
+    /// mesh nor distributions were given. A mesh alone distributes its first dimensions
+    /// BLOCK (the rest `*`); distributions alone must all be `*` (there is nothing to cut by).
+    pub fn from_options(
+        rank: usize,
+        mesh: Option<Vec<u32>>,
+        dist: Option<Vec<Dist>>,
+    ) -> Result<Option<ArrayLayout>, ArrayError> {
+        let built = match (mesh, dist) {
+            (None, None) => return Ok(None),
+            (Some(mesh), None) if mesh.len() <= rank => {
+                let dist = (0..rank).map(|d| if d < mesh.len() { Dist::Block } else { Dist::Star }).collect();
+                let mesh = (0..rank).map(|d| mesh.get(d).copied().unwrap_or(1)).collect();
+                ArrayLayout::new(mesh, dist)?
+            }
+            (Some(mesh), None) => {
+                return Err(ArrayError::BadLayout(format!("a mesh of {} extents for {rank} dimensions", mesh.len())));
+            }
+            (None, Some(dist)) if dist.iter().any(|d| *d != Dist::Star) => {
+                return Err(ArrayError::BadLayout(
+                    "give a mesh too: how many processes along each distributed dimension".into(),
+                ));
+            }
+            (None, Some(dist)) => ArrayLayout::new(vec![1; dist.len()], dist)?,
+            (Some(mesh), Some(dist)) => ArrayLayout::new(mesh, dist)?,
+        };
+        if built.dist.len() != rank {
+            return Err(ArrayError::RankMismatch { rank, got: built.dist.len() });
+        }
+        Ok(Some(built))
+    }
+
+    /// Row-major over `parts` processes or servers: BLOCK along the first dimension, whole
+    /// along the others (the disk layout when none is given).
+    pub fn row_major(rank: usize, parts: u32) -> Result<ArrayLayout, ArrayError> {
+        let dist = (0..rank).map(|d| if d == 0 { Dist::Block } else { Dist::Star }).collect();
+        ArrayLayout::new(vec![parts], dist)
+    }
+
     /// One chunk holding the whole array (a single process reading or writing all of it).
     pub fn whole(rank: usize) -> ArrayLayout {
         ArrayLayout { mesh: vec![1; rank], dist: vec![Dist::Star; rank] }
