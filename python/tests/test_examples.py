@@ -50,15 +50,20 @@ def slow_cluster() -> Iterator[ganges.Cluster]:
         yield c
 
 
-def test_mpi_scan_under_mpirun(slow_cluster: ganges.Cluster) -> None:
-    mpirun = shutil.which("mpirun")
-    need(mpirun is not None, "no mpirun (Debian: apt-get install openmpi-bin libopenmpi-dev)")
+def mpirun(ranks: int, example: str, *args: str) -> str:
+    """An example under mpirun (`-m mpi4py`: one rank's exception aborts them all)."""
+    found = shutil.which("mpirun")
+    need(found is not None, "no mpirun (Debian: apt-get install openmpi-bin libopenmpi-dev)")
     need(has("mpi4py"), "no mpi4py (pip install mpi4py)")
-    assert mpirun is not None
-    script = str(EXAMPLES / "mpi_scan.py")
-    args = ["--cluster", slow_cluster.path, "--dataset", "ex-events"]
+    assert found is not None
     flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    out = run(mpirun, *flags, "-n", "4", sys.executable, "-m", "mpi4py", script, *args)
+    return run(
+        found, *flags, "-n", str(ranks), sys.executable, "-m", "mpi4py", str(EXAMPLES / example), *args
+    )
+
+
+def test_mpi_scan_under_mpirun(slow_cluster: ganges.Cluster) -> None:
+    out = mpirun(4, "mpi_scan.py", "--cluster", slow_cluster.path, "--dataset", "ex-events")
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+\s+\d+\s", line)]
     assert [int(r[0]) for r in rows] == [0, 1, 2, 3], out
     assert sum(int(r[1]) for r in rows) == 64 << 20
@@ -66,15 +71,9 @@ def test_mpi_scan_under_mpirun(slow_cluster: ganges.Cluster) -> None:
 
 
 def test_mpi_array_checkpoint_under_mpirun(slow_cluster: ganges.Cluster) -> None:
-    mpirun = shutil.which("mpirun")
-    need(mpirun is not None, "no mpirun (Debian: apt-get install openmpi-bin libopenmpi-dev)")
-    need(has("mpi4py"), "no mpi4py (pip install mpi4py)")
-    assert mpirun is not None
-    script = str(EXAMPLES / "mpi_array.py")
-    flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     for _ in range(2):  # the second checkpoint replaces the first
         args = ["--cluster", slow_cluster.path, "--shape", "96,64,64", "--alloc", "dynamic"]
-        out = run(mpirun, *flags, "-n", "3", sys.executable, "-m", "mpi4py", script, *args)
+        out = mpirun(3, "mpi_array.py", *args)
         assert "3 of 3 ranks read their CYCLIC chunk back exactly" in out, out
     assert slow_cluster.read_array("checkpoint").shape == (96, 64, 64)
 
