@@ -102,20 +102,29 @@ def local_cluster(
     seek: float | str | None = None,
     direct_io: bool = False,
     secret: bool = False,
+    metrics: bool = False,
     binary: PathLike | None = None,
 ) -> Cluster:
     """Start `nodes` servers on this machine, as a context manager that stops them.
 
     `disk_rate` ("32MiB/s", or bytes per second) gives each server the disk model; `None`
     serves from the real file system. `root` holds the servers' data (default: a temporary
-    folder, removed when the cluster stops)."""
+    folder, removed when the cluster stops). With `metrics`, each server serves Prometheus
+    metrics on a port of its own (`Cluster.metrics_urls()`)."""
     owned = None
     if root is None:
         owned = tempfile.mkdtemp(prefix="ganges-py-")
         root = owned
     try:
         inner = _ganges.Cluster.start_local(
-            nodes, root, _binary(binary), disk_rate=disk_rate, seek=seek, direct_io=direct_io, secret=secret
+            nodes,
+            root,
+            _binary(binary),
+            disk_rate=disk_rate,
+            seek=seek,
+            direct_io=direct_io,
+            secret=secret,
+            metrics=metrics,
         )
     except BaseException:
         if owned:
@@ -389,6 +398,13 @@ class Cluster:
         """Each server's disk, faults in force and counters (None: unreachable)."""
         result: list[dict[str, Any] | None] = self._inner.stats()
         return result
+
+    def metrics_urls(self) -> list[str | None]:
+        """Each server's Prometheus endpoint (None: it serves none, or did not answer)."""
+        return [
+            f"http://{s['metrics_addr']}/metrics" if s and s.get("metrics_addr") else None
+            for s in self.stats()
+        ]
 
     def kill(self, node: int) -> None:
         """Kill one server of a local cluster."""

@@ -62,6 +62,7 @@ class Cluster:
         seek: DurLike | None = None,
         direct_io: bool = False,
         secret: bool = False,
+        metrics: bool = False,
     ) -> Cluster: ...
     def stop(self) -> None: ...
     @property

@@ -183,6 +183,7 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
             binary: spec.binary.clone(),
             node_groups: None,
             real: spec.real,
+            metrics_scrape: false,
         };
         let started = cluster.start()?;
         let client = started.block_on(async { Ok(Client::connect(started.cluster.cluster().clone()).await?) })?;

@@ -191,6 +191,9 @@ pub struct ScanBenchSpec {
     /// On real disks with direct I/O, faults made real (`crate::real`); `fragment_bytes` 0
     /// then means: long enough for 6 s runs at the measured rates.
     pub real: Option<RealSpec>,
+    /// Servers serve Prometheus metrics, scraped every second while the bench runs (what
+    /// metrics cost on the data path).
+    pub metrics_scrape: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -223,6 +226,8 @@ pub struct Params {
     pub real: Option<RealSpec>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub measured: Option<Rates>,
+    /// Every server's metrics were scraped each second during the runs.
+    pub metrics_scrape: bool,
 }
 
 /// How long a consumer took to settle after a fault started or stopped.
@@ -463,6 +468,7 @@ impl ScanBenchSpec {
             git_commit: git_commit(),
             real: self.real,
             measured: None,
+            metrics_scrape: self.metrics_scrape,
         }
     }
 }
@@ -494,6 +500,7 @@ pub fn run_scan(spec: &ScanBenchSpec) -> BenchResult<Report> {
         binary: spec.binary.clone(),
         node_groups: None,
         real: spec.real,
+        metrics_scrape: spec.metrics_scrape,
     };
     let started = cluster.start()?;
     started.block_on(bench_on_cluster(spec, &started.cluster))
@@ -511,11 +518,15 @@ pub(crate) struct BenchCluster {
     pub node_groups: Option<ganges_harness::stress::NodeSpec>,
     /// Real disks: servers with direct I/O (and each on its own link, for link faults).
     pub real: Option<RealSpec>,
+    /// Servers serve metrics, and a scraper reads every server's each second.
+    pub metrics_scrape: bool,
 }
 
 /// A bench's running cluster. Dropped in field order: the servers stop, then their
 /// temporary folder goes.
 pub(crate) struct Started {
+    /// Stopped first, before the servers it scrapes.
+    _scraper: Option<Scraper>,
     pub cluster: LocalCluster,
     _temp: Option<tempfile::TempDir>,
     rt: tokio::runtime::Runtime,
@@ -534,11 +545,73 @@ impl BenchCluster {
             node_groups: self.node_groups.clone(),
             direct_io: self.real.is_some(),
             netns: self.real.is_some_and(|r| r.netns()),
+            metrics: self.metrics_scrape,
             ..LocalSpec::new(self.nodes, root, self.disk, self.binary.clone())
         };
         let cluster = LocalCluster::start(&local)?;
+        let scraper = if self.metrics_scrape { Some(Scraper::start(cluster.cluster())?) } else { None };
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        Ok(Started { cluster, _temp: temp, rt })
+        Ok(Started { _scraper: scraper, cluster, _temp: temp, rt })
+    }
+}
+
+/// A thread that GETs every server's `/metrics` once a second, as Prometheus would.
+struct Scraper {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Scraper {
+    fn start(file: &ganges_client::cluster::ClusterFile) -> BenchResult<Scraper> {
+        use ganges_proto::control::{ControlReply, ControlRequest};
+        let nodes: Vec<NodeId> = file.servers.iter().map(|s| s.node).collect();
+        let mut addrs = vec![];
+        for (node, r) in ganges_harness::local::blocking_control_all(file, &nodes, ControlRequest::Stats)? {
+            match r {
+                Ok(ControlReply::Stats { stats }) => addrs.extend(stats.metrics_addr),
+                _ => return Err(BenchError::Failed(format!("{node} did not say where its metrics are"))),
+            }
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut scrapes = 0u64;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                for addr in &addrs {
+                    if scrape(addr).is_ok() {
+                        scrapes += 1;
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            scrapes
+        });
+        Ok(Scraper { stop, thread: Some(thread) })
+    }
+}
+
+/// One `GET /metrics`; the body's length.
+fn scrape(addr: &str) -> std::io::Result<usize> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())?;
+    let mut body = Vec::new();
+    s.read_to_end(&mut body)?;
+    if !body.starts_with(b"HTTP/1.1 200") {
+        return Err(std::io::Error::other("not 200"));
+    }
+    Ok(body.len())
+}
+
+impl Drop for Scraper {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take()
+            && let Ok(n) = t.join()
+        {
+            tracing::info!(scrapes = n, "metrics scraped");
+        }
     }
 }
 
@@ -875,7 +948,7 @@ pub(crate) async fn all_stats(client: &Client) -> BenchResult<Vec<ServerStats>> 
     let mut out = vec![];
     for (node, r) in client.control_all(&nodes, &ControlRequest::Stats).await {
         match r? {
-            ControlReply::Stats { stats } => out.push(stats),
+            ControlReply::Stats { stats } => out.push(*stats),
             other => return fail(format!("{node}: unexpected reply {other:?}")),
         }
     }

@@ -305,6 +305,7 @@ pub fn run_write(spec: &WriteBenchSpec) -> BenchResult<Report> {
                 .then(|| spec.disk.map_or(0.0, |d| d.rate_bytes_per_sec) * ganges_harness::stress::LINK_PER_DISK),
         }),
         real: spec.real,
+        metrics_scrape: false,
     };
     let started = cluster.start()?;
     let report = started.block_on(bench_on_cluster(spec, &started.cluster, groups.as_ref()));

@@ -229,6 +229,10 @@ pub(crate) struct ServeArgs {
     /// Read and write data with direct I/O (O_DIRECT), so the page cache does not hide the disk
     #[arg(long)]
     pub(crate) direct_io: bool,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free port;
+    /// `ganges cluster status` shows where)
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) metrics_listen: Option<std::net::SocketAddr>,
     /// Server-side scheduler: auto (each request's own discipline) or fifo
     #[arg(long, default_value = "auto")]
     pub(crate) scheduler: SchedulerKind,
@@ -343,15 +347,22 @@ pub(crate) struct LocalUpArgs {
     /// cluster; implies --secret)
     #[arg(long)]
     pub(crate) tls: bool,
+    /// Each server serves Prometheus metrics on a free port (`ganges cluster status` lists them)
+    #[arg(long)]
+    pub(crate) metrics: bool,
 }
 
 impl LocalUpArgs {
     /// The flags a detached supervisor is started with, for the same cluster.
     pub(crate) fn to_args(&self) -> Vec<String> {
         let mut args = self.disk.to_args();
-        for (on, flag) in
-            [(self.netns, "--netns"), (self.direct_io, "--direct-io"), (self.secret, "--secret"), (self.tls, "--tls")]
-        {
+        for (on, flag) in [
+            (self.netns, "--netns"),
+            (self.direct_io, "--direct-io"),
+            (self.secret, "--secret"),
+            (self.tls, "--tls"),
+            (self.metrics, "--metrics"),
+        ] {
             if on {
                 args.push(flag.into());
             }
@@ -1063,6 +1074,10 @@ pub(crate) struct BenchScanArgs {
     /// Also run each configuration in the simulator, same policy and rates, and print both
     #[arg(long)]
     pub(crate) sim: bool,
+    /// Servers serve Prometheus metrics, each scraped every second during the runs (to see
+    /// what metrics cost)
+    #[arg(long)]
+    pub(crate) metrics_scrape: bool,
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
     /// A small, fast configuration for smoke tests (4 nodes, 4MiB fragments, faults 0,1,2)

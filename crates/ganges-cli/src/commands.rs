@@ -721,6 +721,7 @@ pub async fn cluster_status(cluster: &Path) -> CliResult<()> {
     let mut t = Table::new(&[
         "node",
         "address",
+        "metrics",
         "state",
         "security",
         "datasets",
@@ -741,7 +742,7 @@ pub async fn cluster_status(cluster: &Path) -> CliResult<()> {
                 .await
                 .into_iter()
                 .map(|(_, r)| match r {
-                    Ok(ControlReply::Stats { stats }) => Some(stats),
+                    Ok(ControlReply::Stats { stats }) => Some(*stats),
                     _ => None,
                 })
                 .collect()
@@ -754,6 +755,7 @@ pub async fn cluster_status(cluster: &Path) -> CliResult<()> {
                 vec![
                     s.node.0.to_string(),
                     s.addr.to_string(),
+                    st.metrics_addr.clone().unwrap_or_else(|| "-".into()),
                     "up".into(),
                     match (st.secret, st.tls) {
                         (true, true) => "secret+tls".into(),
@@ -780,6 +782,7 @@ pub async fn cluster_status(cluster: &Path) -> CliResult<()> {
                 vec![
                     s.node.0.to_string(),
                     s.addr.to_string(),
+                    "-".into(),
                     "DOWN".into(),
                     "-".into(),
                     "-".into(),

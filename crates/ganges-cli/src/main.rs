@@ -229,6 +229,7 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         queue_depth: a.disk.real_depth(),
         helper: binary().ok(),
         transport,
+        metrics_listen: a.metrics_listen,
         ..ganges_server::ServerConfig::new(node, data_dir)
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(16).build()?;
@@ -300,6 +301,7 @@ fn local_spec(a: &LocalUpArgs, root: PathBuf) -> CliResult<LocalSpec> {
         direct_io: a.direct_io,
         secret: a.secret,
         tls: a.tls,
+        metrics: a.metrics,
         ..LocalSpec::new(a.nodes, root, a.disk.spec()?, binary()?)
     })
 }
@@ -495,6 +497,7 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
         access: a.access,
         repeat: a.repeat.max(1),
         sim: a.sim,
+        metrics_scrape: a.metrics_scrape,
         root: a.root,
         binary: binary()?,
         json: a.json,
@@ -671,6 +674,7 @@ fn demo(a: DemoArgs) -> CliResult<()> {
         access: Access::Scan,
         repeat: 1,
         sim: false,
+        metrics_scrape: false,
         root: None,
         binary: binary()?,
         json: Some(json.clone()),

@@ -45,7 +45,7 @@ fn direct_root() -> Result<tempfile::TempDir, String> {
 
 async fn stats(client: &Client, node: u32) -> ServerStats {
     match client.control(NodeId(node), ControlRequest::Stats).await.unwrap() {
-        ControlReply::Stats { stats } => stats,
+        ControlReply::Stats { stats } => *stats,
         other => panic!("{other:?}"),
     }
 }

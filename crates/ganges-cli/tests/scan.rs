@@ -511,7 +511,7 @@ async fn stats_of(client: &ganges_client::Client) -> Vec<ganges_proto::control::
     let mut out = vec![];
     for (_, r) in client.control_all(&nodes, &ganges_proto::control::ControlRequest::Stats).await {
         if let Ok(ganges_proto::control::ControlReply::Stats { stats }) = r {
-            out.push(stats);
+            out.push(*stats);
         }
     }
     out

@@ -23,7 +23,7 @@ pub struct FaultSet {
 /// One server's counters and configuration.
 pub async fn stats(client: &Client, node: NodeId) -> Result<ServerStats> {
     match client.control(node, ControlRequest::Stats).await? {
-        ControlReply::Stats { stats } => Ok(stats),
+        ControlReply::Stats { stats } => Ok(*stats),
         other => Err(ClientError::Protocol { node, why: format!("answered stats with {other:?}") }),
     }
 }

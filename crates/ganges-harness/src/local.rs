@@ -50,6 +50,9 @@ pub struct LocalSpec {
     /// Encrypt every connection: a CA and a certificate per server in `ROOT/tls` (as
     /// `ganges cluster init --tls` makes them). Implies a secret.
     pub tls: bool,
+    /// Each server serves Prometheus metrics on a free port of its own address (its stats
+    /// say which).
+    pub metrics: bool,
 }
 
 impl LocalSpec {
@@ -67,6 +70,7 @@ impl LocalSpec {
             direct_io: false,
             secret: false,
             tls: false,
+            metrics: false,
         }
     }
 
@@ -105,6 +109,10 @@ impl LocalSpec {
         }
         if self.direct_io {
             args.push("--direct-io".into());
+        }
+        if self.metrics {
+            let host = listen.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
+            args.extend(["--metrics-listen".into(), format!("{host}:0")]);
         }
         if let Some(s) = self.secret_path() {
             args.extend(["--secret-file".into(), s.display().to_string()]);

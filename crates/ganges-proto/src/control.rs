@@ -294,7 +294,7 @@ impl ControlRequest {
 pub enum ControlReply {
     Done,
     Stats {
-        stats: ServerStats,
+        stats: Box<ServerStats>,
     },
     Datasets {
         datasets: Vec<DatasetEntry>,
@@ -412,6 +412,9 @@ pub struct ServerStats {
     /// The node's load at its last sample (CW-1).
     #[serde(default)]
     pub node_load: Option<ganges_core::ceft::NodeLoad>,
+    /// Where the server serves Prometheus metrics (`--metrics-listen`), if it does.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

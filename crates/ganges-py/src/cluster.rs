@@ -125,7 +125,7 @@ impl Cluster {
     /// Start `nodes` servers on this machine under `root`, from the `ganges` binary
     /// `binary`; `disk_rate` (bytes/s) gives each the disk model, `None` the real disk.
     #[staticmethod]
-    #[pyo3(signature = (nodes, root, binary, disk_rate=None, seek=None, direct_io=false, secret=false))]
+    #[pyo3(signature = (nodes, root, binary, disk_rate=None, seek=None, direct_io=false, secret=false, metrics=false))]
     fn start_local(
         py: Python<'_>,
         nodes: u32,
@@ -135,6 +135,7 @@ impl Cluster {
         seek: Option<DurArg>,
         direct_io: bool,
         secret: bool,
+        metrics: bool,
     ) -> PyResult<Cluster> {
         let disk = match disk_rate {
             None => None,
@@ -150,6 +151,7 @@ impl Cluster {
         let mut spec = LocalSpec::new(nodes, root, disk, binary);
         spec.direct_io = direct_io;
         spec.secret = secret;
+        spec.metrics = metrics;
         // On this thread, not an I/O thread: the servers are tied to the thread that starts
         // them and die with it.
         let servers = py.detach(|| LocalCluster::start(&spec)).map_err(errors::harness)?;

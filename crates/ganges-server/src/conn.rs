@@ -363,6 +363,9 @@ fn enqueue_read(
     let ctx = JobCtx {
         conn,
         client_id,
+        stream: r.stream,
+        copy: copy.copy,
+        arrived: now,
         origin: None,
         request_id: id,
         dataset: ds.clone(),
@@ -444,7 +447,7 @@ fn enqueue_write(
 async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
     let op = req.op();
     match req {
-        ControlRequest::Stats => Message::ControlOk(Box::new(ControlReply::Stats { stats: shared.stats() })),
+        ControlRequest::Stats => Message::ControlOk(Box::new(ControlReply::Stats { stats: Box::new(shared.stats()) })),
         ControlRequest::SetFault { fault } => set_fault(shared, fault),
         ControlRequest::SetRealFaults { faults } => {
             let s = shared.clone();

@@ -34,6 +34,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 pub struct JobCtx {
     pub conn: u64,
     pub client_id: u64,
+    /// The consumer stream the read is for, and which copy of its fragment this server
+    /// holds (0: the primary), for the metrics.
+    pub stream: u64,
+    pub copy: u32,
+    /// When the read arrived.
+    pub arrived: ganges_core::time::Time,
     pub request_id: u64,
     pub dataset: Arc<Dataset>,
     pub fragment: FragmentId,
@@ -275,6 +281,10 @@ async fn serve_read(shared: &Arc<Shared>, ctx: JobCtx, modelled: Option<ganges_c
         Ok((data, crc)) => {
             shared.counters.reads.fetch_add(1, Ordering::Relaxed);
             shared.counters.read_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+            if shared.metrics_addr.is_some() {
+                let waited = shared.now().since(ctx.arrived);
+                shared.metrics.read_served(ctx.stream, ctx.copy, data.len() as u64, waited);
+            }
             Message::ReadOk(ReadOk {
                 crc,
                 queue_len,

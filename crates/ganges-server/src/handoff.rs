@@ -239,9 +239,13 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
             service,
             arrival: now,
         };
+        let copy = ds.manifest.layout.copy_on(hj.fragment, shared.config.node).unwrap_or(0);
         let ctx = JobCtx {
             conn,
             client_id: hj.client_id,
+            stream: hj.stream,
+            copy,
+            arrived: now,
             request_id: origin.request_id,
             dataset: ds,
             fragment: hj.fragment,

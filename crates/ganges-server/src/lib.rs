@@ -25,6 +25,7 @@ pub mod direct;
 pub mod disk;
 pub mod fill;
 pub mod handoff;
+pub mod metrics;
 pub mod node;
 pub mod realfault;
 pub mod store;
@@ -80,6 +81,8 @@ pub struct ServerConfig {
     /// peers: TLS and the cluster secret's handshake. A server listening on an address that
     /// is not loopback must have a secret ([`run`] refuses to start without one).
     pub transport: ganges_net::Transport,
+    /// Serve Prometheus metrics at `GET /metrics` on this address (`None`: no metrics).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl ServerConfig {
@@ -98,6 +101,7 @@ impl ServerConfig {
             queue_depth: REAL_QUEUE_DEPTH,
             helper: None,
             transport: ganges_net::Transport::plain(),
+            metrics_listen: None,
         }
     }
 }
@@ -152,6 +156,10 @@ pub struct Shared {
     pub fault_env: realfault::FaultEnv,
     /// The collective array writes this server takes part in.
     pub arrays: array::Arrays,
+    /// What only the metrics keep: bytes per consumer and copy, read latency.
+    pub metrics: metrics::Metrics,
+    /// Where the metrics are served, once bound.
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Time zero of this server, for the `Time` values policies see: the last whole second
     /// of the wall clock before it started, so that every server's `Time` is in the same
     /// phase within a second (a phased disk, `sched::ShareSettings::phase`, relies on it).
@@ -227,6 +235,7 @@ impl Shared {
             peak_rss_bytes: peak,
             datasets,
             node_load: *self.node_load.lock().expect("node lock"),
+            metrics_addr: self.metrics_addr.map(|a| a.to_string()),
         }
     }
 }
@@ -243,6 +252,8 @@ pub enum ServeError {
          `ganges cluster init` makes one), so that only the cluster's own clients and servers can connect"
     )]
     NoSecret(std::net::SocketAddr),
+    #[error("serving metrics on {0}: {1}")]
+    Metrics(std::net::SocketAddr, std::io::Error),
 }
 
 /// Serve until `shutdown` resolves.
@@ -263,6 +274,10 @@ pub async fn run(
         listen_ip: local.ip(),
         helper: config.helper.clone(),
     };
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| ServeError::Metrics(addr, e))?),
+        None => None,
+    };
     let config_peers = config.peers.clone();
     let model = config.disk.map(DiskModel::new);
     let queue_depth = config.disk.map_or(config.queue_depth, |d| d.queue_depth);
@@ -281,12 +296,15 @@ pub async fn run(
         real_faults: Mutex::new(realfault::RealFaultState::default()),
         fault_env,
         arrays: array::Arrays::default(),
+        metrics: metrics::Metrics::default(),
+        metrics_addr: metrics_listener.as_ref().and_then(|l| l.local_addr().ok()),
         epoch: second_aligned_epoch(),
         started: Instant::now(),
     });
     let driver = tokio::spawn(disk::run(shared.clone(), queue_depth));
     let asker = tokio::spawn(handoff::run_asker(shared.clone()));
     let sampler = tokio::spawn(node::run(shared.clone()));
+    let metrics = metrics_listener.map(|l| tokio::spawn(metrics::serve(l, shared.clone())));
     let next_conn = AtomicU64::new(1);
     // Every connection's task: when the server stops, they stop with it (dropping the set
     // aborts them), so its clients see their connections close as they would at a crash.
@@ -314,6 +332,9 @@ pub async fn run(
     driver.abort();
     asker.abort();
     sampler.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
     let cleared = shared.clone();
     let _ = tokio::task::spawn_blocking(move || {
         cleared.real_faults.lock().expect("faults lock").clear(&cleared.fault_env);
