@@ -121,7 +121,8 @@ fn draw<DB: DrawingBackend>(
         .x_desc(x_label)
         .y_desc(y_label)
         .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        // Short spans tick at fractions: show them, instead of repeating rounded labels.
+        .x_label_formatter(&|x| if x_max - x_min < 10.0 { format!("{x:.1}") } else { format!("{x:.0}") })
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, s) in series.iter().enumerate() {

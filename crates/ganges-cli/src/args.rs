@@ -87,6 +87,10 @@ pub(crate) enum Cmd {
         /// Requests in flight per consumer [default: 4; 6 MiB of blocks for gd-plan]
         #[arg(long)]
         window: Option<u32>,
+        /// Draw each consumer's progress over time to FILE (.svg or .png), with the ideal
+        /// and every fault change during the scan
+        #[arg(long, value_name = "FILE")]
+        plot_progress: Option<PathBuf>,
         #[command(flatten)]
         settings: PolicyArgs,
         #[command(flatten)]

@@ -525,30 +525,53 @@ pub async fn dataset_rm(cluster: &Path, name: DatasetName) -> CliResult<()> {
     Ok(())
 }
 
-pub async fn scan(cluster: &Path, name: DatasetName, opts: ReadOptions) -> CliResult<()> {
+/// Read every fragment with its own consumer; with `plot`, draw each consumer's progress
+/// over time against the ideal, with every fault change on the way marked.
+pub async fn scan(cluster: &Path, name: DatasetName, opts: ReadOptions, plot: Option<&Path>) -> CliResult<()> {
     let policy = opts.policy;
     let client = connect(cluster).await?;
     let manifest = Arc::new(client.manifest(&name).await?);
-    let streams = open_scan(&client, &manifest, None, opts)?;
+    let partitions = manifest.shape.fragment_partitions();
+    let ideal = match plot {
+        Some(_) => fault::scan_ideal_seconds(&client, &manifest, &partitions).await?,
+        None => None,
+    };
+    let streams = open_scan(&client, &manifest, Some(partitions.clone()), opts)?;
     let bar = bytes_bar(manifest.total_bytes(), "scan");
     let t0 = Instant::now();
+    let watcher = plot.map(|_| {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        (stop, tokio::spawn(watch_faults(client.clone(), t0, stopped)))
+    });
     let mut tasks = vec![];
-    for mut s in streams {
-        let bar = bar.clone();
+    for (mut s, part) in streams.into_iter().zip(&partitions) {
+        let (bar, share) = (bar.clone(), part.len.max(1) as f64);
+        let sampling = plot.is_some();
         tasks.push(tokio::spawn(async move {
+            let (mut done, mut samples, mut last) = (0u64, vec![(0.0, 0.0)], 0.0);
             while let Some(b) = s.next().await? {
                 bar.inc(b.data.len() as u64);
+                done += b.data.len() as u64;
+                let at = t0.elapsed().as_secs_f64();
+                if sampling && at - last >= PROGRESS_SAMPLE_SECS {
+                    samples.push((at, done as f64 / share));
+                    last = at;
+                }
             }
-            Ok::<_, ganges_client::ClientError>((s.close(), t0.elapsed().as_secs_f64()))
+            let secs = t0.elapsed().as_secs_f64();
+            samples.push((secs, done as f64 / share));
+            Ok::<_, ganges_client::ClientError>((s.close(), secs, samples))
         }));
     }
     let mut t = Table::new(&["consumer", "bytes", "seconds", "MB/s", "backup %", "retries"]);
     let mut digest = Digest::default();
     let mut total = 0;
+    let mut progress = vec![];
     for (i, task) in tasks.into_iter().enumerate() {
-        let (r, secs) = task.await.map_err(|e| CliError::Failed(e.to_string()))??;
+        let (r, secs, samples) = task.await.map_err(|e| CliError::Failed(e.to_string()))??;
         digest.merge(r.digest);
         total += r.bytes;
+        progress.push(samples);
         t.row(vec![
             i.to_string(),
             ByteSize(r.bytes).to_string(),
@@ -562,6 +585,12 @@ pub async fn scan(cluster: &Path, name: DatasetName, opts: ReadOptions) -> CliRe
     let secs = t0.elapsed().as_secs_f64();
     print!("{}", t.render());
     println!("{policy}: {} in {secs:.3}s = {:.1} MB/s", ByteSize(total), mb_per_sec(total, secs));
+    if let (Some(path), Some((stop, watcher))) = (plot, watcher) {
+        drop(stop);
+        let changes = watcher.await.map_err(|e| CliError::Failed(format!("watching the faults: {e}")))?;
+        plot_progress(path, &name, policy, &progress, ideal, &changes)?;
+        println!("progress plot: {}", path.display());
+    }
     if digest != manifest.digest {
         return fail(format!(
             "digest {digest} differs from the dataset's {}: data lost or duplicated",
@@ -569,6 +598,90 @@ pub async fn scan(cluster: &Path, name: DatasetName, opts: ReadOptions) -> CliRe
         ));
     }
     println!("every byte delivered exactly once (digest {digest})");
+    Ok(())
+}
+
+/// How often a consumer's progress is sampled for the plot.
+const PROGRESS_SAMPLE_SECS: f64 = 0.02;
+/// How often the servers are asked for the faults in force while a scan is plotted.
+const FAULT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A fault that changed during a scan: when, on which server, and what is in force after.
+type FaultChange = (f64, NodeId, String);
+
+/// What is in force on a server: its model fault and real faults, in words.
+fn faults_in_force(s: &ganges_proto::control::ServerStats) -> String {
+    match (s.fault, s.real_faults.is_none()) {
+        (None, true) => "none".into(),
+        (Some(f), true) => f.to_string(),
+        (None, false) => s.real_faults.to_string(),
+        (Some(f), false) => format!("{f}, {}", s.real_faults),
+    }
+}
+
+/// Poll every server's faults until `stop` fires (or is dropped); the changes seen.
+async fn watch_faults(
+    client: Arc<Client>,
+    t0: Instant,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> Vec<FaultChange> {
+    let mut changes = vec![];
+    let mut last: Vec<Option<String>> = vec![None; client.nodes() as usize];
+    loop {
+        for (n, s) in fault::all_stats(&client).await.iter().enumerate() {
+            let Some(now) = s.as_ref().map(faults_in_force) else { continue };
+            if last[n].as_ref().is_some_and(|was| *was != now) {
+                changes.push((t0.elapsed().as_secs_f64(), NodeId(n as u32), now.clone()));
+            }
+            last[n] = Some(now);
+        }
+        tokio::select! {
+            _ = &mut stop => return changes,
+            _ = tokio::time::sleep(FAULT_POLL) => {}
+        }
+    }
+}
+
+fn plot_progress(
+    path: &Path,
+    name: &DatasetName,
+    policy: ganges_core::route::ReadPolicyKind,
+    progress: &[Vec<(f64, f64)>],
+    ideal: Option<f64>,
+    changes: &[FaultChange],
+) -> CliResult<()> {
+    use ganges_bench::plot::{Series, line_chart};
+    let mut series: Vec<Series> = progress
+        .iter()
+        .enumerate()
+        .map(|(i, points)| Series {
+            name: format!("consumer {i}"),
+            points: points.clone(),
+            color: Some(1),
+            unlabelled: i > 0,
+            ..Series::default()
+        })
+        .collect();
+    series[0].name = format!("consumers (1..{})", progress.len());
+    if let Some(secs) = ideal {
+        series.push(Series {
+            name: format!("ideal, faults as at the start ({secs:.2} s)"),
+            points: vec![(0.0, 0.0), (secs, 1.0)],
+            dashed: true,
+            ..Series::default()
+        });
+    }
+    for (at, node, now) in changes {
+        series.push(Series {
+            name: format!("{at:.1} s: {node} {now}"),
+            points: vec![(*at, 0.0), (*at, 1.0)],
+            dashed: true,
+            color: Some(0),
+            ..Series::default()
+        });
+    }
+    let title = format!("`{name}` read with {policy}: each consumer's share");
+    line_chart(path, &title, "seconds", "share read", &series, 1.0)?;
     Ok(())
 }
 

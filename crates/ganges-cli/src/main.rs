@@ -97,10 +97,10 @@ fn run(cli: Cli) -> CliResult<()> {
             };
             runtime()?.block_on(commands::write(&a.cluster.path(), args))
         }
-        Cmd::Scan { name: n, policy, window, settings, cluster } => {
+        Cmd::Scan { name: n, policy, window, plot_progress, settings, cluster } => {
             let opts = ReadOptions::new(policy).with_settings(settings.settings()?);
             let opts = window.map_or(opts, |w| opts.with_window(w));
-            runtime()?.block_on(commands::scan(&cluster.path(), name(&n)?, opts))
+            runtime()?.block_on(commands::scan(&cluster.path(), name(&n)?, opts, plot_progress.as_deref()))
         }
         Cmd::Fault { cmd } => runtime()?.block_on(async {
             match cmd {

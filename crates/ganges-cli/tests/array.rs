@@ -130,7 +130,9 @@ fn bench_array_writes_json_and_a_plot() {
     assert_eq!(rows.len(), 2 * 3 + 2 * 5, "{report}");
     for r in rows {
         let f = r["frac_peak"].as_f64().unwrap();
-        assert!(f > 0.2 && f < 1.05, "a write's fraction of peak is {f}: {r}");
+        // A sanity bound, not a target (the bench measures those): on a loaded 2-core
+        // machine a 2 MiB call has been seen at 11% of peak.
+        assert!(f > 0.02 && f < 1.05, "a write's fraction of peak is {f}: {r}");
     }
     assert!(std::fs::metadata(&plot).unwrap().len() > 1000);
 }

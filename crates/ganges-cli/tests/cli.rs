@@ -588,3 +588,30 @@ fn models_print_for_a_scenario() {
     let out = ok(&["model", "layout", "--nodes", "8", "--faults", "0,3", "--fault-layout", "worst"]);
     assert!(out.contains("nodes 0,1,2"), "the worst layout's bottleneck is named: {out}");
 }
+
+#[test]
+fn scan_plots_each_consumers_progress_with_the_ideal_and_a_fault_set_midway() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_str().unwrap();
+    let cluster = root.path().join("cluster.toml");
+    let c = cluster.to_str().unwrap();
+    let _down = Down(cluster.clone());
+    ok(&["local", "up", "--nodes", "3", "--root", r, "--disk-rate", "24MiB/s", "--seek", "1ms"]);
+    ok(&["dataset", "create", "ev", "--size", "48MiB", "--cluster", c]);
+    // 48 MiB at 3 x 24 MiB/s: about 0.7 s at best; the fault comes 0.3 s in.
+    let plot = root.path().join("progress.svg");
+    let scan = Command::new(common::binary())
+        .args(["scan", "ev", "--policy", "gd", "--plot-progress", plot.to_str().unwrap(), "--cluster", c])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    ok(&["fault", "set", "--node", "1", "--factor", "0.25", "--cluster", c]);
+    let out = scan.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("every byte delivered exactly once"), "{stdout}");
+    assert!(stdout.contains("progress plot:"), "{stdout}");
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.contains("consumers (1..3)") && svg.contains("ideal"), "the legend names the consumers and the ideal");
+    assert!(svg.contains("node1 rate x0.25"), "the fault set midway is marked: {}", &svg[..svg.len().min(400)]);
+}

@@ -28,6 +28,42 @@ pub async fn stats(client: &Client, node: NodeId) -> Result<ServerStats> {
     }
 }
 
+/// Every server's stats, in node order; `None` where one did not answer.
+pub async fn all_stats(client: &Client) -> Vec<Option<ServerStats>> {
+    let mut out = Vec::with_capacity(client.nodes() as usize);
+    for n in 0..client.nodes() {
+        out.push(stats(client, NodeId(n)).await.ok());
+    }
+    out
+}
+
+/// The rate each server's modelled disk delivers now, its fault included: `None` when some
+/// server reads a real disk (no model rate to reckon with) or did not answer.
+pub fn model_rates(stats: &[Option<ServerStats>]) -> Option<Vec<f64>> {
+    stats
+        .iter()
+        .map(|s| {
+            let s = s.as_ref()?;
+            Some(s.disk?.rate_bytes_per_sec * s.fault.map_or(1.0, |f| f.rate_fraction()))
+        })
+        .collect()
+}
+
+/// The least time in which the servers, at their modelled rates with the faults in force,
+/// can deliver every partition from the copies that hold it (the layout-aware ideal); `None`
+/// on real disks.
+pub async fn scan_ideal_seconds(
+    client: &Client,
+    manifest: &ganges_proto::manifest::Manifest,
+    partitions: &[ganges_core::shape::Partition],
+) -> Result<Option<f64>> {
+    let Some(rates) = model_rates(&all_stats(client).await) else { return Ok(None) };
+    let demands = ganges_core::ideal::scan_demands(&manifest.shape, partitions)?;
+    let best = ganges_core::ideal::layout_ideal(&demands, &manifest.layout, &rates)
+        .map_err(|e| ClientError::Invalid(e.to_string()))?;
+    Ok(Some(best.seconds))
+}
+
 /// Set a fault on `nodes`: a model fault, real faults (merged into the real faults in force),
 /// or both. Everything is checked before any server is touched.
 pub async fn set(client: &Client, nodes: &[NodeId], model: Option<Fault>, real: &RealFaults) -> Result<Vec<FaultSet>> {

@@ -13,7 +13,6 @@ use ganges_client::scan::ReadOptions;
 use ganges_client::write::{self, WriteSource, WriteSpec};
 use ganges_core::datagen::Generator;
 use ganges_core::disk::{DiskParams, Fault};
-use ganges_core::ideal;
 use ganges_core::ids::NodeId;
 use ganges_core::layout::Layout;
 use ganges_core::route::{ReadPolicyKind, WINDOW_DEFAULT};
@@ -75,19 +74,6 @@ impl Cluster {
         let c = wait(py, Client::connect(self.file.clone()))?.map_err(errors::client)?;
         *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, c.clone()));
         Ok(c)
-    }
-
-    /// Each server's stats; None where it did not answer.
-    fn all_stats(&self, py: Python<'_>) -> PyResult<Vec<Option<ganges_proto::control::ServerStats>>> {
-        let client = self.client(py)?;
-        let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
-        wait(py, async {
-            let mut out = Vec::with_capacity(all.len());
-            for &n in &all {
-                out.push(ganges_client::fault::stats(&client, n).await.ok());
-            }
-            out
-        })
     }
 
     async fn manifest(client: &Client, name: &str) -> PyResult<Arc<ganges_proto::manifest::Manifest>> {
@@ -427,7 +413,8 @@ impl Cluster {
 
     /// Every server's disk, faults in force and counters.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let stats = self.all_stats(py)?;
+        let client = self.client(py)?;
+        let stats = wait(py, ganges_client::fault::all_stats(&client))?;
         to_python(py, &stats)
     }
 
@@ -439,19 +426,8 @@ impl Cluster {
     fn ideal_seconds(&self, py: Python<'_>, name: &str, consumers: Option<u32>) -> PyResult<Option<f64>> {
         let client = self.client(py)?;
         let manifest = wait(py, Cluster::manifest(&client, name))??;
-        let stats = self.all_stats(py)?;
-        let rates: Option<Vec<f64>> = stats
-            .iter()
-            .map(|s| {
-                let s = s.as_ref()?;
-                Some(s.disk?.rate_bytes_per_sec * s.fault.map_or(1.0, |f| f.rate_fraction()))
-            })
-            .collect();
-        let Some(rates) = rates else { return Ok(None) };
         let parts = crate::read::partitions(&manifest.shape, consumers)?;
-        let demands = ideal::scan_demands(&manifest.shape, &parts).map_err(|e| invalid(e.to_string()))?;
-        let best = ideal::layout_ideal(&demands, &manifest.layout, &rates).map_err(|e| invalid(e.to_string()))?;
-        Ok(Some(best.seconds))
+        wait(py, ganges_client::fault::scan_ideal_seconds(&client, &manifest, &parts))?.map_err(errors::client)
     }
 
     /// One consumer's unordered read: `consumer` of `consumers` reads its share of the
