@@ -567,17 +567,27 @@ async fn an_idle_server_takes_over_queued_requests_and_nothing_is_served_twice()
     // served a read that allows handoff, so only after gd-rr has found the primary slow (its
     // disk measured over a MiB, then slow for two probe intervals) and sent the backup a
     // request.
-    let m = Arc::new(create(&client, "ho", vec![6 << 20; 4], 64 << 10, 2, g).await);
     slow_down(&client, NodeId(0), 0.2).await;
-    let (blocks, report) = lone_reader(&client, &m).await;
-    check_fragment_0(&m, &blocks, g);
-    let stats = stats_of(&client).await;
-    let handed: u64 = stats.iter().map(|s| s.handed_off).sum();
-    let taken: u64 = stats.iter().map(|s| s.taken_over).sum();
-    assert!(handed > 0, "the slow server handed requests to the idle one");
-    assert_eq!(handed, taken, "every request handed off was taken over");
-    assert_eq!(report.stats.moved, handed, "the client heard of every move");
-    assert_eq!(report.stats.duplicates, 0);
+    // When gd-rr finds the primary slow depends on measured times, which CPU noise on a
+    // loaded 2-core machine can delay past the end of the scan (seen once in a full run):
+    // up to three scans, each checked whole, and at least one must see a handoff.
+    let mut handed_before = 0;
+    for attempt in 0..3 {
+        let m = Arc::new(create(&client, &format!("ho{attempt}"), vec![6 << 20; 4], 64 << 10, 2, g).await);
+        let (blocks, report) = lone_reader(&client, &m).await;
+        check_fragment_0(&m, &blocks, g);
+        let stats = stats_of(&client).await;
+        let handed: u64 = stats.iter().map(|s| s.handed_off).sum();
+        let taken: u64 = stats.iter().map(|s| s.taken_over).sum();
+        assert_eq!(handed, taken, "every request handed off was taken over");
+        assert_eq!(report.stats.moved, handed - handed_before, "the client heard of every move");
+        assert_eq!(report.stats.duplicates, 0);
+        if handed > handed_before {
+            return;
+        }
+        handed_before = handed;
+    }
+    panic!("the slow server handed no request to the idle ones in three scans");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
