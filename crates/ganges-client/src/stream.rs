@@ -201,20 +201,7 @@ impl OrderedReader {
     /// The next `n` bytes in order (fewer only at the end of the partition): a record of any
     /// size. Copies only when the record spans blocks.
     pub async fn read_exact(&mut self, n: usize) -> Result<Bytes> {
-        let first = self.read(n).await?;
-        if first.len() == n || first.is_empty() {
-            return Ok(first);
-        }
-        let mut out = BytesMut::with_capacity(n);
-        out.extend_from_slice(&first);
-        while out.len() < n {
-            let more = self.read(n - out.len()).await?;
-            if more.is_empty() {
-                break;
-            }
-            out.extend_from_slice(&more);
-        }
-        Ok(out.freeze())
+        read_exact_from(self, n).await
     }
 
     /// Fill `buf` from the stream; returns how many bytes were copied (0 at the end).
@@ -389,6 +376,42 @@ pub struct WrittenOrderReader {
     end: u64,
 }
 
+/// A reader of bytes in some order, a piece at a time.
+trait InOrder: Send {
+    fn read_piece(&mut self, max: usize) -> impl std::future::Future<Output = Result<Bytes>> + Send;
+}
+
+impl InOrder for OrderedReader {
+    fn read_piece(&mut self, max: usize) -> impl std::future::Future<Output = Result<Bytes>> + Send {
+        self.read(max)
+    }
+}
+
+impl InOrder for WrittenOrderReader {
+    fn read_piece(&mut self, max: usize) -> impl std::future::Future<Output = Result<Bytes>> + Send {
+        self.read(max)
+    }
+}
+
+/// The next `n` bytes from `r` (fewer only at its end), in one buffer: the first piece as it
+/// came when it holds them all, else the pieces joined (a record spanning blocks).
+async fn read_exact_from(r: &mut impl InOrder, n: usize) -> Result<Bytes> {
+    let first = r.read_piece(n).await?;
+    if first.len() == n || first.is_empty() {
+        return Ok(first);
+    }
+    let mut out = BytesMut::with_capacity(n);
+    out.extend_from_slice(&first);
+    while out.len() < n {
+        let more = r.read_piece(n - out.len()).await?;
+        if more.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&more);
+    }
+    Ok(out.freeze())
+}
+
 impl WrittenOrderReader {
     /// Read `range` (offsets in the data as written) in that order, with at most
     /// `buffer_blocks` blocks read and not yet handed out.
@@ -431,6 +454,11 @@ impl WrittenOrderReader {
 
     /// The next bytes in written order, at most `max` (never more than a block). Empty at
     /// the end of the range.
+    /// The next `n` bytes in written order (fewer only at the end), as `OrderedReader::read_exact`.
+    pub async fn read_exact(&mut self, n: usize) -> Result<Bytes> {
+        read_exact_from(self, n).await
+    }
+
     pub async fn read(&mut self, max: usize) -> Result<Bytes> {
         while self.current.is_empty() && self.next < self.end {
             while self.buffered_blocks() < self.buffer_blocks && self.submit_at < self.end {

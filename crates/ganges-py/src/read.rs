@@ -214,30 +214,12 @@ impl Reader {
 }
 
 impl Ordered {
-    async fn read(&mut self, max: usize) -> ganges_client::Result<Bytes> {
-        match self {
-            Ordered::Dataset(r) => r.read(max).await,
-            Ordered::Written(r) => r.read(max).await,
-        }
-    }
-
-    /// `max` bytes (fewer only at the end) in one buffer: a block's bytes as they came when
-    /// one block holds them all, else the pieces joined.
+    /// `max` bytes (fewer only at the end) in one buffer, as each reader's `read_exact` gives.
     async fn read_full(&mut self, max: usize) -> ganges_client::Result<Bytes> {
-        let first = self.read(max).await?;
-        if first.len() == max || first.is_empty() {
-            return Ok(first);
+        match self {
+            Ordered::Dataset(r) => r.read_exact(max).await,
+            Ordered::Written(r) => r.read_exact(max).await,
         }
-        let mut out = Vec::with_capacity(max);
-        out.extend_from_slice(&first);
-        while out.len() < max {
-            let more = self.read(max - out.len()).await?;
-            if more.is_empty() {
-                break;
-            }
-            out.extend_from_slice(&more);
-        }
-        Ok(Bytes::from(out))
     }
 }
 
