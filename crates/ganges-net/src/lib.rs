@@ -12,9 +12,13 @@
 //!   certificates (`ganges cluster init --tls`).
 //! - [`limit`]: the failed-handshake limiter.
 //! - [`transport`]: connect and accept, carrying out all of the above.
+//! - [`http`]: the little HTTP the metrics endpoints and the dashboard speak, and
+//!   [`prom`], the Prometheus text format they serve.
 
 pub mod auth;
+pub mod http;
 pub mod limit;
+pub mod prom;
 pub mod secret;
 pub mod tls;
 pub mod transport;

@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 pub enum ControlRequest {
     /// Counters, settings and resource use of the server.
     Stats,
+    /// The consumer streams this server served lately, with their progress (the live view).
+    Consumers,
     /// Set (or with `None`, clear) the disk model's fault.
     SetFault { fault: Option<Fault> },
     /// Make these faults real on the server's machine (FI-2), replacing those in force:
@@ -261,6 +263,7 @@ impl ControlRequest {
     pub fn op(&self) -> &'static str {
         match self {
             ControlRequest::Stats => "stats",
+            ControlRequest::Consumers => "consumers",
             ControlRequest::SetFault { .. } => "set-fault",
             ControlRequest::SetRealFaults { .. } => "set-real-faults",
             ControlRequest::Calibrate { .. } => "calibrate",
@@ -295,6 +298,9 @@ pub enum ControlReply {
     Done,
     Stats {
         stats: Box<ServerStats>,
+    },
+    Consumers {
+        consumers: Vec<ConsumerActivity>,
     },
     Datasets {
         datasets: Vec<DatasetEntry>,
@@ -415,6 +421,23 @@ pub struct ServerStats {
     /// Where the server serves Prometheus metrics (`--metrics-listen`), if it does.
     #[serde(default)]
     pub metrics_addr: Option<String>,
+}
+
+/// What one consumer stream read from this server, and its progress as it last told it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerActivity {
+    /// The stream's id, chosen by its client.
+    pub stream: u64,
+    pub dataset: DatasetName,
+    /// Bytes of its partition the consumer had received, of `total_bytes`.
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    /// Bytes this server served it from a primary copy, and from a backup.
+    pub primary_bytes: u64,
+    pub backup_bytes: u64,
+    /// Seconds since this server first served it, and since it last did.
+    pub first_secs_ago: f64,
+    pub last_secs_ago: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -364,6 +364,7 @@ fn enqueue_read(
         conn,
         client_id,
         stream: r.stream,
+        progress: r.progress,
         copy: copy.copy,
         arrived: now,
         origin: None,
@@ -448,6 +449,10 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
     let op = req.op();
     match req {
         ControlRequest::Stats => Message::ControlOk(Box::new(ControlReply::Stats { stats: Box::new(shared.stats()) })),
+        ControlRequest::Consumers => {
+            let consumers = shared.metrics.consumers(shared.now(), crate::metrics::ACTIVITY_WINDOW);
+            Message::ControlOk(Box::new(ControlReply::Consumers { consumers }))
+        }
         ControlRequest::SetFault { fault } => set_fault(shared, fault),
         ControlRequest::SetRealFaults { faults } => {
             let s = shared.clone();
@@ -615,6 +620,7 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
             ControlReply::Done
         }
         ControlRequest::Stats
+        | ControlRequest::Consumers
         | ControlRequest::Fill { .. }
         | ControlRequest::SetFault { .. }
         | ControlRequest::SetRealFaults { .. }

@@ -19,9 +19,11 @@
 
 use crate::Shared;
 use crate::conn::Outbox;
+use crate::metrics::ServedRead;
 use crate::store::{Dataset, FillFiles, StagedWrite, StoreError};
 use bytes::Bytes;
 use ganges_core::ids::FragmentId;
+use ganges_core::sched::Progress;
 use ganges_core::serve::{Popped, ReadContext, ServerQueue};
 use ganges_proto::msg::{ErrorCode, Message, Origin, ReadOk, WireError, WriteOk};
 use std::sync::Arc;
@@ -34,9 +36,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 pub struct JobCtx {
     pub conn: u64,
     pub client_id: u64,
-    /// The consumer stream the read is for, and which copy of its fragment this server
-    /// holds (0: the primary), for the metrics.
+    /// The consumer stream the read is for, its progress, and which copy of its fragment
+    /// this server holds (0: the primary), for the metrics and the live view.
     pub stream: u64,
+    pub progress: Progress,
     pub copy: u32,
     /// When the read arrived.
     pub arrived: ganges_core::time::Time,
@@ -281,10 +284,16 @@ async fn serve_read(shared: &Arc<Shared>, ctx: JobCtx, modelled: Option<ganges_c
         Ok((data, crc)) => {
             shared.counters.reads.fetch_add(1, Ordering::Relaxed);
             shared.counters.read_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-            if shared.metrics_addr.is_some() {
-                let waited = shared.now().since(ctx.arrived);
-                shared.metrics.read_served(ctx.stream, ctx.copy, data.len() as u64, waited);
-            }
+            let served = ServedRead {
+                stream: ctx.stream,
+                dataset: &ctx.dataset.manifest.name,
+                progress: ctx.progress,
+                copy: ctx.copy,
+                bytes: data.len() as u64,
+                arrived: ctx.arrived,
+                now: shared.now(),
+            };
+            shared.metrics.read_served(served, shared.metrics_addr.is_some());
             Message::ReadOk(ReadOk {
                 crc,
                 queue_len,

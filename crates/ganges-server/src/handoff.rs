@@ -230,12 +230,13 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
         let service =
             ganges_proto::service::from_byte(hj.service, 0, hj.guard_every).unwrap_or(Service::FURTHEST_BEHIND);
         let metric = if hj.fraction { ProgressMetric::Fraction } else { ProgressMetric::Bytes };
+        let progress = Progress { done_bytes: hj.done_bytes.min(hj.total_bytes), total_bytes: hj.total_bytes, metric };
         let job = Job {
             id: 0,
             stream: StreamKey { conn, stream: hj.stream },
             file,
             bytes: hj.len as u64,
-            progress: Progress { done_bytes: hj.done_bytes.min(hj.total_bytes), total_bytes: hj.total_bytes, metric },
+            progress,
             service,
             arrival: now,
         };
@@ -244,6 +245,7 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
             conn,
             client_id: hj.client_id,
             stream: hj.stream,
+            progress,
             copy,
             arrived: now,
             request_id: origin.request_id,

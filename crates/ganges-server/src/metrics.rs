@@ -2,43 +2,64 @@
 //! Prometheus text format (version 0.0.4), served on a port of its own (`--metrics-listen`).
 //!
 //! The counters are the server's own (`Counters`, the disk's figures, `ServerStats`), so
-//! nothing is counted twice. Two things are kept only for metrics: bytes served per consumer
-//! stream and copy (bounded: the most recently served consumers), and a histogram of read
-//! latency from arrival to reply. The format is written by hand: it is a few lines of text
-//! per metric, and a registry would hold a second copy of every counter. A test parses the
-//! output with Prometheus's own Python parser.
-//!
-//! The HTTP side answers `GET /metrics` (and `/`) and nothing else, one request per
-//! connection, with bounds on the request's size and time.
+//! nothing is counted twice. Two things are kept beside them: bytes served per consumer
+//! stream and copy with the consumer's progress (bounded: the most recently served
+//! consumers; also what the live view asks for), and, when metrics are served, a histogram
+//! of read latency from arrival to reply. The format is written by hand (`ganges_net::prom`):
+//! a registry would hold a second copy of every counter. A test parses the output with
+//! Prometheus's own Python parser.
 
 use crate::Shared;
-use ganges_proto::control::ServerStats;
+use ganges_core::sched::Progress;
+use ganges_core::time::Time;
+use ganges_net::prom::{self, Text, number};
+use ganges_proto::control::{ConsumerActivity, ServerStats};
+use ganges_proto::manifest::DatasetName;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// Consumers whose bytes are kept by name; past this, the least recently served is dropped.
 pub const CONSUMERS_KEPT: usize = 256;
+/// How long a consumer stays in the live view after it was last served.
+pub const ACTIVITY_WINDOW: Duration = Duration::from_secs(120);
 /// Upper bounds of the read latency histogram's buckets, in seconds.
 const LATENCY_BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
-/// A request's head larger than this, or slower than `REQUEST_TIMEOUT`, is dropped.
-const REQUEST_MAX: usize = 8 << 10;
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Bytes one consumer stream got from this server, by copy (0: primary, 1: backup).
-#[derive(Clone, Copy, Debug, Default)]
+/// What one consumer stream got from this server: bytes by copy (0: primary, 1: backup),
+/// its progress as its last request said, and when it was first and last served.
+#[derive(Clone, Debug)]
 struct Served {
+    dataset: DatasetName,
     bytes: [u64; 2],
+    done_bytes: u64,
+    total_bytes: u64,
+    first: Time,
+    last: Time,
     /// When it was last served (a sequence number), for eviction.
-    last: u64,
+    seq: u64,
 }
 
+/// One read served, as the activity log and the metrics take it.
+#[derive(Clone, Copy, Debug)]
+pub struct ServedRead<'a> {
+    pub stream: u64,
+    pub dataset: &'a DatasetName,
+    pub progress: Progress,
+    /// Which copy of its fragment this server read it from (0: the primary).
+    pub copy: u32,
+    pub bytes: u64,
+    pub arrived: Time,
+    pub now: Time,
+}
+
+/// What the server keeps for its metrics and for the live view (`ControlRequest::Consumers`).
+/// Bytes per consumer are always kept (a map update per read); the latency histogram only
+/// when metrics are served.
 #[derive(Debug, Default)]
 pub struct Metrics {
     served: Mutex<(HashMap<u64, Served>, u64)>,
@@ -49,80 +70,78 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// A read of `bytes` for consumer `stream` from copy `copy` of its fragment, answered
-    /// `latency` after it arrived.
-    pub fn read_served(&self, stream: u64, copy: u32, bytes: u64, latency: Duration) {
-        let class = usize::from(copy > 0);
-        self.served_by_copy[class].fetch_add(bytes, Ordering::Relaxed);
+    /// A read answered; `latency` also goes into the histogram.
+    pub fn read_served(&self, r: ServedRead<'_>, latency: bool) {
+        let class = usize::from(r.copy > 0);
+        self.served_by_copy[class].fetch_add(r.bytes, Ordering::Relaxed);
         {
             let mut guard = self.served.lock().unwrap_or_else(|e| e.into_inner());
             let (map, seq) = &mut *guard;
             *seq += 1;
             let now = *seq;
-            if !map.contains_key(&stream) && map.len() >= CONSUMERS_KEPT {
-                let oldest = map.iter().min_by_key(|(_, s)| s.last).map(|(k, _)| *k);
+            if !map.contains_key(&r.stream) && map.len() >= CONSUMERS_KEPT {
+                let oldest = map.iter().min_by_key(|(_, s)| s.seq).map(|(k, _)| *k);
                 if let Some(k) = oldest {
                     map.remove(&k);
                 }
             }
-            let s = map.entry(stream).or_default();
-            s.bytes[class] += bytes;
-            s.last = now;
+            let s = map.entry(r.stream).or_insert_with(|| Served {
+                dataset: r.dataset.clone(),
+                bytes: [0; 2],
+                done_bytes: 0,
+                total_bytes: 0,
+                first: r.now,
+                last: r.now,
+                seq: now,
+            });
+            s.bytes[class] += r.bytes;
+            s.done_bytes = s.done_bytes.max(r.progress.done_bytes);
+            s.total_bytes = r.progress.total_bytes;
+            s.last = r.now;
+            s.seq = now;
         }
-        let secs = latency.as_secs_f64();
-        if let Some(b) = LATENCY_BUCKETS.iter().position(|&le| secs <= le) {
-            self.latency_buckets[b].fetch_add(1, Ordering::Relaxed);
-        }
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
-        self.latency_sum_us.fetch_add(latency.as_micros() as u64, Ordering::Relaxed);
-    }
-}
-
-/// Writes metric families: `# HELP`, `# TYPE`, then samples.
-struct Text(String);
-
-impl Text {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.0, "# HELP {name} {help}");
-        let _ = writeln!(self.0, "# TYPE {name} {kind}");
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        self.0.push_str(name);
-        if !labels.is_empty() {
-            self.0.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.0.push(',');
-                }
-                let _ = write!(self.0, "{k}=\"{}\"", escape(v));
+        if latency {
+            let waited = r.now.since(r.arrived);
+            let secs = waited.as_secs_f64();
+            if let Some(b) = LATENCY_BUCKETS.iter().position(|&le| secs <= le) {
+                self.latency_buckets[b].fetch_add(1, Ordering::Relaxed);
             }
-            self.0.push('}');
+            self.latency_count.fetch_add(1, Ordering::Relaxed);
+            self.latency_sum_us.fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
         }
-        let _ = writeln!(self.0, " {}", number(value));
     }
 
-    /// A family with one unlabelled sample.
-    fn one(&mut self, name: &str, kind: &str, help: &str, value: f64) {
-        self.family(name, kind, help);
-        self.sample(name, &[], value);
+    /// The consumers served within `window` before `now`, most recent first.
+    pub fn consumers(&self, now: Time, window: Duration) -> Vec<ConsumerActivity> {
+        let guard = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list: Vec<(u64, ConsumerActivity)> = guard
+            .0
+            .iter()
+            .filter(|(_, s)| now.since(s.last) <= window)
+            .map(|(&stream, s)| {
+                let a = ConsumerActivity {
+                    stream,
+                    dataset: s.dataset.clone(),
+                    done_bytes: s.done_bytes,
+                    total_bytes: s.total_bytes,
+                    primary_bytes: s.bytes[0],
+                    backup_bytes: s.bytes[1],
+                    first_secs_ago: now.since(s.first).as_secs_f64(),
+                    last_secs_ago: now.since(s.last).as_secs_f64(),
+                };
+                (s.seq, a)
+            })
+            .collect();
+        list.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+        list.into_iter().map(|(_, a)| a).collect()
     }
-}
-
-/// A label value as the text format wants it: backslash, quote and newline escaped.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-fn number(v: f64) -> String {
-    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v}") }
 }
 
 const COPIES: [&str; 2] = ["primary", "backup"];
 
 /// Every metric of this server, in the text format.
 pub fn render(stats: &ServerStats, m: &Metrics) -> String {
-    let mut t = Text(String::with_capacity(8 << 10));
+    let mut t = Text::default();
     let node = stats.node.0.to_string();
     let flag = |b: bool| if b { "true" } else { "false" };
     t.family("ganges_server_info", "gauge", "This server: its node, version and configuration (always 1).");
@@ -230,57 +249,12 @@ pub fn render(stats: &ServerStats, m: &Metrics) -> String {
 
     t.one("process_cpu_seconds_total", "counter", "User and system CPU time of the server process.", stats.cpu_secs);
     t.one("process_resident_memory_bytes", "gauge", "Resident memory of the server process.", stats.rss_bytes as f64);
-    t.0
+    t.finish()
 }
 
 /// Serve `GET /metrics` on `listener` until the server stops.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &shared)).await;
-        });
-    }
-}
-
-async fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        head.extend_from_slice(&buf[..n]);
-        if head.len() > REQUEST_MAX {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", "request too large\n")
-                .await;
-        }
-    }
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let mut parts = std::str::from_utf8(line).unwrap_or("").split(' ');
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    match (method, path) {
-        ("GET", "/metrics" | "/") => {
-            let stats = shared.stats();
-            let body = render(&stats, &shared.metrics);
-            respond(&mut stream, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &body).await
-        }
-        ("GET", _) => respond(&mut stream, "404 Not Found", "text/plain", "ganges serves /metrics only\n").await,
-        _ => respond(&mut stream, "405 Method Not Allowed", "text/plain", "GET /metrics\n").await,
-    }
-}
-
-async fn respond(stream: &mut TcpStream, status: &str, kind: &str, body: &str) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
+    prom::serve(listener, move || render(&shared.stats(), &shared.metrics)).await
 }
 
 #[cfg(test)]
@@ -290,32 +264,53 @@ mod tests {
     #[test]
     fn served_bytes_are_kept_per_consumer_and_copy_and_bounded() {
         let m = Metrics::default();
-        m.read_served(7, 0, 100, Duration::from_millis(2));
-        m.read_served(7, 1, 50, Duration::from_millis(30));
-        m.read_served(9, 2, 10, Duration::from_secs(20));
+        let ds: DatasetName = "d".parse().unwrap();
+        let at = |ms: u64| Time(ms * 1_000_000);
+        let read = |stream, copy, bytes, done, now_ms, waited_ms| ServedRead {
+            stream,
+            dataset: &ds,
+            progress: Progress {
+                done_bytes: done,
+                total_bytes: 1000,
+                metric: ganges_core::sched::ProgressMetric::Bytes,
+            },
+            copy,
+            bytes,
+            arrived: at(now_ms - waited_ms),
+            now: at(now_ms),
+        };
+        m.read_served(read(7, 0, 100, 0, 100, 2), true);
+        m.read_served(read(7, 1, 50, 100, 200, 30), true);
+        m.read_served(read(9, 2, 10, 0, 20_300, 20_000), true);
+        m.read_served(read(11, 0, 10, 0, 20_300, 20_000), false);
         let served = m.served.lock().unwrap();
         assert_eq!(served.0[&7].bytes, [100, 50]);
         assert_eq!(served.0[&9].bytes, [0, 10]);
         drop(served);
-        assert_eq!(m.served_by_copy[0].load(Ordering::Relaxed), 100);
+        assert_eq!(m.served_by_copy[0].load(Ordering::Relaxed), 110);
         assert_eq!(m.served_by_copy[1].load(Ordering::Relaxed), 60);
-        // 2 ms in the 2.5 ms bucket, 30 ms in the 50 ms one, 20 s past every bucket.
+        // 2 ms in the 2.5 ms bucket, 30 ms in the 50 ms one, 20 s past every bucket; the
+        // fourth read is not timed.
         assert_eq!(m.latency_buckets[2].load(Ordering::Relaxed), 1);
         assert_eq!(m.latency_buckets[6].load(Ordering::Relaxed), 1);
         assert_eq!(m.latency_count.load(Ordering::Relaxed), 3);
+
+        // The live view: stream 7 last served at 200 ms, the others at 20.3 s.
+        let recent = m.consumers(at(20_400), Duration::from_secs(10));
+        assert_eq!(recent.iter().map(|a| a.stream).collect::<Vec<_>>(), [11, 9]);
+        let all = m.consumers(at(20_400), Duration::from_secs(60));
+        let seven = all.iter().find(|a| a.stream == 7).unwrap();
+        assert_eq!(
+            (seven.primary_bytes, seven.backup_bytes, seven.done_bytes, seven.total_bytes),
+            (100, 50, 100, 1000)
+        );
+        assert!((seven.first_secs_ago - 20.3).abs() < 1e-9 && (seven.last_secs_ago - 20.2).abs() < 1e-9);
+
         for s in 0..(CONSUMERS_KEPT as u64 + 10) {
-            m.read_served(1000 + s, 0, 1, Duration::ZERO);
+            m.read_served(read(1000 + s, 0, 1, 0, 30_000, 0), false);
         }
         let served = m.served.lock().unwrap();
         assert_eq!(served.0.len(), CONSUMERS_KEPT);
         assert!(!served.0.contains_key(&7), "the least recently served consumer goes first");
-    }
-
-    #[test]
-    fn label_values_are_escaped_and_numbers_plain() {
-        let mut t = Text(String::new());
-        t.sample("x", &[("a", "q\"b\\c\nd")], 3.0);
-        t.sample("y", &[], 0.25);
-        assert_eq!(t.0, "x{a=\"q\\\"b\\\\c\\nd\"} 3\ny 0.25\n");
     }
 }
