@@ -68,8 +68,10 @@ __all__ = [
     "ProtocolError",
     "Scan",
     "ServerError",
+    "client_metrics",
     "connect",
     "local_cluster",
+    "serve_metrics",
 ]
 
 Size = int | str
@@ -86,6 +88,18 @@ def _binary(binary: PathLike | None) -> str:
             "`ganges` on PATH, or set GANGES_BIN"
         )
     return os.fspath(found)
+
+
+def serve_metrics(addr: str = "127.0.0.1:0") -> str:
+    """Serve this process's client metrics for Prometheus (`GET /metrics`: bytes read by copy,
+    bytes written, streams open, duplicates, hedges, steals, retries) at `addr` until the
+    process ends; returns the address it listens on."""
+    return _ganges.serve_metrics(addr)
+
+
+def client_metrics() -> str:
+    """This process's client metrics in the Prometheus text format."""
+    return _ganges.client_metrics()
 
 
 def connect(path: PathLike | None = None) -> Cluster:

@@ -96,3 +96,28 @@ def test_only_get_metrics_is_served(cluster: ganges.Cluster) -> None:
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(urllib.request.Request(url, data=b"x", method="POST"), timeout=5)
     assert e.value.code == 405
+
+
+def test_a_client_serves_its_own_metrics(cluster: ganges.Cluster) -> None:
+    """A long-running client's metrics: what this process's consumers got, by copy."""
+    url = f"http://{ganges.serve_metrics()}/metrics"
+    ds = cluster.create_dataset("client-m", size="8MiB", replicas=2, block_size="256KiB")
+    before = scrape(url)
+    cluster.fault_set(1, factor=0.25)
+    try:
+        got = sum(len(b) for c in range(4) for b in ds.scan(consumer=c, policy="gd"))
+    finally:
+        cluster.fault_clear()
+    after = scrape(url)
+    assert got == 8 << 20
+
+    def delta(name: str, **labels: str) -> float:
+        return total(after[name], **labels) - total(before[name], **labels)
+
+    read = delta("ganges_client_read_bytes_total")
+    assert read == 8 << 20, "every byte delivered once, primaries and backups together"
+    assert delta("ganges_client_read_bytes_total", copy="backup") > 0, "gd reads round the slow disk"
+    assert delta("ganges_client_read_blocks_total") == 32
+    assert delta("ganges_client_stream_events_total", kind="request") >= 32
+    assert total(after["ganges_client_streams"]) == 0, "every scan closed"
+    assert ganges.client_metrics().startswith("# HELP ganges_client_read_bytes_total")

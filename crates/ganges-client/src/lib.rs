@@ -15,6 +15,7 @@
 //! - [`array`]: N-dimensional arrays (Panda): collective, server-directed writes with
 //!   round-robin, static or dynamic allocation, and reads into any memory layout.
 //! - [`dataset`]: create, put, get, list, info, verify, remove.
+//! - [`metrics`]: this process's reads and writes, for Prometheus.
 //! - [`error`]: the error type, `ClientError`.
 //!
 //! ```no_run
@@ -37,6 +38,7 @@ pub mod conn;
 pub mod dataset;
 pub mod error;
 pub mod fault;
+pub mod metrics;
 pub mod scan;
 pub mod stream;
 pub mod write;

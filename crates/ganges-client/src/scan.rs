@@ -228,6 +228,7 @@ impl ReadStream {
             digest: BlockFolder::default(),
             down: BTreeSet::new(),
         };
+        crate::metrics::stream_opened();
         for n in 0..s.client.nodes() {
             if s.client.conn(NodeId(n)).is_err() {
                 s.node_down(NodeId(n));
@@ -405,6 +406,8 @@ impl ReadStream {
                     }
                     if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
                         self.fold(&p, crc);
+                        let copy = self.manifest.layout.copy_on(p.fragment, o.node).unwrap_or(0);
+                        crate::metrics::block_read(copy, data.len() as u64);
                         return Ok(Some(Block {
                             dataset_offset: p.dataset_offset,
                             data,
@@ -425,6 +428,7 @@ impl ReadStream {
                     w.placed.push((o.piece, o.node, crc));
                     if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
                         self.fold(&p, crc);
+                        crate::metrics::block_written(u64::from(p.len));
                         return Ok(Some(Block {
                             dataset_offset: p.dataset_offset,
                             data: Bytes::new(),
@@ -528,6 +532,13 @@ impl ReadStream {
 
     pub fn manifest(&self) -> &Arc<Manifest> {
         &self.manifest
+    }
+}
+
+impl Drop for ReadStream {
+    /// Closed or dropped, its counters go to this process's metrics.
+    fn drop(&mut self) {
+        crate::metrics::stream_closed(self.engine.stats());
     }
 }
 

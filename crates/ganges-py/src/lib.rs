@@ -4,6 +4,7 @@
 //! - [`cluster`]: `Cluster`, a cluster's connections and every operation on it.
 //! - [`array`]: collective array writes (each process its chunk), reads of any layout, Zarr.
 //! - [`read`]: scans, ordered and random-access readers, blocks as zero-copy buffers.
+//! - [`metrics`]: this process's client metrics for Prometheus.
 //! - [`errors`]: Rust errors as a small Python exception hierarchy.
 //! - [`runtime`]: one tokio runtime per process (again after `fork`), the GIL released
 //!   while waiting.
@@ -15,6 +16,7 @@ mod array;
 mod cluster;
 mod convert;
 mod errors;
+mod metrics;
 mod read;
 mod runtime;
 
@@ -33,6 +35,8 @@ fn _ganges(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(array::array_read, m)?)?;
     m.add_function(wrap_pyfunction!(array::array_export_zarr, m)?)?;
     m.add_function(wrap_pyfunction!(array::launcher_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::serve_metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::client_metrics, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)
 }

@@ -274,6 +274,7 @@ impl DqWriter {
                     self.loads.on_reply(p.consumer, queue_len, service_us as f64 * 1e-6);
                     let len = self.blocks[p.block].1;
                     self.done_bytes += len as u64;
+                    crate::metrics::block_written(len as u64);
                     let offset = self.blocks[p.block].0;
                     self.landed.push(Landed { block: p.block, offset, node, slot, len, crc: p.crc });
                     if let Some(f) = progress {

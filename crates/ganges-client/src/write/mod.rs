@@ -395,7 +395,10 @@ async fn write_dq(
                 data,
             });
             match client.conn(node)?.call(&msg).await? {
-                Message::WriteOk(ok) => logs[node.0 as usize].push((ok.block, len, crc, offset)),
+                Message::WriteOk(ok) => {
+                    crate::metrics::block_written(u64::from(len));
+                    logs[node.0 as usize].push((ok.block, len, crc, offset));
+                }
                 Message::Error(err, _) => return Err(ClientError::Server { node, err }),
                 other => return Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
             }
