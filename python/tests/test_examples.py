@@ -4,7 +4,6 @@ is a skip that says what is missing (with GANGES_NO_SKIP=1, a failure)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -14,22 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import has, need
 
 import ganges
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def need(ok: bool, why: str) -> None:
-    if ok:
-        return
-    if os.environ.get("GANGES_NO_SKIP") == "1":
-        pytest.fail(f"cannot run here: {why} (GANGES_NO_SKIP=1)")
-    pytest.skip(why)
-
-
-def has(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
 
 
 def run(*args: str, timeout: float = 300) -> str:

@@ -5,12 +5,14 @@
 //! - [`write`]: `ganges bench write`: write policies against the same ideals, and replica
 //!   completion.
 //! - [`transport`]: `ganges bench transport`: what the secret and TLS cost on the data path.
+//! - [`live`]: `ganges bench dashboard`: what the live dashboard costs.
 //! - [`real`]: real disks and real faults for the benches (`--real`): calibration and caps.
 //! - [`sim`]: `ganges sim`, the papers' scenarios in virtual time.
 //! - [`plot`]: SVG and PNG line charts.
 //! - [`util`]: the benches' error type, progress bars, tables.
 
 pub mod array;
+pub mod live;
 pub mod plot;
 pub mod real;
 pub mod scan;

@@ -194,6 +194,8 @@ pub struct ScanBenchSpec {
     /// Servers serve Prometheus metrics, scraped every second while the bench runs (what
     /// metrics cost on the data path).
     pub metrics_scrape: bool,
+    /// Serve the live dashboard here while the bench runs, its table filling run by run.
+    pub dashboard: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -728,6 +730,10 @@ impl Faulting {
 
 async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> BenchResult<Report> {
     let client = Client::connect(cluster.cluster().clone()).await?;
+    let live = match &spec.dashboard {
+        Some(addr) => Some(crate::util::start_dashboard(cluster.cluster(), addr, "bench scan", &SCAN_COLUMNS).await?),
+        None => None,
+    };
     let faulting = match spec.real {
         Some(real) => {
             eprintln!(
@@ -786,7 +792,12 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> Bench
                         bar.set_message(format!("{policy}, {f} faults"));
                         let phase = run_phase(policy, &spec.settings, &mut phases);
                         let run = Run { manifest: &manifest, policy, partitions: parts, faulty: &faulty, phase };
-                        samples[fi][ri][pi].push(run_once(&client, spec, &faulting, &run).await?);
+                        let sample = run_once(&client, spec, &faulting, &run).await?;
+                        if let Some(live) = &live {
+                            let layout = ideals(spec, &faulting, &manifest, parts, &faulty)?.1;
+                            live.push_row(scan_row(block, f, policy, &sample, layout));
+                        }
+                        samples[fi][ri][pi].push(sample);
                         bar.inc(1);
                     }
                 }
@@ -847,6 +858,22 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> Bench
         },
         rows,
     })
+}
+
+/// The dashboard's table of a scan bench: one row a run, as it ends.
+const SCAN_COLUMNS: [&str; 7] = ["block", "slow", "policy", "seconds", "MB/s", "of ideal", "backup"];
+
+fn scan_row(block: u32, faults: u32, policy: ReadPolicyKind, s: &Sample, ideal: f64) -> Vec<String> {
+    let of_ideal = if ideal.is_finite() { format!("{:.0}%", 100.0 * ideal / s.seconds) } else { "-".into() };
+    vec![
+        ganges_core::units::ByteSize(u64::from(block)).to_string(),
+        faults.to_string(),
+        policy.to_string(),
+        format!("{:.2}", s.seconds),
+        format!("{:.1}", s.bytes as f64 / s.seconds / 1e6),
+        of_ideal,
+        format!("{:.0}%", 100.0 * s.backup_bytes as f64 / s.bytes.max(1) as f64),
+    ]
 }
 
 /// The same run in the simulator (SIM-2's cross-check): the same layout, partitions,

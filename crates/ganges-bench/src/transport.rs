@@ -163,11 +163,3 @@ pub fn render(r: &Report) -> String {
     out.push_str(&t.render());
     out
 }
-
-pub fn write_json(r: &Report, path: Option<&PathBuf>) -> BenchResult<()> {
-    if let Some(p) = path {
-        std::fs::write(p, serde_json::to_vec_pretty(r)?)
-            .map_err(|e| BenchError::Failed(format!("writing {}: {e}", p.display())))?;
-    }
-    Ok(())
-}

@@ -36,6 +36,34 @@ pub enum BenchError {
 
 pub type BenchResult<T> = Result<T, BenchError>;
 
+/// Serve the live dashboard of `cluster` on `addr` for as long as the runtime runs, with an
+/// empty table of `columns` the bench fills as it goes.
+pub async fn start_dashboard(
+    cluster: &ganges_client::cluster::ClusterFile,
+    addr: &str,
+    title: &str,
+    columns: &[&str],
+) -> BenchResult<ganges_live::Live> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| BenchError::Failed(format!("cannot serve the dashboard on {addr}: {e}")))?;
+    let client = ganges_client::Client::connect(cluster.clone()).await?;
+    let live = ganges_live::Live::start(client, ganges_live::DEFAULT_PERIOD).await;
+    live.set_table(title, columns);
+    eprintln!("dashboard: http://{}/", listener.local_addr()?);
+    tokio::spawn(ganges_live::web::serve(listener, live.clone()));
+    Ok(live)
+}
+
+/// Write a bench's report as JSON to `path`, if given.
+pub fn write_json<T: serde::Serialize>(report: &T, path: Option<&std::path::PathBuf>) -> BenchResult<()> {
+    if let Some(p) = path {
+        std::fs::write(p, serde_json::to_vec_pretty(report)?)
+            .map_err(|e| BenchError::Failed(format!("writing {}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
 pub fn fail<T>(msg: impl Into<String>) -> BenchResult<T> {
     Err(BenchError::Failed(msg.into()))
 }

@@ -45,6 +45,16 @@ impl ClusterArg {
     }
 }
 
+/// What the live views poll, and how often.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct LiveArgs {
+    /// How often to ask the servers
+    #[arg(long, default_value = "250ms")]
+    pub(crate) interval: Dur,
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArg,
+}
+
 #[derive(Subcommand, Debug)]
 pub(crate) enum Cmd {
     /// Run a storage server (one per disk)
@@ -91,10 +101,31 @@ pub(crate) enum Cmd {
         /// and every fault change during the scan
         #[arg(long, value_name = "FILE")]
         plot_progress: Option<PathBuf>,
+        /// Serve this client's metrics for Prometheus here while it reads (e.g. 127.0.0.1:9471)
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<String>,
         #[command(flatten)]
         settings: PolicyArgs,
         #[command(flatten)]
         cluster: ClusterArg,
+    },
+    /// A live page of the cluster in the browser: per-server rates and queues, each scan's
+    /// consumers against the ideal, buttons to set and clear faults
+    #[command(
+        after_help = "Examples:\n  ganges dashboard                          (then open the address it prints)\n  ganges dashboard --listen 0.0.0.0:8090    (no authentication: anyone who reaches it can set faults)"
+    )]
+    Dashboard {
+        /// Where to serve the page
+        #[arg(long, default_value = "127.0.0.1:8090")]
+        listen: String,
+        #[command(flatten)]
+        live: LiveArgs,
+    },
+    /// The live view in the terminal: servers, each scan's consumers against the ideal
+    #[command(after_help = "Example:\n  ganges top    (q quits)")]
+    Top {
+        #[command(flatten)]
+        live: LiveArgs,
     },
     /// Slow down (or restore) servers' modelled disks at run time
     Fault {
@@ -667,6 +698,9 @@ pub(crate) struct WriteArgs {
     /// dq: send whole runs of this many consecutive blocks to one server, in order (DQ-3)
     #[arg(long, default_value_t = 1)]
     pub(crate) run_blocks: u32,
+    /// Serve this client's metrics for Prometheus here while it writes (e.g. 127.0.0.1:9471)
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<String>,
     /// Where the copies live: chained (declustering) or mirrored (two groups, CEFT-PVFS's
     /// RAID-10 arrangement) [default: mirrored for ceft and ceft-adaptive, else chained]
     #[arg(long)]
@@ -854,6 +888,28 @@ pub(crate) enum BenchCmd {
         /// Runs of each, alternating; the median is reported
         #[arg(long, default_value_t = 3)]
         repeat: u32,
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
+    /// What the live dashboard costs: its process's CPU and the frames each page gets, while
+    /// every server is scanned over and over by as many consumers
+    #[command(after_help = "Example:\n  ganges bench dashboard --nodes 16 --viewers 2 --seconds 20")]
+    Dashboard {
+        #[arg(long, default_value_t = 16)]
+        nodes: u32,
+        #[arg(long, default_value = "32MiB/s")]
+        disk_rate: Rate,
+        #[arg(long, default_value = "64MiB")]
+        fragment_size: ByteSize,
+        /// Pages connected to the event stream
+        #[arg(long, default_value_t = 1)]
+        viewers: u32,
+        /// How often the dashboard asks the servers
+        #[arg(long, default_value = "250ms")]
+        interval: Dur,
+        /// The measured window
+        #[arg(long, default_value_t = 20.0)]
+        seconds: f64,
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
@@ -1082,6 +1138,10 @@ pub(crate) struct BenchScanArgs {
     /// what metrics cost)
     #[arg(long)]
     pub(crate) metrics_scrape: bool,
+    /// Serve the live dashboard at this address while the bench runs (its table fills run
+    /// by run), e.g. 127.0.0.1:8090
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) dashboard: Option<String>,
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
     /// A small, fast configuration for smoke tests (4 nodes, 4MiB fragments, faults 0,1,2)

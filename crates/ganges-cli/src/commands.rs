@@ -28,7 +28,7 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub async fn connect(cluster: &Path) -> CliResult<Arc<Client>> {
     Ok(Client::connect(ClusterFile::load(cluster)?).await?)
@@ -527,6 +527,53 @@ pub async fn dataset_rm(cluster: &Path, name: DatasetName) -> CliResult<()> {
 
 /// Read every fragment with its own consumer; with `plot`, draw each consumer's progress
 /// over time against the ideal, with every fault change on the way marked.
+/// Serve this process's client metrics at `addr` (if given) while the command runs.
+pub async fn serve_client_metrics(addr: Option<&str>) -> CliResult<()> {
+    let Some(addr) = addr else { return Ok(()) };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| CliError::Failed(format!("cannot serve metrics on {addr}: {e}")))?;
+    eprintln!("client metrics: http://{}/metrics", listener.local_addr()?);
+    tokio::spawn(ganges_client::metrics::serve(listener));
+    Ok(())
+}
+
+/// `ganges dashboard`: serve the live page until Ctrl-C.
+pub async fn dashboard(cluster: &Path, listen: &str, interval: Duration) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| CliError::Failed(format!("cannot listen on {listen}: {e}")))?;
+    let live = ganges_live::Live::start(client, live_period(interval)?).await;
+    let addr = listener.local_addr()?;
+    println!("dashboard: http://{addr}/  (Ctrl-C stops it)");
+    tokio::select! {
+        () = ganges_live::web::serve(listener, live) => Ok(()),
+        r = tokio::signal::ctrl_c() => Ok(r?),
+    }
+}
+
+/// `ganges top`: the live view in this terminal until the user quits.
+pub async fn top(cluster: &Path, interval: Duration) -> CliResult<()> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return fail("ganges top draws on a terminal; for a page in the browser, run `ganges dashboard`");
+    }
+    let client = connect(cluster).await?;
+    let live = ganges_live::Live::start(client, live_period(interval)?).await;
+    tokio::task::spawn_blocking(move || ganges_live::top::run(&live))
+        .await
+        .map_err(|e| CliError::Failed(format!("top stopped: {e}")))??;
+    Ok(())
+}
+
+fn live_period(interval: Duration) -> CliResult<Duration> {
+    if interval < Duration::from_millis(50) || interval > Duration::from_secs(60) {
+        return fail("--interval must be between 50ms and 60s");
+    }
+    Ok(interval)
+}
+
 pub async fn scan(cluster: &Path, name: DatasetName, opts: ReadOptions, plot: Option<&Path>) -> CliResult<()> {
     let policy = opts.policy;
     let client = connect(cluster).await?;

@@ -95,13 +95,23 @@ fn run(cli: Cli) -> CliResult<()> {
                 ceft: a.ceft.settings(),
                 mirrored: a.layout.map_or(a.policy.default_mirrored(), |l| l == LayoutChoice::Mirrored),
             };
-            runtime()?.block_on(commands::write(&a.cluster.path(), args))
+            runtime()?.block_on(async {
+                commands::serve_client_metrics(a.metrics_listen.as_deref()).await?;
+                commands::write(&a.cluster.path(), args).await
+            })
         }
-        Cmd::Scan { name: n, policy, window, plot_progress, settings, cluster } => {
+        Cmd::Scan { name: n, policy, window, plot_progress, metrics_listen, settings, cluster } => {
             let opts = ReadOptions::new(policy).with_settings(settings.settings()?);
             let opts = window.map_or(opts, |w| opts.with_window(w));
-            runtime()?.block_on(commands::scan(&cluster.path(), name(&n)?, opts, plot_progress.as_deref()))
+            runtime()?.block_on(async {
+                commands::serve_client_metrics(metrics_listen.as_deref()).await?;
+                commands::scan(&cluster.path(), name(&n)?, opts, plot_progress.as_deref()).await
+            })
         }
+        Cmd::Dashboard { listen, live } => {
+            runtime()?.block_on(commands::dashboard(&live.cluster.path(), &listen, live.interval.0))
+        }
+        Cmd::Top { live } => runtime()?.block_on(commands::top(&live.cluster.path(), live.interval.0)),
         Cmd::Fault { cmd } => runtime()?.block_on(async {
             match cmd {
                 FaultCmd::Set {
@@ -168,7 +178,28 @@ fn run(cli: Cli) -> CliResult<()> {
             };
             let report = ganges_bench::transport::run(&spec)?;
             print!("{}", ganges_bench::transport::render(&report));
-            Ok(ganges_bench::transport::write_json(&report, spec.json.as_ref())?)
+            Ok(ganges_bench::util::write_json(&report, spec.json.as_ref())?)
+        }
+        Cmd::Bench {
+            cmd: BenchCmd::Dashboard { nodes, disk_rate, fragment_size, viewers, interval, seconds, json },
+        } => {
+            let spec = ganges_bench::live::DashboardBenchSpec {
+                nodes,
+                disk: DiskParams {
+                    rate_bytes_per_sec: disk_rate.0,
+                    seek: std::time::Duration::from_millis(4),
+                    queue_depth: 1,
+                },
+                fragment_bytes: fragment_size.0,
+                viewers: viewers.max(1),
+                interval: interval.0,
+                seconds,
+                binary: binary()?,
+                json,
+            };
+            let report = ganges_bench::live::run(&spec)?;
+            print!("{}", ganges_bench::live::render(&report));
+            Ok(ganges_bench::util::write_json(&report, spec.json.as_ref())?)
         }
         Cmd::Demo(a) => demo(a),
         Cmd::Sim(a) => sim(a),
@@ -498,6 +529,7 @@ fn bench_scan(a: BenchScanArgs) -> CliResult<()> {
         repeat: a.repeat.max(1),
         sim: a.sim,
         metrics_scrape: a.metrics_scrape,
+        dashboard: a.dashboard,
         root: a.root,
         binary: binary()?,
         json: a.json,
@@ -675,6 +707,7 @@ fn demo(a: DemoArgs) -> CliResult<()> {
         repeat: 1,
         sim: false,
         metrics_scrape: false,
+        dashboard: None,
         root: None,
         binary: binary()?,
         json: Some(json.clone()),
