@@ -567,6 +567,12 @@ class Dataset:
         result: dict[str, Any] = self.cluster._inner.verify(self.name, progress_cb=progress)
         return result
 
+    def scrub(self, progress: Progress | None = None) -> dict[str, Any]:
+        """Check every copy's every block, and rewrite each bad one from a good copy:
+        `["repaired"]`, `["unrepaired"]`, and `["clean"]` (every copy good now)."""
+        result: dict[str, Any] = self.cluster._inner.scrub(self.name, progress_cb=progress)
+        return result
+
     def complete(self) -> dict[str, Any]:
         """Fill every copy of a dataset written with a choice of copy."""
         result: dict[str, Any] = self.cluster._inner.complete(self.name)

@@ -124,6 +124,19 @@ def test_a_corrupt_block_is_a_checksum_error(name: str, tmp_path: Path) -> None:
         with pytest.raises(ganges.ChecksumError):
             ds.numpy(policy="static")
         assert not ds.verify()["clean"]
+        # One copy: nothing to repair it from, and scrub says so.
+        report = ds.scrub()
+        assert not report["clean"] and "no other copy" in report["unrepaired"][0][2]
+        # Two copies: scrub rewrites the bad block from the good one.
+        two = c.create_dataset(name + "-2", size="2MiB", replicas=2, block_size="64KiB")
+        data = tmp_path / "c" / "node-0" / "data" / "datasets" / two.name / "f00000.c0.data"
+        with open(data, "r+b") as f:
+            f.seek(70000)
+            f.write(b"\x00\x01\x02")
+        report = two.scrub()
+        assert report["clean"] and len(report["repaired"]) == 1, report
+        assert two.verify()["clean"]
+        assert two.numpy(policy="static").tobytes() == c.dataset(two.name).numpy(policy="gd").tobytes()
 
 
 def test_a_full_disk_is_disk_full(name: str, tmp_path: Path) -> None:

@@ -651,6 +651,16 @@ pub(crate) enum DatasetCmd {
         #[command(flatten)]
         cluster: ClusterArg,
     },
+    /// Check every copy, and rewrite each block that fails its checksum from a good copy
+    #[command(after_help = "Examples:\n  ganges dataset scrub events\n  ganges dataset scrub --all")]
+    Scrub {
+        names: Vec<String>,
+        /// Every dataset of the cluster
+        #[arg(long, conflicts_with = "names")]
+        all: bool,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
     /// Remove a dataset (and any unfinished write of that name)
     #[command(after_help = "Example:\n  ganges dataset rm events")]
     Rm {

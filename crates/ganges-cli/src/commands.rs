@@ -358,6 +358,10 @@ pub async fn dataset_info(cluster: &Path, name: DatasetName, json: bool) -> CliR
         ]);
     }
     print!("{}", t.render());
+    if !info.repaired.is_empty() {
+        let each: Vec<String> = info.repaired.iter().map(|(n, b)| format!("{b} on {n}")).collect();
+        println!("repaired   blocks rewritten from a good copy (scrub, heal on read): {}", each.join(", "));
+    }
     if m.state == DatasetState::Incomplete {
         println!(
             "copies are incomplete: reads take each block from the copy holding it, with no choice of \
@@ -391,7 +395,52 @@ pub async fn dataset_verify(cluster: &Path, name: DatasetName) -> CliResult<()> 
         println!("`{name}` is intact: every block of every copy matches its checksum and the digest {}", m.digest);
         Ok(())
     } else {
-        fail(format!("`{name}` has problems (above); reads avoid bad copies, but re-create or re-import it"))
+        fail(format!(
+            "`{name}` has problems (above); reads avoid bad copies; `ganges dataset scrub {name}` repairs bad blocks from good copies"
+        ))
+    }
+}
+
+/// `ganges dataset scrub`: check every copy of each dataset, repair bad blocks from good copies.
+pub async fn dataset_scrub(cluster: &Path, names: Vec<DatasetName>, all: bool) -> CliResult<()> {
+    let client = connect(cluster).await?;
+    let names = if all {
+        dataset::list(&client, false).await?.0.into_iter().map(|e| e.name).collect()
+    } else if names.is_empty() {
+        return fail("name the datasets to scrub, or give --all");
+    } else {
+        names
+    };
+    let mut unclean = vec![];
+    for name in names {
+        let m = client.manifest(&name).await?;
+        let bar = bytes_bar(m.total_bytes() * m.layout.replicas() as u64, "scrub");
+        let r = ganges_client::repair::scrub(&client, &name, Some(progress_fn(&bar))).await?;
+        bar.finish_and_clear();
+        let c = &r.checked;
+        println!("`{name}`: checked {} blocks ({}) on every copy", c.blocks, ByteSize(c.bytes));
+        for (node, b) in &r.repaired {
+            println!("  repaired  {node}: fragment {} copy {} block {} ({})", b.fragment.0, b.copy, b.block, b.why);
+        }
+        for (node, b, why) in &r.unrepaired {
+            println!(
+                "  BAD       {node}: fragment {} copy {} block {}: {} (not repaired: {why})",
+                b.fragment.0, b.copy, b.block, b.why
+            );
+        }
+        if !c.unreachable.is_empty() {
+            println!("  not checked (unreachable): {}", nodes_list(&c.unreachable));
+        }
+        if r.is_clean() {
+            println!("  every block of every copy is good now");
+        } else {
+            unclean.push(name.to_string());
+        }
+    }
+    if unclean.is_empty() {
+        Ok(())
+    } else {
+        fail(format!("not every copy could be checked or repaired: {}", unclean.join(", ")))
     }
 }
 
@@ -613,11 +662,13 @@ pub async fn scan(cluster: &Path, name: DatasetName, opts: ReadOptions, plot: Op
     let mut t = Table::new(&["consumer", "bytes", "seconds", "MB/s", "backup %", "retries"]);
     let mut digest = Digest::default();
     let mut total = 0;
+    let mut corrupt = 0;
     let mut progress = vec![];
     for (i, task) in tasks.into_iter().enumerate() {
         let (r, secs, samples) = task.await.map_err(|e| CliError::Failed(e.to_string()))??;
         digest.merge(r.digest);
         total += r.bytes;
+        corrupt += r.stats.corrupt.len();
         progress.push(samples);
         t.row(vec![
             i.to_string(),
@@ -645,6 +696,10 @@ pub async fn scan(cluster: &Path, name: DatasetName, opts: ReadOptions, plot: Op
         ));
     }
     println!("every byte delivered exactly once (digest {digest})");
+    if corrupt > 0 {
+        println!("{corrupt} blocks failed their checksums and were read from other copies; repairing them");
+        ganges_client::repair::settle().await;
+    }
     Ok(())
 }
 

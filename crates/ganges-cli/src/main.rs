@@ -74,7 +74,12 @@ fn run(cli: Cli) -> CliResult<()> {
     match cli.cmd {
         Cmd::Serve(a) => serve(a),
         Cmd::Local { cmd } => local_cmd(cmd),
-        Cmd::Dataset { cmd } => runtime()?.block_on(dataset_cmd(cmd)),
+        Cmd::Dataset { cmd } => runtime()?.block_on(async {
+            let r = dataset_cmd(cmd).await;
+            // Bad blocks a read met are repaired before the command exits (heal on read).
+            ganges_client::repair::settle().await;
+            r
+        }),
         Cmd::Array { cmd } => runtime()?.block_on(array_cmd(cmd)),
         Cmd::Write(a) => {
             let source = match a.from {
@@ -467,6 +472,10 @@ async fn dataset_cmd(cmd: DatasetCmd) -> CliResult<()> {
         DatasetCmd::Info { name: n, json, cluster } => commands::dataset_info(&cluster.path(), name(&n)?, json).await,
         DatasetCmd::Complete { name: n, cluster } => commands::dataset_complete(&cluster.path(), name(&n)?).await,
         DatasetCmd::Verify { name: n, cluster } => commands::dataset_verify(&cluster.path(), name(&n)?).await,
+        DatasetCmd::Scrub { names, all, cluster } => {
+            let names = names.iter().map(|n| name(n)).collect::<CliResult<Vec<_>>>()?;
+            commands::dataset_scrub(&cluster.path(), names, all).await
+        }
         DatasetCmd::Rm { name: n, cluster } => commands::dataset_rm(&cluster.path(), name(&n)?).await,
     }
 }

@@ -300,10 +300,68 @@ async fn a_corrupt_block_is_never_delivered_and_is_reported() {
     check_content(&m, &blocks, g);
     let corrupt: Vec<_> = reports.iter().flat_map(|r| r.stats.corrupt.clone()).collect();
     assert_eq!(corrupt, vec![(2 * 65536, NodeId(0))], "reported once, with where");
+    // Heal on read: the block was repaired from the backup once the read was over.
+    ganges_client::repair::settle().await;
     let s = ganges_client::dataset::verify(&client, &m.name, None).await.unwrap();
-    assert!(!s.is_clean());
-    assert_eq!(s.bad.len(), 1);
-    assert_eq!((s.bad[0].0, s.bad[0].1.block), (NodeId(0), 2));
+    assert!(s.is_clean(), "{s:?}");
+    let info = ganges_client::dataset::info(&client, &m.name).await.unwrap();
+    assert_eq!(info.repaired, vec![(NodeId(0), 1)]);
+    let (blocks, reports) = scan_all(&client, &m, ReadPolicyKind::Static).await;
+    assert_eq!(digest_of(&reports), m.digest);
+    check_content(&m, &blocks, g);
+    assert!(reports.iter().all(|r| r.stats.corrupt.is_empty() && r.stats.backup_bytes() == 0), "the primary is good");
+}
+
+/// `ganges dataset scrub`: a flipped byte in a backup's data and a damaged checksum in a
+/// primary's checksum file are both found and rewritten from the other copy; a block bad in
+/// both copies is reported and the command fails, naming it.
+#[test]
+fn scrub_repairs_bad_blocks_from_good_copies_and_names_what_it_cannot() {
+    let c = start(3, None);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let g = Generator::Random { seed: 5 };
+    let m = rt.block_on(async {
+        let client = c.client().await;
+        create(&client, "scrubbed", vec![256 << 10; 3], 64 << 10, 2, g).await
+    });
+    let cluster_path = c.root.path().join("cluster.toml");
+    c.local.cluster().save(&cluster_path).unwrap();
+    let cluster = cluster_path.display().to_string();
+    let dir = |node: u32| c.data_dir(node).join("datasets/scrubbed");
+    let flip = |path: std::path::PathBuf, at: usize| {
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[at] ^= 0x01;
+        std::fs::write(&path, bytes).unwrap();
+    };
+    // Fragment 1's backup lives on node 2 (chained), its primary on node 1.
+    assert_eq!(m.layout.node_of(FragmentId(1), 1), NodeId(2));
+    flip(dir(2).join("f00001.c1.data"), 3 * 65536 + 5);
+    // Fragment 0's primary on node 0: the first checksum unit of block 1 (units of 64 KiB).
+    flip(dir(0).join("f00000.c0.crc"), 4 * m.shape.checks_of(FragmentId(0), 1).start);
+    let out = common::ok(&["dataset", "scrub", "scrubbed", "--cluster", &cluster]);
+    assert!(out.contains("repaired  node2: fragment 1 copy 1 block 3"), "{out}");
+    assert!(out.contains("repaired  node0: fragment 0 copy 0 block 1"), "{out}");
+    assert!(out.contains("every block of every copy is good now"), "{out}");
+    common::ok(&["dataset", "verify", "scrubbed", "--cluster", &cluster]);
+    let info = common::ok(&["dataset", "info", "scrubbed", "--cluster", &cluster]);
+    assert!(info.contains("1 on node0") && info.contains("1 on node2"), "{info}");
+    // Every byte still reads back as written, from every copy.
+    rt.block_on(async {
+        let client = c.client().await;
+        let m = Arc::new(m.clone());
+        let (blocks, reports) = scan_all(&client, &m, ReadPolicyKind::Gd).await;
+        assert_eq!(digest_of(&reports), m.digest);
+        check_content(&m, &blocks, g);
+    });
+    // Block 0 of fragment 2, bad in both copies (node 2 and node 0): no good copy left.
+    flip(dir(2).join("f00002.c0.data"), 10);
+    flip(dir(0).join("f00002.c1.data"), 10);
+    let err = common::fails(&["dataset", "scrub", "--all", "--cluster", &cluster], 1);
+    assert!(err.contains("not every copy could be checked or repaired: scrubbed"), "{err}");
+    let out = common::ganges(&["dataset", "scrub", "scrubbed", "--cluster", &cluster]);
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains("BAD       node2: fragment 2 copy 0 block 0"), "{out}");
+    assert!(out.contains("not repaired"), "{out}");
 }
 
 /// A static scan of four fragments of `fragment` bytes on four servers, with server 1 frozen

@@ -626,17 +626,24 @@ pub struct CopyInfo {
 pub struct DatasetInfo {
     pub manifest: Manifest,
     pub copies: Vec<CopyInfo>,
+    /// Blocks each server rewrote from another copy (scrub, heal on read), where any.
+    pub repaired: Vec<(NodeId, u64)>,
 }
 
 pub async fn info(client: &Client, name: &DatasetName) -> Result<DatasetInfo> {
     let manifest = client.manifest(name).await?;
     let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
     let mut state_of = BTreeMap::new();
+    let mut repaired = vec![];
     for (node, r) in client.control_all(&all, &ControlRequest::ListDatasets { staging: false }).await {
         let s = match r {
             Ok(ControlReply::Datasets { datasets })
                 if datasets.iter().any(|d| d.name == *name && d.id == manifest.id) =>
             {
+                let entry = datasets.iter().find(|d| d.name == *name && d.id == manifest.id).expect("found");
+                if entry.repaired_blocks > 0 {
+                    repaired.push((node, entry.repaired_blocks));
+                }
                 CopyState::Present
             }
             Ok(_) => CopyState::Missing,
@@ -657,7 +664,7 @@ pub async fn info(client: &Client, name: &DatasetName) -> Result<DatasetInfo> {
             copies.push(CopyInfo { fragment, copy, node, state, blocks_present, blocks });
         }
     }
-    Ok(DatasetInfo { manifest, copies })
+    Ok(DatasetInfo { manifest, copies, repaired })
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -15,6 +15,7 @@
 //! - [`array`]: N-dimensional arrays (Panda): collective, server-directed writes with
 //!   round-robin, static or dynamic allocation, and reads into any memory layout.
 //! - [`dataset`]: create, put, get, list, info, verify, remove.
+//! - [`repair`]: scrub (check every copy, rewrite bad blocks from good ones) and heal on read.
 //! - [`metrics`]: this process's reads and writes, for Prometheus.
 //! - [`error`]: the error type, `ClientError`.
 //!
@@ -39,6 +40,7 @@ pub mod dataset;
 pub mod error;
 pub mod fault;
 pub mod metrics;
+pub mod repair;
 pub mod scan;
 pub mod stream;
 pub mod write;

@@ -536,9 +536,15 @@ impl ReadStream {
 }
 
 impl Drop for ReadStream {
-    /// Closed or dropped, its counters go to this process's metrics.
+    /// Closed or dropped, its counters go to this process's metrics, and the bad blocks it
+    /// met (read from other copies instead) are repaired in the background (heal on read).
     fn drop(&mut self) {
-        crate::metrics::stream_closed(self.engine.stats());
+        let stats = self.engine.stats();
+        crate::metrics::stream_closed(stats);
+        if !stats.corrupt.is_empty() && self.write.is_none() {
+            let corrupt = stats.corrupt.clone();
+            crate::repair::heal_in_background(self.client.clone(), self.manifest.clone(), corrupt);
+        }
     }
 }
 

@@ -72,8 +72,16 @@ pub enum ControlRequest {
     Checksums { name: DatasetName, fragment: FragmentId, txid: Option<u64> },
     /// Replica completion (GW-2): bring this node's copy of `fragment` of an incomplete
     /// dataset every block it lacks, read from the servers holding them (`peers` says where
-    /// they are). Idempotent: a copy already whole does nothing.
-    Fill { name: DatasetName, fragment: FragmentId, peers: Vec<Peer> },
+    /// they are). Idempotent: a copy already whole does nothing. With `repair`, rewrite
+    /// those blocks of this node's copy from another copy instead (scrub, heal on read),
+    /// whatever the dataset's state, and log each in the dataset's repair log.
+    Fill {
+        name: DatasetName,
+        fragment: FragmentId,
+        peers: Vec<Peer>,
+        #[serde(default)]
+        repair: Vec<u32>,
+    },
     /// Replace an incomplete dataset's manifest with `manifest`, which must describe the
     /// same dataset as complete: sent once every copy was filled.
     MarkComplete { manifest: Manifest },
@@ -450,6 +458,9 @@ pub struct DatasetEntry {
     pub local_copies: u32,
     pub local_bytes: u64,
     pub id: u64,
+    /// Blocks of this node's copies rewritten from another copy (scrub, heal on read).
+    #[serde(default)]
+    pub repaired_blocks: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -292,6 +292,18 @@ impl Cluster {
         Ok(out)
     }
 
+    #[pyo3(signature = (name, progress_cb=None))]
+    fn scrub<'py>(&self, py: Python<'py>, name: &str, progress_cb: Option<Py<PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let name = dataset_name(name)?;
+        let r =
+            wait(py, ganges_client::repair::scrub(&client, &name, progress(progress_cb)))?.map_err(errors::client)?;
+        let clean = r.is_clean();
+        let out = to_python(py, &r)?;
+        out.set_item("clean", clean)?;
+        Ok(out)
+    }
+
     fn rm<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let client = self.client(py)?;
         let name = dataset_name(name)?;

@@ -519,8 +519,8 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
             reply_of(crate::array::steal(shared, &name, txid, from, rate).await)
         }
         ControlRequest::ArrayFinish { name, txid } => reply_of(crate::array::finish(shared, &name, txid).await),
-        ControlRequest::Fill { name, fragment, peers } => {
-            match crate::fill::fill(shared, &name, fragment, &peers).await {
+        ControlRequest::Fill { name, fragment, peers, repair } => {
+            match crate::fill::fill(shared, &name, fragment, &peers, &repair).await {
                 Ok(reply) => Message::ControlOk(Box::new(reply)),
                 Err(e) => {
                     tracing::warn!(node = %shared.config.node, dataset = %name, %fragment, %e, "replica completion failed");

@@ -12,6 +12,12 @@
 //! manifest by the complete one (`MarkComplete`): until then readers follow the placement
 //! and never read a block being filled. A fill that fails part way leaves the dataset as it
 //! was; running it again writes the missing blocks again (filling is idempotent).
+//!
+//! Repair is the same path for named blocks of a copy that failed their checksums: each is
+//! read from another copy (whose server checks it against its own checksums first), written
+//! over the bad one with its checksum units, synced, and logged in the dataset's
+//! `repairs.log`. A reader racing a repair reads the block from the other copy: this copy
+//! fails its checksum until the new one is written, and is reopened after.
 
 use crate::Shared;
 use crate::disk::{Ctx, WriteCtx, WriteReply, WriteTarget};
@@ -34,27 +40,46 @@ fn peer_err(node: NodeId, what: String) -> StoreError {
     StoreError::Io { what: format!("replica completion from {node}"), err: std::io::Error::other(what) }
 }
 
-/// Bring this node's copy of `fragment` every block it lacks.
+/// Bring this node's copy of `fragment` every block it lacks; or, with `repair`, rewrite
+/// those blocks from another copy (a scrub's or a read's find: a block that failed its
+/// checksum here), whatever the dataset's state.
 pub async fn fill(
     shared: &Arc<Shared>,
     name: &DatasetName,
     fragment: FragmentId,
     peers: &[Peer],
+    repair: &[u32],
 ) -> Result<ControlReply, StoreError> {
     let ds = shared.store.dataset(name)?;
     let m = &ds.manifest;
-    let (DatasetState::Incomplete, Some(placement)) = (m.state, &m.placement) else {
-        return Ok(ControlReply::Filled { blocks: 0, bytes: 0 });
-    };
     let copy = ds.copy(fragment)?.copy;
-    let missing = placement.missing(fragment, copy);
-    if missing.is_empty() {
-        return Ok(ControlReply::Filled { blocks: 0, bytes: 0 });
-    }
     let mut by_source: BTreeMap<NodeId, Vec<u32>> = BTreeMap::new();
-    for b in missing {
-        let src = placement.copies(fragment, b).next().expect("a validated placement holds every block");
-        by_source.entry(m.layout.node_of(fragment, src)).or_default().push(b);
+    if repair.is_empty() {
+        let (DatasetState::Incomplete, Some(placement)) = (m.state, &m.placement) else {
+            return Ok(ControlReply::Filled { blocks: 0, bytes: 0 });
+        };
+        for b in placement.missing(fragment, copy) {
+            let src = placement.copies(fragment, b).next().expect("a validated placement holds every block");
+            by_source.entry(m.layout.node_of(fragment, src)).or_default().push(b);
+        }
+    } else {
+        for &b in repair {
+            if b >= m.shape.blocks_in(fragment) {
+                return Err(StoreError::OutOfRange(format!("{fragment} has no block {b}")));
+            }
+            // Another copy that holds the block, on a server whose address we were given.
+            let src = (0..m.layout.replicas())
+                .filter(|&c| c != copy && m.holds(fragment, b, c))
+                .map(|c| m.layout.node_of(fragment, c))
+                .find(|n| peers.iter().any(|p| p.node == *n))
+                .ok_or_else(|| {
+                    StoreError::BadRequest(format!("no other copy of {fragment} block {b} to repair it from"))
+                })?;
+            by_source.entry(src).or_default().push(b);
+        }
+    }
+    if by_source.is_empty() {
+        return Ok(ControlReply::Filled { blocks: 0, bytes: 0 });
     }
     let (store, d2) = (shared.store.clone(), ds.clone());
     let files = tokio::task::spawn_blocking(move || store.open_fill(&d2, fragment))
@@ -65,6 +90,7 @@ pub async fn fill(
     let mut done = 0u64;
     let mut blocks = 0u64;
     let stream = ganges_core::datagen::mix64(m.id ^ ((fragment.0 as u64) << 32) ^ shared.config.node.0 as u64);
+    let sources = by_source.clone();
     for (node, wanted) in by_source {
         let addr = &peers
             .iter()
@@ -140,10 +166,23 @@ pub async fn fill(
     }
     let store = shared.store.clone();
     let (d2, f2) = (ds.clone(), files.clone());
-    tokio::task::spawn_blocking(move || store.sync_fill(&d2, &f2))
-        .await
-        .map_err(|e| StoreError::BadRequest(format!("sync task failed: {e}")))??;
-    tracing::info!(node = %shared.config.node, dataset = %name, %fragment, blocks, bytes = done, "copy filled");
+    let repairing = !repair.is_empty();
+    tokio::task::spawn_blocking(move || {
+        store.sync_fill(&d2, &f2)?;
+        if repairing {
+            for (node, blocks) in &sources {
+                store.record_repair(&d2, fragment, blocks, *node)?;
+            }
+        }
+        Ok::<_, StoreError>(())
+    })
+    .await
+    .map_err(|e| StoreError::BadRequest(format!("sync task failed: {e}")))??;
+    if repairing {
+        tracing::warn!(node = %shared.config.node, dataset = %name, %fragment, ?repair, "blocks repaired from another copy");
+    } else {
+        tracing::info!(node = %shared.config.node, dataset = %name, %fragment, blocks, bytes = done, "copy filled");
+    }
     Ok(ControlReply::Filled { blocks, bytes: done })
 }
 

@@ -106,6 +106,9 @@ pub struct CopyFiles {
     pub key: FileKey,
 }
 
+/// In a dataset's folder: one JSON line per block of a local copy rewritten from another.
+const REPAIR_LOG: &str = "repairs.log";
+
 /// A committed dataset, opened: its manifest and this node's copies.
 #[derive(Debug)]
 pub struct Dataset {
@@ -399,7 +402,7 @@ impl Store {
         self.inner.lock().expect("store lock").open.values().cloned().collect()
     }
 
-    /// A committed dataset, opened once and cached.
+    /// A committed dataset, opened once and cached (opened again after a repair).
     pub fn dataset(&self, name: &DatasetName) -> Result<Arc<Dataset>> {
         if let Some(d) = self.inner.lock().expect("store lock").open.get(name) {
             return Ok(d.clone());
@@ -564,6 +567,7 @@ impl Store {
                         local_copies: 0,
                         local_bytes: 0,
                         id: 0,
+                        repaired_blocks: 0,
                     }),
                 }
             }
@@ -581,7 +585,39 @@ impl Store {
             local_copies: local.len() as u32,
             local_bytes: local.iter().map(|(f, _)| m.shape.fragment_bytes(*f)).sum(),
             id: m.id,
+            repaired_blocks: if staging_txid.is_none() { self.repairs(&m.name) } else { 0 },
         }
+    }
+
+    /// Blocks of `name`'s local copies rewritten from another copy so far: the lines of its
+    /// repair log.
+    pub fn repairs(&self, name: &DatasetName) -> u64 {
+        let log = self.root.join("datasets").join(name.as_str()).join(REPAIR_LOG);
+        fs::read_to_string(log).map_or(0, |t| t.lines().filter(|l| !l.trim().is_empty()).count() as u64)
+    }
+
+    /// After `blocks` of `fragment` were rewritten from `source`'s copy: note each in the
+    /// dataset's repair log (one JSON line each, synced), and reopen the dataset on its next
+    /// use, so reads check the new checksums.
+    pub fn record_repair(&self, ds: &Dataset, fragment: FragmentId, blocks: &[u32], source: NodeId) -> Result<()> {
+        let dir = self.root.join("datasets").join(ds.manifest.name.as_str());
+        let copy = ds.copy(fragment)?.copy;
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut lines = String::new();
+        for b in blocks {
+            let line =
+                serde_json::json!({ "fragment": fragment.0, "copy": copy, "block": b, "from": source.0, "at": at });
+            lines.push_str(&line.to_string());
+            lines.push('\n');
+        }
+        let path = dir.join(REPAIR_LOG);
+        let what = format!("writing {}", path.display());
+        let mut f =
+            OpenOptions::new().create(true).append(true).open(&path).map_err(self.map_write_err(what.clone()))?;
+        f.write_all(lines.as_bytes()).map_err(self.map_write_err(what.clone()))?;
+        f.sync_all().map_err(self.map_write_err(what))?;
+        self.inner.lock().expect("store lock").open.remove(&ds.manifest.name);
+        Ok(())
     }
 
     /// Open a staging folder for this node's copies of `manifest`'s dataset; with `append`,

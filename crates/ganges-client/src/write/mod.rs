@@ -511,7 +511,8 @@ pub async fn complete(client: &Arc<Client>, name: &DatasetName) -> Result<Comple
             for copy in 0..manifest.layout.replicas() {
                 if !placement.missing(fragment, copy).is_empty() {
                     let node = manifest.layout.node_of(fragment, copy);
-                    let req = ControlRequest::Fill { name: name.clone(), fragment, peers: peers.clone() };
+                    let req =
+                        ControlRequest::Fill { name: name.clone(), fragment, peers: peers.clone(), repair: vec![] };
                     fills.push(async move { (node, client.control(node, req).await) });
                 }
             }
