@@ -343,6 +343,15 @@ pub(crate) enum LocalCmd {
         #[command(flatten)]
         cluster: ClusterArg,
     },
+    /// Start one server again on its data directory and address, as after a crash (it
+    /// cleans its unfinished writes' leftovers and serves its datasets again)
+    #[command(after_help = "Example:\n  ganges local restart --node 2")]
+    Restart {
+        #[arg(long)]
+        node: u32,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
     /// Stop the local cluster
     #[command(after_help = "Example:\n  ganges local down --cluster /tmp/ganges-alice/local/cluster.toml")]
     Down {

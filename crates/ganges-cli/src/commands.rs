@@ -1014,6 +1014,11 @@ pub async fn cluster_status(cluster: &Path) -> CliResult<()> {
     }
     print!("{}", t.render());
     println!("cpu % is the node's least busy CPU; free net and disk are the rates the node could still take (CW-1).");
+    if let Some(l) = &file.local {
+        for (node, status) in ganges_harness::local::exited_servers(&l.root) {
+            println!("node{node} exited ({status}); `ganges local restart --node {node}` starts it again");
+        }
+    }
     if let Err(e) = client {
         return fail(format!("{}: {e}", cluster.display()));
     }

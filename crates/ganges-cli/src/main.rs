@@ -412,6 +412,22 @@ fn local_cmd(cmd: LocalCmd) -> CliResult<()> {
             Ok(local::supervise(&spec, &root.join("cluster.toml"), false)?)
         }
         LocalCmd::Status { cluster } => runtime()?.block_on(commands::cluster_status(&cluster.path())),
+        LocalCmd::Restart { node, cluster } => {
+            let path = cluster.path();
+            let file = ClusterFile::load(&path)?;
+            let Some(l) = &file.local else {
+                return fail(format!(
+                    "{} is not a local cluster's file; restart its servers where they run (`ganges serve`)",
+                    path.display()
+                ));
+            };
+            if node >= file.nodes() {
+                return fail(format!("the cluster has nodes 0 to {}; there is no node {node}", file.nodes() - 1));
+            }
+            local::request_restart(&l.root, l.supervisor_pid, NodeId(node))?;
+            println!("node{node} is up again at {}", file.servers[node as usize].addr);
+            Ok(())
+        }
         LocalCmd::Down { cluster } => {
             let path = cluster.path();
             let file = ClusterFile::load(&path)?;

@@ -232,6 +232,56 @@ fn a_users_session_from_local_up_to_local_down() {
     assert!(processes_with(r).is_empty());
 }
 
+/// A server killed with SIGKILL: `local status` says it exited and how, `local restart`
+/// starts it on its data directory and address, it drops the leftovers of a write that
+/// never reached prepare but keeps a prepared one, and its datasets read whole again.
+#[test]
+fn a_killed_server_is_reported_and_restarted() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_str().unwrap();
+    let cluster = root.path().join("cluster.toml");
+    let c = cluster.to_str().unwrap();
+    let _down = Down(cluster.clone());
+    ok(&["local", "up", "--nodes", "3", "--root", r, "--disk-rate", "off"]);
+    ok(&["dataset", "create", "kept", "--size", "3MiB", "--block-size", "256KiB", "--cluster", c]);
+    let staging = root.path().join("node-1/data/staging");
+    let unprepared = staging.join("lost.00000000000000aa");
+    let prepared = staging.join("pending.00000000000000bb");
+    for dir in [&unprepared, &prepared] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("f00001.c0.data"), b"half a block").unwrap();
+    }
+    std::fs::write(prepared.join("manifest.json"), b"{}").unwrap();
+    let server = processes_with(&format!("{r}/node-1/data"));
+    assert_eq!(server.len(), 1, "{server:?}");
+    assert!(ganges_harness::sys::signal(server[0], ganges_harness::sys::SIGKILL));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        let out = ganges(&["local", "status", "--cluster", c]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if text.contains("node1 exited") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(status.contains("node1 exited (signal: 9") && status.contains("local restart --node 1"), "{status}");
+    assert!(status.contains("DOWN"), "{status}");
+    let err = fails(&["local", "restart", "--node", "7", "--cluster", c], 1);
+    assert!(err.contains("no node 7"), "{err}");
+    let out = ok(&["local", "restart", "--node", "1", "--cluster", c]);
+    let addr = ganges_client::cluster::ClusterFile::load(&cluster).unwrap().servers[1].addr.clone();
+    assert!(out.contains(&format!("node1 is up again at {addr}")), "{out}");
+    let status = ok(&["local", "status", "--cluster", c]);
+    assert!(!status.contains("exited") && !status.contains("DOWN"), "{status}");
+    assert!(!unprepared.exists(), "an unprepared write's leftovers are removed");
+    assert!(prepared.exists(), "a prepared write is kept for its commit");
+    ok(&["dataset", "verify", "kept", "--cluster", c]);
+    let out = ok(&["scan", "kept", "--policy", "static", "--cluster", c]);
+    assert!(out.contains("every byte delivered exactly once"), "{out}");
+    ok(&["local", "down", "--cluster", c]);
+    assert!(processes_with(r).is_empty());
+}
+
 #[test]
 fn a_cluster_file_whose_servers_are_gone() {
     let root = tempfile::tempdir().unwrap();

@@ -212,31 +212,12 @@ impl LocalCluster {
         let mut cluster = LocalCluster { spec: spec.clone(), children: vec![], cluster: empty, network };
         let mut outs = Vec::new();
         for node in 0..spec.nodes {
-            let log_path = spec.log_path(node);
-            std::fs::create_dir_all(log_path.parent().expect("has a parent"))?;
-            let log = std::fs::File::create(&log_path)?;
-            let mut cmd = match &cluster.network {
-                // nsenter enters the network namespace only and then runs the server in its
-                // own process, so the server keeps the machine's view of cgroups and files.
-                Some(net) => {
-                    let host = &net.hosts[node as usize];
-                    let mut c = Command::new("nsenter");
-                    c.arg(format!("--net={}", host.netns_path()))
-                        .arg("--")
-                        .arg(&spec.binary)
-                        .args(spec.serve_args(node, &host.addr()));
-                    c
-                }
-                None => {
-                    let mut c = Command::new(&spec.binary);
-                    c.args(spec.serve_args(node, "127.0.0.1:0"));
-                    c
-                }
+            let listen = match &cluster.network {
+                Some(net) => net.hosts[node as usize].addr(),
+                None => "127.0.0.1:0".to_string(),
             };
-            cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
-            sys::tie_to_parent(&mut cmd, false);
-            let mut child = cmd.spawn().map_err(HarnessError::io(format!("starting {}", spec.binary.display())))?;
-            outs.push(child.stdout.take().expect("piped"));
+            let (child, out) = cluster.spawn_server(node, &listen, false)?;
+            outs.push(out);
             cluster.children.push(Some(child));
         }
         let mut servers = Vec::new();
@@ -277,6 +258,63 @@ impl LocalCluster {
         &self.spec
     }
 
+    /// Start server `node` listening on `listen` (in its namespace, with `netns`); `again`:
+    /// a restart, whose log follows the one before it.
+    fn spawn_server(&self, node: u32, listen: &str, again: bool) -> HarnessResult<(Child, std::process::ChildStdout)> {
+        let spec = &self.spec;
+        let log_path = spec.log_path(node);
+        std::fs::create_dir_all(log_path.parent().expect("has a parent"))?;
+        let log =
+            std::fs::OpenOptions::new().create(true).write(true).append(again).truncate(!again).open(&log_path)?;
+        let mut cmd = match &self.network {
+            // nsenter enters the network namespace only and then runs the server in its
+            // own process, so the server keeps the machine's view of cgroups and files.
+            Some(net) => {
+                let host = &net.hosts[node as usize];
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", host.netns_path()))
+                    .arg("--")
+                    .arg(&spec.binary)
+                    .args(spec.serve_args(node, listen));
+                c
+            }
+            None => {
+                let mut c = Command::new(&spec.binary);
+                c.args(spec.serve_args(node, listen));
+                c
+            }
+        };
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+        sys::tie_to_parent(&mut cmd, false);
+        let mut child = cmd.spawn().map_err(HarnessError::io(format!("starting {}", spec.binary.display())))?;
+        let out = child.stdout.take().expect("piped");
+        Ok((child, out))
+    }
+
+    /// Start server `node` again on its data directory and address, as after a crash
+    /// (stopping it first if it still runs), and tell every server where the others are.
+    /// The server cleans its staging leftovers as it starts.
+    pub fn restart(&mut self, node: NodeId) -> HarnessResult<()> {
+        let addr = self.cluster.server(node).map_err(|e| HarnessError::Spec(e.to_string()))?.addr.clone();
+        if let Some(Some(child)) = self.children.get_mut(node.index()) {
+            stop_child(child);
+        }
+        let (child, out) = self.spawn_server(node.0, &addr, true)?;
+        self.children[node.index()] = Some(child);
+        match first_line(out, READY_TIMEOUT).as_deref().and_then(parse_ready) {
+            Some((n, at)) if n == node.0 && at.to_string() == addr => {}
+            other => {
+                let log = self.spec.log_path(node.0);
+                return Err(HarnessError::Start(format!(
+                    "{node} did not start again on {addr} (said {other:?}); the end of {}:\n{}",
+                    log.display(),
+                    tail(&log, 10)
+                )));
+            }
+        }
+        tell_peers(&self.cluster)
+    }
+
     /// The process id of a running server.
     pub fn pid(&self, node: NodeId) -> Option<u32> {
         self.children.get(node.index()).and_then(|c| c.as_ref()).map(|c| c.id())
@@ -315,17 +353,7 @@ impl LocalCluster {
         let deadline = Instant::now() + STOP_GRACE;
         for c in self.children.iter_mut() {
             if let Some(child) = c.as_mut() {
-                loop {
-                    match child.try_wait() {
-                        Ok(Some(_)) | Err(_) => break,
-                        Ok(None) if Instant::now() >= deadline => {
-                            let _ = child.kill();
-                            let _ = child.wait();
-                            break;
-                        }
-                        Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-                    }
-                }
+                wait_or_kill(child, deadline);
             }
             *c = None;
         }
@@ -372,6 +400,27 @@ pub fn blocking_control_all(
     })
 }
 
+/// SIGTERM, a grace period, then SIGKILL.
+fn stop_child(child: &mut Child) {
+    sys::signal(child.id(), sys::SIGTERM);
+    wait_or_kill(child, Instant::now() + STOP_GRACE);
+}
+
+/// Wait for `child` to exit until `deadline`, then kill it.
+fn wait_or_kill(child: &mut Child, deadline: Instant) {
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
 /// The supervisor of `ganges local up`: start the servers, publish the cluster file, wait
 /// for SIGTERM or SIGINT, stop the servers, remove the cluster file.
 pub fn supervise(spec: &LocalSpec, cluster_path: &Path, foreground: bool) -> HarnessResult<()> {
@@ -399,15 +448,18 @@ pub fn supervise(spec: &LocalSpec, cluster_path: &Path, foreground: bool) -> Har
         let mut term = signal(SignalKind::terminate()).expect("signal handler");
         let mut int = signal(SignalKind::interrupt()).expect("signal handler");
         let mut hup = signal(SignalKind::hangup()).expect("signal handler");
+        let mut usr1 = signal(SignalKind::user_defined1()).expect("signal handler");
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 _ = hup.recv() => break,
+                _ = usr1.recv() => restart_requested(&mut cluster, &spec.root),
                 _ = tick.tick() => {
                     for (node, status) in cluster.exited() {
                         eprintln!("server {node} exited ({status}); see {}", spec.log_path(node.0).display());
+                        record_exit(&spec.root, node, Some(&status));
                     }
                 }
             }
@@ -416,6 +468,85 @@ pub fn supervise(spec: &LocalSpec, cluster_path: &Path, foreground: bool) -> Har
     let _ = std::fs::remove_file(cluster_path);
     cluster.stop();
     Ok(())
+}
+
+/// Servers of a local cluster that exited on their own, with how (kept by the supervisor in
+/// `ROOT/exited`, a line `NODE STATUS` each, until they are restarted).
+pub fn exited_servers(root: &Path) -> std::collections::BTreeMap<u32, String> {
+    let text = std::fs::read_to_string(root.join(EXITED)).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(n, status)| Some((n.parse().ok()?, status.to_string())))
+        .collect()
+}
+
+fn record_exit(root: &Path, node: NodeId, status: Option<&str>) {
+    let mut all = exited_servers(root);
+    match status {
+        Some(s) => all.insert(node.0, s.replace('\n', " ")),
+        None => all.remove(&node.0),
+    };
+    let text: String = all.iter().map(|(n, s)| format!("{n} {s}\n")).collect();
+    let _ = std::fs::write(root.join(EXITED), text);
+}
+
+/// In a local cluster's root: what the supervisor knows of servers that exited.
+const EXITED: &str = "exited";
+
+fn restart_request(root: &Path, node: u32) -> PathBuf {
+    root.join(format!("restart-{node}.request"))
+}
+
+fn restart_result(root: &Path, node: u32) -> PathBuf {
+    root.join(format!("restart-{node}.result"))
+}
+
+/// The supervisor's side of `local restart`: every requested node started again, and the
+/// outcome written beside the request.
+fn restart_requested(cluster: &mut LocalCluster, root: &Path) {
+    for node in 0..cluster.spec.nodes {
+        if std::fs::remove_file(restart_request(root, node)).is_err() {
+            continue;
+        }
+        let outcome = match cluster.restart(NodeId(node)) {
+            Ok(()) => {
+                record_exit(root, NodeId(node), None);
+                eprintln!("server node{node} restarted");
+                "ok".to_string()
+            }
+            Err(e) => format!("error: {e}"),
+        };
+        let _ = std::fs::write(restart_result(root, node), outcome);
+    }
+}
+
+/// Ask the supervisor of the local cluster at `root` (process `supervisor`) to start server
+/// `node` again, and wait for it.
+pub fn request_restart(root: &Path, supervisor: u32, node: NodeId) -> HarnessResult<()> {
+    let result = restart_result(root, node.0);
+    let _ = std::fs::remove_file(&result);
+    std::fs::write(restart_request(root, node.0), b"")?;
+    if !sys::signal(supervisor, sys::SIGUSR1) {
+        let _ = std::fs::remove_file(restart_request(root, node.0));
+        return Err(HarnessError::Start(format!(
+            "the local cluster's supervisor (pid {supervisor}) is not running; start the cluster with `ganges local up`"
+        )));
+    }
+    let deadline = Instant::now() + READY_TIMEOUT + STOP_GRACE + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(text) = std::fs::read_to_string(&result) {
+            let _ = std::fs::remove_file(&result);
+            return match text.strip_prefix("error: ") {
+                None => Ok(()),
+                Some(why) => Err(HarnessError::Start(why.to_string())),
+            };
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(HarnessError::Start(format!(
+        "the supervisor did not restart {node} in time; see {}",
+        root.join("supervisor.log").display()
+    )))
 }
 
 /// Start a detached supervisor for `spec` and wait until its cluster is ready.

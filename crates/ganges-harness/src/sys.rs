@@ -19,6 +19,7 @@ pub const SIGINT: Signal = Signal::INT;
 pub const SIGKILL: Signal = Signal::KILL;
 pub const SIGSTOP: Signal = Signal::STOP;
 pub const SIGTERM: Signal = Signal::TERM;
+pub const SIGUSR1: Signal = Signal::USR1;
 
 /// Make a child die when its parent does (so no server outlives a killed cluster or CI job),
 /// or start a session of its own (`new_session`).

@@ -348,7 +348,29 @@ impl Store {
                 let _ = fs::remove_dir_all(e.path());
             }
         }
-        Ok(Store { node, root: root.to_path_buf(), direct, inner: Mutex::new(Inner::default()) })
+        let store = Store { node, root: root.to_path_buf(), direct, inner: Mutex::new(Inner::default()) };
+        store.clean_staging();
+        Ok(store)
+    }
+
+    /// At start: drop the staging folders of writes that never reached `prepare` (their
+    /// transactions died with the process before it; no commit can name them). A prepared
+    /// one is kept: a write may still commit it (`commit` works from what is on disk).
+    fn clean_staging(&self) {
+        let Ok(entries) = fs::read_dir(self.root.join("staging")) else { return };
+        for e in entries.flatten() {
+            let dir = e.path();
+            if dir.join("manifest.json").exists() {
+                tracing::warn!(node = %self.node, staging = %dir.display(), "a prepared write was not committed; kept for its commit");
+                continue;
+            }
+            match self.discard(&dir) {
+                Ok(()) => {
+                    tracing::info!(node = %self.node, staging = %dir.display(), "removed an unfinished write's leftovers")
+                }
+                Err(e) => tracing::warn!(node = %self.node, %e, "could not remove an unfinished write's leftovers"),
+            }
+        }
     }
 
     /// A data file's second handle, for direct I/O, when the store uses it.
