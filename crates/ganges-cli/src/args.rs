@@ -660,6 +660,14 @@ pub(crate) enum DatasetCmd {
         #[command(flatten)]
         cluster: ClusterArg,
     },
+    /// Restore full replication: give servers that were down during a write their copies,
+    /// and fill every incomplete copy (the same as `complete`)
+    #[command(after_help = "Example:\n  ganges dataset repair events")]
+    Repair {
+        name: String,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
     /// Check every copy, and rewrite each block that fails its checksum from a good copy
     #[command(after_help = "Examples:\n  ganges dataset scrub events\n  ganges dataset scrub --all")]
     Scrub {

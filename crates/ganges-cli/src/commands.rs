@@ -362,7 +362,21 @@ pub async fn dataset_info(cluster: &Path, name: DatasetName, json: bool) -> CliR
         let each: Vec<String> = info.repaired.iter().map(|(n, b)| format!("{b} on {n}")).collect();
         println!("repaired   blocks rewritten from a good copy (scrub, heal on read): {}", each.join(", "));
     }
-    if m.state == DatasetState::Incomplete {
+    let lost: Vec<NodeId> = info
+        .copies
+        .iter()
+        .filter(|c| c.state != CopyState::Present && c.blocks_present == 0)
+        .map(|c| c.node)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if m.state == DatasetState::Incomplete && !lost.is_empty() {
+        println!(
+            "DEGRADED: no copies on {} (down when it was written); `ganges dataset repair {}` restores them",
+            nodes_list(&lost),
+            m.name
+        );
+    } else if m.state == DatasetState::Incomplete {
         println!(
             "copies are incomplete: reads take each block from the copy holding it, with no choice of \
              server; `ganges dataset complete {}` fills them",
@@ -446,7 +460,17 @@ pub async fn dataset_scrub(cluster: &Path, names: Vec<DatasetName>, all: bool) -
 
 pub async fn dataset_complete(cluster: &Path, name: DatasetName) -> CliResult<()> {
     let client = connect(cluster).await?;
-    let c = write::complete(&client, &name).await?;
+    let c = write::complete(&client, &name).await.map_err(|e| match e {
+        ganges_client::ClientError::NodeDown { node } => CliError::Failed(format!(
+            "{node} is down; its copies of `{name}` are restored once it is back (`ganges local restart --node {}` \
+             on a local cluster), by running this again",
+            node.0
+        )),
+        e => e.into(),
+    })?;
+    if !c.restored.is_empty() {
+        println!("{} had no copies of `{name}` (down when it was written): given them", nodes_list(&c.restored));
+    }
     if c.blocks == 0 {
         println!("`{name}` is complete: every copy holds every block");
     } else {
@@ -542,6 +566,17 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
             "note: too many blocks to record where each came from: scans and `dataset get` see the \
              servers' logs in turn, not the writers' order"
         );
+    }
+    if !out.missing.is_empty() {
+        println!(
+            "DEGRADED: {} was down during the write; `{}` is committed without {} copies on it \
+             (every block has a live copy); `ganges dataset repair {}` restores them once it is back",
+            nodes_list(&out.missing),
+            m.name,
+            if out.missing.len() == 1 { "the" } else { "their" },
+            m.name
+        );
+        return Ok(());
     }
     match (&out.completion, m.state) {
         (Some(c), _) => println!(

@@ -488,6 +488,7 @@ async fn dataset_cmd(cmd: DatasetCmd) -> CliResult<()> {
         DatasetCmd::Info { name: n, json, cluster } => commands::dataset_info(&cluster.path(), name(&n)?, json).await,
         DatasetCmd::Complete { name: n, cluster } => commands::dataset_complete(&cluster.path(), name(&n)?).await,
         DatasetCmd::Verify { name: n, cluster } => commands::dataset_verify(&cluster.path(), name(&n)?).await,
+        DatasetCmd::Repair { name: n, cluster } => commands::dataset_complete(&cluster.path(), name(&n)?).await,
         DatasetCmd::Scrub { names, all, cluster } => {
             let names = names.iter().map(|n| name(n)).collect::<CliResult<Vec<_>>>()?;
             commands::dataset_scrub(&cluster.path(), names, all).await

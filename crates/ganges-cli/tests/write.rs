@@ -413,46 +413,85 @@ async fn a_write_is_committed_whole_or_not_at_all() {
     assert!(removed.staging_folders >= 4, "{removed:?}");
     assert!(!names(&client, true).await.iter().any(|(n, _)| *n == cut));
 
-    // A server that dies: the write fails, and nothing of it is visible anywhere.
+    // A server that dies: the write goes on with the copies left and commits degraded;
+    // `complete` gives the server its copies back once it is up again.
     let s = spec("dies", WritePolicyKind::Gd, 16 << 20, WriteSource::Generated(g), true);
-    write_losing_a_server(&client, &mut c, s, NodeId(2)).await;
+    let out = write_losing_servers(&client, &mut c, s, &[NodeId(2)]).await.expect("a degraded write commits");
+    assert_eq!(out.missing, vec![NodeId(2)]);
+    assert!(out.completion.is_none(), "nothing to complete onto a dead server");
     let dies: DatasetName = "dies".parse().unwrap();
-    for (node, r) in
-        client.control_all(&[NodeId(0), NodeId(1), NodeId(3)], &ControlRequest::ListDatasets { staging: true }).await
-    {
-        let Ok(ControlReply::Datasets { datasets }) = r else { panic!("{node} answers") };
-        assert!(!datasets.iter().any(|d| d.name == dies), "{node} holds nothing of it: {datasets:?}");
+    let m = client.manifest(&dies).await.unwrap();
+    assert_eq!(m.state, DatasetState::Incomplete);
+    let placement = m.placement.as_ref().unwrap();
+    for f in (0..4).map(FragmentId) {
+        for copy in 0..2 {
+            if m.layout.node_of(f, copy) == NodeId(2) {
+                assert_eq!(placement.present(f, copy), 0, "nothing counted on the dead server");
+            }
+        }
     }
-    // The other dataset is untouched: its surviving copies still read back whole.
+    let (bytes, digest) = read_all(&client, &m, ReadPolicyKind::Gd).await;
+    assert_eq!(digest, m.digest);
+    assert!(bytes == generated(g, 16 << 20), "every byte has a live copy");
+    let err = write::complete(&client, &dies).await.unwrap_err();
+    assert!(matches!(err, ganges_client::ClientError::NodeDown { node: NodeId(2) }), "{err}");
+    c.local.restart(NodeId(2)).unwrap();
+    let client = c.client().await;
+    let done = write::complete(&client, &dies).await.unwrap();
+    assert_eq!(done.restored, vec![NodeId(2)]);
+    let m = client.manifest(&dies).await.unwrap();
+    assert_eq!(m.state, DatasetState::Complete);
+    assert!(dataset::verify(&client, &dies, None).await.unwrap().is_clean());
+    let (bytes, _) = read_all(&client, &m, ReadPolicyKind::Static).await;
+    assert!(bytes == generated(g, 16 << 20), "full replication restored: primaries alone read it all");
+
+    // The other dataset is untouched by all this.
     let (bytes, digest) = read_all(&client, &other, ReadPolicyKind::Gd).await;
     assert_eq!(digest, other.digest);
     assert!(bytes == generated(g, 4 << 20));
 
+    // Both servers holding a fragment die: some block has no live copy, the write fails,
+    // and nothing of it is visible anywhere.
+    let s = spec("lost", WritePolicyKind::Gd, 16 << 20, WriteSource::Generated(g), true);
+    let e = write_losing_servers(&client, &mut c, s, &[NodeId(1), NodeId(2)]).await.expect_err("no live copy");
+    eprintln!("the write failed as it should: {e}");
+    let lost: DatasetName = "lost".parse().unwrap();
+    for (node, r) in client.control_all(&[NodeId(0), NodeId(3)], &ControlRequest::ListDatasets { staging: true }).await
+    {
+        let Ok(ControlReply::Datasets { datasets }) = r else { panic!("{node} answers") };
+        assert!(!datasets.iter().any(|d| d.name == lost), "{node} holds nothing of it: {datasets:?}");
+    }
     // The same through a distributed queue, on a fresh cluster: a server dies mid-write.
     let mut c = start(4, common::disk(8.0));
     let client = c.client().await;
     let s = spec("dq-dies", WritePolicyKind::Dq, 16 << 20, WriteSource::Generated(g), false);
-    write_losing_a_server(&client, &mut c, s, NodeId(3)).await;
+    let e = write_losing_servers(&client, &mut c, s, &[NodeId(3)]).await.expect_err("a dq write losing a server fails");
+    eprintln!("the dq write failed as it should: {e}");
     assert!(names(&client, true).await.is_empty(), "nothing of it anywhere");
 }
 
-/// Start a write, kill `node` once it has written a block, and expect the write to fail.
-async fn write_losing_a_server(
+/// Start a write, kill `nodes` once the first has written a block, and return how the
+/// write ended.
+async fn write_losing_servers(
     client: &Arc<ganges_client::Client>,
     c: &mut common::TestCluster,
     s: WriteSpec,
-    node: NodeId,
-) {
-    let policy = s.policy;
+    nodes: &[NodeId],
+) -> ganges_client::Result<WriteOutcome> {
+    let before = match client.control(nodes[0], ControlRequest::Stats).await.unwrap() {
+        ControlReply::Stats { stats } => stats.write_bytes,
+        other => panic!("{other:?}"),
+    };
     let w = {
         let client = client.clone();
         tokio::spawn(async move { write::write(&client, s, None).await })
     };
-    common::until_moved(client, node, 1, true).await;
+    common::until_moved(client, nodes[0], before + 1, true).await;
     assert!(!w.is_finished(), "the server dies mid-write");
-    c.local.kill(node);
-    let e = w.await.unwrap().expect_err("a write losing a server fails");
-    eprintln!("the {policy} write failed as it should: {e}");
+    for &node in nodes {
+        c.local.kill(node);
+    }
+    w.await.unwrap()
 }
 
 /// Unmounts a tmpfs when the test ends, however it ends.

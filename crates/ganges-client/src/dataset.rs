@@ -137,6 +137,18 @@ impl<'c> Staging<'c> {
         Staging::begin_as(client, manifest, append, rand::random::<u64>() | 1).await
     }
 
+    /// On `nodes` only: servers that lack a committed dataset its other holders have.
+    pub(crate) async fn begin_on(client: &'c Client, manifest: &Manifest, nodes: &[NodeId]) -> Result<Staging<'c>> {
+        let txid = rand::random::<u64>() | 1;
+        let s = Staging { client, name: manifest.name.clone(), txid, nodes: nodes.to_vec() };
+        let req = ControlRequest::Stage { txid, manifest: manifest.clone(), append: false };
+        if let Some(e) = first_error(client.control_all(&s.nodes, &req).await) {
+            s.abort().await;
+            return Err(e);
+        }
+        Ok(s)
+    }
+
     /// Under a transaction id the caller chose (a collective array write's call id).
     pub(crate) async fn begin_as(
         client: &'c Client,
@@ -154,6 +166,12 @@ impl<'c> Staging<'c> {
             return Err(e);
         }
         Ok(s)
+    }
+
+    /// Go on without `down` (servers that died during the write): prepare, commit and abort
+    /// only on the others.
+    pub(crate) fn without(&mut self, down: &[NodeId]) {
+        self.nodes.retain(|n| !down.contains(n));
     }
 
     pub(crate) async fn abort(&self) {

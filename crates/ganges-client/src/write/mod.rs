@@ -149,6 +149,10 @@ pub struct WriteOutcome {
     pub writers: Vec<ReadReport>,
     /// Replica completion, when it was asked for.
     pub completion: Option<CompleteOutcome>,
+    /// Servers that went down during the write: committed without them, their copies empty
+    /// until `complete` restores them (degraded).
+    #[serde(default)]
+    pub missing: Vec<NodeId>,
 }
 
 /// Write a dataset from `spec.writers` writers at once (GW-1), committed whole or not at all.
@@ -216,7 +220,13 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     };
     let mut manifest = draft(layout, spec.name.clone(), shape, RecordFormat::Bytes, content)?;
     manifest.state = DatasetState::Incomplete;
-    let staging = Staging::begin(client, &manifest).await?;
+    // A server down already is written around from the start, as one that dies mid-write.
+    let live = client.live_nodes();
+    let staging = if live.len() == client.nodes() as usize {
+        Staging::begin(client, &manifest).await?
+    } else {
+        Staging::begin_on(client, &manifest, &live).await?
+    };
     let draft_manifest = Arc::new(manifest.clone());
     let opts = ReadOptions::new(route).with_window(spec.window).with_settings(settings);
     let started = std::time::Instant::now();
@@ -240,8 +250,12 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
         let mut placement = Placement::empty(&draft_manifest.shape, draft_manifest.layout.replicas());
         let mut digest = Digest::default();
         let mut reports = vec![];
-        for w in join_writers(tasks).await? {
-            for p in w.placed() {
+        let writers = join_writers(tasks).await?;
+        // Servers that died during the write took the blocks they held with them: those
+        // count nowhere, and a block held by none of the others is written again.
+        let down = unanswering(client).await;
+        for w in writers {
+            for p in w.placed().into_iter().filter(|p| !down.contains(&p.node)) {
                 let copy = draft_manifest.layout.copy_on(p.piece.fragment, p.node).expect("written to a holder");
                 placement.add(p.piece.fragment, p.piece.block, copy);
             }
@@ -249,9 +263,12 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
             digest.merge(report.digest);
             reports.push(report);
         }
-        Ok((placement, digest, reports))
+        if !down.is_empty() {
+            rewrite_lost(client, &draft_manifest, staging.txid, &*source, &mut placement, &down).await?;
+        }
+        Ok((placement, digest, reports, down))
     };
-    let (placement, digest, reports) = match work.await {
+    let (placement, digest, reports, down) = match work.await {
         Ok(x) => x,
         Err(e) => {
             staging.abort().await;
@@ -259,12 +276,22 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
         }
     };
     let seconds = started.elapsed().as_secs_f64();
+    let mut staging = staging;
     if placement.is_complete() {
         manifest.state = DatasetState::Complete;
     } else {
         manifest.placement = Some(placement);
     }
+    if !down.is_empty() {
+        tracing::warn!(dataset = %spec.name, down = ?down, "committing without the servers that went down");
+        staging.without(&down);
+    }
     let manifest = staging.conclude(manifest, Ok(digest)).await?;
+    if !down.is_empty() {
+        // Degraded: its copies on the servers that went down are restored by `complete`
+        // once they are back.
+        return Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None, missing: down });
+    }
     let completion = if spec.complete && manifest.state == DatasetState::Incomplete {
         let done = complete(client, &manifest.name).await.map_err(|e| {
             ClientError::Invalid(format!(
@@ -278,7 +305,7 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
         None
     };
     let manifest = if completion.is_some() { client.manifest(&manifest.name).await? } else { manifest };
-    Ok(WriteOutcome { manifest, seconds, writers: reports, completion })
+    Ok(WriteOutcome { manifest, seconds, writers: reports, completion, missing: vec![] })
 }
 
 /// A DQ write (DQ-1, DQ-2): writer i puts its share of the bytes, block by block, each to
@@ -451,11 +478,89 @@ async fn write_dq(
     manifest.shape = shape;
     manifest.origin = origin;
     let manifest = staging.conclude(manifest, Ok(digest)).await?;
-    Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None })
+    Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None, missing: vec![] })
 }
 
 /// Wait for every writer task. The first to fail ends the wait with its error; dropping the
 /// set aborts the others (their queued blocks are dropped with the staging the caller aborts).
+/// Servers that do not answer now: a connection closed, or no answer to a question within
+/// `ASK_ALIVE` (asked rather than read off the connections, which may not have noticed a
+/// server's death yet when the writers finish).
+async fn unanswering(client: &Client) -> Vec<NodeId> {
+    const ASK_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
+    let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
+    let asks = all.iter().map(|&n| async move {
+        let answered = tokio::time::timeout(ASK_ALIVE, client.control(n, ControlRequest::Stats)).await;
+        (n, matches!(answered, Ok(Ok(_))))
+    });
+    join_all(asks).await.into_iter().filter(|(_, ok)| !ok).map(|(n, _)| n).collect()
+}
+
+/// Write again, each to a live copy, the blocks `placement` has on no copy (they were only
+/// on servers that went down). Fails if some block has no copy on a live server.
+async fn rewrite_lost(
+    client: &Arc<Client>,
+    manifest: &Manifest,
+    txid: u64,
+    source: &dyn crate::scan::BlockSource,
+    placement: &mut Placement,
+    down: &[NodeId],
+) -> Result<()> {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
+    /// Blocks written again at once (each server queues its share behind its disk).
+    const IN_FLIGHT: usize = 16;
+    let shape = &manifest.shape;
+    let mut lost = vec![];
+    for f in (0..shape.fragment_count()).map(FragmentId) {
+        let holders = manifest.layout.holders(f);
+        for block in (0..shape.blocks_in(f)).filter(|&b| placement.copies(f, b).next().is_none()) {
+            let Some((copy, node)) = holders.iter().copied().enumerate().find(|(_, n)| !down.contains(n)) else {
+                return Err(ClientError::Invalid(format!(
+                    "every copy of {f} is on a server that went down ({}); nothing of `{}` is visible",
+                    holders.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
+                    manifest.name
+                )));
+            };
+            lost.push((f, block, copy as u32, node));
+        }
+    }
+    let write = |(f, block, copy, node): (FragmentId, u32, u32, NodeId)| async move {
+        let len = shape.block_len(f, block);
+        let piece = ganges_core::shape::Piece {
+            fragment: f,
+            block,
+            start_in_block: 0,
+            len,
+            dataset_offset: shape.fragment_start(f) + shape.block_offset(block),
+        };
+        let data = source.piece(&piece).map_err(ClientError::io("reading the data to write"))?;
+        let crc = crc32c::crc32c(&data);
+        let msg = Message::Write(WriteReq {
+            stream: txid,
+            progress: Progress { done_bytes: 0, total_bytes: len as u64, metric: ProgressMetric::Bytes },
+            service: Service::FURTHEST_BEHIND,
+            txid,
+            dataset: manifest.name.clone(),
+            fragment: f,
+            block,
+            crc,
+            data,
+        });
+        match client.conn(node)?.call(&msg).await? {
+            Message::WriteOk(_) => crate::metrics::block_written(u64::from(len)),
+            Message::Error(err, _) => return Err(ClientError::Server { node, err }),
+            other => return Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
+        }
+        Ok((f, block, copy))
+    };
+    let written: Vec<(FragmentId, u32, u32)> =
+        stream::iter(lost).map(write).buffer_unordered(IN_FLIGHT).try_collect().await?;
+    for (f, block, copy) in written {
+        placement.add(f, block, copy);
+    }
+    Ok(())
+}
+
 async fn join_writers<W: Send + 'static>(mut tasks: JoinSet<(Result<()>, W)>) -> Result<Vec<W>> {
     let mut done = vec![];
     while let Some(joined) = tasks.join_next().await {
@@ -473,6 +578,9 @@ pub struct CompleteOutcome {
     pub blocks: u64,
     pub bytes: u64,
     pub seconds: f64,
+    /// Servers that lacked the dataset (down when it was written) and hold their copies now.
+    #[serde(default)]
+    pub restored: Vec<NodeId>,
 }
 
 /// Replica completion (GW-2): every copy of an incomplete dataset brings itself the blocks it
@@ -485,11 +593,14 @@ pub async fn complete(client: &Arc<Client>, name: &DatasetName) -> Result<Comple
     let all: Vec<NodeId> = (0..client.nodes()).map(NodeId).collect();
     let req = ControlRequest::GetManifest { name: name.clone() };
     let mut manifest = None;
-    for (_, r) in client.control_all(&all, &req).await {
-        if let Ok(ControlReply::Manifest { manifest: m }) = r
-            && (manifest.is_none() || m.state == DatasetState::Incomplete)
-        {
-            manifest = Some(m);
+    let mut lacking = vec![];
+    for (node, r) in client.control_all(&all, &req).await {
+        match r {
+            Ok(ControlReply::Manifest { manifest: m }) if manifest.is_none() || m.state == DatasetState::Incomplete => {
+                manifest = Some(m);
+            }
+            Err(e) if e.code() == Some(ganges_proto::msg::ErrorCode::UnknownDataset) => lacking.push(node),
+            _ => {}
         }
     }
     let manifest = match manifest {
@@ -498,6 +609,13 @@ pub async fn complete(client: &Arc<Client>, name: &DatasetName) -> Result<Comple
     };
     let started = std::time::Instant::now();
     let mut out = CompleteOutcome::default();
+    // Servers that were down when it was written (a degraded write) lack the dataset: each
+    // gets it with its copies empty (the placement says they hold nothing), then is filled.
+    if manifest.state == DatasetState::Incomplete && !lacking.is_empty() {
+        let adopting = Staging::begin_on(client, &manifest, &lacking).await?;
+        adopting.conclude(manifest.clone(), Ok(manifest.digest)).await?;
+        out.restored = lacking;
+    }
     if let Some(placement) = manifest.placement.as_ref().filter(|_| manifest.state == DatasetState::Incomplete) {
         let peers: Vec<ganges_proto::control::Peer> = client
             .cluster()
