@@ -23,7 +23,7 @@ use crate::conn::Event;
 use crate::error::{ClientError, Result};
 use bytes::Bytes;
 use ganges_core::digest::{BlockFolder, Digest};
-use ganges_core::ids::NodeId;
+use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::route::{Delivery, Failure, ReadConfig, ReadEngine, ReadPolicyKind, ReadStats, STALL_TIMEOUT_DEFAULT};
 use ganges_core::route::{PolicySettings, ServerState};
 use ganges_core::shape::{Partition, Piece};
@@ -164,7 +164,12 @@ struct WriteOp {
     /// block written twice is on both copies).
     placed: Vec<(usize, NodeId, u32)>,
     crcs: HashMap<usize, u32>,
+    /// Where each block landed, shared as it happens with whoever watches the write.
+    log: Option<PlacedLog>,
 }
+
+/// (fragment, block, node) of every block written so far, by all the writers sharing it.
+pub type PlacedLog = Arc<std::sync::Mutex<Vec<(FragmentId, u32, NodeId)>>>;
 
 #[derive(Debug)]
 pub struct ReadStream {
@@ -426,6 +431,9 @@ impl ReadStream {
                     let w = self.write.as_mut().expect("a writer");
                     let crc = w.crcs[&o.piece];
                     w.placed.push((o.piece, o.node, crc));
+                    if let Some(log) = &w.log {
+                        log.lock().unwrap_or_else(|e| e.into_inner()).push((p.fragment, p.block, o.node));
+                    }
                     if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
                         self.fold(&p, crc);
                         crate::metrics::block_written(u64::from(p.len));
@@ -512,7 +520,14 @@ impl ReadStream {
     /// Make this stream a writer's (GW-1): its pieces are written, staged as `txid`, with
     /// the bytes `source` gives.
     pub(crate) fn start_writing(&mut self, txid: u64, source: Arc<dyn BlockSource>) {
-        self.write = Some(WriteOp { txid, source, placed: vec![], crcs: HashMap::new() });
+        self.write = Some(WriteOp { txid, source, placed: vec![], crcs: HashMap::new(), log: None });
+    }
+
+    /// Share where each block lands, as it happens, in `log`.
+    pub(crate) fn log_placed(&mut self, log: PlacedLog) {
+        if let Some(w) = self.write.as_mut() {
+            w.log = Some(log);
+        }
     }
 
     /// Where each written block went so far: (piece, node, crc), duplicates included.

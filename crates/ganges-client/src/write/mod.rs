@@ -230,6 +230,16 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     let draft_manifest = Arc::new(manifest.clone());
     let opts = ReadOptions::new(route).with_window(spec.window).with_settings(settings);
     let started = std::time::Instant::now();
+    let log = crate::scan::PlacedLog::default();
+    let (stop_watching, stop) = tokio::sync::oneshot::channel();
+    let watcher = tokio::spawn(rewrite_as_servers_die(
+        client.clone(),
+        draft_manifest.clone(),
+        staging.txid,
+        source.clone(),
+        log.clone(),
+        stop,
+    ));
     let work = async {
         let mut tasks = JoinSet::new();
         for partition in draft_manifest.shape.fragment_partitions() {
@@ -241,6 +251,7 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
                 opts,
                 source.clone(),
             )?;
+            w.log_placed(log.clone());
             let progress = progress.clone();
             tasks.spawn(async move {
                 let r = w.run(progress.as_ref()).await;
@@ -250,10 +261,19 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
         let mut placement = Placement::empty(&draft_manifest.shape, draft_manifest.layout.replicas());
         let mut digest = Digest::default();
         let mut reports = vec![];
-        let writers = join_writers(tasks).await?;
+        let writers = join_writers(tasks).await;
+        let _ = stop_watching.send(());
+        let rewritten = watcher.await.unwrap_or_default();
+        let writers = writers?;
         // Servers that died during the write took the blocks they held with them: those
-        // count nowhere, and a block held by none of the others is written again.
+        // count nowhere, and a block held by none of the others (nor written again while
+        // the writers ran) is written again now.
         let down = unanswering(client).await;
+        for &(f, block, copy, node) in &rewritten {
+            if !down.contains(&node) {
+                placement.add(f, block, copy);
+            }
+        }
         for w in writers {
             for p in w.placed().into_iter().filter(|p| !down.contains(&p.node)) {
                 let copy = draft_manifest.layout.copy_on(p.piece.fragment, p.node).expect("written to a holder");
@@ -264,7 +284,10 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
             reports.push(report);
         }
         if !down.is_empty() {
-            rewrite_lost(client, &draft_manifest, staging.txid, &*source, &mut placement, &down).await?;
+            let lost = lost_blocks(&draft_manifest, &placement, &down)?;
+            for (f, block, copy, _) in rewrite(client, &draft_manifest, staging.txid, &*source, lost).await? {
+                placement.add(f, block, copy);
+            }
         }
         Ok((placement, digest, reports, down))
     };
@@ -496,35 +519,47 @@ async fn unanswering(client: &Client) -> Vec<NodeId> {
     join_all(asks).await.into_iter().filter(|(_, ok)| !ok).map(|(n, _)| n).collect()
 }
 
-/// Write again, each to a live copy, the blocks `placement` has on no copy (they were only
-/// on servers that went down). Fails if some block has no copy on a live server.
-async fn rewrite_lost(
-    client: &Arc<Client>,
-    manifest: &Manifest,
-    txid: u64,
-    source: &dyn crate::scan::BlockSource,
-    placement: &mut Placement,
-    down: &[NodeId],
-) -> Result<()> {
-    use futures_util::stream::{self, StreamExt, TryStreamExt};
-    /// Blocks written again at once (each server queues its share behind its disk).
-    const IN_FLIGHT: usize = 16;
+/// A block to write again: fragment, block, and the copy and server it goes to.
+type Rewrite = (FragmentId, u32, u32, NodeId);
+
+/// The blocks `placement` has on no copy (they were only on servers that went down), each
+/// with the live copy it goes to. Fails if some block has no copy on a live server.
+fn lost_blocks(manifest: &Manifest, placement: &Placement, down: &[NodeId]) -> Result<Vec<Rewrite>> {
     let shape = &manifest.shape;
     let mut lost = vec![];
     for f in (0..shape.fragment_count()).map(FragmentId) {
-        let holders = manifest.layout.holders(f);
         for block in (0..shape.blocks_in(f)).filter(|&b| placement.copies(f, b).next().is_none()) {
-            let Some((copy, node)) = holders.iter().copied().enumerate().find(|(_, n)| !down.contains(n)) else {
-                return Err(ClientError::Invalid(format!(
-                    "every copy of {f} is on a server that went down ({}); nothing of `{}` is visible",
-                    holders.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
-                    manifest.name
-                )));
-            };
-            lost.push((f, block, copy as u32, node));
+            lost.push(rewrite_target(manifest, f, block, down)?);
         }
     }
-    let write = |(f, block, copy, node): (FragmentId, u32, u32, NodeId)| async move {
+    Ok(lost)
+}
+
+/// The first copy of `f` on a live server, for block `block`.
+fn rewrite_target(manifest: &Manifest, f: FragmentId, block: u32, down: &[NodeId]) -> Result<Rewrite> {
+    let holders = manifest.layout.holders(f);
+    match holders.iter().copied().enumerate().find(|(_, n)| !down.contains(n)) {
+        Some((copy, node)) => Ok((f, block, copy as u32, node)),
+        None => Err(ClientError::Invalid(format!(
+            "every copy of {f} is on a server that went down ({}); nothing of `{}` is visible",
+            holders.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
+            manifest.name
+        ))),
+    }
+}
+
+/// Write `blocks` again, 16 at a time (each server queues its share behind its disk).
+async fn rewrite(
+    client: &Client,
+    manifest: &Manifest,
+    txid: u64,
+    source: &dyn crate::scan::BlockSource,
+    blocks: Vec<Rewrite>,
+) -> Result<Vec<Rewrite>> {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
+    const IN_FLIGHT: usize = 16;
+    let shape = &manifest.shape;
+    let write = |(f, block, copy, node): Rewrite| async move {
         let len = shape.block_len(f, block);
         let piece = ganges_core::shape::Piece {
             fragment: f,
@@ -551,14 +586,60 @@ async fn rewrite_lost(
             Message::Error(err, _) => return Err(ClientError::Server { node, err }),
             other => return Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
         }
-        Ok((f, block, copy))
+        Ok((f, block, copy, node))
     };
-    let written: Vec<(FragmentId, u32, u32)> =
-        stream::iter(lost).map(write).buffer_unordered(IN_FLIGHT).try_collect().await?;
-    for (f, block, copy) in written {
-        placement.add(f, block, copy);
+    stream::iter(blocks).map(write).buffer_unordered(IN_FLIGHT).try_collect().await
+}
+
+/// While the writers run: when a server dies, write again at once the blocks it had taken
+/// that no live server holds, beside the writers' own traffic (rather than after them).
+/// Returns what it wrote; whatever it could not, the final pass does.
+async fn rewrite_as_servers_die(
+    client: Arc<Client>,
+    manifest: Arc<Manifest>,
+    txid: u64,
+    source: Arc<dyn crate::scan::BlockSource>,
+    log: crate::scan::PlacedLog,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> Vec<Rewrite> {
+    const EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+    let mut dead: Vec<NodeId> = vec![];
+    let mut done: Vec<Rewrite> = vec![];
+    loop {
+        tokio::select! {
+            _ = &mut stop => return done,
+            () = tokio::time::sleep(EVERY) => {}
+        }
+        let newly: Vec<NodeId> =
+            (0..client.nodes()).map(NodeId).filter(|&n| client.conn(n).is_err() && !dead.contains(&n)).collect();
+        if newly.is_empty() {
+            continue;
+        }
+        dead.extend(newly);
+        let mut safe: std::collections::HashSet<(FragmentId, u32)> =
+            done.iter().filter(|r| !dead.contains(&r.3)).map(|r| (r.0, r.1)).collect();
+        let mut orphans = std::collections::BTreeSet::new();
+        for &(f, b, n) in log.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if dead.contains(&n) {
+                orphans.insert((f, b));
+            } else {
+                safe.insert((f, b));
+            }
+        }
+        let todo: Result<Vec<Rewrite>> = orphans
+            .into_iter()
+            .filter(|k| !safe.contains(k))
+            .map(|(f, b)| rewrite_target(&manifest, f, b, &dead))
+            .collect();
+        let written = match todo {
+            Ok(todo) => rewrite(&client, &manifest, txid, &*source, todo).await,
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(w) => done.extend(w),
+            Err(e) => tracing::warn!(%e, "writing again what a dead server held; the write's last pass tries again"),
+        }
     }
-    Ok(())
 }
 
 async fn join_writers<W: Send + 'static>(mut tasks: JoinSet<(Result<()>, W)>) -> Result<Vec<W>> {

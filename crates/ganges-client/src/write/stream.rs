@@ -46,6 +46,11 @@ impl WriteStream {
         Ok(WriteStream { inner })
     }
 
+    /// Share where each block lands, as it happens, in `log` (several writers may share one).
+    pub fn log_placed(&mut self, log: crate::scan::PlacedLog) {
+        self.inner.log_placed(log);
+    }
+
     /// Write the whole partition; `progress` hears each block's bytes.
     pub async fn run(&mut self, progress: Option<&ProgressFn>) -> Result<()> {
         while let Some(b) = self.inner.next().await? {
