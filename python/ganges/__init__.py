@@ -18,6 +18,7 @@ import io
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -260,11 +261,13 @@ class Cluster:
         """Write a dataset from `writers` writers at once through a write policy (static, gd,
         dq, ceft, ceft-adaptive). `source` is a file, or buffers (bytes, NumPy arrays, anything
         with the buffer protocol) laid end to end and taken without a copy; with `size` and no
-        source the writers generate the bytes. All-or-nothing: on failure nothing is visible."""
+        source the writers generate the bytes. All-or-nothing: on failure nothing is visible,
+        except that a server dying mid-write leaves the dataset committed *degraded* (every
+        block on a live copy; a warning names the server; `Dataset.repair()` restores it)."""
         src: Any = source
         if source is not None and not isinstance(source, str | os.PathLike):
             src = [_contiguous(b) for b in source]
-        self._inner.write(
+        outcome: dict[str, Any] = self._inner.write(
             name,
             source=src,
             size=size,
@@ -276,6 +279,13 @@ class Cluster:
             seed=seed,
             progress_cb=progress,
         )
+        if outcome.get("missing"):
+            nodes = ", ".join(f"node{n}" for n in outcome["missing"])
+            warnings.warn(
+                f"`{name}` is committed degraded: {nodes} went down during the write; "
+                "Dataset.repair() restores its copies once it is back",
+                stacklevel=2,
+            )
         return Dataset(self, name)
 
     def write_array(
@@ -423,6 +433,10 @@ class Cluster:
     def kill(self, node: int) -> None:
         """Kill one server of a local cluster."""
         self._inner.kill(node)
+
+    def restart(self, node: int) -> None:
+        """Start a killed server of a local cluster again, on its data and address."""
+        self._inner.restart(node)
 
     def __repr__(self) -> str:
         return f"ganges.Cluster({self.path!r}, nodes={self.nodes})"
@@ -577,6 +591,11 @@ class Dataset:
         """Fill every copy of a dataset written with a choice of copy."""
         result: dict[str, Any] = self.cluster._inner.complete(self.name)
         return result
+
+    def repair(self) -> dict[str, Any]:
+        """Restore full replication: servers down when it was written get their copies, and
+        every copy is filled (what `complete` does)."""
+        return self.complete()
 
     def rm(self) -> dict[str, Any]:
         result: dict[str, Any] = self.cluster._inner.rm(self.name)

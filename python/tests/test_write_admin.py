@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,23 @@ def test_a_full_disk_is_disk_full(name: str, tmp_path: Path) -> None:
             assert name not in c.datasets()
     finally:
         subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def test_a_write_goes_on_through_a_dead_server(name: str, tmp_path: Path) -> None:
+    """Degraded: a server killed mid-write; the write commits, warns, reads back whole, and
+    repair() restores the server's copies once it is back."""
+    with ganges.local_cluster(nodes=4, disk_rate="16MiB/s", root=tmp_path / "c") as c:
+        killer = threading.Timer(0.4, c.kill, args=(2,))
+        killer.start()
+        with pytest.warns(UserWarning, match="committed degraded: node2"):
+            ds = c.write(name, size="48MiB", writers=4, policy="gd")
+        killer.join()
+        want = c.dataset(name).numpy(policy="gd").tobytes()
+        assert len(want) == 48 << 20
+        with pytest.raises(ganges.ClusterUnreachable):
+            ds.repair()
+        c.restart(2)
+        done = ds.repair()
+        assert done["restored"] == [2]
+        assert ds.verify()["clean"]
+        assert ds.numpy(policy="static").tobytes() == want

@@ -23,7 +23,7 @@ use pyo3::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A local cluster, stopped by the process that started it and by no other: a forked child
 /// that inherits the handle leaves the servers alone.
@@ -48,12 +48,15 @@ pub enum SourceArg {
     Buffers(Vec<pyo3_bytes::PyBytes>),
 }
 
+/// While a server is down, how often the connections are made afresh.
+const RECONNECT_EVERY: Duration = Duration::from_secs(2);
+
 #[pyclass(module = "ganges._ganges", frozen)]
 #[derive(Debug)]
 pub struct Cluster {
     file: ClusterFile,
-    /// This process's connections, made again in a forked child.
-    client: Mutex<Option<(u32, Arc<Client>)>>,
+    /// This process's connections (made again in a forked child), and when they were made.
+    client: Mutex<Option<(u32, Arc<Client>, Instant)>>,
     local: Mutex<Option<Local>>,
 }
 
@@ -64,15 +67,27 @@ impl Cluster {
     }
 
     /// The connections for this process, made on first use in it.
+    /// This process's connections; while some server is down, connected afresh now and then
+    /// (at most every `RECONNECT_EVERY`), so a server that is back is used again.
     pub fn client(&self, py: Python<'_>) -> PyResult<Arc<Client>> {
         let pid = std::process::id();
-        if let Some((owner, c)) = &*self.client.lock().unwrap_or_else(|e| e.into_inner())
-            && *owner == pid
+        let cached = self.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some((owner, c, tried)) = cached
+            && owner == pid
         {
-            return Ok(c.clone());
+            let whole = c.live_nodes().len() == c.nodes() as usize;
+            if whole || tried.elapsed() < RECONNECT_EVERY {
+                return Ok(c);
+            }
+            let fresh = match wait(py, Client::connect(self.file.clone()))? {
+                Ok(n) if n.live_nodes().len() > c.live_nodes().len() => n,
+                _ => c,
+            };
+            *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, fresh.clone(), Instant::now()));
+            return Ok(fresh);
         }
         let c = wait(py, Client::connect(self.file.clone()))?.map_err(errors::client)?;
-        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, c.clone()));
+        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, c.clone(), Instant::now()));
         Ok(c)
     }
 
@@ -185,6 +200,22 @@ impl Cluster {
             return Err(invalid(format!("node {node} is not in the cluster (nodes 0..{})", self.file.nodes())));
         }
         servers.kill(NodeId(node));
+        Ok(())
+    }
+
+    fn restart(&self, py: Python<'_>, node: u32) -> PyResult<()> {
+        if node >= self.file.nodes() {
+            return Err(invalid(format!("node {node} is not in the cluster (nodes 0..{})", self.file.nodes())));
+        }
+        py.detach(|| {
+            let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(servers) = local.as_mut().and_then(|l| l.servers.as_mut()) else {
+                return Err(invalid("restart starts a server of a local cluster this process started"));
+            };
+            servers.restart(NodeId(node)).map_err(|e| errors::GangesError::new_err(e.to_string()))
+        })?;
+        // Connect afresh on next use: the old connection to that server is closed.
+        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
         Ok(())
     }
 
