@@ -536,6 +536,48 @@ async fn a_full_disk_fails_the_write_by_name_and_leaves_nothing() {
     local.stop();
 }
 
+/// Bytes allocated to the files under `dir` (holes do not count).
+fn allocated(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        total += if m.is_dir() { allocated(&e.path()) } else { m.blocks() * 512 };
+    }
+    total
+}
+
+/// Replica completion onto a full disk: the error names the server, the dataset stays as it
+/// was (incomplete and readable), and the blocks the failed fill wrote are given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_onto_a_full_disk_fails_by_name_and_gives_the_space_back() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("node-1").join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // Room for node 1's share of a one-copy-per-block write, not for both of its copies.
+    let Some(_guard) = tmpfs(&data, "3m") else { return };
+    let spec_ =
+        ganges_harness::local::LocalSpec::new(4, root.path().to_path_buf(), common::disk(64.0), common::binary());
+    let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
+    let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();
+    let g = Generator::Random { seed: 9 };
+    let s = spec("half", WritePolicyKind::Gd, 8 << 20, WriteSource::Generated(g), false);
+    let out = write::write(&client, s, None).await.expect("the write fits");
+    let before = allocated(&data);
+    let e = write::complete(&client, &out.manifest.name).await.expect_err("completion cannot fit on node 1");
+    assert_eq!(e.code(), Some(ErrorCode::DiskFull), "{e}");
+    assert!(e.to_string().contains("disk full on node1"), "the error names the server: {e}");
+    let m = client.manifest(&out.manifest.name).await.unwrap();
+    assert_eq!(m.state, DatasetState::Incomplete, "nothing changed for readers");
+    let (bytes, digest) = read_all(&client, &m, ReadPolicyKind::Gd).await;
+    assert_eq!(digest, m.digest);
+    assert!(bytes == generated(g, 8 << 20));
+    // Without giving back, the blocks filled before the disk ran out stay (here 3 of them).
+    let after = allocated(&data);
+    assert!(after <= before + (256 << 10), "the failed fill's blocks are given back: {before} then {after} bytes");
+    local.stop();
+}
+
 /// Exporting onto a full local disk: the error names the file asked for, and nothing of it
 /// is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,83 +91,95 @@ pub async fn fill(
     let mut blocks = 0u64;
     let stream = ganges_core::datagen::mix64(m.id ^ ((fragment.0 as u64) << 32) ^ shared.config.node.0 as u64);
     let sources = by_source.clone();
-    for (node, wanted) in by_source {
-        let addr = &peers
-            .iter()
-            .find(|p| p.node == node)
-            .ok_or_else(|| {
-                StoreError::BadRequest(format!("no address given for {node}, which holds blocks {fragment} needs"))
-            })?
-            .addr;
-        let mut conn = PeerConn::connect(shared, addr).await.map_err(|e| peer_err(node, e.to_string()))?;
-        let mut next = 0;
-        let mut asked: HashMap<u64, u32> = HashMap::new();
-        let mut writes: VecDeque<oneshot::Receiver<Result<u32, StoreError>>> = VecDeque::new();
-        while next < wanted.len() || !asked.is_empty() {
-            while asked.len() < FILL_WINDOW && next < wanted.len() {
-                let block = wanted[next];
-                next += 1;
-                let read = Message::Read(ReadReq {
-                    stream,
+    // Writes queued behind the reads; on a failure, those still queued are waited for before
+    // anything is given back.
+    let mut writes: VecDeque<oneshot::Receiver<Result<u32, StoreError>>> = VecDeque::new();
+    let copied: Result<(), StoreError> = async {
+        for (node, wanted) in by_source {
+            let addr = &peers
+                .iter()
+                .find(|p| p.node == node)
+                .ok_or_else(|| {
+                    StoreError::BadRequest(format!("no address given for {node}, which holds blocks {fragment} needs"))
+                })?
+                .addr;
+            let mut conn = PeerConn::connect(shared, addr).await.map_err(|e| peer_err(node, e.to_string()))?;
+            let mut next = 0;
+            let mut asked: HashMap<u64, u32> = HashMap::new();
+            while next < wanted.len() || !asked.is_empty() {
+                while asked.len() < FILL_WINDOW && next < wanted.len() {
+                    let block = wanted[next];
+                    next += 1;
+                    let read = Message::Read(ReadReq {
+                        stream,
+                        progress: Progress { done_bytes: done, total_bytes: total, metric: ProgressMetric::Bytes },
+                        service: Service::FURTHEST_BEHIND,
+                        dataset: name.clone(),
+                        fragment,
+                        block,
+                        start_in_block: 0,
+                        len: m.shape.block_len(fragment, block),
+                    });
+                    let id = conn.send(&read).await.map_err(|e| peer_err(node, e.to_string()))?;
+                    asked.insert(id, block);
+                }
+                // A peer holding our reads that says nothing for this long is hung: give up, and
+                // the client's `complete` reports it (running it again finishes the job).
+                let (id, reply) = tokio::time::timeout(STALL_TIMEOUT_DEFAULT, conn.read_tagged())
+                    .await
+                    .map_err(|_| peer_err(node, format!("no answer for {STALL_TIMEOUT_DEFAULT:?}")))?
+                    .map_err(|e| peer_err(node, e.to_string()))?;
+                let Some(block) = asked.remove(&id) else { continue };
+                let (crc, data) = match reply {
+                    Message::ReadOk(ReadOk { crc, data, .. }) => (crc, data),
+                    Message::Error(e, _) => return Err(peer_err(node, format!("{fragment} block {block}: {e}"))),
+                    other => return Err(peer_err(node, format!("unexpected reply kind {:#04x}", other.kind()))),
+                };
+                done += data.len() as u64;
+                blocks += 1;
+                let (tx, rx) = oneshot::channel();
+                let job = Job {
+                    id: 0,
+                    stream: StreamKey { conn: 0, stream },
+                    file: files.key,
+                    bytes: data.len() as u64,
                     progress: Progress { done_bytes: done, total_bytes: total, metric: ProgressMetric::Bytes },
                     service: Service::FURTHEST_BEHIND,
-                    dataset: name.clone(),
-                    fragment,
+                    arrival: shared.now(),
+                };
+                let ctx = WriteCtx {
+                    conn: 0,
+                    request_id: 0,
+                    target: WriteTarget::Fill { dataset: ds.clone(), files: files.clone() },
                     block,
-                    start_in_block: 0,
-                    len: m.shape.block_len(fragment, block),
-                });
-                let id = conn.send(&read).await.map_err(|e| peer_err(node, e.to_string()))?;
-                asked.insert(id, block);
+                    crc,
+                    data,
+                    reply: WriteReply::Local(tx),
+                };
+                shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
+                shared.disk_wake.notify_one();
+                writes.push_back(rx);
+                if writes.len() >= FILL_WINDOW {
+                    wait(writes.pop_front().expect("not empty")).await?;
+                }
             }
-            // A peer holding our reads that says nothing for this long is hung: give up, and
-            // the client's `complete` reports it (running it again finishes the job).
-            let (id, reply) = tokio::time::timeout(STALL_TIMEOUT_DEFAULT, conn.read_tagged())
-                .await
-                .map_err(|_| peer_err(node, format!("no answer for {STALL_TIMEOUT_DEFAULT:?}")))?
-                .map_err(|e| peer_err(node, e.to_string()))?;
-            let Some(block) = asked.remove(&id) else { continue };
-            let (crc, data) = match reply {
-                Message::ReadOk(ReadOk { crc, data, .. }) => (crc, data),
-                Message::Error(e, _) => return Err(peer_err(node, format!("{fragment} block {block}: {e}"))),
-                other => return Err(peer_err(node, format!("unexpected reply kind {:#04x}", other.kind()))),
-            };
-            done += data.len() as u64;
-            blocks += 1;
-            let (tx, rx) = oneshot::channel();
-            let job = Job {
-                id: 0,
-                stream: StreamKey { conn: 0, stream },
-                file: files.key,
-                bytes: data.len() as u64,
-                progress: Progress { done_bytes: done, total_bytes: total, metric: ProgressMetric::Bytes },
-                service: Service::FURTHEST_BEHIND,
-                arrival: shared.now(),
-            };
-            let ctx = WriteCtx {
-                conn: 0,
-                request_id: 0,
-                target: WriteTarget::Fill { dataset: ds.clone(), files: files.clone() },
-                block,
-                crc,
-                data,
-                reply: WriteReply::Local(tx),
-            };
-            shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
-            shared.disk_wake.notify_one();
-            writes.push_back(rx);
-            if writes.len() >= FILL_WINDOW {
-                wait(writes.pop_front().expect("not empty")).await?;
+            while let Some(rx) = writes.pop_front() {
+                wait(rx).await?;
             }
         }
+        Ok(())
+    }
+    .await;
+    if copied.is_err() {
         while let Some(rx) = writes.pop_front() {
-            wait(rx).await?;
+            let _ = rx.await;
         }
     }
     let store = shared.store.clone();
     let (d2, f2) = (ds.clone(), files.clone());
     let repairing = !repair.is_empty();
-    tokio::task::spawn_blocking(move || {
+    let synced = tokio::task::spawn_blocking(move || {
+        copied?;
         store.sync_fill(&d2, &f2)?;
         if repairing {
             for (node, blocks) in &sources {
@@ -177,7 +189,16 @@ pub async fn fill(
         Ok::<_, StoreError>(())
     })
     .await
-    .map_err(|e| StoreError::BadRequest(format!("sync task failed: {e}")))??;
+    .map_err(|e| StoreError::BadRequest(format!("sync task failed: {e}")))?;
+    if let Err(e) = synced {
+        // A completion that failed (a full disk, a peer gone) gives back the space of the
+        // blocks it wrote: no manifest counts them. A repair's blocks were the copy's own.
+        if !repairing {
+            let (store, d2, f2) = (shared.store.clone(), ds.clone(), files.clone());
+            let _ = tokio::task::spawn_blocking(move || store.abandon_fill(&d2, &f2)).await;
+        }
+        return Err(e);
+    }
     if repairing {
         tracing::warn!(node = %shared.config.node, dataset = %name, %fragment, ?repair, "blocks repaired from another copy");
     } else {

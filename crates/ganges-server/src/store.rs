@@ -922,6 +922,19 @@ impl Store {
         files.crc.sync_all().map_err(self.map_write_err(what))
     }
 
+    /// After a completion failed: give back the space of the blocks it wrote into the copy
+    /// (holes punched where they were; no manifest counts them).
+    pub fn abandon_fill(&self, ds: &Dataset, files: &FillFiles) {
+        use rustix::fs::{FallocateFlags, fallocate};
+        let shape = &ds.manifest.shape;
+        for (b, _) in files.filled.lock().expect("fill lock").iter() {
+            let (at, len) = (shape.block_offset(*b), u64::from(shape.block_len(files.fragment, *b)));
+            if let Err(e) = fallocate(&files.data, FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, at, len) {
+                tracing::warn!(fragment = %files.fragment, block = b, %e, "could not give back a failed fill's block");
+            }
+        }
+    }
+
     /// Replace an incomplete dataset's manifest by the complete one, atomically (write
     /// beside, fsync, rename). Readers that opened the old one keep it; new ones see the new.
     pub fn mark_complete(&self, manifest: &Manifest) -> Result<()> {
