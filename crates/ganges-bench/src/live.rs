@@ -168,13 +168,8 @@ impl Dashboard {
 
     /// User and system CPU seconds of the process so far.
     fn cpu_secs(&self) -> BenchResult<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
-        // The fields after the command's closing parenthesis: utime and stime are the 12th
-        // and 13th of them (fields 14 and 15 of the whole line), in clock ticks.
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        Ok((ticks(11) + ticks(12)) / rustix::param::clock_ticks_per_second() as f64)
+        ganges_harness::sys::cpu_secs(self.child.id())
+            .ok_or_else(|| BenchError::Failed("the dashboard's CPU time is not readable in /proc".into()))
     }
 
     fn stop(&mut self) {

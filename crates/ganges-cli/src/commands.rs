@@ -865,10 +865,7 @@ pub async fn fault_show(cluster: &Path) -> CliResult<()> {
                         format!("{}/s, seek {:.1}ms", ByteSize(d.rate_bytes_per_sec as u64), d.seek.as_secs_f64() * 1e3)
                     },
                 );
-                let eff = stats.disk.map_or("-".into(), |d| {
-                    let f = stats.fault.map_or(1.0, |f| f.rate_fraction());
-                    format!("{}/s", ByteSize((d.rate_bytes_per_sec * f) as u64))
-                });
+                let eff = stats.model_rate().map_or("-".into(), |r| format!("{}/s", ByteSize(r as u64)));
                 t.row(vec![
                     node.0.to_string(),
                     disk,

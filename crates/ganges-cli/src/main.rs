@@ -229,13 +229,7 @@ fn serve(a: ServeArgs) -> CliResult<()> {
     let file = a.cluster.as_deref().map(ClusterFile::load).transpose()?;
     let entry = file.as_ref().map(|f| f.server(node).cloned()).transpose()?;
     // The other servers, for request handoff; local clusters send them once all are up.
-    let peers = file.as_ref().map_or(vec![], |f| {
-        f.servers
-            .iter()
-            .filter(|s| s.node != node)
-            .map(|s| ganges_proto::control::Peer { node: s.node, addr: s.addr.clone() })
-            .collect()
-    });
+    let peers = file.as_ref().map_or(vec![], |f| f.peers().into_iter().filter(|p| p.node != node).collect());
     let listen = a
         .listen
         .clone()

@@ -79,6 +79,23 @@ impl Client {
         self.said_down.lock().unwrap_or_else(|e| e.into_inner()).insert(node)
     }
 
+    /// Whether every server's connection is up.
+    pub fn is_whole(&self) -> bool {
+        self.live_nodes().len() == self.nodes() as usize
+    }
+
+    /// This client, or one connected afresh to the same cluster if that reaches more servers
+    /// (one that was down is back). Callers holding a client for long ask now and then.
+    pub async fn reconnected(self: &Arc<Self>) -> Arc<Client> {
+        if self.is_whole() {
+            return self.clone();
+        }
+        match Client::connect(self.cluster.clone()).await {
+            Ok(c) if c.live_nodes().len() > self.live_nodes().len() => c,
+            _ => self.clone(),
+        }
+    }
+
     /// Nodes whose connection is up.
     pub fn live_nodes(&self) -> Vec<NodeId> {
         (0..self.nodes()).map(NodeId).filter(|n| self.conn(*n).is_ok()).collect()

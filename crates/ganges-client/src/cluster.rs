@@ -182,6 +182,11 @@ impl ClusterFile {
         self.servers.len() as u32
     }
 
+    /// Every server as servers name one another (handoff, completion, repair, arrays).
+    pub fn peers(&self) -> Vec<ganges_proto::control::Peer> {
+        self.servers.iter().map(|s| ganges_proto::control::Peer { node: s.node, addr: s.addr.clone() }).collect()
+    }
+
     /// The entry of `node`.
     pub fn server(&self, node: NodeId) -> Result<&ServerEntry> {
         self.servers

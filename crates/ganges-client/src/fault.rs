@@ -40,13 +40,7 @@ pub async fn all_stats(client: &Client) -> Vec<Option<ServerStats>> {
 /// The rate each server's modelled disk delivers now, its fault included: `None` when some
 /// server reads a real disk (no model rate to reckon with) or did not answer.
 pub fn model_rates(stats: &[Option<ServerStats>]) -> Option<Vec<f64>> {
-    stats
-        .iter()
-        .map(|s| {
-            let s = s.as_ref()?;
-            Some(s.disk?.rate_bytes_per_sec * s.fault.map_or(1.0, |f| f.rate_fraction()))
-        })
-        .collect()
+    stats.iter().map(|s| s.as_ref()?.model_rate()).collect()
 }
 
 /// The least time in which the servers, at their modelled rates with the faults in force,

@@ -8,7 +8,7 @@ use crate::dataset::{ProgressFn, VerifySummary, verify};
 use crate::error::{ClientError, Result};
 use futures_util::future::join_all;
 use ganges_core::ids::{FragmentId, NodeId};
-use ganges_proto::control::{BadBlock, ControlReply, ControlRequest, Peer};
+use ganges_proto::control::{BadBlock, ControlReply, ControlRequest};
 use ganges_proto::manifest::{DatasetName, Manifest};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -63,8 +63,7 @@ pub async fn repair(
     fragment: FragmentId,
     blocks: &[u32],
 ) -> Result<()> {
-    let peers: Vec<Peer> =
-        client.cluster().servers.iter().map(|s| Peer { node: s.node, addr: s.addr.clone() }).collect();
+    let peers = client.cluster().peers();
     let name = manifest.name.clone();
     let req = ControlRequest::Fill { name: name.clone(), fragment, peers, repair: blocks.to_vec() };
     match client.control(node, req).await? {

@@ -160,15 +160,13 @@ pub trait BlockSource: Send + Sync + std::fmt::Debug {
 struct WriteOp {
     txid: u64,
     source: Arc<dyn BlockSource>,
-    /// (piece, node, crc) of every block a server said it wrote, duplicates included (a
-    /// block written twice is on both copies).
-    placed: Vec<(usize, NodeId, u32)>,
     crcs: HashMap<usize, u32>,
-    /// Where each block landed, shared as it happens with whoever watches the write.
-    log: Option<PlacedLog>,
+    /// Where each block landed, as it happens (shared by the writers of one write).
+    placed: PlacedLog,
 }
 
-/// (fragment, block, node) of every block written so far, by all the writers sharing it.
+/// (fragment, block, node) of every block a server said it wrote, by all the writers
+/// sharing it, duplicates included (a block written twice is on both copies).
 pub type PlacedLog = Arc<std::sync::Mutex<Vec<(FragmentId, u32, NodeId)>>>;
 
 #[derive(Debug)]
@@ -430,10 +428,7 @@ impl ReadStream {
                     self.engine.on_service(o.node, p.len as u64, service_us);
                     let w = self.write.as_mut().expect("a writer");
                     let crc = w.crcs[&o.piece];
-                    w.placed.push((o.piece, o.node, crc));
-                    if let Some(log) = &w.log {
-                        log.lock().unwrap_or_else(|e| e.into_inner()).push((p.fragment, p.block, o.node));
-                    }
+                    w.placed.lock().unwrap_or_else(|e| e.into_inner()).push((p.fragment, p.block, o.node));
                     if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
                         self.fold(&p, crc);
                         crate::metrics::block_written(u64::from(p.len));
@@ -518,21 +513,9 @@ impl ReadStream {
     }
 
     /// Make this stream a writer's (GW-1): its pieces are written, staged as `txid`, with
-    /// the bytes `source` gives.
-    pub(crate) fn start_writing(&mut self, txid: u64, source: Arc<dyn BlockSource>) {
-        self.write = Some(WriteOp { txid, source, placed: vec![], crcs: HashMap::new(), log: None });
-    }
-
-    /// Share where each block lands, as it happens, in `log`.
-    pub(crate) fn log_placed(&mut self, log: PlacedLog) {
-        if let Some(w) = self.write.as_mut() {
-            w.log = Some(log);
-        }
-    }
-
-    /// Where each written block went so far: (piece, node, crc), duplicates included.
-    pub(crate) fn placed(&self) -> &[(usize, NodeId, u32)] {
-        self.write.as_ref().map_or(&[], |w| &w.placed)
+    /// the bytes `source` gives; where each lands goes to `placed`.
+    pub(crate) fn start_writing(&mut self, txid: u64, source: Arc<dyn BlockSource>, placed: PlacedLog) {
+        self.write = Some(WriteOp { txid, source, crcs: HashMap::new(), placed });
     }
 
     /// Stop reading: cancel what is still queued at servers. Returns the report.

@@ -109,6 +109,14 @@ impl Placement {
         self.masks.get(fragment.index()).and_then(|f| f.get(block as usize)).is_some_and(|m| m & (1 << copy) != 0)
     }
 
+    /// Blocks of `fragment` on no copy at all (a degraded write: they were only on servers
+    /// that went down).
+    pub fn unplaced(&self, fragment: FragmentId) -> Vec<u32> {
+        (0..self.masks[fragment.index()].len() as u32)
+            .filter(|&b| self.masks[fragment.index()][b as usize] == 0)
+            .collect()
+    }
+
     /// Blocks copy `copy` of `fragment` lacks: what replica completion must bring it.
     pub fn missing(&self, fragment: FragmentId, copy: u32) -> Vec<u32> {
         let bit = 1 << copy;

@@ -17,6 +17,8 @@
 //! own fragment, so the dataset is the servers' logs in node order, one copy each, and a
 //! block's place in it is where it landed (the writers learn it from the replies).
 
+use crate::ids::{FragmentId, NodeId};
+use crate::layout::Layout;
 use crate::route::ReadPolicyKind;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -92,9 +94,26 @@ impl fmt::Display for WritePolicyKind {
     }
 }
 
+/// Where a block goes when every copy it was written to went down with its server (a
+/// degraded write): the first copy of its fragment on a server not in `down`, as
+/// (copy, node); `None` when all its holders are down.
+pub fn rewrite_target(layout: &Layout, fragment: FragmentId, down: &[NodeId]) -> Option<(u32, NodeId)> {
+    (0..layout.replicas()).map(|c| (c, layout.node_of(fragment, c))).find(|(_, n)| !down.contains(n))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_block_goes_to_the_first_live_copy_or_nowhere() {
+        let layout = Layout::chained(4, 3).unwrap();
+        // Fragment 2 lives on nodes 2, 3 and 0.
+        assert_eq!(rewrite_target(&layout, FragmentId(2), &[]), Some((0, NodeId(2))));
+        assert_eq!(rewrite_target(&layout, FragmentId(2), &[NodeId(2)]), Some((1, NodeId(3))));
+        assert_eq!(rewrite_target(&layout, FragmentId(2), &[NodeId(2), NodeId(3)]), Some((2, NodeId(0))));
+        assert_eq!(rewrite_target(&layout, FragmentId(2), &[NodeId(0), NodeId(2), NodeId(3)]), None);
+    }
 
     #[test]
     fn names_round_trip_and_unknown_ones_list_the_choices() {

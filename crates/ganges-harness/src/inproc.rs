@@ -8,7 +8,7 @@ use ganges_client::Client;
 use ganges_client::cluster::{ClusterFile, ServerEntry};
 use ganges_core::disk::DiskParams;
 use ganges_core::ids::NodeId;
-use ganges_proto::control::{ControlRequest, Peer};
+use ganges_proto::control::ControlRequest;
 use ganges_server::ServerConfig;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -67,8 +67,7 @@ impl InProcessCluster {
         }
         let file = ClusterFile::new(entries)?;
         let cluster = InProcessCluster { file, dir, servers };
-        let peers: Vec<Peer> =
-            cluster.file.servers.iter().map(|s| Peer { node: s.node, addr: s.addr.clone() }).collect();
+        let peers = cluster.file.peers();
         let client = cluster.client().await?;
         let nodes: Vec<NodeId> = cluster.file.servers.iter().map(|s| s.node).collect();
         for (node, r) in client.control_all(&nodes, &ControlRequest::SetPeers { peers }).await {

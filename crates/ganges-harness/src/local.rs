@@ -16,7 +16,7 @@ use ganges_client::cluster::{ClusterFile, LocalInfo, ServerEntry};
 use ganges_core::disk::DiskParams;
 use ganges_core::ids::NodeId;
 use ganges_core::sched::SchedulerKind;
-use ganges_proto::control::{ControlReply, ControlRequest, Peer};
+use ganges_proto::control::{ControlReply, ControlRequest};
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -371,7 +371,7 @@ impl Drop for LocalCluster {
 /// Tell every server where the others are (request handoff needs it), through the
 /// cluster's own transport (its secret, if it has one).
 fn tell_peers(file: &ClusterFile) -> HarnessResult<()> {
-    let peers: Vec<Peer> = file.servers.iter().map(|s| Peer { node: s.node, addr: s.addr.clone() }).collect();
+    let peers = file.peers();
     let nodes: Vec<NodeId> = file.servers.iter().map(|s| s.node).collect();
     let req = ControlRequest::SetPeers { peers };
     for (node, r) in blocking_control_all(file, &nodes, req)? {

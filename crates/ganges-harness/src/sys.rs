@@ -73,6 +73,16 @@ pub fn alive(p: u32) -> bool {
     }
 }
 
+/// User and system CPU seconds process `p` has used (`/proc/PID/stat`'s utime and stime, the
+/// 12th and 13th fields after the command's closing parenthesis, in clock ticks).
+pub fn cpu_secs(p: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let utime: f64 = fields.next()?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) / rustix::param::clock_ticks_per_second() as f64)
+}
+
 /// Bytes free for an unprivileged user on the file system holding `path`, if it can be asked.
 pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
     let st = rustix::fs::statvfs(path).ok()?;

@@ -251,17 +251,11 @@ impl Collector {
 
     /// A server that went down may be back: connect afresh now and then while one is down.
     async fn reconnect_if_down(&mut self) {
-        if self.client.live_nodes().len() == self.client.nodes() as usize
-            || self.last_connect.elapsed() < RECONNECT_EVERY
-        {
+        if self.client.is_whole() || self.last_connect.elapsed() < RECONNECT_EVERY {
             return;
         }
         self.last_connect = Instant::now();
-        if let Ok(c) = Client::connect(self.client.cluster().clone()).await
-            && c.live_nodes().len() > self.client.live_nodes().len()
-        {
-            self.client = c;
-        }
+        self.client = self.client.reconnected().await;
     }
 }
 
@@ -271,10 +265,7 @@ async fn ask(client: &Client, node: NodeId, req: ControlRequest) -> Option<Contr
 
 /// The disk's rate now: the model's with its fault, else the one measured.
 fn disk_rate(s: &ServerStats) -> Option<f64> {
-    match s.disk {
-        Some(d) => Some(d.rate_bytes_per_sec * s.fault.map_or(1.0, |f| f.rate_fraction())),
-        None => s.measured_disk_bytes_per_sec,
-    }
+    if s.disk.is_some() { s.model_rate() } else { s.measured_disk_bytes_per_sec }
 }
 
 fn fault_words(s: &ServerStats) -> Option<String> {

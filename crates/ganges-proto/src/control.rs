@@ -431,6 +431,13 @@ pub struct ServerStats {
     pub metrics_addr: Option<String>,
 }
 
+impl ServerStats {
+    /// The rate the modelled disk delivers now, its fault included (`None`: a real disk).
+    pub fn model_rate(&self) -> Option<f64> {
+        Some(self.disk?.rate_bytes_per_sec * self.fault.map_or(1.0, |f| f.rate_fraction()))
+    }
+}
+
 /// What one consumer stream read from this server, and its progress as it last told it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConsumerActivity {

@@ -75,14 +75,10 @@ impl Cluster {
         if let Some((owner, c, tried)) = cached
             && owner == pid
         {
-            let whole = c.live_nodes().len() == c.nodes() as usize;
-            if whole || tried.elapsed() < RECONNECT_EVERY {
+            if c.is_whole() || tried.elapsed() < RECONNECT_EVERY {
                 return Ok(c);
             }
-            let fresh = match wait(py, Client::connect(self.file.clone()))? {
-                Ok(n) if n.live_nodes().len() > c.live_nodes().len() => n,
-                _ => c,
-            };
+            let fresh = wait(py, c.reconnected())?;
             *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, fresh.clone(), Instant::now()));
             return Ok(fresh);
         }

@@ -363,10 +363,7 @@ fn enqueue_read(
     let ctx = JobCtx {
         conn,
         client_id,
-        stream: r.stream,
-        progress: r.progress,
         copy: copy.copy,
-        arrived: now,
         origin: None,
         request_id: id,
         dataset: ds.clone(),

@@ -23,7 +23,7 @@ use crate::metrics::ServedRead;
 use crate::store::{Dataset, FillFiles, StagedWrite, StoreError};
 use bytes::Bytes;
 use ganges_core::ids::FragmentId;
-use ganges_core::sched::Progress;
+use ganges_core::sched::Job;
 use ganges_core::serve::{Popped, ReadContext, ServerQueue};
 use ganges_proto::msg::{ErrorCode, Message, Origin, ReadOk, WireError, WriteOk};
 use std::sync::Arc;
@@ -36,13 +36,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 pub struct JobCtx {
     pub conn: u64,
     pub client_id: u64,
-    /// The consumer stream the read is for, its progress, and which copy of its fragment
-    /// this server holds (0: the primary), for the metrics and the live view.
-    pub stream: u64,
-    pub progress: Progress,
+    /// Which copy of its fragment this server holds (0: the primary), for the metrics and
+    /// the live view (the consumer stream, its progress and the arrival are the job's).
     pub copy: u32,
-    /// When the read arrived.
-    pub arrived: ganges_core::time::Time,
     pub request_id: u64,
     pub dataset: Arc<Dataset>,
     pub fragment: FragmentId,
@@ -178,7 +174,7 @@ pub async fn run(shared: Arc<Shared>, queue_depth: u32) {
 
 async fn serve(shared: &Arc<Shared>, p: Popped<Ctx>) {
     match p.ctx {
-        Ctx::Read(ctx) => serve_read(shared, ctx, p.modelled).await,
+        Ctx::Read(ctx) => serve_read(shared, ctx, &p.job, p.modelled).await,
         Ctx::Write(ctx) => serve_write(shared, ctx, p.modelled).await,
     }
 }
@@ -267,7 +263,7 @@ async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<gange
     }
 }
 
-async fn serve_read(shared: &Arc<Shared>, ctx: JobCtx, modelled: Option<ganges_core::disk::Service>) {
+async fn serve_read(shared: &Arc<Shared>, ctx: JobCtx, job: &Job, modelled: Option<ganges_core::disk::Service>) {
     let began = shared.now();
     let store = shared.store.clone();
     let (ds, fragment, block, start, len) = (ctx.dataset.clone(), ctx.fragment, ctx.block, ctx.start, ctx.len);
@@ -285,12 +281,12 @@ async fn serve_read(shared: &Arc<Shared>, ctx: JobCtx, modelled: Option<ganges_c
             shared.counters.reads.fetch_add(1, Ordering::Relaxed);
             shared.counters.read_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
             let served = ServedRead {
-                stream: ctx.stream,
+                stream: job.stream.stream,
                 dataset: &ctx.dataset.manifest.name,
-                progress: ctx.progress,
+                progress: job.progress,
                 copy: ctx.copy,
                 bytes: data.len() as u64,
-                arrived: ctx.arrived,
+                arrived: job.arrival,
                 now: shared.now(),
             };
             shared.metrics.read_served(served, shared.metrics_addr.is_some());

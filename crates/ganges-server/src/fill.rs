@@ -87,94 +87,30 @@ pub async fn fill(
         .map_err(|e| StoreError::BadRequest(format!("open task failed: {e}")))??;
     let files = Arc::new(files);
     let total: u64 = by_source.values().flatten().map(|&b| m.shape.block_len(fragment, b) as u64).sum();
-    let mut done = 0u64;
-    let mut blocks = 0u64;
     let stream = ganges_core::datagen::mix64(m.id ^ ((fragment.0 as u64) << 32) ^ shared.config.node.0 as u64);
-    let sources = by_source.clone();
-    // Writes queued behind the reads; on a failure, those still queued are waited for before
-    // anything is given back.
-    let mut writes: VecDeque<oneshot::Receiver<Result<u32, StoreError>>> = VecDeque::new();
-    let copied: Result<(), StoreError> = async {
-        for (node, wanted) in by_source {
-            let addr = &peers
-                .iter()
-                .find(|p| p.node == node)
-                .ok_or_else(|| {
-                    StoreError::BadRequest(format!("no address given for {node}, which holds blocks {fragment} needs"))
-                })?
-                .addr;
-            let mut conn = PeerConn::connect(shared, addr).await.map_err(|e| peer_err(node, e.to_string()))?;
-            let mut next = 0;
-            let mut asked: HashMap<u64, u32> = HashMap::new();
-            while next < wanted.len() || !asked.is_empty() {
-                while asked.len() < FILL_WINDOW && next < wanted.len() {
-                    let block = wanted[next];
-                    next += 1;
-                    let read = Message::Read(ReadReq {
-                        stream,
-                        progress: Progress { done_bytes: done, total_bytes: total, metric: ProgressMetric::Bytes },
-                        service: Service::FURTHEST_BEHIND,
-                        dataset: name.clone(),
-                        fragment,
-                        block,
-                        start_in_block: 0,
-                        len: m.shape.block_len(fragment, block),
-                    });
-                    let id = conn.send(&read).await.map_err(|e| peer_err(node, e.to_string()))?;
-                    asked.insert(id, block);
-                }
-                // A peer holding our reads that says nothing for this long is hung: give up, and
-                // the client's `complete` reports it (running it again finishes the job).
-                let (id, reply) = tokio::time::timeout(STALL_TIMEOUT_DEFAULT, conn.read_tagged())
-                    .await
-                    .map_err(|_| peer_err(node, format!("no answer for {STALL_TIMEOUT_DEFAULT:?}")))?
-                    .map_err(|e| peer_err(node, e.to_string()))?;
-                let Some(block) = asked.remove(&id) else { continue };
-                let (crc, data) = match reply {
-                    Message::ReadOk(ReadOk { crc, data, .. }) => (crc, data),
-                    Message::Error(e, _) => return Err(peer_err(node, format!("{fragment} block {block}: {e}"))),
-                    other => return Err(peer_err(node, format!("unexpected reply kind {:#04x}", other.kind()))),
-                };
-                done += data.len() as u64;
-                blocks += 1;
-                let (tx, rx) = oneshot::channel();
-                let job = Job {
-                    id: 0,
-                    stream: StreamKey { conn: 0, stream },
-                    file: files.key,
-                    bytes: data.len() as u64,
-                    progress: Progress { done_bytes: done, total_bytes: total, metric: ProgressMetric::Bytes },
-                    service: Service::FURTHEST_BEHIND,
-                    arrival: shared.now(),
-                };
-                let ctx = WriteCtx {
-                    conn: 0,
-                    request_id: 0,
-                    target: WriteTarget::Fill { dataset: ds.clone(), files: files.clone() },
-                    block,
-                    crc,
-                    data,
-                    reply: WriteReply::Local(tx),
-                };
-                shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
-                shared.disk_wake.notify_one();
-                writes.push_back(rx);
-                if writes.len() >= FILL_WINDOW {
-                    wait(writes.pop_front().expect("not empty")).await?;
-                }
+    let mut copying = Copying {
+        shared,
+        ds: &ds,
+        files: &files,
+        fragment,
+        stream,
+        total,
+        done: 0,
+        blocks: 0,
+        writes: VecDeque::new(),
+    };
+    let mut copied = Ok(());
+    for (&node, wanted) in &by_source {
+        copied = copying.copy_from(node, peers, wanted).await;
+        if copied.is_err() {
+            // Writes still queued are waited for before anything is given back.
+            while let Some(rx) = copying.writes.pop_front() {
+                let _ = rx.await;
             }
-            while let Some(rx) = writes.pop_front() {
-                wait(rx).await?;
-            }
-        }
-        Ok(())
-    }
-    .await;
-    if copied.is_err() {
-        while let Some(rx) = writes.pop_front() {
-            let _ = rx.await;
+            break;
         }
     }
+    let (blocks, done) = (copying.blocks, copying.done);
     let store = shared.store.clone();
     let (d2, f2) = (ds.clone(), files.clone());
     let repairing = !repair.is_empty();
@@ -182,7 +118,7 @@ pub async fn fill(
         copied?;
         store.sync_fill(&d2, &f2)?;
         if repairing {
-            for (node, blocks) in &sources {
+            for (node, blocks) in &by_source {
                 store.record_repair(&d2, fragment, blocks, *node)?;
             }
         }
@@ -205,6 +141,97 @@ pub async fn fill(
         tracing::info!(node = %shared.config.node, dataset = %name, %fragment, blocks, bytes = done, "copy filled");
     }
     Ok(ControlReply::Filled { blocks, bytes: done })
+}
+
+/// Blocks being copied into this node's copy of `fragment`: read from peers, written through
+/// this server's disk queue, `FILL_WINDOW` of each in flight.
+struct Copying<'a> {
+    shared: &'a Arc<Shared>,
+    ds: &'a Arc<crate::store::Dataset>,
+    files: &'a Arc<crate::store::FillFiles>,
+    fragment: FragmentId,
+    /// The stream the reads and writes are scheduled as.
+    stream: u64,
+    total: u64,
+    done: u64,
+    blocks: u64,
+    /// Writes queued behind the reads.
+    writes: VecDeque<oneshot::Receiver<Result<u32, StoreError>>>,
+}
+
+impl Copying<'_> {
+    fn progress(&self) -> Progress {
+        Progress { done_bytes: self.done, total_bytes: self.total, metric: ProgressMetric::Bytes }
+    }
+
+    /// Copy `wanted` from `node`'s copy, and wait for every write.
+    async fn copy_from(&mut self, node: NodeId, peers: &[Peer], wanted: &[u32]) -> Result<(), StoreError> {
+        let (fragment, m) = (self.fragment, &self.ds.manifest);
+        let addr = &peers
+            .iter()
+            .find(|p| p.node == node)
+            .ok_or_else(|| {
+                StoreError::BadRequest(format!("no address given for {node}, which holds blocks {fragment} needs"))
+            })?
+            .addr;
+        let mut conn = PeerConn::connect(self.shared, addr).await.map_err(|e| peer_err(node, e.to_string()))?;
+        let mut next = 0;
+        let mut asked: HashMap<u64, u32> = HashMap::new();
+        while next < wanted.len() || !asked.is_empty() {
+            while asked.len() < FILL_WINDOW && next < wanted.len() {
+                let block = wanted[next];
+                next += 1;
+                let read = Message::Read(ReadReq {
+                    stream: self.stream,
+                    progress: self.progress(),
+                    service: Service::FURTHEST_BEHIND,
+                    dataset: m.name.clone(),
+                    fragment,
+                    block,
+                    start_in_block: 0,
+                    len: m.shape.block_len(fragment, block),
+                });
+                let id = conn.send(&read).await.map_err(|e| peer_err(node, e.to_string()))?;
+                asked.insert(id, block);
+            }
+            // A peer holding our reads that says nothing for this long is hung: give up, and
+            // the client's `complete` reports it (running it again finishes the job).
+            let (id, reply) = tokio::time::timeout(STALL_TIMEOUT_DEFAULT, conn.read_tagged())
+                .await
+                .map_err(|_| peer_err(node, format!("no answer for {STALL_TIMEOUT_DEFAULT:?}")))?
+                .map_err(|e| peer_err(node, e.to_string()))?;
+            let Some(block) = asked.remove(&id) else { continue };
+            let (crc, data) = match reply {
+                Message::ReadOk(ReadOk { crc, data, .. }) => (crc, data),
+                Message::Error(e, _) => return Err(peer_err(node, format!("{fragment} block {block}: {e}"))),
+                other => return Err(peer_err(node, format!("unexpected reply kind {:#04x}", other.kind()))),
+            };
+            self.done += data.len() as u64;
+            self.blocks += 1;
+            let (tx, rx) = oneshot::channel();
+            let job = Job {
+                id: 0,
+                stream: StreamKey { conn: 0, stream: self.stream },
+                file: self.files.key,
+                bytes: data.len() as u64,
+                progress: self.progress(),
+                service: Service::FURTHEST_BEHIND,
+                arrival: self.shared.now(),
+            };
+            let target = WriteTarget::Fill { dataset: self.ds.clone(), files: self.files.clone() };
+            let ctx = WriteCtx { conn: 0, request_id: 0, target, block, crc, data, reply: WriteReply::Local(tx) };
+            self.shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
+            self.shared.disk_wake.notify_one();
+            self.writes.push_back(rx);
+            if self.writes.len() >= FILL_WINDOW {
+                wait(self.writes.pop_front().expect("not empty")).await?;
+            }
+        }
+        while let Some(rx) = self.writes.pop_front() {
+            wait(rx).await?;
+        }
+        Ok(())
+    }
 }
 
 async fn wait(rx: oneshot::Receiver<Result<u32, StoreError>>) -> Result<(), StoreError> {

@@ -230,13 +230,12 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
         let service =
             ganges_proto::service::from_byte(hj.service, 0, hj.guard_every).unwrap_or(Service::FURTHEST_BEHIND);
         let metric = if hj.fraction { ProgressMetric::Fraction } else { ProgressMetric::Bytes };
-        let progress = Progress { done_bytes: hj.done_bytes.min(hj.total_bytes), total_bytes: hj.total_bytes, metric };
         let job = Job {
             id: 0,
             stream: StreamKey { conn, stream: hj.stream },
             file,
             bytes: hj.len as u64,
-            progress,
+            progress: Progress { done_bytes: hj.done_bytes.min(hj.total_bytes), total_bytes: hj.total_bytes, metric },
             service,
             arrival: now,
         };
@@ -244,10 +243,7 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
         let ctx = JobCtx {
             conn,
             client_id: hj.client_id,
-            stream: hj.stream,
-            progress,
             copy,
-            arrived: now,
             request_id: origin.request_id,
             dataset: ds,
             fragment: hj.fragment,

@@ -156,7 +156,7 @@ pub struct Shared {
     pub fault_env: realfault::FaultEnv,
     /// The collective array writes this server takes part in.
     pub arrays: array::Arrays,
-    /// What only the metrics keep: bytes per consumer and copy, read latency.
+    /// Bytes per consumer stream and copy (metrics and the live view); read latency.
     pub metrics: metrics::Metrics,
     /// Where the metrics are served, once bound.
     pub metrics_addr: Option<std::net::SocketAddr>,

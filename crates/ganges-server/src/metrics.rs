@@ -39,9 +39,8 @@ struct Served {
     done_bytes: u64,
     total_bytes: u64,
     first: Time,
+    /// When it was last served: the least recent goes first when the map is full.
     last: Time,
-    /// When it was last served (a sequence number), for eviction.
-    seq: u64,
 }
 
 /// One read served, as the activity log and the metrics take it.
@@ -62,7 +61,7 @@ pub struct ServedRead<'a> {
 /// when metrics are served.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    served: Mutex<(HashMap<u64, Served>, u64)>,
+    served: Mutex<HashMap<u64, Served>>,
     served_by_copy: [AtomicU64; 2],
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_count: AtomicU64,
@@ -75,12 +74,9 @@ impl Metrics {
         let class = usize::from(r.copy > 0);
         self.served_by_copy[class].fetch_add(r.bytes, Ordering::Relaxed);
         {
-            let mut guard = self.served.lock().unwrap_or_else(|e| e.into_inner());
-            let (map, seq) = &mut *guard;
-            *seq += 1;
-            let now = *seq;
+            let mut map = self.served.lock().unwrap_or_else(|e| e.into_inner());
             if !map.contains_key(&r.stream) && map.len() >= CONSUMERS_KEPT {
-                let oldest = map.iter().min_by_key(|(_, s)| s.seq).map(|(k, _)| *k);
+                let oldest = map.iter().min_by_key(|(_, s)| s.last).map(|(k, _)| *k);
                 if let Some(k) = oldest {
                     map.remove(&k);
                 }
@@ -92,13 +88,11 @@ impl Metrics {
                 total_bytes: 0,
                 first: r.now,
                 last: r.now,
-                seq: now,
             });
             s.bytes[class] += r.bytes;
             s.done_bytes = s.done_bytes.max(r.progress.done_bytes);
             s.total_bytes = r.progress.total_bytes;
             s.last = r.now;
-            s.seq = now;
         }
         if latency {
             let waited = r.now.since(r.arrived);
@@ -113,9 +107,8 @@ impl Metrics {
 
     /// The consumers served within `window` before `now`, most recent first.
     pub fn consumers(&self, now: Time, window: Duration) -> Vec<ConsumerActivity> {
-        let guard = self.served.lock().unwrap_or_else(|e| e.into_inner());
-        let mut list: Vec<(u64, ConsumerActivity)> = guard
-            .0
+        let map = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list: Vec<(Time, ConsumerActivity)> = map
             .iter()
             .filter(|(_, s)| now.since(s.last) <= window)
             .map(|(&stream, s)| {
@@ -129,10 +122,10 @@ impl Metrics {
                     first_secs_ago: now.since(s.first).as_secs_f64(),
                     last_secs_ago: now.since(s.last).as_secs_f64(),
                 };
-                (s.seq, a)
+                (s.last, a)
             })
             .collect();
-        list.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+        list.sort_by_key(|(last, a)| (std::cmp::Reverse(*last), a.stream));
         list.into_iter().map(|(_, a)| a).collect()
     }
 }
@@ -175,7 +168,7 @@ pub fn render(stats: &ServerStats, m: &Metrics) -> String {
     );
     {
         let guard = m.served.lock().unwrap_or_else(|e| e.into_inner());
-        let mut consumers: Vec<_> = guard.0.iter().collect();
+        let mut consumers: Vec<_> = guard.iter().collect();
         consumers.sort_by_key(|(k, _)| **k);
         for (stream, s) in consumers {
             let id = format!("{stream:016x}");
@@ -282,10 +275,10 @@ mod tests {
         m.read_served(read(7, 0, 100, 0, 100, 2), true);
         m.read_served(read(7, 1, 50, 100, 200, 30), true);
         m.read_served(read(9, 2, 10, 0, 20_300, 20_000), true);
-        m.read_served(read(11, 0, 10, 0, 20_300, 20_000), false);
+        m.read_served(read(11, 0, 10, 0, 20_350, 20_000), false);
         let served = m.served.lock().unwrap();
-        assert_eq!(served.0[&7].bytes, [100, 50]);
-        assert_eq!(served.0[&9].bytes, [0, 10]);
+        assert_eq!(served[&7].bytes, [100, 50]);
+        assert_eq!(served[&9].bytes, [0, 10]);
         drop(served);
         assert_eq!(m.served_by_copy[0].load(Ordering::Relaxed), 110);
         assert_eq!(m.served_by_copy[1].load(Ordering::Relaxed), 60);
@@ -310,7 +303,7 @@ mod tests {
             m.read_served(read(1000 + s, 0, 1, 0, 30_000, 0), false);
         }
         let served = m.served.lock().unwrap();
-        assert_eq!(served.0.len(), CONSUMERS_KEPT);
-        assert!(!served.0.contains_key(&7), "the least recently served consumer goes first");
+        assert_eq!(served.len(), CONSUMERS_KEPT);
+        assert!(!served.contains_key(&7), "the least recently served consumer goes first");
     }
 }

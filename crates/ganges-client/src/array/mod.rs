@@ -193,7 +193,7 @@ impl<'c> Coordinator<'c> {
             txid: call.0,
             rates: rates.clone(),
             manager: Peer { node: NodeId(0), addr: manager.addr.clone() },
-            peers: client.cluster().servers.iter().map(|s| Peer { node: s.node, addr: s.addr.clone() }).collect(),
+            peers: client.cluster().peers(),
         };
         let mut c = Coordinator { client, spec, subs, staging, staged: manifest, rates, began, probe_seconds };
         // The manager first, so that no server asks it for work before it knows the write.

@@ -250,8 +250,8 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
                 partition,
                 opts,
                 source.clone(),
+                log.clone(),
             )?;
-            w.log_placed(log.clone());
             let progress = progress.clone();
             tasks.spawn(async move {
                 let r = w.run(progress.as_ref()).await;
@@ -263,22 +263,17 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
         let mut reports = vec![];
         let writers = join_writers(tasks).await;
         let _ = stop_watching.send(());
-        let rewritten = watcher.await.unwrap_or_default();
+        let _ = watcher.await;
         let writers = writers?;
         // Servers that died during the write took the blocks they held with them: those
         // count nowhere, and a block held by none of the others (nor written again while
         // the writers ran) is written again now.
         let down = unanswering(client).await;
-        for &(f, block, copy, node) in &rewritten {
-            if !down.contains(&node) {
-                placement.add(f, block, copy);
-            }
+        for &(f, block, node) in log.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|p| !down.contains(&p.2)) {
+            let copy = draft_manifest.layout.copy_on(f, node).expect("written to a holder");
+            placement.add(f, block, copy);
         }
         for w in writers {
-            for p in w.placed().into_iter().filter(|p| !down.contains(&p.node)) {
-                let copy = draft_manifest.layout.copy_on(p.piece.fragment, p.node).expect("written to a holder");
-                placement.add(p.piece.fragment, p.piece.block, copy);
-            }
             let report = w.report();
             digest.merge(report.digest);
             reports.push(report);
@@ -504,8 +499,6 @@ async fn write_dq(
     Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None, missing: vec![] })
 }
 
-/// Wait for every writer task. The first to fail ends the wait with its error; dropping the
-/// set aborts the others (their queued blocks are dropped with the staging the caller aborts).
 /// Servers that do not answer now: a connection closed, or no answer to a question within
 /// `ASK_ALIVE` (asked rather than read off the connections, which may not have noticed a
 /// server's death yet when the writers finish).
@@ -525,24 +518,22 @@ type Rewrite = (FragmentId, u32, u32, NodeId);
 /// The blocks `placement` has on no copy (they were only on servers that went down), each
 /// with the live copy it goes to. Fails if some block has no copy on a live server.
 fn lost_blocks(manifest: &Manifest, placement: &Placement, down: &[NodeId]) -> Result<Vec<Rewrite>> {
-    let shape = &manifest.shape;
     let mut lost = vec![];
-    for f in (0..shape.fragment_count()).map(FragmentId) {
-        for block in (0..shape.blocks_in(f)).filter(|&b| placement.copies(f, b).next().is_none()) {
+    for f in (0..manifest.shape.fragment_count()).map(FragmentId) {
+        for block in placement.unplaced(f) {
             lost.push(rewrite_target(manifest, f, block, down)?);
         }
     }
     Ok(lost)
 }
 
-/// The first copy of `f` on a live server, for block `block`.
+/// Where block `block` of `f` goes again (`ganges_core::write::rewrite_target`).
 fn rewrite_target(manifest: &Manifest, f: FragmentId, block: u32, down: &[NodeId]) -> Result<Rewrite> {
-    let holders = manifest.layout.holders(f);
-    match holders.iter().copied().enumerate().find(|(_, n)| !down.contains(n)) {
-        Some((copy, node)) => Ok((f, block, copy as u32, node)),
+    match ganges_core::write::rewrite_target(&manifest.layout, f, down) {
+        Some((copy, node)) => Ok((f, block, copy, node)),
         None => Err(ClientError::Invalid(format!(
             "every copy of {f} is on a server that went down ({}); nothing of `{}` is visible",
-            holders.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
+            manifest.layout.holders(f).iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
             manifest.name
         ))),
     }
@@ -592,8 +583,8 @@ async fn rewrite(
 }
 
 /// While the writers run: when a server dies, write again at once the blocks it had taken
-/// that no live server holds, beside the writers' own traffic (rather than after them).
-/// Returns what it wrote; whatever it could not, the final pass does.
+/// that no live server holds, beside the writers' own traffic (rather than after them), and
+/// note them in the writers' `log`; whatever it could not write, the final pass does.
 async fn rewrite_as_servers_die(
     client: Arc<Client>,
     manifest: Arc<Manifest>,
@@ -601,13 +592,12 @@ async fn rewrite_as_servers_die(
     source: Arc<dyn crate::scan::BlockSource>,
     log: crate::scan::PlacedLog,
     mut stop: tokio::sync::oneshot::Receiver<()>,
-) -> Vec<Rewrite> {
+) {
     const EVERY: std::time::Duration = std::time::Duration::from_millis(100);
     let mut dead: Vec<NodeId> = vec![];
-    let mut done: Vec<Rewrite> = vec![];
     loop {
         tokio::select! {
-            _ = &mut stop => return done,
+            _ = &mut stop => return,
             () = tokio::time::sleep(EVERY) => {}
         }
         let newly: Vec<NodeId> =
@@ -616,8 +606,7 @@ async fn rewrite_as_servers_die(
             continue;
         }
         dead.extend(newly);
-        let mut safe: std::collections::HashSet<(FragmentId, u32)> =
-            done.iter().filter(|r| !dead.contains(&r.3)).map(|r| (r.0, r.1)).collect();
+        let mut safe = std::collections::HashSet::new();
         let mut orphans = std::collections::BTreeSet::new();
         for &(f, b, n) in log.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             if dead.contains(&n) {
@@ -636,12 +625,14 @@ async fn rewrite_as_servers_die(
             Err(e) => Err(e),
         };
         match written {
-            Ok(w) => done.extend(w),
+            Ok(w) => log.lock().unwrap_or_else(|e| e.into_inner()).extend(w.into_iter().map(|(f, b, _, n)| (f, b, n))),
             Err(e) => tracing::warn!(%e, "writing again what a dead server held; the write's last pass tries again"),
         }
     }
 }
 
+/// Wait for every writer task. The first to fail ends the wait with its error; dropping the
+/// set aborts the others (their queued blocks are dropped with the staging the caller aborts).
 async fn join_writers<W: Send + 'static>(mut tasks: JoinSet<(Result<()>, W)>) -> Result<Vec<W>> {
     let mut done = vec![];
     while let Some(joined) = tasks.join_next().await {
@@ -698,12 +689,7 @@ pub async fn complete(client: &Arc<Client>, name: &DatasetName) -> Result<Comple
         out.restored = lacking;
     }
     if let Some(placement) = manifest.placement.as_ref().filter(|_| manifest.state == DatasetState::Incomplete) {
-        let peers: Vec<ganges_proto::control::Peer> = client
-            .cluster()
-            .servers
-            .iter()
-            .map(|s| ganges_proto::control::Peer { node: s.node, addr: s.addr.clone() })
-            .collect();
+        let peers = client.cluster().peers();
         let mut fills = vec![];
         for f in 0..manifest.shape.fragment_count() {
             let fragment = FragmentId(f);

@@ -4,9 +4,8 @@
 use crate::client::Client;
 use crate::dataset::ProgressFn;
 use crate::error::{ClientError, Result};
-use crate::scan::{BlockSource, ReadOptions, ReadReport, ReadStream};
-use ganges_core::ids::NodeId;
-use ganges_core::shape::{Partition, Piece};
+use crate::scan::{BlockSource, PlacedLog, ReadOptions, ReadReport, ReadStream};
+use ganges_core::shape::Partition;
 use ganges_proto::manifest::Manifest;
 use std::sync::Arc;
 
@@ -16,17 +15,10 @@ pub struct WriteStream {
     inner: ReadStream,
 }
 
-/// Where one block landed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Placed {
-    pub piece: Piece,
-    pub node: NodeId,
-    pub crc: u32,
-}
-
 impl WriteStream {
-    /// Prepare to write `partition` of the dataset `manifest` describes, staged as `txid`.
-    /// Pieces must be whole blocks (a partition on block boundaries).
+    /// Prepare to write `partition` of the dataset `manifest` describes, staged as `txid`;
+    /// where each block lands goes to `placed` (several writers may share one). Pieces must
+    /// be whole blocks (a partition on block boundaries).
     pub fn open(
         client: Arc<Client>,
         manifest: Arc<Manifest>,
@@ -34,6 +26,7 @@ impl WriteStream {
         partition: Partition,
         opts: ReadOptions,
         source: Arc<dyn BlockSource>,
+        placed: PlacedLog,
     ) -> Result<WriteStream> {
         let mut inner = ReadStream::open(client, manifest, partition, opts)?;
         if let Some(p) = inner.engine.pieces().iter().find(|p| !p.is_whole_block(&inner.manifest.shape)) {
@@ -42,13 +35,8 @@ impl WriteStream {
                 p.fragment, p.block
             )));
         }
-        inner.start_writing(txid, source);
+        inner.start_writing(txid, source, placed);
         Ok(WriteStream { inner })
-    }
-
-    /// Share where each block lands, as it happens, in `log` (several writers may share one).
-    pub fn log_placed(&mut self, log: crate::scan::PlacedLog) {
-        self.inner.log_placed(log);
     }
 
     /// Write the whole partition; `progress` hears each block's bytes.
@@ -59,13 +47,6 @@ impl WriteStream {
             }
         }
         Ok(())
-    }
-
-    /// Every block written, with the server that wrote it (a block may appear twice: a
-    /// steal whose cancel came too late wrote it on both copies).
-    pub fn placed(&self) -> Vec<Placed> {
-        let engine = &self.inner.engine;
-        self.inner.placed().iter().map(|&(i, node, crc)| Placed { piece: *engine.piece(i), node, crc }).collect()
     }
 
     pub fn report(&self) -> ReadReport {
