@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 /// Consumers of one dataset that started within this of one another are one scan.
 pub const SCAN_GAP: f64 = 2.0;
+/// Servers are asked one after another, so their "seconds ago" differ by a little: a stream
+/// joins a scan only if it started this much before any of the scan's streams finished.
+pub const SCAN_SKEW: f64 = 0.1;
 /// A scan stays in view this long after its last read.
 pub const SCAN_KEPT: f64 = 30.0;
 /// Scans shown at once, newest first.
@@ -342,7 +345,7 @@ pub(crate) fn group_scans(per_node: &[Vec<ConsumerActivity>]) -> Vec<ScanView> {
             let joins = |g: &Vec<(u64, &Stream)>| {
                 let last_start = g.last().map_or(f64::INFINITY, |l| l.1.first_ago);
                 let first_end = g.iter().map(|l| l.1.last_ago).fold(0.0, f64::max);
-                last_start - item.1.first_ago <= SCAN_GAP && item.1.first_ago > first_end
+                last_start - item.1.first_ago <= SCAN_GAP && item.1.first_ago > first_end + SCAN_SKEW
             };
             match groups.last_mut() {
                 Some(g) if joins(g) => g.push(item),
