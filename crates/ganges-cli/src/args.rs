@@ -268,6 +268,10 @@ pub(crate) struct ServeArgs {
     /// `ganges cluster status` shows where)
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) metrics_listen: Option<std::net::SocketAddr>,
+    /// How long a write's client may leave it unfinished before this server finishes or
+    /// rolls it back by the commit rule (docs/design.md)
+    #[arg(long, default_value = "10min", value_name = "DURATION")]
+    pub(crate) txn_timeout: Dur,
     /// Server-side scheduler: auto (each request's own discipline) or fifo
     #[arg(long, default_value = "auto")]
     pub(crate) scheduler: SchedulerKind,

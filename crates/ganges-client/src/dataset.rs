@@ -165,6 +165,7 @@ impl<'c> Staging<'c> {
             s.abort().await;
             return Err(e);
         }
+        ganges_net::failpoint::hit("client.write.staged");
         Ok(s)
     }
 
@@ -197,27 +198,49 @@ impl<'c> Staging<'c> {
         Ok(manifest)
     }
 
-    /// Prepare everywhere, then commit everywhere.
+    /// Prepare everywhere, then commit the coordinator (the first node), then the rest
+    /// (the commit rule, ganges-core's `commit`).
     async fn finish(self, manifest: &Manifest) -> Result<()> {
-        let prepare = ControlRequest::Prepare { txid: self.txid, manifest: manifest.clone() };
+        let coordinator = self.nodes[0];
+        let prepare = ControlRequest::Prepare { txid: self.txid, manifest: manifest.clone(), coordinator };
         if let Some(e) = first_error(self.client.control_all(&self.nodes, &prepare).await) {
             self.abort().await;
             return Err(e);
         }
-        // Commit the first node alone: if the name was taken meanwhile, it fails there and
-        // nothing is visible anywhere.
+        ganges_net::failpoint::hit("client.write.prepared");
+        // The coordinator alone: if the name was taken meanwhile, it fails there and nothing
+        // is visible anywhere. If it does not answer, it alone knows the outcome.
         let commit = ControlRequest::Commit { txid: self.txid, name: self.name.clone() };
-        if let Err(e) = expect_done(self.nodes[0], self.client.control(self.nodes[0], commit.clone()).await) {
+        if let Err(e) = expect_done(coordinator, self.client.control(coordinator, commit.clone()).await) {
+            if e.unanswered() {
+                return Err(ClientError::CommitInDoubt {
+                    name: self.name.clone(),
+                    node: coordinator,
+                    why: e.to_string(),
+                });
+            }
             self.abort().await;
             return Err(e);
         }
+        ganges_net::failpoint::hit("client.write.committed-first");
+        // Committed. A server that does not answer finishes by itself (it asks the
+        // coordinator); one that answers with an error holds something else by that name.
         let rest = &self.nodes[1..];
-        if let Some(e) = first_error(self.client.control_all(rest, &commit).await) {
-            return Err(ClientError::Invalid(format!(
-                "`{}` committed on some nodes only ({e}); its data is durable everywhere, but remove \
-                 it with `ganges dataset rm {}` and create it again",
-                self.name, self.name
-            )));
+        for (node, r) in self.client.control_all(rest, &commit).await {
+            match expect_done(node, r) {
+                Ok(()) => {}
+                Err(e) if e.unanswered() => tracing::warn!(
+                    %node, %e, dataset = %self.name,
+                    "committed; this server did not answer its commit and finishes it by itself once it is back"
+                ),
+                Err(e) => {
+                    return Err(ClientError::Invalid(format!(
+                        "`{}` is committed, but {node} refused its commit ({e}); remove it with \
+                         `ganges dataset rm {}` and write it again",
+                        self.name, self.name
+                    )));
+                }
+            }
         }
         Ok(())
     }

@@ -40,6 +40,14 @@ pub enum ClientError {
     Cluster { path: String, why: String },
     #[error("`{name}`: delivered digest {got} differs from the dataset's {expected}")]
     DigestMismatch { name: DatasetName, expected: Digest, got: Digest },
+    /// The coordinator of a write did not answer its commit: the write is committed if and
+    /// only if the coordinator committed it, which the servers settle among themselves by
+    /// the commit rule once it is back.
+    #[error(
+        "`{name}`: {node} did not answer its commit ({why}); the write is committed if {node} committed it, \
+         and its servers finish or roll it back by themselves once {node} is back: see `ganges dataset info {name}`"
+    )]
+    CommitInDoubt { name: DatasetName, node: NodeId, why: String },
     #[error("{0}")]
     Invalid(String),
 }
@@ -48,6 +56,12 @@ impl ClientError {
     pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClientError {
         let what = what.into();
         move |err| ClientError::Io { what, err }
+    }
+
+    /// The server did not answer (down, hung or unreachable), as opposed to answering with
+    /// an error: what it did with the request is unknown.
+    pub fn unanswered(&self) -> bool {
+        matches!(self, ClientError::NodeDown { .. } | ClientError::Timeout { .. } | ClientError::Connect { .. })
     }
 
     /// The server's error code, if a server answered with an error.

@@ -31,11 +31,13 @@
 //!   routings that use it are `route::ceft`.
 //! - [`array`]: N-dimensional arrays (Panda): layouts, subchunking (AR-2), allocation of
 //!   subchunks to servers (AR-3 to AR-5) and the copies of a reorganization (AR-1).
+//! - [`commit`]: the commit rule: when an interrupted write is finished or rolled back.
 //! - [`ideal`]: the two ideals, MOD-1 (River's model) and MOD-2 (layout-aware max-flow).
 //! - [`measure`]: figures from a run's samples (adaptation times, ideals over phases).
 
 pub mod array;
 pub mod ceft;
+pub mod commit;
 pub mod crc;
 pub mod datagen;
 pub mod digest;

@@ -53,6 +53,9 @@ pub struct LocalSpec {
     /// Each server serves Prometheus metrics on a free port of its own address (its stats
     /// say which).
     pub metrics: bool,
+    /// `ganges serve --txn-timeout`: how long a server waits for a write's client before it
+    /// applies the commit rule alone (`None`: the server's default).
+    pub txn_timeout: Option<std::time::Duration>,
 }
 
 impl LocalSpec {
@@ -71,6 +74,7 @@ impl LocalSpec {
             secret: false,
             tls: false,
             metrics: false,
+            txn_timeout: None,
         }
     }
 
@@ -109,6 +113,9 @@ impl LocalSpec {
         }
         if self.direct_io {
             args.push("--direct-io".into());
+        }
+        if let Some(t) = self.txn_timeout {
+            args.extend(["--txn-timeout".into(), format!("{}ms", t.as_millis())]);
         }
         if self.metrics {
             let host = listen.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
@@ -216,7 +223,7 @@ impl LocalCluster {
                 Some(net) => net.hosts[node as usize].addr(),
                 None => "127.0.0.1:0".to_string(),
             };
-            let (child, out) = cluster.spawn_server(node, &listen, false)?;
+            let (child, out) = cluster.spawn_server(node, &listen, false, &[])?;
             outs.push(out);
             cluster.children.push(Some(child));
         }
@@ -260,7 +267,13 @@ impl LocalCluster {
 
     /// Start server `node` listening on `listen` (in its namespace, with `netns`); `again`:
     /// a restart, whose log follows the one before it.
-    fn spawn_server(&self, node: u32, listen: &str, again: bool) -> HarnessResult<(Child, std::process::ChildStdout)> {
+    fn spawn_server(
+        &self,
+        node: u32,
+        listen: &str,
+        again: bool,
+        env: &[(&str, &str)],
+    ) -> HarnessResult<(Child, std::process::ChildStdout)> {
         let spec = &self.spec;
         let log_path = spec.log_path(node);
         std::fs::create_dir_all(log_path.parent().expect("has a parent"))?;
@@ -284,7 +297,7 @@ impl LocalCluster {
                 c
             }
         };
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+        cmd.envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
         sys::tie_to_parent(&mut cmd, false);
         let mut child = cmd.spawn().map_err(HarnessError::io(format!("starting {}", spec.binary.display())))?;
         let out = child.stdout.take().expect("piped");
@@ -295,11 +308,17 @@ impl LocalCluster {
     /// (stopping it first if it still runs), and tell every server where the others are.
     /// The server cleans its staging leftovers as it starts.
     pub fn restart(&mut self, node: NodeId) -> HarnessResult<()> {
+        self.restart_with_env(node, &[])
+    }
+
+    /// `restart`, with more environment for the new process (a test's fail points,
+    /// `GANGES_FAIL_AT`).
+    pub fn restart_with_env(&mut self, node: NodeId, env: &[(&str, &str)]) -> HarnessResult<()> {
         let addr = self.cluster.server(node).map_err(|e| HarnessError::Spec(e.to_string()))?.addr.clone();
         if let Some(Some(child)) = self.children.get_mut(node.index()) {
             stop_child(child);
         }
-        let (child, out) = self.spawn_server(node.0, &addr, true)?;
+        let (child, out) = self.spawn_server(node.0, &addr, true, env)?;
         self.children[node.index()] = Some(child);
         match first_line(out, READY_TIMEOUT).as_deref().and_then(parse_ready) {
             Some((n, at)) if n == node.0 && at.to_string() == addr => {}

@@ -12,10 +12,12 @@
 //!   certificates (`ganges cluster init --tls`).
 //! - [`limit`]: the failed-handshake limiter.
 //! - [`transport`]: connect and accept, carrying out all of the above.
+//! - [`failpoint`]: tests' named crash and stop points (`GANGES_FAIL_AT`).
 //! - [`http`]: the little HTTP the metrics endpoints and the dashboard speak, and
 //!   [`prom`], the Prometheus text format they serve.
 
 pub mod auth;
+pub mod failpoint;
 pub mod http;
 pub mod limit;
 pub mod prom;

@@ -5,8 +5,10 @@
 //! `Stage` on every node holding a copy (a staging folder under a transaction id), then the
 //! data (`Generate` ranges, or `Write` frames for imported bytes), then `Prepare` with the
 //! final manifest on every node (fsync data and checksums, write the manifest into staging),
-//! then `Commit` on every node (rename staging to the dataset's name). Until the first commit
-//! nothing is visible; `Abort` or `Remove` clean up.
+//! then `Commit` on every node (rename staging to the dataset's name), the coordinator
+//! named in `Prepare` first. The write is committed exactly when the coordinator has
+//! committed (ganges-core's `commit` module has the whole rule); a server left holding a
+//! prepared write asks the coordinator with `TxnStatus`. `Abort` or `Remove` clean up.
 
 use crate::array::{ArrayOutcome, ArrayPlan, ArrayWritten};
 use crate::manifest::{DatasetName, Manifest};
@@ -56,12 +58,16 @@ pub enum ControlRequest {
     },
     /// Generate blocks `[block_from, block_to)` of this node's copy of `fragment`.
     Generate { txid: u64, name: DatasetName, fragment: FragmentId, block_from: u32, block_to: u32 },
-    /// Make the staged copies durable and write the final manifest beside them.
-    Prepare { txid: u64, manifest: Manifest },
+    /// Make the staged copies durable and write the final manifest beside them, with the
+    /// server whose commit decides the write (`ganges_core::commit`).
+    Prepare { txid: u64, manifest: Manifest, coordinator: NodeId },
     /// Make the dataset visible (rename staging to its name).
     Commit { txid: u64, name: DatasetName },
     /// Drop a staging folder.
     Abort { txid: u64, name: DatasetName },
+    /// Whether this server committed the write `txid` of `name`, still holds it, or knows
+    /// nothing of it: a coordinator's verdict, asked by a server holding it prepared.
+    TxnStatus { txid: u64, name: DatasetName },
     /// Remove a dataset and any staging folders of that name.
     Remove { name: DatasetName },
     /// Check blocks `[block_from, block_to)` of this node's copy of `fragment` against their
@@ -283,6 +289,7 @@ impl ControlRequest {
             ControlRequest::Prepare { .. } => "prepare",
             ControlRequest::Commit { .. } => "commit",
             ControlRequest::Abort { .. } => "abort",
+            ControlRequest::TxnStatus { .. } => "txn-status",
             ControlRequest::Remove { .. } => "remove",
             ControlRequest::Verify { .. } => "verify",
             ControlRequest::Checksums { .. } => "checksums",
@@ -298,6 +305,18 @@ impl ControlRequest {
             ControlRequest::ArrayFinish { .. } => "array-finish",
         }
     }
+}
+
+/// A coordinator's answer to `TxnStatus`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxnStatus {
+    /// Its staging folder of that write was renamed into `datasets/`.
+    Committed,
+    /// It stages the write, prepared or not.
+    Pending,
+    /// It has no trace of the write.
+    Unknown,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -321,6 +340,9 @@ pub enum ControlReply {
     },
     Checksums {
         crcs: Vec<u32>,
+    },
+    TxnStatus {
+        status: TxnStatus,
     },
     Removed {
         committed: bool,

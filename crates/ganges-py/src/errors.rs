@@ -54,7 +54,8 @@ pub fn client(e: ClientError) -> PyErr {
         ClientError::NoServers { .. }
         | ClientError::Connect { .. }
         | ClientError::NodeDown { .. }
-        | ClientError::Timeout { .. } => ClusterUnreachable::new_err(msg),
+        | ClientError::Timeout { .. }
+        | ClientError::CommitInDoubt { .. } => ClusterUnreachable::new_err(msg),
         ClientError::Refused { err, .. } => match err.code {
             ErrorCode::AuthRequired | ErrorCode::AuthFailed | ErrorCode::AuthUnsupported => {
                 AuthenticationError::new_err(msg)

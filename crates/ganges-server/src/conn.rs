@@ -590,8 +590,8 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
             store.generate(txid, &name, fragment, block_from, block_to)?;
             ControlReply::Done
         }
-        ControlRequest::Prepare { txid, manifest } => {
-            store.prepare(txid, &manifest)?;
+        ControlRequest::Prepare { txid, manifest, coordinator } => {
+            store.prepare(txid, &manifest, coordinator)?;
             ControlReply::Done
         }
         ControlRequest::Commit { txid, name } => {
@@ -602,6 +602,7 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
             store.abort(txid, &name)?;
             ControlReply::Done
         }
+        ControlRequest::TxnStatus { txid, name } => ControlReply::TxnStatus { status: store.txn_status(txid, &name) },
         ControlRequest::Remove { name } => {
             let (committed, staging) = store.remove(&name)?;
             ControlReply::Removed { committed, staging }

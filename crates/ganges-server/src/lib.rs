@@ -14,6 +14,8 @@
 //! - [`handoff`]: GD-6: an idle server asks its peers for queued requests; a busy one gives.
 //! - [`node`]: CW-1: the node's CPU, load, memory, network and disk, sampled once a second.
 //! - [`realfault`]: real faults (FI-2): kernel throttles, a competing reader, link shaping.
+//! - [`txn`]: the janitor: writes a crash interrupted, finished or rolled back by the
+//!   commit rule (ganges-core's `commit`).
 //! - [`sys`]: CPU and memory use of the process.
 //!
 //! The entry point is [`run`], which takes its listener and a shutdown future (mini-redis
@@ -30,6 +32,7 @@ pub mod node;
 pub mod realfault;
 pub mod store;
 pub mod sys;
+pub mod txn;
 
 use ganges_core::ceft::NodeLoad;
 use ganges_core::disk::{DiskModel, DiskParams};
@@ -83,6 +86,9 @@ pub struct ServerConfig {
     pub transport: ganges_net::Transport,
     /// Serve Prometheus metrics at `GET /metrics` on this address (`None`: no metrics).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// How long a write's client may leave it staged or prepared before this server
+    /// applies the commit rule without it (`ganges_core::commit`).
+    pub txn_timeout: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -102,6 +108,7 @@ impl ServerConfig {
             helper: None,
             transport: ganges_net::Transport::plain(),
             metrics_listen: None,
+            txn_timeout: ganges_core::commit::TXN_TIMEOUT_DEFAULT,
         }
     }
 }
@@ -304,6 +311,7 @@ pub async fn run(
     let driver = tokio::spawn(disk::run(shared.clone(), queue_depth));
     let asker = tokio::spawn(handoff::run_asker(shared.clone()));
     let sampler = tokio::spawn(node::run(shared.clone()));
+    let janitor = tokio::spawn(txn::run_janitor(shared.clone()));
     let metrics = metrics_listener.map(|l| tokio::spawn(metrics::serve(l, shared.clone())));
     let next_conn = AtomicU64::new(1);
     // Every connection's task: when the server stops, they stop with it (dropping the set
@@ -332,6 +340,7 @@ pub async fn run(
     driver.abort();
     asker.abort();
     sampler.abort();
+    janitor.abort();
     if let Some(m) = metrics {
         m.abort();
     }

@@ -6,6 +6,7 @@
 //! <data_dir>/datasets/<name>/f00003.c1.data     copy 1 of fragment 3: the bytes
 //! <data_dir>/datasets/<name>/f00003.c1.crc      its CRC32C per 64 KiB of each block
 //!                                               (`Shape::checks_of`), u32 little-endian
+//! <data_dir>/datasets/<name>/txn.json          the write that made it, and its coordinator
 //! <data_dir>/staging/<name>.<txid>/...          a dataset being written (same files)
 //! <data_dir>/trash/...                          removals in progress
 //! ```
@@ -14,7 +15,9 @@
 //! written under `staging/`; `prepare` fsyncs its files and writes the manifest beside them;
 //! `commit` renames the staging folder to `datasets/<name>`, an atomic step that fails if the
 //! name exists. Readers only ever open `datasets/`. A staging folder with a manifest is
-//! *prepared*; the client commits on every node only after every node prepared.
+//! *prepared*; the client commits on every node only after every node prepared, the
+//! coordinator it named in `prepare` first. A crash between any two steps is resolved by
+//! ganges-core's `commit` rule, which the janitor (`crate::txn`) applies.
 //!
 //! Every byte read is checked against its stored checksum; a read reads the checksum units it
 //! touches (`ganges_core::shape::CHECK_BYTES`), not the whole block, so a piece of a block
@@ -28,7 +31,7 @@ use ganges_core::disk::FileKey;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
 use ganges_core::shape::Shape;
-use ganges_proto::control::{BadBlock, DatasetEntry, VerifyReport};
+use ganges_proto::control::{BadBlock, DatasetEntry, TxnStatus, VerifyReport};
 use ganges_proto::manifest::{Content, DatasetName, DatasetState, MANIFEST_FORMAT, Manifest};
 use ganges_proto::msg::{APPEND, ErrorCode};
 use serde::{Deserialize, Serialize};
@@ -37,7 +40,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -82,6 +87,25 @@ impl StoreError {
 }
 
 type Result<T> = std::result::Result<T, StoreError>;
+
+/// A prepared write's transaction and the server whose commit decides it, written in its
+/// folder before the manifest (which marks it prepared), and kept once it is committed.
+#[derive(Serialize, Deserialize)]
+struct TxnFile {
+    txid: u64,
+    coordinator: NodeId,
+}
+
+/// A write the janitor must look at (`Store::unresolved`).
+#[derive(Clone, Debug)]
+pub struct Unresolved {
+    pub name: DatasetName,
+    pub txid: u64,
+    pub phase: ganges_core::commit::Phase,
+    /// How long since it last saw activity, when this process saw it at all; `None` for a
+    /// prepared folder found on disk (the caller counts from when it first saw it).
+    pub idle: Option<std::time::Duration>,
+}
 
 /// The identity file of a data directory, so two servers never share one by mistake.
 #[derive(Serialize, Deserialize)]
@@ -144,6 +168,8 @@ struct Txn {
     /// Each local copy is a log of `APPEND` writes (DQ-1): its blocks, in slot order, as
     /// the disk wrote them; the staged fragment size is only a capacity.
     append: Option<Mutex<BTreeMap<FragmentId, Log>>>,
+    /// When it last saw a request (milliseconds since the store opened).
+    touched: AtomicU64,
 }
 
 /// A written block's CRC32C, and its units' (`Shape::check_bytes`).
@@ -171,6 +197,7 @@ pub struct Store {
     /// Read and write data files with direct I/O (`crate::direct`).
     direct: bool,
     inner: Mutex<Inner>,
+    opened: Instant,
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> StoreError {
@@ -184,6 +211,10 @@ fn copy_file_name(fragment: FragmentId, copy: u32, ext: &str) -> String {
 
 fn staging_dir_name(name: &DatasetName, txid: u64) -> String {
     format!("{name}.{txid:016x}")
+}
+
+fn read_txn_file(dir: &Path) -> Option<TxnFile> {
+    serde_json::from_slice(&fs::read(dir.join("txn.json")).ok()?).ok()
 }
 
 /// A stable key for the disk model: different for every copy file of every dataset.
@@ -348,7 +379,13 @@ impl Store {
                 let _ = fs::remove_dir_all(e.path());
             }
         }
-        let store = Store { node, root: root.to_path_buf(), direct, inner: Mutex::new(Inner::default()) };
+        let store = Store {
+            node,
+            root: root.to_path_buf(),
+            direct,
+            inner: Mutex::new(Inner::default()),
+            opened: Instant::now(),
+        };
         store.clean_staging();
         Ok(store)
     }
@@ -678,19 +715,28 @@ impl Store {
             crcs.insert(fragment, vec![None; blocks as usize]);
         }
         let append = append.then(|| Mutex::new(copies.keys().map(|&f| (f, Log::default())).collect()));
-        let txn = Txn { manifest, dir, copies, crcs: Mutex::new(crcs), append };
+        let touched = AtomicU64::new(self.millis());
+        let txn = Txn { manifest, dir, copies, crcs: Mutex::new(crcs), append, touched };
         self.inner.lock().expect("store lock").txns.insert((name, txid), Arc::new(txn));
         Ok(())
     }
 
+    /// A staged write, marked as active now.
     fn txn(&self, name: &DatasetName, txid: u64) -> Result<Arc<Txn>> {
-        self.inner
+        let txn = self
+            .inner
             .lock()
             .expect("store lock")
             .txns
             .get(&(name.clone(), txid))
             .cloned()
-            .ok_or_else(|| StoreError::NoSuchTxn { name: name.clone(), txid })
+            .ok_or_else(|| StoreError::NoSuchTxn { name: name.clone(), txid })?;
+        txn.touched.store(self.millis(), Ordering::Relaxed);
+        Ok(txn)
+    }
+
+    fn millis(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
     }
 
     fn txn_copy<'t>(&self, txn: &'t Txn, fragment: FragmentId) -> Result<&'t CopyFiles> {
@@ -1004,13 +1050,29 @@ impl Store {
         }
     }
 
-    /// Make the staged copies durable and write the final manifest beside them.
-    pub fn prepare(&self, txid: u64, manifest: &Manifest) -> Result<()> {
+    /// Make the staged copies durable and write the final manifest beside them, with the
+    /// transaction's coordinator (`ganges_core::commit`).
+    pub fn prepare(&self, txid: u64, manifest: &Manifest, coordinator: NodeId) -> Result<()> {
         let txn = self.txn(&manifest.name, txid)?;
+        let prepared = match &txn.append {
+            Some(logs) => self.prepare_logs(&txn, &logs.lock().expect("txn lock"), manifest),
+            None => self.prepare_blocks(&txn, manifest),
+        };
+        prepared?;
+        ganges_net::failpoint::hit("server.prepare.synced");
+        let text = serde_json::to_vec(&TxnFile { txid, coordinator }).expect("serialises");
+        let path = txn.dir.join("txn.json");
+        let mut f = File::create(&path).map_err(self.map_write_err(format!("writing {}", path.display())))?;
+        f.write_all(&text).map_err(self.map_write_err(format!("writing {}", path.display())))?;
+        f.sync_all().map_err(self.map_write_err(format!("syncing {}", path.display())))?;
+        self.write_manifest(&txn.dir, manifest)?;
+        txn.touched.store(self.millis(), Ordering::Relaxed);
+        ganges_net::failpoint::hit("server.prepare.done");
+        Ok(())
+    }
+
+    fn prepare_blocks(&self, txn: &Txn, manifest: &Manifest) -> Result<()> {
         let staged = &txn.manifest;
-        if let Some(logs) = &txn.append {
-            return self.prepare_logs(&txn, &logs.lock().expect("txn lock"), manifest);
-        }
         if (staged.id, &staged.layout, &staged.shape) != (manifest.id, &manifest.layout, &manifest.shape) {
             return Err(StoreError::BadRequest("the prepared manifest differs from the staged one".into()));
         }
@@ -1029,8 +1091,7 @@ impl Store {
                 }
             }
         }
-        self.persist(&txn, &manifest.shape, |f| manifest.shape.blocks_in(f))?;
-        self.write_manifest(&txn.dir, manifest)
+        self.persist(txn, &manifest.shape, |f| manifest.shape.blocks_in(f))
     }
 
     /// Prepare append-mode copies: the final manifest gives each fragment the size its log
@@ -1065,13 +1126,16 @@ impl Store {
                 txn.copies[f].data.set_len(want).map_err(self.map_write_err(what))?;
             }
         }
-        self.persist(txn, &manifest.shape, |f| logs[&f].slots)?;
-        self.write_manifest(&txn.dir, manifest)
+        self.persist(txn, &manifest.shape, |f| logs[&f].slots)
     }
 
-    /// Rename a prepared staging folder to the dataset's name.
+    /// Rename a prepared staging folder to the dataset's name. Committing a write this
+    /// server already committed (the janitor rolled it forward first) is done.
     pub fn commit(&self, txid: u64, name: &DatasetName) -> Result<()> {
         let dir = self.root.join("staging").join(staging_dir_name(name, txid));
+        if !dir.exists() && self.committed_txid(name) == Some(txid) {
+            return Ok(());
+        }
         if !dir.join("manifest.json").exists() {
             return Err(if dir.exists() {
                 StoreError::Incomplete(format!("`{name}` transaction {txid:016x} is not prepared"))
@@ -1089,9 +1153,72 @@ impl Store {
             }
             Err(e) => return Err(io_err(format!("committing `{name}`"))(e)),
         }
+        ganges_net::failpoint::hit("server.commit.renamed");
         sync_dir(&self.root.join("datasets")).map_err(io_err("syncing datasets/"))?;
         self.inner.lock().expect("store lock").txns.remove(&(name.clone(), txid));
         Ok(())
+    }
+
+    /// The write that made this server's copy of `name`, if it is committed here (and was
+    /// written by a build that records it).
+    fn committed_txid(&self, name: &DatasetName) -> Option<u64> {
+        let text = fs::read(self.root.join("datasets").join(name.as_str()).join("txn.json")).ok()?;
+        serde_json::from_slice::<TxnFile>(&text).ok().map(|t| t.txid)
+    }
+
+    /// This server's side of a write, as its coordinator tells it (`TxnStatus`).
+    pub fn txn_status(&self, txid: u64, name: &DatasetName) -> TxnStatus {
+        if self.root.join("staging").join(staging_dir_name(name, txid)).exists() {
+            TxnStatus::Pending
+        } else if self.committed_txid(name) == Some(txid) {
+            TxnStatus::Committed
+        } else {
+            TxnStatus::Unknown
+        }
+    }
+
+    /// The writes not yet committed or aborted here: staged in this process, or found
+    /// prepared on disk (a restart's leftovers). The janitor applies the commit rule to each.
+    pub fn unresolved(&self) -> Vec<Unresolved> {
+        use ganges_core::commit::Phase;
+        let now = self.millis();
+        let mut out = vec![];
+        let mut seen = std::collections::BTreeSet::new();
+        let txns: Vec<_> =
+            self.inner.lock().expect("store lock").txns.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
+        for ((name, txid), txn) in txns {
+            let idle = Duration::from_millis(now.saturating_sub(txn.touched.load(Ordering::Relaxed)));
+            let phase = match read_txn_file(&txn.dir) {
+                Some(f) if txn.dir.join("manifest.json").exists() => Phase::Prepared { coordinator: f.coordinator },
+                _ => Phase::Staged,
+            };
+            seen.insert(txn.dir.clone());
+            out.push(Unresolved { name, txid, phase, idle: Some(idle) });
+        }
+        let Ok(entries) = fs::read_dir(self.root.join("staging")) else { return out };
+        for e in entries.flatten() {
+            let dir = e.path();
+            if seen.contains(&dir) || !dir.join("manifest.json").exists() {
+                continue;
+            }
+            let file_name = e.file_name().to_string_lossy().to_string();
+            let Some((name, txid)) = file_name.rsplit_once('.') else { continue };
+            let (Ok(name), Ok(txid)) = (name.parse::<DatasetName>(), u64::from_str_radix(txid, 16)) else {
+                continue;
+            };
+            match read_txn_file(&dir) {
+                Some(f) => out.push(Unresolved {
+                    name,
+                    txid,
+                    phase: Phase::Prepared { coordinator: f.coordinator },
+                    idle: None,
+                }),
+                None => {
+                    tracing::warn!(staging = %dir.display(), "a prepared write names no coordinator; `ganges dataset rm` removes it")
+                }
+            }
+        }
+        out
     }
 
     /// Drop a staging folder.
@@ -1241,7 +1368,7 @@ mod tests {
         assert_eq!(store.list(false).unwrap().len(), 0);
         assert_eq!(store.list(true).unwrap()[0].staging_txid, Some(7));
         assert!(matches!(store.commit(7, &m.name), Err(StoreError::Incomplete(_))));
-        store.prepare(7, &m).unwrap();
+        store.prepare(7, &m, NodeId(0)).unwrap();
         store.commit(7, &m.name).unwrap();
         let ds = store.dataset(&m.name).unwrap();
         // Node 1 holds fragment 1 (primary) and fragment 0 (backup).
@@ -1257,12 +1384,42 @@ mod tests {
     }
 
     #[test]
+    fn a_write_s_status_and_unresolved_state_follow_it_through_a_restart() {
+        use ganges_core::commit::Phase;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), NodeId(1), false).unwrap();
+        let m = manifest("d", 4);
+        assert_eq!(store.txn_status(7, &m.name), TxnStatus::Unknown);
+        staged(&store, &m, 7);
+        assert_eq!(store.txn_status(7, &m.name), TxnStatus::Pending);
+        let u = store.unresolved();
+        assert_eq!((u.len(), u[0].phase, u[0].idle.is_some()), (1, Phase::Staged, true));
+        store.prepare(7, &m, NodeId(2)).unwrap();
+        assert_eq!(store.unresolved()[0].phase, Phase::Prepared { coordinator: NodeId(2) });
+        // A crash: the prepared folder is found on disk, with its coordinator, and no idle
+        // time this process could know.
+        drop(store);
+        let store = Store::open(dir.path(), NodeId(1), false).unwrap();
+        let u = store.unresolved();
+        assert_eq!(
+            (u.len(), u[0].txid, u[0].phase, u[0].idle),
+            (1, 7, Phase::Prepared { coordinator: NodeId(2) }, None)
+        );
+        store.commit(7, &m.name).unwrap();
+        assert_eq!(store.txn_status(7, &m.name), TxnStatus::Committed);
+        assert_eq!(store.txn_status(8, &m.name), TxnStatus::Unknown, "another write of that name");
+        store.commit(7, &m.name).expect("committing twice is done");
+        assert!(matches!(store.commit(8, &m.name), Err(StoreError::NoSuchTxn { .. })));
+        assert!(store.unresolved().is_empty());
+    }
+
+    #[test]
     fn a_flipped_byte_is_caught_on_read_and_by_verify() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), NodeId(0), false).unwrap();
         let m = manifest("d", 2);
         staged(&store, &m, 1);
-        store.prepare(1, &m).unwrap();
+        store.prepare(1, &m, NodeId(0)).unwrap();
         store.commit(1, &m.name).unwrap();
         let path = dir.path().join("datasets/d").join(copy_file_name(FragmentId(0), 0, "data"));
         let mut bytes = fs::read(&path).unwrap();
@@ -1284,7 +1441,7 @@ mod tests {
         // Blocks of 256 KiB, four units each; the last block of 75,712 bytes has two.
         m.shape = Shape::uniform(2, 600_000, 256 << 10).unwrap();
         staged(&store, &m, 1);
-        store.prepare(1, &m).unwrap();
+        store.prepare(1, &m, NodeId(0)).unwrap();
         store.commit(1, &m.name).unwrap();
         let f = FragmentId(0);
         let data = fs::read(dir.path().join("datasets/units").join(copy_file_name(f, 0, "data"))).unwrap();
@@ -1329,7 +1486,7 @@ mod tests {
         let m = manifest("d", 2);
         for txid in [1, 2] {
             staged(&store, &m, txid);
-            store.prepare(txid, &m).unwrap();
+            store.prepare(txid, &m, NodeId(0)).unwrap();
         }
         store.commit(1, &m.name).unwrap();
         assert!(matches!(store.commit(2, &m.name), Err(StoreError::Exists(_))));
@@ -1357,7 +1514,7 @@ mod tests {
             Err(StoreError::BadRequest(_))
         ));
         store.write_block(5, &m.name, FragmentId(0), 0, crc, &data).unwrap();
-        assert!(matches!(store.prepare(5, &m), Err(StoreError::Incomplete(_))));
+        assert!(matches!(store.prepare(5, &m, NodeId(0)), Err(StoreError::Incomplete(_))));
         assert!(matches!(store.generate(5, &m.name, FragmentId(0), 0, 1), Err(StoreError::BadRequest(_))));
         store.abort(5, &m.name).unwrap();
         assert!(store.list(true).unwrap().is_empty());
