@@ -272,6 +272,9 @@ pub(crate) struct ServeArgs {
     /// rolls it back by the commit rule (docs/design.md)
     #[arg(long, default_value = "10min", value_name = "DURATION")]
     pub(crate) txn_timeout: Dur,
+    /// Most connections open at once; past it new ones are refused with a typed error
+    #[arg(long, default_value_t = ganges_server::MAX_CONNECTIONS_DEFAULT, value_name = "N")]
+    pub(crate) max_connections: usize,
     /// Server-side scheduler: auto (each request's own discipline) or fifo
     #[arg(long, default_value = "auto")]
     pub(crate) scheduler: SchedulerKind,

@@ -261,6 +261,7 @@ fn serve(a: ServeArgs) -> CliResult<()> {
         transport,
         metrics_listen: a.metrics_listen,
         txn_timeout: a.txn_timeout.0,
+        max_connections: a.max_connections,
         ..ganges_server::ServerConfig::new(node, data_dir)
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(16).build()?;

@@ -236,3 +236,107 @@ async fn a_cluster_file_naming_no_running_server_says_what_to_do() {
     assert!(matches!(err, ClientError::NoServers { .. }));
     assert!(err.to_string().contains("ganges local up"), "{err}");
 }
+
+/// A client that sends reads and never reads its replies: the server stops reading it once
+/// its unsent replies pass their bound, its memory stays bounded, and another client's scan
+/// runs as if it were not there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_its_replies_pins_bounded_memory_and_stalls_no_one() {
+    let c = start(1, None);
+    let addr = c.local.cluster().servers[0].addr.clone();
+    let client = c.client().await;
+    const BLOCK: u32 = 64 << 10;
+    create(&client, "d", vec![8 << 20], BLOCK, 1, Generator::Random { seed: 3 }).await;
+    let rss = |s: &ganges_proto::control::ServerStats| s.rss_bytes;
+    let before = rss(&stats(&client).await);
+    // 500,000 reads of a whole block: 33 GB of replies, were they all kept.
+    const READS: u64 = 500_000;
+    let abuser = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr.as_str()).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+        s.write_all(&hello()).unwrap();
+        let mut sent = 0u64;
+        for i in 0..READS {
+            let read = Message::Read(ReadReq {
+                stream: 1,
+                progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
+                service: Service::FURTHEST_BEHIND,
+                dataset: "d".parse().unwrap(),
+                fragment: FragmentId(0),
+                block: (i % 128) as u32,
+                start_in_block: 0,
+                len: BLOCK,
+            });
+            // The server stops reading: the socket's buffers fill and the write times out.
+            if s.write_all(&read.encode(i + 2).to_vec()).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        (s, sent)
+    });
+    let (socket, sent) = tokio::task::spawn_blocking(move || abuser.join().unwrap()).await.unwrap();
+    assert!(sent < READS, "the server read all {sent} requests of a client that reads nothing");
+    // Meanwhile, and still, another client reads the whole dataset.
+    let m = Arc::new(client.manifest(&"d".parse().unwrap()).await.unwrap());
+    let started = std::time::Instant::now();
+    let mut s =
+        ReadStream::open(client.clone(), m.clone(), m.shape.fragment_partitions()[0], ReadOptions::default()).unwrap();
+    let mut n = 0;
+    while let Some(b) = s.next().await.unwrap() {
+        n += b.data.len();
+    }
+    assert_eq!(n, 8 << 20);
+    assert!(started.elapsed() < Duration::from_secs(10), "the scan took {:?}", started.elapsed());
+    let grown = rss(&stats(&client).await).saturating_sub(before);
+    let bound = ganges_server::conn::UNSENT_PER_CONNECTION_MAX
+        + ganges_server::conn::INFLIGHT_PER_CONNECTION_MAX as u64 * BLOCK as u64;
+    eprintln!(
+        "{sent} requests sent before the server stopped reading; it grew by {} MiB (bound {} MiB)",
+        grown >> 20,
+        bound >> 20
+    );
+    assert!(grown < bound + (32 << 20), "the server grew by {grown} bytes");
+    drop(socket);
+}
+
+/// Past `--max-connections` a connection is refused with a typed error; the server serves
+/// the connections it has, and new ones once some close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_limit_are_refused_with_a_typed_error() {
+    let cluster = ganges_harness::inproc::InProcessCluster::start_with(1, |c| ganges_server::ServerConfig {
+        max_connections: 8,
+        ..c
+    })
+    .await
+    .unwrap();
+    let addr = cluster.cluster().servers[0].addr.clone();
+    let held: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr.as_str()).unwrap();
+            s.write_all(&hello()).unwrap();
+            s
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (code, closed) = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || raw(addr, &hello())
+    })
+    .await
+    .unwrap();
+    assert_eq!((code, closed), (Some(ErrorCode::TooManyConnections), true));
+    let err = Client::connect(cluster.cluster().clone()).await.map(|_| ()).expect_err("refused");
+    assert!(err.to_string().contains("--max-connections"), "{err}");
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let client = Client::connect(cluster.cluster().clone()).await.expect("room again");
+    assert_eq!(stats(&client).await.refused_connections, 2);
+}
+
+async fn stats(client: &Client) -> ganges_proto::control::ServerStats {
+    match client.control(NodeId(0), ganges_proto::control::ControlRequest::Stats).await.unwrap() {
+        ganges_proto::control::ControlReply::Stats { stats } => *stats,
+        _ => unreachable!(),
+    }
+}

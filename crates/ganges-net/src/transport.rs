@@ -307,6 +307,13 @@ async fn read_small(rd: &mut BufReader<BoxRead>) -> Result<Message, HandshakeErr
 
 /// Send one error frame, close our side, and give the peer a moment to read it before the
 /// connection is dropped (bytes it sent that we never read would otherwise reset it).
+/// Refuse a connection before any handshake with a typed error frame (in plain framing:
+/// a TLS client sees its handshake fail), e.g. when the server is at its connection limit.
+pub async fn refuse_tcp(tcp: TcpStream, err: WireError) {
+    let (rd, wr) = tcp.into_split();
+    refuse(BufReader::new(Box::new(rd)), Box::new(wr), err).await;
+}
+
 async fn refuse(mut rd: BufReader<BoxRead>, mut wr: BoxWrite, err: WireError) {
     tracing::debug!(%err, "refusing a connection");
     let _ = tokio::time::timeout(LINGER, async {

@@ -414,6 +414,9 @@ pub struct ServerStats {
     /// client at a TLS server, too many failures from one address, too slow.
     #[serde(default)]
     pub handshake_failures: u64,
+    /// Connections refused because the server had as many open as it takes.
+    #[serde(default)]
+    pub refused_connections: u64,
     /// Real faults in force on the server's machine (FI-2).
     #[serde(default)]
     pub real_faults: RealFaults,

@@ -253,6 +253,8 @@ pub enum ErrorCode {
     AuthUnsupported = 19,
     /// Too many failed handshakes from this address lately; it is refused for a while.
     AuthRateLimited = 20,
+    /// The server has as many connections open as it takes; try again later.
+    TooManyConnections = 21,
     /// Anything else; the message says what.
     Internal = 99,
 }
@@ -281,6 +283,7 @@ impl ErrorCode {
             18 => AuthFailed,
             19 => AuthUnsupported,
             20 => AuthRateLimited,
+            21 => TooManyConnections,
             _ => Internal,
         }
     }

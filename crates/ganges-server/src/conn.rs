@@ -18,50 +18,66 @@ use ganges_proto::frame::{HEADER_BYTES, ProtoError};
 use ganges_proto::io::{read_frame, write_frame};
 use ganges_proto::msg::{Encoded, ErrorCode, HelloOk, Message, ReadReq, State, WireError, WriteReq, kind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// Most requests one connection may have in flight (queued reads, writes and control
-/// requests). A client runs a bounded window per consumer, so this is far above normal use;
-/// it bounds the memory one misbehaving client can pin (queued jobs, unsent replies).
+/// requests, and replies not yet written to its socket). A client runs a bounded window per
+/// consumer, so this is far above normal use; it bounds the work and memory one misbehaving
+/// client can pin.
 pub const INFLIGHT_PER_CONNECTION_MAX: u32 = 1024;
+/// Bytes of replies one connection may have waiting for its socket before the server stops
+/// reading its requests: a client that stops reading its replies stops being read, and
+/// what it pins is this plus its in-flight requests' replies.
+pub const UNSENT_PER_CONNECTION_MAX: u64 = 64 << 20;
 /// Most blocks of write data one connection may have queued. Past it the connection's
 /// reader waits, and TCP pushes back on the writer: queued data stays bounded by this many
 /// blocks (at most 16 MiB each) per connection, far above a writer's window.
 pub const WRITES_PER_CONNECTION_MAX: usize = 64;
 
 enum Outgoing {
-    Frame(Encoded),
+    /// A frame; `tracked`: it answers a request counted in flight.
+    Frame(Encoded, bool),
     /// Flush what is queued, then close the connection.
     Close,
 }
 
 /// Where replies to one connection go. Cheap to clone; each queued request holds one.
 ///
-/// The channel is unbounded on purpose: the disk driver must never wait on one slow client,
-/// and what can queue is bounded by `INFLIGHT_PER_CONNECTION_MAX` replies.
+/// The channel is unbounded on purpose: the disk driver must never wait on one slow client.
+/// What can queue is bounded by `INFLIGHT_PER_CONNECTION_MAX` replies, and by the reader's
+/// pause at `UNSENT_PER_CONNECTION_MAX` bytes.
 #[derive(Clone, Debug)]
 pub struct Outbox {
     tx: mpsc::UnboundedSender<Outgoing>,
-    inflight: Arc<AtomicU32>,
+    backlog: Arc<Backlog>,
+}
+
+/// What a connection has in flight and waiting for its socket.
+#[derive(Debug, Default)]
+struct Backlog {
+    inflight: AtomicU32,
+    unsent: AtomicU64,
+    /// Woken as replies leave, for a reader paused on `unsent`.
+    drained: Notify,
 }
 
 impl std::fmt::Debug for Outgoing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Outgoing::Frame(e) => write!(f, "Frame({} bytes)", e.len()),
+            Outgoing::Frame(e, _) => write!(f, "Frame({} bytes)", e.len()),
             Outgoing::Close => write!(f, "Close"),
         }
     }
 }
 
 impl Outbox {
-    /// Answer a request counted against the in-flight limit.
+    /// Answer a request counted against the in-flight limit; it leaves the count once
+    /// written to the socket.
     pub fn reply(&self, request_id: u64, msg: Message) {
-        self.inflight.fetch_sub(1, Ordering::AcqRel);
-        self.send(request_id, msg);
+        self.queue(request_id, msg, true);
     }
 
     /// Send a frame that answers no counted request (hello, a protocol error, an answer to a
@@ -71,18 +87,31 @@ impl Outbox {
     }
 
     fn send(&self, request_id: u64, msg: Message) {
+        self.queue(request_id, msg, false);
+    }
+
+    fn queue(&self, request_id: u64, msg: Message, tracked: bool) {
+        let frame = msg.encode(request_id);
+        self.backlog.unsent.fetch_add(frame.len() as u64, Ordering::AcqRel);
         // A closed connection drops its replies: nobody is there to read them.
-        let _ = self.tx.send(Outgoing::Frame(msg.encode(request_id)));
+        let _ = self.tx.send(Outgoing::Frame(frame, tracked));
     }
 
     /// Count a new request; false if the connection is at its limit.
     pub fn admit(&self) -> bool {
-        let prev = self.inflight.fetch_add(1, Ordering::AcqRel);
+        let prev = self.backlog.inflight.fetch_add(1, Ordering::AcqRel);
         if prev >= INFLIGHT_PER_CONNECTION_MAX {
-            self.inflight.fetch_sub(1, Ordering::AcqRel);
+            self.backlog.inflight.fetch_sub(1, Ordering::AcqRel);
             return false;
         }
         true
+    }
+
+    /// Wait while this connection's unsent replies are over their bound.
+    async fn room(&self) {
+        while self.backlog.unsent.load(Ordering::Acquire) > UNSENT_PER_CONNECTION_MAX {
+            self.backlog.drained.notified().await;
+        }
     }
 }
 
@@ -126,8 +155,9 @@ pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, conn: u64) {
     let peer = Some(stream.peer);
     let (rd, wr) = (stream.rd, stream.wr);
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut writer = AbortOnDrop(tokio::spawn(write_loop(shared.clone(), wr, rx)));
-    let outbox = Outbox { tx, inflight: Arc::new(AtomicU32::new(0)) };
+    let backlog = Arc::new(Backlog::default());
+    let mut writer = AbortOnDrop(tokio::spawn(write_loop(shared.clone(), wr, rx, backlog.clone())));
+    let outbox = Outbox { tx, backlog };
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
     let mut client_id = 0;
     let result = read_loop(&shared, rd, &outbox, conn, &mut client_id).await;
@@ -171,14 +201,24 @@ async fn cross_link(shared: &Shared, bytes: usize) {
     tokio::time::sleep_until(shared.instant(done)).await;
 }
 
-async fn write_loop(shared: Arc<Shared>, mut wr: BoxWrite, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+async fn write_loop(
+    shared: Arc<Shared>,
+    mut wr: BoxWrite,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    backlog: Arc<Backlog>,
+) {
     while let Some(item) = rx.recv().await {
         match item {
-            Outgoing::Frame(f) => {
+            Outgoing::Frame(f, tracked) => {
                 cross_link(&shared, f.head.len() + f.payload.len()).await;
                 if write_frame(&mut wr, &f).await.is_err() {
                     break;
                 }
+                backlog.unsent.fetch_sub(f.len() as u64, Ordering::AcqRel);
+                if tracked {
+                    backlog.inflight.fetch_sub(1, Ordering::AcqRel);
+                }
+                backlog.drained.notify_one();
             }
             Outgoing::Close => break,
         }
@@ -196,6 +236,8 @@ async fn read_loop(
     let mut greeted = false;
     let writes = Arc::new(Semaphore::new(WRITES_PER_CONNECTION_MAX));
     loop {
+        // A client that does not read its replies is not read either.
+        outbox.room().await;
         let Some((header, body)) = read_frame(&mut rd).await? else {
             return Ok(());
         };

@@ -57,6 +57,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// to static's 1 MiB blocks; with two, the next read is at the disk before the last one ends.
 /// The scheduler still picks each read as late as it can.
 pub const REAL_QUEUE_DEPTH: u32 = 2;
+/// Connections a server keeps open at once unless told otherwise (`--max-connections`).
+pub const MAX_CONNECTIONS_DEFAULT: usize = 1024;
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -89,6 +91,9 @@ pub struct ServerConfig {
     /// How long a write's client may leave it staged or prepared before this server
     /// applies the commit rule without it (`ganges_core::commit`).
     pub txn_timeout: std::time::Duration,
+    /// Most connections open at once (clients' and peers'); past it a new one is refused
+    /// with `TooManyConnections`.
+    pub max_connections: usize,
 }
 
 impl ServerConfig {
@@ -109,6 +114,7 @@ impl ServerConfig {
             transport: ganges_net::Transport::plain(),
             metrics_listen: None,
             txn_timeout: ganges_core::commit::TXN_TIMEOUT_DEFAULT,
+            max_connections: MAX_CONNECTIONS_DEFAULT,
         }
     }
 }
@@ -127,6 +133,7 @@ pub struct Counters {
     /// Connections refused at the handshake (wrong or missing secret, TLS required, rate
     /// limited, too slow).
     pub handshake_failures: AtomicU64,
+    pub refused_connections: AtomicU64,
     /// Bytes received in `Sink` frames.
     pub sink_bytes: AtomicU64,
     pub handed_off: AtomicU64,
@@ -228,6 +235,7 @@ impl Shared {
             corrupt_blocks: c.corrupt_blocks.load(Ordering::Relaxed),
             protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
             handshake_failures: c.handshake_failures.load(Ordering::Relaxed),
+            refused_connections: c.refused_connections.load(Ordering::Relaxed),
             real_faults: self.real_faults.lock().expect("faults lock").faults().clone(),
             direct_io: self.config.direct_io,
             secret: self.config.transport.has_secret(),
@@ -323,6 +331,16 @@ pub async fn run(
             _ = &mut shutdown => break Ok(()),
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) if conns.len() >= shared.config.max_connections => {
+                    shared.counters.refused_connections.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%peer, max = shared.config.max_connections, "refused a connection: too many open");
+                    let why = format!(
+                        "{} has {} connections open, as many as it takes (--max-connections); try again later",
+                        shared.config.node, shared.config.max_connections
+                    );
+                    let err = ganges_proto::msg::WireError::new(ganges_proto::msg::ErrorCode::TooManyConnections, why);
+                    tokio::spawn(ganges_net::transport::refuse_tcp(stream, err));
+                }
                 Ok((stream, _)) => {
                     let conn = next_conn.fetch_add(1, Ordering::Relaxed);
                     conns.spawn(conn::handle(shared.clone(), stream, conn));

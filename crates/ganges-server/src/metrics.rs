@@ -201,6 +201,8 @@ pub fn render(stats: &ServerStats, m: &Metrics) -> String {
     t.one("ganges_protocol_errors_total", "counter", "Malformed or misplaced frames.", stats.protocol_errors as f64);
     let hs = stats.handshake_failures as f64;
     t.one("ganges_handshake_failures_total", "counter", "Connections refused at the handshake.", hs);
+    let refused = stats.refused_connections as f64;
+    t.one("ganges_refused_connections_total", "counter", "Connections refused at the connection limit.", refused);
     t.one("ganges_handoffs_given_total", "counter", "Queued reads handed to other servers.", stats.handed_off as f64);
     t.one("ganges_handoffs_taken_total", "counter", "Reads taken over from other servers.", stats.taken_over as f64);
     let (out, inn) = (stats.redirected_out as f64, stats.redirected_in as f64);
