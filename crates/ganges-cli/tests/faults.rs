@@ -1,0 +1,182 @@
+//! Cells of the fault matrix (docs/reliability.md) that no other test covers: a server
+//! stopped (SIGSTOP) for 5 s in the middle of a write, a replica completion or a scrub; a
+//! server killed before a scrub; a corrupt block met by an ordered export. Each ends with
+//! every byte where it belongs (read back, or verified on every copy) or a typed error with
+//! nothing half-visible.
+
+mod common;
+
+use common::{TestCluster, create, start};
+use ganges_client::dataset;
+use ganges_client::repair;
+use ganges_client::scan::ReadOptions;
+use ganges_client::write::{self, WriteSource, WriteSpec};
+use ganges_core::datagen::Generator;
+use ganges_core::ids::NodeId;
+use ganges_core::write::WritePolicyKind;
+use ganges_proto::manifest::{DatasetName, DatasetState};
+use std::time::{Duration, Instant};
+
+const STOP: Duration = Duration::from_secs(5);
+const G: Generator = Generator::Random { seed: 11 };
+
+fn spec(name: &str, policy: WritePolicyKind, complete: bool) -> WriteSpec {
+    WriteSpec {
+        name: name.parse().unwrap(),
+        writers: 4,
+        total_bytes: 16 << 20,
+        block_bytes: 256 << 10,
+        replicas: policy.default_replicas(),
+        policy,
+        window: 4,
+        source: WriteSource::Generated(G),
+        complete,
+        run_blocks: 1,
+        ceft: Default::default(),
+        mirrored: policy.default_mirrored(),
+    }
+}
+
+/// Stop `node` for `STOP` once it has moved a byte of the operation (read or written),
+/// from a thread of its own; returns when it was continued.
+fn stop_for_a_while(t: &TestCluster, node: NodeId) -> std::thread::JoinHandle<()> {
+    let pid = t.local.pid(node).expect("running");
+    std::thread::spawn(move || {
+        assert!(ganges_harness::sys::signal(pid, ganges_harness::sys::SIGSTOP));
+        std::thread::sleep(STOP);
+        assert!(ganges_harness::sys::signal(pid, ganges_harness::sys::SIGCONT));
+    })
+}
+
+/// Every copy of every block verifies, and the digest is the dataset's.
+async fn whole(client: &ganges_client::Client, name: &DatasetName) {
+    let v = dataset::verify(client, name, None).await.expect("verify");
+    assert!(v.is_clean(), "{name}: {v:?}");
+}
+
+async fn moved(client: &ganges_client::Client, node: NodeId, writes: bool) -> u64 {
+    use ganges_proto::control::{ControlReply, ControlRequest};
+    match client.control(node, ControlRequest::Stats).await.unwrap() {
+        ControlReply::Stats { stats } => {
+            if writes {
+                stats.write_bytes
+            } else {
+                stats.read_bytes
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A write through a server stopped for 5 s mid-way commits, whole or degraded, and reads
+/// back byte for byte.
+async fn write_through_a_stop(policy: WritePolicyKind) {
+    let t = start(4, common::disk(16.0));
+    let client = t.client().await;
+    let name = format!("stopped-{policy}");
+    let before = moved(&client, NodeId(1), true).await;
+    let w = {
+        let (client, s) = (client.clone(), spec(&name, policy, false));
+        tokio::spawn(async move { write::write(&client, s, None).await })
+    };
+    common::until_moved(&client, NodeId(1), before + 1, true).await;
+    let stopped = stop_for_a_while(&t, NodeId(1));
+    let out = w.await.unwrap().expect("the write commits");
+    stopped.join().unwrap();
+    eprintln!("{policy} through a 5 s stop: missing {:?}", out.missing);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("back.bin");
+    dataset::get(&client, &out.manifest.name, &file, ReadOptions::default(), None).await.expect("reads back");
+    let mut want = vec![0u8; 16 << 20];
+    G.fill(0, &mut want);
+    assert!(std::fs::read(&file).unwrap() == want, "{policy}: the bytes read back are the bytes written");
+    let m = out.manifest;
+    if out.missing.is_empty() {
+        whole(&client, &m.name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gd_write_through_a_stopped_server_commits_and_reads_back() {
+    write_through_a_stop(WritePolicyKind::Gd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dq_write_through_a_stopped_server_commits_and_reads_back() {
+    write_through_a_stop(WritePolicyKind::Dq).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_through_a_stopped_server_finishes_once_it_continues() {
+    let t = start(4, common::disk(16.0));
+    let client = t.client().await;
+    let out = write::write(&client, spec("half", WritePolicyKind::Gd, false), None).await.unwrap();
+    assert_eq!(out.manifest.state, DatasetState::Incomplete);
+    let c = {
+        let (client, name) = (client.clone(), out.manifest.name.clone());
+        tokio::spawn(async move { write::complete(&client, &name).await })
+    };
+    // Fills do not show in the write counters: stop it a moment into the completion.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!c.is_finished(), "the completion is still running");
+    let stopped = stop_for_a_while(&t, NodeId(1));
+    let started = Instant::now();
+    c.await.unwrap().expect("completion finishes");
+    stopped.join().unwrap();
+    assert!(started.elapsed() >= STOP - Duration::from_millis(500), "it waited for the stopped server");
+    let m = client.manifest(&out.manifest.name).await.unwrap();
+    assert_eq!(m.state, DatasetState::Complete);
+    whole(&client, &m.name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrub_through_a_stopped_server_checks_every_copy_once_it_continues() {
+    let t = start(4, common::disk(16.0));
+    let client = t.client().await;
+    let m = create(&client, "s", vec![2 << 20; 4], 256 << 10, 2, G).await;
+    // A check is too quick to stop in the middle of: the server is stopped as it begins.
+    let stopped = stop_for_a_while(&t, NodeId(1));
+    let started = Instant::now();
+    let report = repair::scrub(&client, &m.name, None).await.expect("the scrub finishes");
+    stopped.join().unwrap();
+    assert!(started.elapsed() >= STOP - Duration::from_millis(500), "it waited for the stopped server");
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.checked.bytes, 2 * (8 << 20), "both copies of every block");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrub_with_a_dead_server_checks_the_rest_and_names_it() {
+    let mut t = start(4, None);
+    let client = t.client().await;
+    let m = create(&client, "s", vec![2 << 20; 4], 256 << 10, 2, G).await;
+    t.local.kill(NodeId(2));
+    let report = repair::scrub(&client, &m.name, None).await.expect("a report, not an error");
+    assert_eq!(report.checked.unreachable, vec![NodeId(2)]);
+    assert!(!report.is_clean(), "a scrub that could not check a server is not clean");
+    assert_eq!(report.checked.bytes, 2 * (8 << 20) - 2 * (2 << 20), "every copy on the live servers");
+    assert!(report.checked.bad.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_export_meeting_a_corrupt_block_writes_the_right_bytes_and_heals_it() {
+    let t = start(4, None);
+    let client = t.client().await;
+    let m = create(&client, "bad", vec![1 << 20; 4], 64 << 10, 2, G).await;
+    // Flip a byte of block 3 of fragment 1's primary copy (on node 1).
+    let path = t.data_dir(1).join("datasets/bad/f00001.c0.data");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[3 * 65536 + 5] ^= 0x08;
+    std::fs::write(&path, bytes).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bad.bin");
+    // Static: every block from its primary, so the bad copy is met.
+    let opts = ReadOptions::new(ganges_core::route::ReadPolicyKind::Static);
+    dataset::get(&client, &m.name, &out, opts, None).await.expect("the export completes");
+    let mut want = vec![0u8; 4 << 20];
+    G.fill(0, &mut want);
+    assert!(std::fs::read(&out).unwrap() == want, "the exported file is the dataset");
+    repair::settle().await;
+    whole(&client, &m.name).await;
+    let info = dataset::info(&client, &m.name).await.unwrap();
+    assert_eq!(info.repaired, vec![(NodeId(1), 1)], "healed on read");
+}
