@@ -907,6 +907,8 @@ fn simulate(spec: &ScanBenchSpec, run: &Run<'_>) -> BenchResult<ganges_sim::scan
         sample_every: (!spec.schedule.is_empty()).then(|| Duration::from_millis(SAMPLE_MS)),
         time_limit: Duration::from_secs(86_400),
         seed: spec.seed,
+        chaos: vec![],
+        check: false,
     };
     ganges_sim::scan::run_scan(&sim).map_err(|e| BenchError::Failed(format!("simulating {}: {e}", run.policy)))
 }

@@ -24,6 +24,7 @@ pub fn list() {
     for (name, what) in SCENARIOS {
         t.row(vec![name.to_string(), what.to_string()]);
     }
+    t.row(vec!["hunt".into(), "seeded crashes, lost connections, corrupt blocks and slow disks against scans, invariants checked after every event (--seeds N from --seed)".into()]);
     print!("{}", t.render());
 }
 
@@ -228,4 +229,91 @@ fn draw_slowest(r: &Report, path: &std::path::Path) -> BenchResult<()> {
         .collect();
     let title = format!("{}: the slowest consumer's rate over 500 ms, share of its ideal", r.scenario);
     plot::line_chart(path, &title, "seconds", "share of ideal rate", &series, 1.3)
+}
+
+/// What `ganges sim hunt` found, for its JSON.
+#[derive(Serialize)]
+struct HuntSummary {
+    bench: &'static str,
+    from: u64,
+    seeds: u64,
+    failed: Vec<HuntFailure>,
+    crashes: usize,
+    restarts: usize,
+    lost_connections: usize,
+    corrupt_blocks: usize,
+    events: u64,
+    /// The largest share of its progress bound any seed's scan took.
+    worst_of_bound: f64,
+    wall_seconds: f64,
+    git_commit: String,
+}
+
+#[derive(Serialize)]
+struct HuntFailure {
+    seed: u64,
+    schedule: String,
+    error: String,
+}
+
+/// `ganges sim hunt`: `count` seeded fault schedules from `from` (ganges-sim's `hunt`); an
+/// error if any seed fails, after printing each with the command that reproduces it.
+pub fn hunt(from: u64, count: u64, json: Option<&PathBuf>) -> BenchResult<()> {
+    use ganges_sim::scan::Chaos;
+    let started = Instant::now();
+    let verdicts = ganges_sim::hunt::hunt(from, count);
+    let wall = started.elapsed().as_secs_f64();
+    let count_chaos = |f: fn(&Chaos) -> bool| -> usize {
+        verdicts.iter().map(|v| v.case.spec.chaos.iter().filter(|(_, c)| f(c)).count()).sum()
+    };
+    let failed: Vec<HuntFailure> = verdicts
+        .iter()
+        .filter_map(|v| {
+            let error = v.result.as_ref().err()?.clone();
+            Some(HuntFailure { seed: v.case.seed, schedule: v.case.describe(), error })
+        })
+        .collect();
+    let ok = || verdicts.iter().filter_map(|v| v.result.as_ref().ok().map(|o| (v, o)));
+    let summary = HuntSummary {
+        bench: "sim-hunt",
+        from,
+        seeds: count,
+        crashes: count_chaos(|c| matches!(c, Chaos::Crash(_))),
+        restarts: count_chaos(|c| matches!(c, Chaos::Restart(_))),
+        lost_connections: count_chaos(|c| matches!(c, Chaos::Disconnect { .. })),
+        corrupt_blocks: count_chaos(|c| matches!(c, Chaos::Corrupt { .. })),
+        events: ok().map(|(_, o)| o.events).sum(),
+        worst_of_bound: ok().map(|(v, o)| o.seconds / v.case.bound).fold(0.0, f64::max),
+        failed,
+        wall_seconds: wall,
+        git_commit: crate::util::git_commit(),
+    };
+    for f in &summary.failed {
+        println!(
+            "seed {}: {}\n  {}\n  reproduce: ganges sim hunt --seed {} --seeds 1",
+            f.seed, f.schedule, f.error, f.seed
+        );
+    }
+    println!(
+        "hunt: {} seeds from {}: {} failed; {} crashes ({} restarted), {} lost connections, {} corrupt blocks; \
+         {} events checked; slowest scan at {:.0}% of its progress bound; {wall:.1} s",
+        count,
+        from,
+        summary.failed.len(),
+        summary.crashes,
+        summary.restarts,
+        summary.lost_connections,
+        summary.corrupt_blocks,
+        summary.events,
+        summary.worst_of_bound * 100.0
+    );
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_vec_pretty(&summary)?)
+            .map_err(|e| BenchError::Failed(format!("writing {}: {e}", path.display())))?;
+    }
+    if summary.failed.is_empty() {
+        Ok(())
+    } else {
+        Err(BenchError::Failed(format!("{} of {count} seeds failed", summary.failed.len())))
+    }
 }

@@ -1331,6 +1331,9 @@ pub(crate) struct SimArgs {
     pub(crate) policies: Option<Vec<ReadPolicyKind>>,
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
+    /// hunt: how many seeds to run, from --seed
+    #[arg(long, default_value_t = 300)]
+    pub(crate) seeds: u64,
     /// Write every figure as JSON
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,

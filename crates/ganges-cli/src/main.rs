@@ -686,6 +686,9 @@ fn sim(a: SimArgs) -> CliResult<()> {
     let Some(name) = a.scenario else {
         return fail("name a scenario (`ganges sim --list` shows them)");
     };
+    if name == "hunt" {
+        return Ok(ganges_bench::sim::hunt(a.seed, a.seeds, a.json.as_ref())?);
+    }
     let opts = SimOptions {
         producers: a.producers,
         consumers: a.consumers,

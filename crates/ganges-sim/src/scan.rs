@@ -38,6 +38,23 @@ pub struct FaultWindow {
     pub end: Option<Duration>,
 }
 
+/// A fault beyond a slow disk, at an instant of the scan (the simulator's hunts, `hunt`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chaos {
+    /// The server dies: its queue and its disk's current read are lost, every connection to
+    /// it closes (each consumer hears of it a network latency later), and messages to it
+    /// are dropped until it restarts.
+    Crash(NodeId),
+    /// The server starts again on its data, with an empty queue (consumers that saw it die
+    /// keep it for dead, as a real read does).
+    Restart(NodeId),
+    /// One consumer's connection to one server closes: the server drops that consumer's
+    /// queued reads; the consumer reads elsewhere.
+    Disconnect { consumer: usize, node: NodeId },
+    /// The server's copy of a block fails its checksum from now on.
+    Corrupt { node: NodeId, fragment: FragmentId, block: u32 },
+}
+
 /// Everything a simulated scan needs.
 #[derive(Clone, Debug)]
 pub struct ScanSpec {
@@ -70,6 +87,11 @@ pub struct ScanSpec {
     /// Give up if the scan has not finished by this virtual time.
     pub time_limit: Duration,
     pub seed: u64,
+    /// Crashes, restarts, lost connections and corrupt blocks, at instants from the start.
+    pub chaos: Vec<(Duration, Chaos)>,
+    /// Check every consumer's engine and exactly-once delivery after every event (hunts):
+    /// a broken invariant is an error naming the event.
+    pub check: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -80,6 +102,8 @@ pub enum SimError {
     TimeLimit(Duration),
     #[error("the simulation ran out of events with consumers unfinished (a policy stalled): {0}")]
     Stalled(String),
+    #[error("an invariant broke: {0}")]
+    Invariant(String),
 }
 
 /// What a simulated scan measured.
@@ -153,13 +177,23 @@ enum ToConsumer {
         request: u64,
         to: NodeId,
     },
+    /// The read's block failed its checksum at the server.
+    Corrupt {
+        request: u64,
+    },
+    /// The connection to `node` closed.
+    Down {
+        node: NodeId,
+    },
 }
 
 #[derive(Debug)]
 enum Ev {
     Start(usize),
     Server(usize, ToServer),
-    DiskDone(usize),
+    /// Server `s`'s disk finished, in its life `generation` (a crash ends a life).
+    DiskDone(usize, u32),
+    Chaos(Chaos),
     Consumer(usize, ToConsumer),
     SinkDone(usize),
     Fault(usize, Option<Fault>),
@@ -178,6 +212,8 @@ struct Server {
     retry_at: Option<Time>,
     peers: Vec<NodeId>,
     handed_off: u64,
+    down: bool,
+    generation: u32,
 }
 
 /// A read outstanding at a server, as the consumer's driver tracks it.
@@ -200,6 +236,8 @@ struct Consumer {
     sink_busy: bool,
     taken: u64,
     finished: Option<Time>,
+    /// Pieces delivered (checked with `ScanSpec::check`).
+    got: Vec<bool>,
 }
 
 struct Sim<'a> {
@@ -210,6 +248,7 @@ struct Sim<'a> {
     consumers: Vec<Consumer>,
     unfinished: usize,
     delivered: Vec<Vec<u64>>,
+    corrupt: std::collections::BTreeSet<(usize, FragmentId, u32)>,
 }
 
 /// A start phase drawn from `seed`: a point of a second, the same for the same seed. Started
@@ -226,6 +265,10 @@ pub fn start_phase(seed: u64) -> Duration {
 pub fn start_phases(seed: u64) -> impl Iterator<Item = Duration> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
     std::iter::repeat_with(move || Duration::from_nanos(rng.random_range(0..1_000_000_000)))
+}
+
+fn n_servers(spec: &ScanSpec) -> usize {
+    spec.layout.nodes() as usize
 }
 
 /// Run one simulated scan.
@@ -268,6 +311,8 @@ impl<'a> Sim<'a> {
                     retry_at: None,
                     peers,
                     handed_off: 0,
+                    down: false,
+                    generation: 0,
                 }
             })
             .collect();
@@ -277,6 +322,7 @@ impl<'a> Sim<'a> {
             let pieces = spec.shape.pieces(*p).map_err(|e| invalid(&e))?;
             let engine = ReadEngine::new(spec.policy.build(&spec.settings), &spec.layout, &spec.shape, pieces, config)
                 .map_err(|e| invalid(&e))?;
+            let got = vec![false; engine.pieces().len()];
             consumers.push(Consumer {
                 engine,
                 started: false,
@@ -287,6 +333,7 @@ impl<'a> Sim<'a> {
                 sink_busy: false,
                 taken: 0,
                 finished: None,
+                got,
             });
         }
         let endpoints = n + consumers.len();
@@ -298,8 +345,20 @@ impl<'a> Sim<'a> {
             unfinished: consumers.len(),
             delivered: vec![vec![]; consumers.len()],
             consumers,
+            corrupt: Default::default(),
         };
         sim.schedule_faults()?;
+        for &(at, chaos) in &spec.chaos {
+            let bad_node = |n: NodeId| n.0 as usize >= n_servers(spec);
+            let bad = match chaos {
+                Chaos::Crash(n) | Chaos::Restart(n) | Chaos::Corrupt { node: n, .. } => bad_node(n),
+                Chaos::Disconnect { consumer, node } => bad_node(node) || consumer >= sim.consumers.len(),
+            };
+            if bad {
+                return Err(SimError::Invalid(format!("{chaos:?} names a server or consumer beyond the scan")));
+            }
+            sim.ev.at(sim.epoch() + at, Ev::Chaos(chaos));
+        }
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(spec.seed);
         for c in 0..sim.consumers.len() {
             let jitter = if spec.start_jitter.is_zero() {
@@ -389,8 +448,18 @@ impl<'a> Sim<'a> {
                     }
                     self.pump(c)?;
                 }
-                Ev::Server(s, m) => self.on_server(s, m),
-                Ev::DiskDone(s) => self.on_disk_done(s),
+                Ev::Server(s, m) => {
+                    // A dead server hears nothing.
+                    if !self.servers[s].down {
+                        self.on_server(s, m);
+                    }
+                }
+                Ev::DiskDone(s, generation) => {
+                    if self.servers[s].generation == generation {
+                        self.on_disk_done(s);
+                    }
+                }
+                Ev::Chaos(chaos) => self.on_chaos(chaos),
                 Ev::Consumer(c, m) => self.on_consumer(c, m)?,
                 Ev::SinkDone(c) => self.on_sink_done(c)?,
                 Ev::Fault(s, f) => {
@@ -408,6 +477,17 @@ impl<'a> Sim<'a> {
                 Ev::AskRetry(s) => {
                     self.servers[s].retry_at = None;
                     self.kick(s);
+                }
+            }
+            if self.spec.check {
+                self.check(now)?;
+            }
+        }
+        if self.spec.check {
+            for (c, cons) in self.consumers.iter().enumerate() {
+                let delivered = cons.got.len() == cons.engine.pieces().len();
+                if let Some(p) = cons.got.iter().position(|g| !g).or((!delivered).then_some(cons.got.len())) {
+                    return Err(SimError::Invariant(format!("consumer {c} finished without piece {p}")));
                 }
             }
         }
@@ -496,9 +576,28 @@ impl<'a> Sim<'a> {
                 cons.engine.on_state(now, o.node, state);
                 cons.engine.on_service(o.node, bytes, state.service_us);
                 if cons.engine.on_data(now, o.piece, o.node) == Delivery::New {
+                    // The engine may cut pieces finer as it goes (planned request sizes).
+                    if cons.got.len() <= o.piece {
+                        cons.got.resize(cons.engine.pieces().len(), false);
+                    }
+                    if std::mem::replace(&mut cons.got[o.piece], true) {
+                        return Err(SimError::Invariant(format!("consumer {c} was given piece {} twice", o.piece)));
+                    }
                     cons.sink.push_back(bytes);
                     self.feed_sink(c);
                 }
+            }
+            ToConsumer::Corrupt { request } => {
+                if let Some(o) = cons.outstanding.remove(&request) {
+                    cons.request_of.remove(&(o.piece, o.node));
+                    cons.engine.on_failure(now, o.piece, o.node, Failure::Corrupt);
+                }
+            }
+            ToConsumer::Down { node } => {
+                // Replies still on their way from it are lost with the connection.
+                cons.outstanding.retain(|_, o| o.node != node);
+                cons.request_of.retain(|(_, n), _| *n != node);
+                cons.engine.on_node_down(now, node);
             }
         }
         self.pump(c)
@@ -604,7 +703,7 @@ impl<'a> Sim<'a> {
         if let Some(p) = self.servers[s].q.pop(now) {
             let svc = p.modelled.expect("simulated servers model their disks");
             self.servers[s].busy = Some((p.job, p.ctx, svc));
-            self.ev.at(svc.done, Ev::DiskDone(s));
+            self.ev.at(svc.done, Ev::DiskDone(s, self.servers[s].generation));
             return;
         }
         if let Some(t) = self.servers[s].q.sched.wake_at() {
@@ -664,9 +763,67 @@ impl<'a> Sim<'a> {
             primary_progress: r.primary_progress,
             node_load: None,
         };
-        let msg = ToConsumer::ReadOk { request: ctx.request, state, bytes: job.bytes };
-        self.send_consumer(s, ctx.consumer, job.bytes + HEADER_BYTES, msg);
+        let p = *self.consumers[ctx.consumer].engine.piece(ctx.piece);
+        if self.corrupt.contains(&(s, p.fragment, p.block)) {
+            // Checked before it is sent, as the server does: an error, no data.
+            self.send_consumer(s, ctx.consumer, HEADER_BYTES, ToConsumer::Corrupt { request: ctx.request });
+        } else {
+            let msg = ToConsumer::ReadOk { request: ctx.request, state, bytes: job.bytes };
+            self.send_consumer(s, ctx.consumer, job.bytes + HEADER_BYTES, msg);
+        }
         self.kick(s);
+    }
+
+    // ---- the hunts' faults ----
+
+    fn on_chaos(&mut self, chaos: Chaos) {
+        match chaos {
+            Chaos::Crash(node) => {
+                let s = node.0 as usize;
+                if self.servers[s].down {
+                    return;
+                }
+                let srv = &mut self.servers[s];
+                srv.down = true;
+                srv.generation += 1;
+                srv.busy = None;
+                srv.asking = false;
+                let model = srv.q.model.take();
+                srv.q = ServerQueue::new(SchedulerKind::Auto.build(), model);
+                for c in 0..self.consumers.len() {
+                    self.close(s, c);
+                }
+            }
+            Chaos::Restart(node) => {
+                let srv = &mut self.servers[node.0 as usize];
+                srv.down = false;
+                srv.asker = Asker::default();
+            }
+            Chaos::Disconnect { consumer, node } => {
+                let s = node.0 as usize;
+                self.servers[s].q.drop_connection(consumer as u64);
+                self.close(s, consumer);
+            }
+            Chaos::Corrupt { node, fragment, block } => {
+                self.corrupt.insert((node.0 as usize, fragment, block));
+            }
+        }
+    }
+
+    /// Consumer `c`'s connection to server `s` closes; it hears of it a latency later.
+    fn close(&mut self, s: usize, c: usize) {
+        let latency = self.spec.net.latency;
+        self.ev.after(latency, Ev::Consumer(c, ToConsumer::Down { node: NodeId(s as u32) }));
+    }
+
+    /// The invariants of every consumer's engine and of delivery (hunts).
+    fn check(&self, now: Time) -> Result<(), SimError> {
+        for (c, cons) in self.consumers.iter().enumerate() {
+            let engine = &cons.engine;
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.assert_invariants()))
+                .map_err(|_| SimError::Invariant(format!("consumer {c}'s read engine at {now:?}")))?;
+        }
+        Ok(())
     }
 
     fn outcome(&self) -> ScanOutcome {
@@ -724,6 +881,8 @@ mod tests {
             sample_every: None,
             time_limit: Duration::from_secs(600),
             seed: 1,
+            chaos: vec![],
+            check: true,
         }
     }
 

@@ -522,6 +522,8 @@ impl GdCase {
             sample_every: None,
             time_limit: Duration::from_secs(10 * 86_400),
             seed,
+            chaos: vec![],
+            check: false,
         })
     }
 
