@@ -1,6 +1,7 @@
 //! Cells of the fault matrix (docs/reliability.md) that no other test covers: a server
 //! stopped (SIGSTOP) for 5 s in the middle of a write, a replica completion or a scrub; a
-//! server killed before a scrub; a corrupt block met by an ordered export. Each ends with
+//! server killed in a static or ceft write, or before a scrub; a corrupt block met by an
+//! ordered export. Each ends with
 //! every byte where it belongs (read back, or verified on every copy) or a typed error with
 //! nothing half-visible.
 
@@ -179,4 +180,44 @@ async fn an_ordered_export_meeting_a_corrupt_block_writes_the_right_bytes_and_he
     whole(&client, &m.name).await;
     let info = dataset::info(&client, &m.name).await.unwrap();
     assert_eq!(info.repaired, vec![(NodeId(1), 1)], "healed on read");
+}
+
+/// A static or ceft write losing `victim` mid-way commits degraded and reads back byte for
+/// byte; completion restores the copies once the server is back.
+async fn write_through_a_kill(policy: WritePolicyKind, victim: NodeId) {
+    let mut t = start(4, common::disk(16.0));
+    let client = t.client().await;
+    let name = format!("killed-{policy}");
+    let before = moved(&client, victim, true).await;
+    let w = {
+        let (client, s) = (client.clone(), spec(&name, policy, false));
+        tokio::spawn(async move { write::write(&client, s, None).await })
+    };
+    common::until_moved(&client, victim, before + 1, true).await;
+    assert!(!w.is_finished(), "{victim} dies mid-write");
+    t.local.kill(victim);
+    let out = w.await.unwrap().expect("a degraded write commits");
+    assert_eq!(out.missing, vec![victim], "{policy}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("back.bin");
+    dataset::get(&client, &out.manifest.name, &file, ReadOptions::default(), None).await.expect("reads back");
+    let mut want = vec![0u8; 16 << 20];
+    G.fill(0, &mut want);
+    assert!(std::fs::read(&file).unwrap() == want, "{policy}: every byte has a live copy");
+    t.local.restart(victim).unwrap();
+    let client = t.client().await;
+    let done = write::complete(&client, &out.manifest.name).await.expect("completion restores the copies");
+    assert_eq!(done.restored, vec![victim]);
+    whole(&client, &out.manifest.name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_write_losing_a_server_commits_degraded_and_is_restored() {
+    write_through_a_kill(WritePolicyKind::Static, NodeId(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ceft_write_losing_a_server_commits_degraded_and_is_restored() {
+    // CEFT-PVFS's rule writes to group A's node of a pair when loads are even.
+    write_through_a_kill(WritePolicyKind::Ceft, NodeId(1)).await;
 }
