@@ -1,7 +1,8 @@
 //! Cells of the fault matrix (docs/reliability.md) that no other test covers: a server
 //! stopped (SIGSTOP) for 5 s in the middle of a write, a replica completion or a scrub; a
-//! server killed in a static or ceft write, or before a scrub; a corrupt block met by an
-//! ordered export. Each ends with
+//! server killed in a static or ceft write, or before a scrub; random-access reads through
+//! a killed or stopped server or a corrupt block; a corrupt block met by an ordered export.
+//! Each ends with
 //! every byte where it belongs (read back, or verified on every copy) or a typed error with
 //! nothing half-visible.
 
@@ -220,4 +221,77 @@ async fn a_static_write_losing_a_server_commits_degraded_and_is_restored() {
 async fn a_ceft_write_losing_a_server_commits_degraded_and_is_restored() {
     // CEFT-PVFS's rule writes to group A's node of a pair when loads are even.
     write_through_a_kill(WritePolicyKind::Ceft, NodeId(1)).await;
+}
+
+/// 240 random-access reads of 64 KiB at seeded offsets of a 16 MiB dataset (2 copies), 8 in
+/// flight, with `fault` applied to node1 after the 80th; every read returns the dataset's
+/// bytes.
+async fn random_reads_through(t: &mut TestCluster, fault: &str) {
+    use ganges_client::stream::AsyncReader;
+    let client = t.client().await;
+    let m = std::sync::Arc::new(create(&client, "r", vec![4 << 20; 4], 256 << 10, 2, G).await);
+    if fault == "corrupt" {
+        // Block 5 of fragment 1's primary copy, on node1.
+        let path = t.data_dir(1).join("datasets/r/f00001.c0.data");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[5 * (256 << 10) + 99] ^= 0x20;
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let mut offsets: Vec<u64> =
+        (0..240u64).map(|i| ganges_core::datagen::mix64(i ^ 0x5eed) % ((16 << 20) - (64 << 10))).collect();
+    if fault == "corrupt" {
+        offsets.push((4 << 20) + 5 * (256 << 10)); // the bad block's range, for sure
+    }
+    let opts = ReadOptions::new(ganges_core::route::ReadPolicyKind::Static);
+    let mut r = AsyncReader::open(client.clone(), m.clone(), opts).unwrap();
+    let mut want = vec![0u8; 16 << 20];
+    G.fill(0, &mut want);
+    let mut tickets = std::collections::HashMap::new();
+    let mut stopped = None;
+    for (i, &off) in offsets.iter().enumerate() {
+        if i == 80 {
+            match fault {
+                "kill" => t.local.kill(NodeId(1)),
+                "stop" => stopped = Some(stop_for_a_while(t, NodeId(1))),
+                _ => {}
+            }
+        }
+        tickets.insert(r.submit(off, 64 << 10).unwrap(), off);
+        while r.pending() >= 8 {
+            let (ticket, bytes) = r.reap().await.expect("the read completes").expect("pending");
+            let at = tickets.remove(&ticket).unwrap() as usize;
+            assert!(bytes[..] == want[at..at + (64 << 10)], "{fault}: the bytes at {at}");
+        }
+    }
+    while let Some((ticket, bytes)) = r.reap().await.expect("the read completes") {
+        let at = tickets.remove(&ticket).unwrap() as usize;
+        assert!(bytes[..] == want[at..at + (64 << 10)], "{fault}: the bytes at {at}");
+    }
+    assert!(tickets.is_empty());
+    drop(r);
+    if let Some(s) = stopped {
+        s.join().unwrap();
+    }
+    if fault == "corrupt" {
+        repair::settle().await;
+        whole(&client, &m.name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_reads_through_a_killed_server_return_the_right_bytes() {
+    let mut t = start(4, common::disk(16.0));
+    random_reads_through(&mut t, "kill").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_reads_through_a_stopped_server_return_the_right_bytes() {
+    let mut t = start(4, common::disk(16.0));
+    random_reads_through(&mut t, "stop").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_reads_meeting_a_corrupt_block_return_the_right_bytes_and_heal_it() {
+    let mut t = start(4, None);
+    random_reads_through(&mut t, "corrupt").await;
 }

@@ -40,6 +40,20 @@ fn raw(addr: String, bytes: &[u8]) -> (Option<ErrorCode>, bool) {
     }
 }
 
+/// A read of `len` bytes from `start` in block `block` of `fragment` of `dataset`.
+fn read_of(dataset: &str, fragment: u32, block: u32, start: u32, len: u32) -> Message {
+    Message::Read(ReadReq {
+        stream: 1,
+        progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
+        service: Service::FURTHEST_BEHIND,
+        dataset: dataset.parse().unwrap(),
+        fragment: FragmentId(fragment),
+        block,
+        start_in_block: start,
+        len,
+    })
+}
+
 fn hello() -> Vec<u8> {
     Message::Hello(Hello { client: "test".into(), client_id: 0 }).encode(1).to_vec()
 }
@@ -77,16 +91,7 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
     assert_eq!((code, closed), (Some(ErrorCode::FrameTooLarge), true));
 
     // A read before hello.
-    let read = Message::Read(ReadReq {
-        stream: 1,
-        progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
-        service: Service::FURTHEST_BEHIND,
-        dataset: "ok".parse().unwrap(),
-        fragment: FragmentId(0),
-        block: 0,
-        start_in_block: 0,
-        len: 10,
-    });
+    let read = read_of("ok", 0, 0, 0, 10);
     let bytes = read.encode(2).to_vec();
     let (code, closed) = tokio::task::spawn_blocking({
         let addr = addr.clone();
@@ -158,18 +163,7 @@ async fn request_errors_are_typed_and_keep_the_connection() {
     let client = c.client().await;
     let m = Arc::new(create(&client, "d", vec![50_000, 50_000], 16 << 10, 2, Generator::Random { seed: 1 }).await);
     let conn = client.conn(NodeId(0)).unwrap().clone();
-    let read = |fragment: u32, block: u32, start: u32, len: u32, name: &str| {
-        Message::Read(ReadReq {
-            stream: 9,
-            progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
-            service: Service::FURTHEST_BEHIND,
-            dataset: name.parse().unwrap(),
-            fragment: FragmentId(fragment),
-            block,
-            start_in_block: start,
-            len,
-        })
-    };
+    let read = |fragment, block, start, len, name: &str| read_of(name, fragment, block, start, len);
     let code = |m: Message| match m {
         Message::Error(e, _) => e.code,
         other => panic!("expected an error, got {other:?}"),
@@ -257,16 +251,7 @@ async fn a_client_that_never_reads_its_replies_pins_bounded_memory_and_stalls_no
         s.write_all(&hello()).unwrap();
         let mut sent = 0u64;
         for i in 0..READS {
-            let read = Message::Read(ReadReq {
-                stream: 1,
-                progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
-                service: Service::FURTHEST_BEHIND,
-                dataset: "d".parse().unwrap(),
-                fragment: FragmentId(0),
-                block: (i % 128) as u32,
-                start_in_block: 0,
-                len: BLOCK,
-            });
+            let read = read_of("d", 0, (i % 128) as u32, 0, BLOCK);
             // The server stops reading: the socket's buffers fill and the write times out.
             if s.write_all(&read.encode(i + 2).to_vec()).is_err() {
                 break;
@@ -311,14 +296,26 @@ async fn connections_past_the_limit_are_refused_with_a_typed_error() {
     .await
     .unwrap();
     let addr = cluster.cluster().servers[0].addr.clone();
-    let held: Vec<TcpStream> = (0..8)
-        .map(|_| {
-            let mut s = TcpStream::connect(addr.as_str()).unwrap();
-            s.write_all(&hello()).unwrap();
-            s
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The connection that set the cluster up closes in the background: let it go first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held: Vec<TcpStream> = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || {
+            (0..8)
+                .map(|i| {
+                    let mut s = TcpStream::connect(addr.as_str()).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    s.write_all(&hello()).unwrap();
+                    let mut h = [0u8; HEADER_BYTES];
+                    s.read_exact(&mut h).unwrap();
+                    assert_eq!(FrameHeader::parse(&h).unwrap().kind, kind::HELLO_OK, "connection {i} is admitted");
+                    s
+                })
+                .collect()
+        }
+    })
+    .await
+    .unwrap();
     let (code, closed) = tokio::task::spawn_blocking({
         let addr = addr.clone();
         move || raw(addr, &hello())

@@ -25,18 +25,6 @@ use ganges_core::shape::Shape;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
-const POLICIES: [ReadPolicyKind; 10] = [
-    ReadPolicyKind::Static,
-    ReadPolicyKind::Gd,
-    ReadPolicyKind::GdRel,
-    ReadPolicyKind::GdBatch,
-    ReadPolicyKind::GdShare,
-    ReadPolicyKind::GdPc,
-    ReadPolicyKind::GdPcShrink,
-    ReadPolicyKind::GdRr,
-    ReadPolicyKind::GdRrHandoff,
-    ReadPolicyKind::GdPlan,
-];
 const RATE: f64 = 32.0 * 1024.0 * 1024.0;
 const BLOCK: u32 = 256 << 10;
 
@@ -93,7 +81,10 @@ pub fn case(seed: u64) -> Case {
     let layout = Layout::chained(n, 2).expect("2 copies on 3 or more nodes");
     let blocks: u64 = rng.random_range(8..=40);
     let shape = Shape::uniform(n, blocks * BLOCK as u64, BLOCK).expect("a valid shape");
-    let policy = POLICIES[rng.random_range(0..POLICIES.len())];
+    // Every read policy but mirror's, which needs mirrored groups.
+    let policies: Vec<ReadPolicyKind> =
+        ReadPolicyKind::ALL.into_iter().filter(|p| *p != ReadPolicyKind::Mirror).collect();
+    let policy = policies[rng.random_range(0..policies.len())];
     let fragment_secs = shape.fragment_bytes(FragmentId(0)) as f64 / RATE;
     // Slow disks.
     let mut faults = vec![];
