@@ -1,7 +1,8 @@
 //! Cells of the fault matrix (docs/reliability.md) that no other test covers: a server
 //! stopped (SIGSTOP) for 5 s in the middle of a write, a replica completion or a scrub; a
 //! server killed in a static or ceft write, or before a scrub; random-access reads through
-//! a killed or stopped server or a corrupt block; a corrupt block met by an ordered export.
+//! a killed or stopped server or a corrupt block; a corrupt block met by an ordered export;
+//! gd and dq writes onto a full disk.
 //! Each ends with
 //! every byte where it belongs (read back, or verified on every copy) or a typed error with
 //! nothing half-visible.
@@ -294,4 +295,33 @@ async fn random_reads_through_a_stopped_server_return_the_right_bytes() {
 async fn random_reads_meeting_a_corrupt_block_return_the_right_bytes_and_heal_it() {
     let mut t = start(4, None);
     random_reads_through(&mut t, "corrupt").await;
+}
+
+/// A gd or dq write onto a server whose disk fills: a typed error naming the server, and
+/// nothing of the write visible or left in staging anywhere.
+async fn write_onto_a_full_disk(policy: WritePolicyKind) {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("node-1").join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let Some(_guard) = common::tmpfs(&data, "2m") else { return };
+    let spec_ =
+        ganges_harness::local::LocalSpec::new(4, root.path().to_path_buf(), common::disk(64.0), common::binary());
+    let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
+    let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();
+    let e = write::write(&client, spec("big", policy, true), None).await.expect_err("the write cannot fit");
+    assert_eq!(e.code(), Some(ganges_proto::msg::ErrorCode::DiskFull), "{policy}: {e}");
+    assert!(e.to_string().contains("disk full on node1"), "{policy}: the error names the server: {e}");
+    let (listed, _) = dataset::list(&client, true).await.unwrap();
+    assert!(listed.is_empty(), "{policy}: nothing visible, staging removed: {listed:?}");
+    local.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gd_write_onto_a_full_disk_fails_by_name_and_leaves_nothing() {
+    write_onto_a_full_disk(WritePolicyKind::Gd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dq_write_onto_a_full_disk_fails_by_name_and_leaves_nothing() {
+    write_onto_a_full_disk(WritePolicyKind::Dq).await;
 }

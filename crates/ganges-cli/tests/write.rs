@@ -494,36 +494,13 @@ async fn write_losing_servers(
     w.await.unwrap()
 }
 
-/// Unmounts a tmpfs when the test ends, however it ends.
-struct Mount(std::path::PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-/// A tmpfs of `size` (`mount`'s form: `2m`) on `dir`, for a real ENOSPC; `None` (the test
-/// skips) where mounting needs a root this user is not.
-fn tmpfs(dir: &std::path::Path, size: &str) -> Option<Mount> {
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-        .arg(dir)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        common::skip("mounting a tmpfs needs root");
-    }
-    mounted.then(|| Mount(dir.to_path_buf()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_the_write_by_name_and_leaves_nothing() {
     // Node 1's data directory is a 2 MiB tmpfs: a real ENOSPC, not a simulated one.
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("node-1").join("data");
     std::fs::create_dir_all(&data).unwrap();
-    let Some(_guard) = tmpfs(&data, "2m") else { return };
+    let Some(_guard) = common::tmpfs(&data, "2m") else { return };
     let spec_ =
         ganges_harness::local::LocalSpec::new(4, root.path().to_path_buf(), common::disk(64.0), common::binary());
     let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
@@ -555,7 +532,7 @@ async fn completion_onto_a_full_disk_fails_by_name_and_gives_the_space_back() {
     let data = root.path().join("node-1").join("data");
     std::fs::create_dir_all(&data).unwrap();
     // Room for node 1's share of a one-copy-per-block write, not for both of its copies.
-    let Some(_guard) = tmpfs(&data, "3m") else { return };
+    let Some(_guard) = common::tmpfs(&data, "3m") else { return };
     let spec_ =
         ganges_harness::local::LocalSpec::new(4, root.path().to_path_buf(), common::disk(64.0), common::binary());
     let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
@@ -585,7 +562,7 @@ async fn get_onto_a_full_disk_fails_by_name_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let small = dir.path().join("small");
     std::fs::create_dir(&small).unwrap();
-    let Some(_guard) = tmpfs(&small, "1m") else { return };
+    let Some(_guard) = common::tmpfs(&small, "1m") else { return };
     let c = start(4, None);
     let client = c.client().await;
     let m = create(&client, "wide", vec![1 << 20; 4], 64 << 10, 2, Generator::Random { seed: 3 }).await;

@@ -150,3 +150,26 @@ pub async fn until_moved(client: &Client, node: ganges_core::ids::NodeId, bytes:
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
+
+/// Unmounts a tmpfs when the test ends, however it ends.
+pub struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A tmpfs of `size` (`mount`'s form: `2m`) on `dir`, for a real ENOSPC; `None` (the test
+/// skips) where mounting needs a root this user is not.
+pub fn tmpfs(dir: &std::path::Path, size: &str) -> Option<Mount> {
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        skip("mounting a tmpfs needs root");
+    }
+    mounted.then(|| Mount(dir.to_path_buf()))
+}
