@@ -1,11 +1,10 @@
 //! Cells of the fault matrix (docs/reliability.md) that no other test covers: a server
-//! stopped (SIGSTOP) for 5 s in the middle of a write, a replica completion or a scrub; a
+//! stopped (SIGSTOP) for 5 s in a write (every policy), a replica completion or a scrub; a
 //! server killed in a static or ceft write, or before a scrub; random-access reads through
-//! a killed or stopped server or a corrupt block; a corrupt block met by an ordered export;
-//! gd and dq writes onto a full disk.
-//! Each ends with
-//! every byte where it belongs (read back, or verified on every copy) or a typed error with
-//! nothing half-visible.
+//! a killed or stopped server or a corrupt block; a corrupt block met by an ordered export
+//! or by a completion that has no other copy; gd and dq writes onto a full disk. Each ends
+//! with every byte where it belongs (read back, or verified on every copy) or a typed error
+//! with nothing half-visible.
 
 mod common;
 
@@ -324,4 +323,44 @@ async fn a_gd_write_onto_a_full_disk_fails_by_name_and_leaves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dq_write_onto_a_full_disk_fails_by_name_and_leaves_nothing() {
     write_onto_a_full_disk(WritePolicyKind::Dq).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_write_through_a_stopped_server_commits_and_reads_back() {
+    write_through_a_stop(WritePolicyKind::Static).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ceft_write_through_a_stopped_server_commits_and_reads_back() {
+    write_through_a_stop(WritePolicyKind::Ceft).await;
+}
+
+/// Replica completion meeting a block whose only copy is bad: it fails naming the block,
+/// and the dataset stays as it was (incomplete; every other block readable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_meeting_a_block_with_no_good_copy_fails_by_name_and_changes_nothing() {
+    let t = start(4, None);
+    let client = t.client().await;
+    let out = write::write(&client, spec("half", WritePolicyKind::Gd, false), None).await.unwrap();
+    let m = out.manifest;
+    let placement = m.placement.as_ref().expect("a gd write records where blocks are");
+    // A block of fragment 0 held by one copy only, and that copy's file.
+    let f = ganges_core::ids::FragmentId(0);
+    let (block, copy) = (0..m.shape.blocks_in(f))
+        .find_map(|b| {
+            let copies: Vec<u32> = placement.copies(f, b).collect();
+            (copies.len() == 1).then(|| (b, copies[0]))
+        })
+        .expect("some block has one copy before completion");
+    let node = m.layout.node_of(f, copy);
+    let path = t.data_dir(node.0).join(format!("datasets/half/f00000.c{copy}.data"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[block as usize * (256 << 10) + 7] ^= 0x01;
+    std::fs::write(&path, bytes).unwrap();
+    let e = write::complete(&client, &m.name).await.expect_err("no good copy to complete from");
+    eprintln!("completion failed as it should: {e}");
+    assert!(e.to_string().contains(&format!("block {block}")), "the error names the block: {e}");
+    let now = client.manifest(&m.name).await.unwrap();
+    assert_eq!(now.state, DatasetState::Incomplete, "nothing changed for readers");
+    assert_eq!(now.placement, m.placement);
 }
