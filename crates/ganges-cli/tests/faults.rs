@@ -1,5 +1,5 @@
 //! Cells of the fault matrix (docs/reliability.md) that no other test covers: a server
-//! stopped (SIGSTOP) for 5 s in a write (every policy), a replica completion or a scrub; a
+//! stopped (SIGSTOP) for 5 s in a static, gd, dq or ceft write, a completion or a scrub; a
 //! server killed in a static or ceft write, or before a scrub; random-access reads through
 //! a killed or stopped server or a corrupt block; a corrupt block met by an ordered export
 //! or by a completion that has no other copy; gd and dq writes onto a full disk. Each ends
