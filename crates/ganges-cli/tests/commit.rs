@@ -1,7 +1,8 @@
 //! The commit rule under crashes: a fail point (`GANGES_FAIL_AT`) kills or stops a server
 //! or the writing client at every step of stage / prepare / commit, on a real local
 //! cluster; afterwards the write is either whole on every server (and reads back checked)
-//! or nowhere, with no staging left behind, and never anything in between.
+//! or nowhere, with no staging left behind, and never anything in between. Also a repair
+//! killed or stopped between two blocks.
 
 mod common;
 
@@ -180,4 +181,72 @@ async fn a_coordinator_stopped_in_its_commit_finishes_it_once_continued() {
     let out = writer.join().unwrap();
     assert!(out.status.success(), "the write failed: {}", String::from_utf8_lossy(&out.stderr));
     settles(&t, true, "node0 stopped in its commit, then continued").await;
+}
+
+/// A repair (scrub's `Fill` of named blocks) interrupted after its first block: crashed, the
+/// next scrub repairs what is still bad; stopped for 5 s, the same scrub finishes it. Either
+/// way every copy verifies in the end.
+async fn repair_interrupted(action: &str) {
+    use ganges_client::repair;
+    let mut t = start();
+    let client = t.client().await;
+    let name: ganges_proto::manifest::DatasetName = "mend".parse().unwrap();
+    let (ok, err) = {
+        let cluster = t.local.cluster().path.display().to_string();
+        let out = std::process::Command::new(binary())
+            .args(["dataset", "create", "mend", "--size", "3MiB", "--block-size", "256KiB", "--replicas", "2"])
+            .args(["--cluster", &cluster])
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    assert!(ok, "{err}");
+    // Two bad blocks in node1's primary copy of fragment 1.
+    let path = t.data_dir(1).join("datasets/mend/f00001.c0.data");
+    let mut bytes = std::fs::read(&path).unwrap();
+    for b in [0usize, 2] {
+        bytes[b * (256 << 10) + 3] ^= 0x10;
+    }
+    std::fs::write(&path, bytes).unwrap();
+    let spec = format!("server.fill.wrote={action}");
+    t.local.restart_with_env(NodeId(1), &[(ganges_net::failpoint::ENV, &spec)]).unwrap();
+    let client_after = t.client().await;
+    let pid = t.local.pid(NodeId(1)).unwrap();
+    let stopped = (action == "stop").then(|| {
+        std::thread::spawn(move || {
+            // Continue it once it has stopped itself, 5 s later.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") T ")).unwrap_or(false) {
+                assert!(Instant::now() < deadline, "node1 never reached its fill point");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_secs(5));
+            let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+            rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+        })
+    });
+    let first = repair::scrub(&client_after, &name, None).await.expect("a report");
+    assert_eq!(first.checked.bad.len(), 2, "both bad blocks found: {first:?}");
+    if let Some(s) = stopped {
+        s.join().unwrap();
+        assert!(first.is_clean(), "the stopped repair finished: {first:?}");
+    } else {
+        assert!(!first.unrepaired.is_empty(), "the crash interrupted the repair: {first:?}");
+        t.local.restart(NodeId(1)).unwrap();
+        let again = repair::scrub(&*t.client().await, &name, None).await.expect("a report");
+        assert!(again.is_clean(), "{again:?}");
+    }
+    drop(client);
+    let v = dataset::verify(&*t.client().await, &name, None).await.unwrap();
+    assert!(v.is_clean(), "every copy verifies: {v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_crashed_after_its_first_block_is_finished_by_the_next_scrub() {
+    repair_interrupted("crash").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_stopped_after_its_first_block_finishes_once_continued() {
+    repair_interrupted("stop").await;
 }

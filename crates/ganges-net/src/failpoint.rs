@@ -1,15 +1,15 @@
 //! Fail points: a test's way to crash or stop a ganges process at a named step.
 //!
 //! `GANGES_FAIL_AT=POINT=ACTION[,POINT=ACTION...]` in a server's or a client's environment
-//! makes [`hit`] at that point either kill the process at once with SIGKILL (`crash`, as
-//! a power cut or `kill -9` would: no destructor, no flush) or stop it with SIGSTOP
-//! (`stop`, as a hung machine would, until someone sends SIGCONT or kills it). Without the
-//! variable, `hit` is one read of a value parsed once. The points are named where they are
+//! makes the first [`hit`] at that point either kill the process at once with SIGKILL
+//! (`crash`, as a power cut or `kill -9` would: no destructor, no flush) or stop it with
+//! SIGSTOP (`stop`, as a hung machine would, until someone sends SIGCONT or kills it; later
+//! hits pass). Without the variable, `hit` is one read of a value parsed once. The points are named where they are
 //! hit (`server.prepare.synced`, `client.write.prepared`, ...); docs/design.md lists them
 //! with the commit rule they test.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// The environment variable naming the points.
 pub const ENV: &str = "GANGES_FAIL_AT";
@@ -20,9 +20,9 @@ enum Action {
     Stop,
 }
 
-fn points() -> &'static HashMap<String, Action> {
-    static POINTS: OnceLock<HashMap<String, Action>> = OnceLock::new();
-    POINTS.get_or_init(|| std::env::var(ENV).map(|s| parse(&s)).unwrap_or_default())
+fn points() -> &'static Mutex<HashMap<String, Action>> {
+    static POINTS: OnceLock<Mutex<HashMap<String, Action>>> = OnceLock::new();
+    POINTS.get_or_init(|| Mutex::new(std::env::var(ENV).map(|s| parse(&s)).unwrap_or_default()))
 }
 
 fn parse(spec: &str) -> HashMap<String, Action> {
@@ -44,9 +44,10 @@ fn parse(spec: &str) -> HashMap<String, Action> {
     points
 }
 
-/// Crash or stop here if the environment asks for it at `point`.
+/// Crash or stop here if the environment asks for it at `point` (once).
 pub fn hit(point: &str) {
-    let Some(action) = points().get(point) else { return };
+    let taken = points().lock().unwrap_or_else(|e| e.into_inner()).remove(point);
+    let Some(action) = taken else { return };
     tracing::warn!(point, ?action, "fail point reached");
     eprintln!("ganges: fail point {point}: {action:?}");
     let signal = match action {

@@ -235,5 +235,7 @@ impl Copying<'_> {
 }
 
 async fn wait(rx: oneshot::Receiver<Result<u32, StoreError>>) -> Result<(), StoreError> {
-    rx.await.map_err(|_| StoreError::BadRequest("the server dropped a queued fill write".into()))?.map(drop)
+    rx.await.map_err(|_| StoreError::BadRequest("the server dropped a queued fill write".into()))??;
+    ganges_net::failpoint::hit("server.fill.wrote");
+    Ok(())
 }
