@@ -437,11 +437,26 @@ fn bench_scan_over_time_with_ratios_and_block_sizes() {
 #[test]
 fn sim_lists_runs_a_scenario_and_writes_json_and_a_plot() {
     let out = ok(&["sim", "--list"]);
-    for name in
-        ["river-fig9", "river-fig10", "river-fig11", "river-fig12", "river-fig14", "vs-convergence", "fault-schedule"]
-    {
+    for name in [
+        "river-fig9",
+        "river-fig10",
+        "river-fig11",
+        "river-fig12",
+        "river-fig14",
+        "vs-convergence",
+        "fault-schedule",
+        "hunt",
+    ] {
         assert!(out.contains(name), "{out}");
     }
+    // A hunt: its summary, and its JSON.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("hunt.json");
+    let out = ok(&["sim", "hunt", "--seeds", "40", "--seed", "1000", "--json", json.to_str().unwrap()]);
+    assert!(out.contains("hunt: 40 seeds from 1000: 0 failed;"), "{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!((doc["bench"].as_str(), doc["seeds"].as_u64()), (Some("sim-hunt"), Some(40)));
+    assert!(doc["crashes"].as_u64().unwrap() > 0 && doc["events"].as_u64().unwrap() > 0, "{doc}");
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("fig10.json");
     let svg = dir.path().join("fig10.svg");
