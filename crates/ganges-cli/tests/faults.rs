@@ -2,9 +2,9 @@
 //! stopped (SIGSTOP) for 5 s in a static, gd, dq or ceft write, a completion or a scrub; a
 //! server killed in a static or ceft write, or before a scrub; random-access reads through
 //! a killed or stopped server or a corrupt block; a corrupt block met by an ordered export
-//! or by a completion that has no other copy; gd and dq writes onto a full disk. Each ends
-//! with every byte where it belongs (read back, or verified on every copy) or a typed error
-//! with nothing half-visible.
+//! or by a completion that has no other copy; gd and dq writes, and a repair, on a full
+//! disk. Each ends with every byte where it belongs (read back, or verified on every copy)
+//! or a typed error with nothing half-visible.
 
 mod common;
 
@@ -363,4 +363,33 @@ async fn a_completion_meeting_a_block_with_no_good_copy_fails_by_name_and_change
     let now = client.manifest(&m.name).await.unwrap();
     assert_eq!(now.state, DatasetState::Incomplete, "nothing changed for readers");
     assert_eq!(now.placement, m.placement);
+}
+
+/// A scrub's repair on a server whose disk is full: a repair rewrites a block in place, so it
+/// needs no new space and succeeds (only its line in `repairs.log` is lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_on_a_full_disk_rewrites_in_place() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("node-1").join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let Some(_guard) = common::tmpfs(&data, "4m") else { return };
+    let spec_ = ganges_harness::local::LocalSpec::new(4, root.path().to_path_buf(), None, common::binary());
+    let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
+    let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();
+    let m = create(&client, "full", vec![1 << 20; 4], 256 << 10, 2, G).await;
+    let path = data.join("datasets/full/f00001.c0.data");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(256 << 10) + 1] ^= 0x04;
+    std::fs::write(&path, bytes).unwrap();
+    // Fill what is left of node1's disk.
+    let filler = data.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![7u8; 64 << 10];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    drop(f);
+    let report = repair::scrub(&client, &m.name, None).await.expect("a report");
+    assert_eq!(report.repaired.len(), 1, "{report:?}");
+    assert!(report.is_clean(), "{report:?}");
+    whole(&client, &m.name).await;
+    local.stop();
 }

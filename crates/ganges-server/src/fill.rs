@@ -119,7 +119,11 @@ pub async fn fill(
         store.sync_fill(&d2, &f2)?;
         if repairing {
             for (node, blocks) in &by_source {
-                store.record_repair(&d2, fragment, blocks, *node)?;
+                // The blocks are rewritten and synced: a log that cannot be written (a full
+                // disk) loses the record, not the repair.
+                if let Err(e) = store.record_repair(&d2, fragment, blocks, *node) {
+                    tracing::warn!(dataset = %d2.manifest.name, %fragment, ?blocks, %e, "repaired, but not logged");
+                }
             }
         }
         Ok::<_, StoreError>(())
