@@ -305,8 +305,6 @@ async fn read_small(rd: &mut BufReader<BoxRead>) -> Result<Message, HandshakeErr
     Ok(Message::decode(&header, body.into())?)
 }
 
-/// Send one error frame, close our side, and give the peer a moment to read it before the
-/// connection is dropped (bytes it sent that we never read would otherwise reset it).
 /// Refuse a connection before any handshake with a typed error frame (in plain framing:
 /// a TLS client sees its handshake fail), e.g. when the server is at its connection limit.
 pub async fn refuse_tcp(tcp: TcpStream, err: WireError) {
@@ -314,6 +312,8 @@ pub async fn refuse_tcp(tcp: TcpStream, err: WireError) {
     refuse(BufReader::new(Box::new(rd)), Box::new(wr), err).await;
 }
 
+/// Send one error frame, close our side, and give the peer a moment to read it before the
+/// connection is dropped (bytes it sent that we never read would otherwise reset it).
 async fn refuse(mut rd: BufReader<BoxRead>, mut wr: BoxWrite, err: WireError) {
     tracing::debug!(%err, "refusing a connection");
     let _ = tokio::time::timeout(LINGER, async {
@@ -424,6 +424,26 @@ mod tests {
         assert_eq!(accepted.recv().await.unwrap(), Ok(()));
         let (second, _) = replay(cn, Some(recorded)).await;
         assert!(matches!(second, Message::Error(ref e, None) if e.code == ErrorCode::AuthFailed), "{second:?}");
+    }
+
+    /// A client that opens a connection and says nothing is dropped after the handshake's
+    /// time; one that announces an oversized handshake frame is dropped at once.
+    #[tokio::test(start_paused = true)]
+    async fn silent_and_oversized_handshakes_are_dropped() {
+        let key = secret("the right secret, 32 bytes long!");
+        let (addr, mut accepted) = server(Transport::plain().with_secret(key)).await;
+        let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let began = tokio::time::Instant::now();
+        let said = accepted.recv().await.unwrap().unwrap_err();
+        assert_eq!(said, HandshakeError::TimedOut.to_string());
+        assert!(began.elapsed() >= HANDSHAKE_TIMEOUT, "dropped after {:?}", began.elapsed());
+
+        let mut big = Transport::plain().connect(&addr.to_string()).await.unwrap();
+        let mut h = [0u8; HEADER_BYTES];
+        FrameHeader::write(ganges_proto::msg::kind::AUTH_INIT, 0, 1 << 20, &mut h);
+        big.wr.write_all(&h).await.unwrap();
+        let said = accepted.recv().await.unwrap().unwrap_err();
+        assert!(said.contains("over the limit"), "{said}");
     }
 
     #[tokio::test]
