@@ -167,17 +167,12 @@ async fn a_coordinator_stopped_in_its_commit_finishes_it_once_continued() {
     };
     // Stopped in the middle of its commit, the coordinator holds everyone in doubt: the
     // participants, asking it, get no answer and wait.
-    let stopped = Instant::now();
-    while std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") T ")).unwrap_or(true) {
-        assert!(stopped.elapsed() < Duration::from_secs(30), "node0 never reached its commit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_stopped(pid);
     std::thread::sleep(TXN_TIMEOUT * 2);
     let (committed, staging) = holdings(&t);
     assert_eq!(committed, vec![true, false, false], "only the coordinator renamed; the others wait");
     assert_eq!(staging, 2, "the participants keep their prepared writes while in doubt");
-    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::CONT)
-        .unwrap();
+    assert!(ganges_harness::sys::signal(pid, ganges_harness::sys::SIGCONT));
     let out = writer.join().unwrap();
     assert!(out.status.success(), "the write failed: {}", String::from_utf8_lossy(&out.stderr));
     settles(&t, true, "node0 stopped in its commit, then continued").await;
@@ -189,20 +184,11 @@ async fn a_coordinator_stopped_in_its_commit_finishes_it_once_continued() {
 async fn repair_interrupted(action: &str) {
     use ganges_client::repair;
     let mut t = start();
-    let client = t.client().await;
-    let name: ganges_proto::manifest::DatasetName = "mend".parse().unwrap();
-    let (ok, err) = {
-        let cluster = t.local.cluster().path.display().to_string();
-        let out = std::process::Command::new(binary())
-            .args(["dataset", "create", "mend", "--size", "3MiB", "--block-size", "256KiB", "--replicas", "2"])
-            .args(["--cluster", &cluster])
-            .output()
-            .unwrap();
-        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
-    };
+    let name: ganges_proto::manifest::DatasetName = NAME.parse().unwrap();
+    let (ok, err) = create(&t, None);
     assert!(ok, "{err}");
     // Two bad blocks in node1's primary copy of fragment 1.
-    let path = t.data_dir(1).join("datasets/mend/f00001.c0.data");
+    let path = t.data_dir(1).join(format!("datasets/{NAME}/f00001.c0.data"));
     let mut bytes = std::fs::read(&path).unwrap();
     for b in [0usize, 2] {
         bytes[b * (256 << 10) + 3] ^= 0x10;
@@ -210,22 +196,17 @@ async fn repair_interrupted(action: &str) {
     std::fs::write(&path, bytes).unwrap();
     let spec = format!("server.fill.wrote={action}");
     t.local.restart_with_env(NodeId(1), &[(ganges_net::failpoint::ENV, &spec)]).unwrap();
-    let client_after = t.client().await;
+    let client = t.client().await;
     let pid = t.local.pid(NodeId(1)).unwrap();
     let stopped = (action == "stop").then(|| {
         std::thread::spawn(move || {
             // Continue it once it has stopped itself, 5 s later.
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") T ")).unwrap_or(false) {
-                assert!(Instant::now() < deadline, "node1 never reached its fill point");
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            common::wait_stopped(pid);
             std::thread::sleep(Duration::from_secs(5));
-            let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
-            rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+            assert!(ganges_harness::sys::signal(pid, ganges_harness::sys::SIGCONT));
         })
     });
-    let first = repair::scrub(&client_after, &name, None).await.expect("a report");
+    let first = repair::scrub(&client, &name, None).await.expect("a report");
     assert_eq!(first.checked.bad.len(), 2, "both bad blocks found: {first:?}");
     if let Some(s) = stopped {
         s.join().unwrap();
@@ -236,7 +217,6 @@ async fn repair_interrupted(action: &str) {
         let again = repair::scrub(&*t.client().await, &name, None).await.expect("a report");
         assert!(again.is_clean(), "{again:?}");
     }
-    drop(client);
     let v = dataset::verify(&*t.client().await, &name, None).await.unwrap();
     assert!(v.is_clean(), "every copy verifies: {v:?}");
 }

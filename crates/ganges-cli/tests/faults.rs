@@ -299,20 +299,14 @@ async fn random_reads_meeting_a_corrupt_block_return_the_right_bytes_and_heal_it
 /// A gd or dq write onto a server whose disk fills: a typed error naming the server, and
 /// nothing of the write visible or left in staging anywhere.
 async fn write_onto_a_full_disk(policy: WritePolicyKind) {
-    let root = tempfile::tempdir().unwrap();
-    let data = root.path().join("node-1").join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let Some(_guard) = common::tmpfs(&data, "2m") else { return };
-    let spec_ =
-        ganges_harness::local::LocalSpec::new(4, root.path().to_path_buf(), common::disk(64.0), common::binary());
-    let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
-    let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();
+    let Some(mut c) = common::start_with_small_disk(4, "2m", common::disk(64.0)) else { return };
+    let client = ganges_client::Client::connect(c.local.cluster().clone()).await.unwrap();
     let e = write::write(&client, spec("big", policy, true), None).await.expect_err("the write cannot fit");
     assert_eq!(e.code(), Some(ganges_proto::msg::ErrorCode::DiskFull), "{policy}: {e}");
     assert!(e.to_string().contains("disk full on node1"), "{policy}: the error names the server: {e}");
     let (listed, _) = dataset::list(&client, true).await.unwrap();
     assert!(listed.is_empty(), "{policy}: nothing visible, staging removed: {listed:?}");
-    local.stop();
+    c.local.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -369,13 +363,9 @@ async fn a_completion_meeting_a_block_with_no_good_copy_fails_by_name_and_change
 /// needs no new space and succeeds (only its line in `repairs.log` is lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repair_on_a_full_disk_rewrites_in_place() {
-    let root = tempfile::tempdir().unwrap();
-    let data = root.path().join("node-1").join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let Some(_guard) = common::tmpfs(&data, "4m") else { return };
-    let spec_ = ganges_harness::local::LocalSpec::new(4, root.path().to_path_buf(), None, common::binary());
-    let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
-    let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();
+    let Some(mut c) = common::start_with_small_disk(4, "4m", None) else { return };
+    let data = c.data.clone();
+    let client = ganges_client::Client::connect(c.local.cluster().clone()).await.unwrap();
     let m = create(&client, "full", vec![1 << 20; 4], 256 << 10, 2, G).await;
     let path = data.join("datasets/full/f00001.c0.data");
     let mut bytes = std::fs::read(&path).unwrap();
@@ -391,5 +381,5 @@ async fn a_repair_on_a_full_disk_rewrites_in_place() {
     assert_eq!(report.repaired.len(), 1, "{report:?}");
     assert!(report.is_clean(), "{report:?}");
     whole(&client, &m.name).await;
-    local.stop();
+    c.local.stop();
 }

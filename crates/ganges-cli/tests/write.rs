@@ -497,20 +497,14 @@ async fn write_losing_servers(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_the_write_by_name_and_leaves_nothing() {
     // Node 1's data directory is a 2 MiB tmpfs: a real ENOSPC, not a simulated one.
-    let root = tempfile::tempdir().unwrap();
-    let data = root.path().join("node-1").join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let Some(_guard) = common::tmpfs(&data, "2m") else { return };
-    let spec_ =
-        ganges_harness::local::LocalSpec::new(4, root.path().to_path_buf(), common::disk(64.0), common::binary());
-    let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
-    let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();
+    let Some(mut c) = common::start_with_small_disk(4, "2m", common::disk(64.0)) else { return };
+    let client = ganges_client::Client::connect(c.local.cluster().clone()).await.unwrap();
     let s = spec("big", WritePolicyKind::Static, 16 << 20, WriteSource::Generated(Generator::Random { seed: 1 }), true);
     let e = write::write(&client, s, None).await.expect_err("the write cannot fit");
     assert_eq!(e.code(), Some(ErrorCode::DiskFull), "{e}");
     assert!(e.to_string().contains("disk full on node1"), "the error names the server: {e}");
     assert!(names(&client, true).await.is_empty(), "nothing visible, staging removed");
-    local.stop();
+    c.local.stop();
 }
 
 /// Bytes allocated to the files under `dir` (holes do not count).
@@ -528,15 +522,10 @@ fn allocated(dir: &std::path::Path) -> u64 {
 /// was (incomplete and readable), and the blocks the failed fill wrote are given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_onto_a_full_disk_fails_by_name_and_gives_the_space_back() {
-    let root = tempfile::tempdir().unwrap();
-    let data = root.path().join("node-1").join("data");
-    std::fs::create_dir_all(&data).unwrap();
     // Room for node 1's share of a one-copy-per-block write, not for both of its copies.
-    let Some(_guard) = common::tmpfs(&data, "3m") else { return };
-    let spec_ =
-        ganges_harness::local::LocalSpec::new(4, root.path().to_path_buf(), common::disk(64.0), common::binary());
-    let mut local = ganges_harness::local::LocalCluster::start(&spec_).expect("cluster starts");
-    let client = ganges_client::Client::connect(local.cluster().clone()).await.unwrap();
+    let Some(mut c) = common::start_with_small_disk(4, "3m", common::disk(64.0)) else { return };
+    let data = c.data.clone();
+    let client = ganges_client::Client::connect(c.local.cluster().clone()).await.unwrap();
     let g = Generator::Random { seed: 9 };
     let s = spec("half", WritePolicyKind::Gd, 8 << 20, WriteSource::Generated(g), false);
     let out = write::write(&client, s, None).await.expect("the write fits");
@@ -552,7 +541,7 @@ async fn completion_onto_a_full_disk_fails_by_name_and_gives_the_space_back() {
     // Without giving back, the blocks filled before the disk ran out stay (here 3 of them).
     let after = allocated(&data);
     assert!(after <= before + (256 << 10), "the failed fill's blocks are given back: {before} then {after} bytes");
-    local.stop();
+    c.local.stop();
 }
 
 /// Exporting onto a full local disk: the error names the file asked for, and nothing of it

@@ -24,6 +24,7 @@
 //! Nothing here does I/O: the server's janitor feeds it what it sees and does what it says.
 
 use crate::ids::NodeId;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// How long a server waits, by default, for a write's client before it acts alone.
@@ -42,8 +43,10 @@ pub enum Phase {
     Prepared { coordinator: NodeId },
 }
 
-/// What the coordinator said of a write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the coordinator said of a write (`TxnStatus` on the wire; a server answers one of
+/// the first three).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// It renamed the write's folder into `datasets/`.
     Committed,
@@ -72,21 +75,8 @@ pub enum Action {
 /// (a block written, its prepare), `verdict` the coordinator's answer if one was asked.
 pub fn decide(me: NodeId, phase: Phase, idle: Duration, timeout: Duration, verdict: Option<Verdict>) -> Action {
     match phase {
-        Phase::Staged => {
-            if idle >= timeout {
-                Action::RollBack
-            } else {
-                Action::Wait
-            }
-        }
-        Phase::Prepared { coordinator } if coordinator == me => {
-            if idle >= timeout {
-                Action::RollBack
-            } else {
-                Action::Wait
-            }
-        }
-        Phase::Prepared { coordinator } => {
+        // A participant's prepared write is the coordinator's to decide.
+        Phase::Prepared { coordinator } if coordinator != me => {
             if idle < ASK_AFTER.min(timeout / 2) {
                 return Action::Wait;
             }
@@ -97,6 +87,10 @@ pub fn decide(me: NodeId, phase: Phase, idle: Duration, timeout: Duration, verdi
                 Some(Verdict::Pending | Verdict::Unreachable) => Action::Wait,
             }
         }
+        // Unprepared anywhere, or prepared here as the coordinator: this server acts alone
+        // once its client has been gone for the timeout.
+        _ if idle >= timeout => Action::RollBack,
+        _ => Action::Wait,
     }
 }
 

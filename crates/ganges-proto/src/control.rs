@@ -307,18 +307,6 @@ impl ControlRequest {
     }
 }
 
-/// A coordinator's answer to `TxnStatus`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TxnStatus {
-    /// Its staging folder of that write was renamed into `datasets/`.
-    Committed,
-    /// It stages the write, prepared or not.
-    Pending,
-    /// It has no trace of the write.
-    Unknown,
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "kebab-case")]
 pub enum ControlReply {
@@ -342,7 +330,7 @@ pub enum ControlReply {
         crcs: Vec<u32>,
     },
     TxnStatus {
-        status: TxnStatus,
+        status: ganges_core::commit::Verdict,
     },
     Removed {
         committed: bool,

@@ -60,7 +60,7 @@ pub struct Outbox {
 struct Backlog {
     inflight: AtomicU32,
     unsent: AtomicU64,
-    /// Woken as replies leave, for a reader paused on `unsent`.
+    /// Woken as `unsent` drops back under its bound, for a reader paused on it.
     drained: Notify,
 }
 
@@ -214,11 +214,15 @@ async fn write_loop(
                 if write_frame(&mut wr, &f).await.is_err() {
                     break;
                 }
-                backlog.unsent.fetch_sub(f.len() as u64, Ordering::AcqRel);
+                let before = backlog.unsent.fetch_sub(f.len() as u64, Ordering::AcqRel);
                 if tracked {
                     backlog.inflight.fetch_sub(1, Ordering::AcqRel);
                 }
-                backlog.drained.notify_one();
+                // Only a reader paused over the bound waits: wake it as the backlog drops
+                // back under (its permit keeps if it has not started waiting yet).
+                if before > UNSENT_PER_CONNECTION_MAX && before - f.len() as u64 <= UNSENT_PER_CONNECTION_MAX {
+                    backlog.drained.notify_one();
+                }
             }
             Outgoing::Close => break,
         }

@@ -27,11 +27,12 @@
 //! All methods here block on file I/O: callers run them on tokio's blocking pool.
 
 use bytes::Bytes;
+use ganges_core::commit::Verdict;
 use ganges_core::disk::FileKey;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
 use ganges_core::shape::Shape;
-use ganges_proto::control::{BadBlock, DatasetEntry, TxnStatus, VerifyReport};
+use ganges_proto::control::{BadBlock, DatasetEntry, VerifyReport};
 use ganges_proto::manifest::{Content, DatasetName, DatasetState, MANIFEST_FORMAT, Manifest};
 use ganges_proto::msg::{APPEND, ErrorCode};
 use serde::{Deserialize, Serialize};
@@ -170,6 +171,8 @@ struct Txn {
     append: Option<Mutex<BTreeMap<FragmentId, Log>>>,
     /// When it last saw a request (milliseconds since the store opened).
     touched: AtomicU64,
+    /// The coordinator `prepare` named, once prepared.
+    prepared: std::sync::OnceLock<NodeId>,
 }
 
 /// A written block's CRC32C, and its units' (`Shape::check_bytes`).
@@ -716,7 +719,8 @@ impl Store {
         }
         let append = append.then(|| Mutex::new(copies.keys().map(|&f| (f, Log::default())).collect()));
         let touched = AtomicU64::new(self.millis());
-        let txn = Txn { manifest, dir, copies, crcs: Mutex::new(crcs), append, touched };
+        let prepared = std::sync::OnceLock::new();
+        let txn = Txn { manifest, dir, copies, crcs: Mutex::new(crcs), append, touched, prepared };
         self.inner.lock().expect("store lock").txns.insert((name, txid), Arc::new(txn));
         Ok(())
     }
@@ -1066,6 +1070,7 @@ impl Store {
         f.write_all(&text).map_err(self.map_write_err(format!("writing {}", path.display())))?;
         f.sync_all().map_err(self.map_write_err(format!("syncing {}", path.display())))?;
         self.write_manifest(&txn.dir, manifest)?;
+        let _ = txn.prepared.set(coordinator);
         txn.touched.store(self.millis(), Ordering::Relaxed);
         ganges_net::failpoint::hit("server.prepare.done");
         Ok(())
@@ -1167,13 +1172,13 @@ impl Store {
     }
 
     /// This server's side of a write, as its coordinator tells it (`TxnStatus`).
-    pub fn txn_status(&self, txid: u64, name: &DatasetName) -> TxnStatus {
+    pub fn txn_status(&self, txid: u64, name: &DatasetName) -> Verdict {
         if self.root.join("staging").join(staging_dir_name(name, txid)).exists() {
-            TxnStatus::Pending
+            Verdict::Pending
         } else if self.committed_txid(name) == Some(txid) {
-            TxnStatus::Committed
+            Verdict::Committed
         } else {
-            TxnStatus::Unknown
+            Verdict::Unknown
         }
     }
 
@@ -1188,10 +1193,7 @@ impl Store {
             self.inner.lock().expect("store lock").txns.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
         for ((name, txid), txn) in txns {
             let idle = Duration::from_millis(now.saturating_sub(txn.touched.load(Ordering::Relaxed)));
-            let phase = match read_txn_file(&txn.dir) {
-                Some(f) if txn.dir.join("manifest.json").exists() => Phase::Prepared { coordinator: f.coordinator },
-                _ => Phase::Staged,
-            };
+            let phase = txn.prepared.get().map_or(Phase::Staged, |&coordinator| Phase::Prepared { coordinator });
             seen.insert(txn.dir.clone());
             out.push(Unresolved { name, txid, phase, idle: Some(idle) });
         }
@@ -1389,9 +1391,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), NodeId(1), false).unwrap();
         let m = manifest("d", 4);
-        assert_eq!(store.txn_status(7, &m.name), TxnStatus::Unknown);
+        assert_eq!(store.txn_status(7, &m.name), Verdict::Unknown);
         staged(&store, &m, 7);
-        assert_eq!(store.txn_status(7, &m.name), TxnStatus::Pending);
+        assert_eq!(store.txn_status(7, &m.name), Verdict::Pending);
         let u = store.unresolved();
         assert_eq!((u.len(), u[0].phase, u[0].idle.is_some()), (1, Phase::Staged, true));
         store.prepare(7, &m, NodeId(2)).unwrap();
@@ -1406,8 +1408,8 @@ mod tests {
             (1, 7, Phase::Prepared { coordinator: NodeId(2) }, None)
         );
         store.commit(7, &m.name).unwrap();
-        assert_eq!(store.txn_status(7, &m.name), TxnStatus::Committed);
-        assert_eq!(store.txn_status(8, &m.name), TxnStatus::Unknown, "another write of that name");
+        assert_eq!(store.txn_status(7, &m.name), Verdict::Committed);
+        assert_eq!(store.txn_status(8, &m.name), Verdict::Unknown, "another write of that name");
         store.commit(7, &m.name).expect("committing twice is done");
         assert!(matches!(store.commit(8, &m.name), Err(StoreError::NoSuchTxn { .. })));
         assert!(store.unresolved().is_empty());

@@ -10,7 +10,7 @@ use crate::Shared;
 use crate::handoff::PeerConn;
 use ganges_core::commit::{Action, Verdict, decide};
 use ganges_core::ids::NodeId;
-use ganges_proto::control::{ControlReply, ControlRequest, TxnStatus};
+use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::manifest::DatasetName;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -66,11 +66,7 @@ async fn ask(shared: &Shared, coordinator: NodeId, name: &DatasetName, txid: u64
         conn.control(ControlRequest::TxnStatus { txid, name: name.clone() }).await
     };
     match tokio::time::timeout(Duration::from_secs(5), asked).await {
-        Ok(Ok(ControlReply::TxnStatus { status })) => match status {
-            TxnStatus::Committed => Verdict::Committed,
-            TxnStatus::Pending => Verdict::Pending,
-            TxnStatus::Unknown => Verdict::Unknown,
-        },
+        Ok(Ok(ControlReply::TxnStatus { status })) => status,
         _ => Verdict::Unreachable,
     }
 }

@@ -173,3 +173,34 @@ pub fn tmpfs(dir: &std::path::Path, size: &str) -> Option<Mount> {
     }
     mounted.then(|| Mount(dir.to_path_buf()))
 }
+
+/// A cluster whose node 1 keeps its data on a tmpfs of `size`, for a real ENOSPC. Fields
+/// drop in order: the servers stop, then the tmpfs is unmounted, then the folder goes.
+pub struct SmallDisk {
+    pub local: LocalCluster,
+    /// Node 1's data directory (the tmpfs).
+    pub data: PathBuf,
+    _mount: Mount,
+    _root: tempfile::TempDir,
+}
+
+/// `nodes` servers with the disk model `disk`, node 1's data on a tmpfs of `size` (`mount`'s
+/// form: `2m`); `None` (the test skips) where mounting needs a root this user is not.
+pub fn start_with_small_disk(nodes: u32, size: &str, disk: Option<DiskParams>) -> Option<SmallDisk> {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("node-1").join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let mount = tmpfs(&data, size)?;
+    let spec = LocalSpec::new(nodes, root.path().to_path_buf(), disk, binary());
+    let local = LocalCluster::start(&spec).expect("cluster starts");
+    Some(SmallDisk { local, data, _mount: mount, _root: root })
+}
+
+/// Wait until process `pid` has stopped itself (a `stop` fail point), for 30 s at most.
+pub fn wait_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") T ")).unwrap_or(false) {
+        assert!(std::time::Instant::now() < deadline, "process {pid} never stopped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
