@@ -286,6 +286,13 @@ class Cluster:
                 "Dataset.repair() restores its copies once it is back",
                 stacklevel=2,
             )
+        if outcome.get("without"):
+            nodes = ", ".join(f"node{n}" for n in outcome["without"])
+            warnings.warn(
+                f"{nodes} went down during the write; `{name}` is whole on the other servers, "
+                "which took its share",
+                stacklevel=2,
+            )
         return Dataset(self, name)
 
     def write_array(

@@ -173,3 +173,21 @@ def test_a_write_goes_on_through_a_dead_server(name: str, tmp_path: Path) -> Non
         assert done["restored"] == [2]
         assert ds.verify()["clean"]
         assert ds.numpy(policy="static").tobytes() == want
+
+
+def test_a_dq_write_goes_on_without_a_dead_server(name: str, tmp_path: Path) -> None:
+    """A dq write keeps one copy: the servers left take the dead one's share, and the
+    dataset is whole on them (the generator's bytes, in the writers' order)."""
+    with ganges.local_cluster(nodes=4, disk_rate="16MiB/s", root=tmp_path / "c") as c:
+        killer = threading.Timer(0.4, c.kill, args=(1,))
+        killer.start()
+        with pytest.warns(UserWarning, match="node1 went down during the write"):
+            ds = c.write(name, size="48MiB", writers=4, policy="dq", seed=9)
+        killer.join()
+        with ds.open(written_order=True) as f:
+            got = f.read()
+        c.restart(1)
+        whole = c.write(name + "-all", size="48MiB", writers=4, policy="dq", seed=9)
+        with whole.open(written_order=True) as f:
+            assert len(got) == 48 << 20 and got == f.read()
+        assert ds.verify()["clean"]

@@ -238,12 +238,14 @@ struct HuntSummary {
     from: u64,
     seeds: u64,
     failed: Vec<HuntFailure>,
+    /// Seeds that ran a DQ write (the others, a scan).
+    dq_writes: usize,
     crashes: usize,
     restarts: usize,
     lost_connections: usize,
     corrupt_blocks: usize,
     events: u64,
-    /// The largest share of its progress bound any seed's scan took.
+    /// The largest share of its progress bound any seed took.
     worst_of_bound: f64,
     wall_seconds: f64,
     git_commit: String,
@@ -259,13 +261,11 @@ struct HuntFailure {
 /// `ganges sim hunt`: `count` seeded fault schedules from `from` (ganges-sim's `hunt`); an
 /// error if any seed fails, after printing each with the command that reproduces it.
 pub fn hunt(from: u64, count: u64, json: Option<&PathBuf>) -> BenchResult<()> {
-    use ganges_sim::scan::Chaos;
+    use ganges_sim::hunt::{Faults, Work};
     let started = Instant::now();
     let verdicts = ganges_sim::hunt::hunt(from, count);
     let wall = started.elapsed().as_secs_f64();
-    let count_chaos = |f: fn(&Chaos) -> bool| -> usize {
-        verdicts.iter().map(|v| v.case.spec.chaos.iter().filter(|(_, c)| f(c)).count()).sum()
-    };
+    let sum = |f: fn(Faults) -> usize| -> usize { verdicts.iter().map(|v| f(v.case.faults())).sum() };
     let failed: Vec<HuntFailure> = verdicts
         .iter()
         .filter_map(|v| {
@@ -278,10 +278,11 @@ pub fn hunt(from: u64, count: u64, json: Option<&PathBuf>) -> BenchResult<()> {
         bench: "sim-hunt",
         from,
         seeds: count,
-        crashes: count_chaos(|c| matches!(c, Chaos::Crash(_))),
-        restarts: count_chaos(|c| matches!(c, Chaos::Restart(_))),
-        lost_connections: count_chaos(|c| matches!(c, Chaos::Disconnect { .. })),
-        corrupt_blocks: count_chaos(|c| matches!(c, Chaos::Corrupt { .. })),
+        dq_writes: verdicts.iter().filter(|v| matches!(v.case.work, Work::DqWrite(_))).count(),
+        crashes: sum(|f| f.crashes),
+        restarts: sum(|f| f.restarts),
+        lost_connections: sum(|f| f.lost_connections),
+        corrupt_blocks: sum(|f| f.corrupt_blocks),
         events: ok().map(|(_, o)| o.events).sum(),
         worst_of_bound: ok().map(|(v, o)| o.seconds / v.case.bound).fold(0.0, f64::max),
         failed,
@@ -295,10 +296,11 @@ pub fn hunt(from: u64, count: u64, json: Option<&PathBuf>) -> BenchResult<()> {
         );
     }
     println!(
-        "hunt: {} seeds from {}: {} failed; {} crashes ({} restarted), {} lost connections, {} corrupt blocks; \
-         {} events checked; slowest scan at {:.0}% of its progress bound; {wall:.1} s",
+        "hunt: {} seeds from {} ({} dq writes, the rest scans): {} failed; {} crashes ({} restarted), {} lost \
+         connections, {} corrupt blocks; {} events checked; slowest at {:.0}% of its progress bound; {wall:.1} s",
         count,
         from,
+        summary.dq_writes,
         summary.failed.len(),
         summary.crashes,
         summary.restarts,

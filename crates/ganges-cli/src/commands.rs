@@ -567,6 +567,14 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
              servers' logs in turn, not the writers' order"
         );
     }
+    if !out.without.is_empty() {
+        println!(
+            "note: {} went down during the write; `{}` is whole on the other {} servers, which took its share",
+            nodes_list(&out.without),
+            m.name,
+            m.shape.fragment_count()
+        );
+    }
     if !out.missing.is_empty() {
         println!(
             "DEGRADED: {} was down during the write; `{}` is committed without {} copies on it \

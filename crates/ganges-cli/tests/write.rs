@@ -12,6 +12,7 @@ use ganges_client::write::{self, WriteOutcome, WriteSource, WriteSpec};
 use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::layout::Layout;
 use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::Partition;
 use ganges_core::write::WritePolicyKind;
@@ -167,15 +168,18 @@ async fn every_write_policy_reads_back_byte_for_byte_with_every_read_policy() {
 async fn check_dq(client: &Arc<ganges_client::Client>, m: &Manifest, want: &[u8], block: usize, slow: bool) {
     assert_eq!(m.state, DatasetState::Complete);
     assert_eq!(m.layout.replicas(), 1);
-    assert_eq!(m.shape.fragment_count(), 4, "one log per server");
-    let sizes: Vec<u64> = (0..4).map(|f| m.shape.fragment_bytes(FragmentId(f))).collect();
-    let others = (sizes[0] + sizes[2] + sizes[3]) / 3;
-    assert!(!slow || sizes[1] < others, "the slow disk took less: {sizes:?}");
+    let logs = m.shape.fragment_count();
+    assert!(m.layout.fits(logs).is_ok(), "one log per server of {:?}", m.layout);
+    if let Layout::Chained { nodes, .. } = m.layout {
+        assert_eq!(logs, nodes, "one log per server");
+    }
+    let sizes: Vec<u64> = (0..logs).map(|f| m.shape.fragment_bytes(FragmentId(f))).collect();
+    assert!(!slow || sizes[1] < (sizes[0] + sizes[2] + sizes[3]) / 3, "the slow disk took less: {sizes:?}");
     for rp in [ReadPolicyKind::Static, ReadPolicyKind::Gd] {
         let (bytes, digest) = read_all(client, m, rp).await;
         assert_eq!(digest, m.digest);
         // Blocks of each log (only a log's last block may be short).
-        let mut got: Vec<&[u8]> = (0..4)
+        let mut got: Vec<&[u8]> = (0..logs)
             .flat_map(|f| {
                 let start = m.shape.fragment_start(FragmentId(f)) as usize;
                 bytes[start..start + m.shape.fragment_bytes(FragmentId(f)) as usize].chunks(block)
@@ -461,13 +465,60 @@ async fn a_write_is_committed_whole_or_not_at_all() {
         let Ok(ControlReply::Datasets { datasets }) = r else { panic!("{node} answers") };
         assert!(!datasets.iter().any(|d| d.name == lost), "{node} holds nothing of it: {datasets:?}");
     }
-    // The same through a distributed queue, on a fresh cluster: a server dies mid-write.
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dq_write_goes_on_without_a_server_that_dies() {
     let mut c = start(4, common::disk(8.0));
     let client = c.client().await;
-    let s = spec("dq-dies", WritePolicyKind::Dq, 16 << 20, WriteSource::Generated(g), false);
-    let e = write_losing_servers(&client, &mut c, s, &[NodeId(3)]).await.expect_err("a dq write losing a server fails");
-    eprintln!("the dq write failed as it should: {e}");
-    assert!(names(&client, true).await.is_empty(), "nothing of it anywhere");
+    let g = Generator::Random { seed: 5 };
+    // 16 MiB and a short block, which must end a live server's log.
+    let total = (16 << 20) + 1000;
+    let s = spec("dq-dies", WritePolicyKind::Dq, total, WriteSource::Generated(g), false);
+    let out = write_losing_servers(&client, &mut c, s, &[NodeId(3)]).await.expect("the write goes on");
+    assert_eq!(out.without, vec![NodeId(3)]);
+    assert!(out.missing.is_empty(), "nothing to restore: the others took node3's share");
+    let m = client.manifest(&"dq-dies".parse().unwrap()).await.unwrap();
+    assert_eq!(m.layout, Layout::placed(4, vec![0, 1, 2]).unwrap());
+    assert_eq!(m, out.manifest);
+    check_dq(&client, &m, &generated(g, total), 256 << 10, false).await;
+    let staged = names(&client, true).await;
+    assert!(staged.iter().all(|(_, t)| t.is_none()), "no staging left on the live servers: {staged:?}");
+
+    // Back, the server drops its staging and serves nothing of it; reads need it not.
+    c.local.restart(NodeId(3)).unwrap();
+    let client = c.client().await;
+    assert_eq!(names(&client, true).await, vec![("dq-dies".parse().unwrap(), None)]);
+    check_dq(&client, &m, &generated(g, total), 256 << 10, false).await;
+    // The admin commands take it as it is: nothing to complete, every copy clean.
+    assert_eq!(write::complete(&client, &m.name).await.unwrap().bytes, 0);
+    assert!(ganges_client::repair::scrub(&client, &m.name, None).await.unwrap().is_clean());
+
+    // With a server down from the start, and runs as the unit (DQ-3): runs stay whole.
+    c.local.kill(NodeId(1));
+    let client = c.client().await;
+    let s =
+        WriteSpec { run_blocks: 4, ..spec("dq-down", WritePolicyKind::Dq, total, WriteSource::Generated(g), false) };
+    let out = write::write(&client, s, None).await.expect("written on the servers up");
+    assert_eq!(out.without, vec![NodeId(1)]);
+    assert_eq!(out.manifest.layout, Layout::placed(4, vec![0, 2, 3]).unwrap());
+    check_dq(&client, &out.manifest, &generated(g, total), 256 << 10, false).await;
+    let removed = dataset::remove(&client, &m.name).await.unwrap();
+    assert_eq!(removed.staging_folders, 0, "{removed:?}");
+    assert!(names(&client, false).await.iter().all(|(n, _)| *n != m.name), "removed everywhere it was");
+
+    // With no server left, the write fails with a clear error.
+    for n in [0, 2, 3] {
+        c.local.kill(NodeId(n));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !client.live_nodes().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the client sees the servers die");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let s = spec("dq-none", WritePolicyKind::Dq, total, WriteSource::Generated(g), false);
+    let e = write::write(&client, s, None).await.expect_err("no server to write to");
+    assert!(e.to_string().contains("every server went down"), "{e}");
 }
 
 /// Start a write, kill `nodes` once the first has written a block, and return how the

@@ -139,7 +139,7 @@ impl Client {
                             self.nodes()
                         )));
                     }
-                    return Ok(manifest);
+                    return Ok(*manifest);
                 }
                 Ok(_) => {}
                 Err(e) if e.code() == Some(ErrorCode::UnknownDataset) => {}

@@ -137,11 +137,17 @@ impl<'c> Staging<'c> {
         Staging::begin_as(client, manifest, append, rand::random::<u64>() | 1).await
     }
 
-    /// On `nodes` only: servers that lack a committed dataset its other holders have.
-    pub(crate) async fn begin_on(client: &'c Client, manifest: &Manifest, nodes: &[NodeId]) -> Result<Staging<'c>> {
+    /// On `nodes` only: servers that lack a committed dataset its other holders have, or the
+    /// servers up when a write starts.
+    pub(crate) async fn begin_on(
+        client: &'c Client,
+        manifest: &Manifest,
+        nodes: &[NodeId],
+        append: bool,
+    ) -> Result<Staging<'c>> {
         let txid = rand::random::<u64>() | 1;
         let s = Staging { client, name: manifest.name.clone(), txid, nodes: nodes.to_vec() };
-        let req = ControlRequest::Stage { txid, manifest: manifest.clone(), append: false };
+        let req = ControlRequest::Stage { txid, manifest: manifest.clone(), append };
         if let Some(e) = first_error(client.control_all(&s.nodes, &req).await) {
             s.abort().await;
             return Err(e);
@@ -173,6 +179,14 @@ impl<'c> Staging<'c> {
     /// only on the others.
     pub(crate) fn without(&mut self, down: &[NodeId]) {
         self.nodes.retain(|n| !down.contains(n));
+    }
+
+    /// Go on without `nodes`, which are up but hold nothing of the write: abort there.
+    pub(crate) async fn drop_nodes(&mut self, nodes: &[NodeId]) {
+        let rest = std::mem::replace(&mut self.nodes, nodes.to_vec());
+        self.abort().await;
+        self.nodes = rest;
+        self.without(nodes);
     }
 
     pub(crate) async fn abort(&self) {

@@ -197,6 +197,16 @@ impl DqRouter {
         self.outstanding[c] = 0;
     }
 
+    /// Whether blocks may still go to consumer `c`.
+    pub fn is_live(&self, c: usize) -> bool {
+        self.live[c]
+    }
+
+    /// Whether any consumer is left.
+    pub fn any_live(&self) -> bool {
+        self.live.contains(&true)
+    }
+
     pub fn outstanding(&self, c: usize) -> u32 {
         self.outstanding[c]
     }
@@ -313,9 +323,114 @@ pub fn steal_at_end(unanswered: &[Unanswered], idle: usize, loads: &[Option<Load
         .copied()
 }
 
+/// Where one of a producer's units is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnitAt {
+    /// Not sent yet, or to be sent again.
+    Waiting,
+    /// Sent to a consumer, unanswered.
+    Sent(usize),
+    /// Taken by a consumer (it answered).
+    Landed(usize),
+}
+
+/// Where each of a producer's units is. A distributed queue keeps one copy of each unit, so
+/// a consumer that dies takes what landed there with it: [`Ledger::lose`] puts those units
+/// back to be sent again, with those still unanswered there. A late answer from a lost
+/// consumer changes nothing ([`Ledger::landed`] is false). The client's DQ writers and the
+/// simulator's producers keep theirs in one of these.
+#[derive(Clone, Debug)]
+pub struct Ledger {
+    at: Vec<UnitAt>,
+    landed: usize,
+}
+
+impl Ledger {
+    pub fn new(units: usize) -> Ledger {
+        Ledger { at: vec![UnitAt::Waiting; units], landed: 0 }
+    }
+
+    pub fn at(&self, unit: usize) -> UnitAt {
+        self.at[unit]
+    }
+
+    /// `unit` went to consumer `c`.
+    pub fn sent(&mut self, unit: usize, c: usize) {
+        assert_eq!(self.at[unit], UnitAt::Waiting, "unit {unit} sent twice");
+        self.at[unit] = UnitAt::Sent(c);
+    }
+
+    /// Consumer `c` answered for `unit`: true if that settles it, false for an answer from a
+    /// consumer the unit is no longer at (lost meanwhile).
+    pub fn landed(&mut self, unit: usize, c: usize) -> bool {
+        if self.at[unit] != UnitAt::Sent(c) {
+            return false;
+        }
+        self.at[unit] = UnitAt::Landed(c);
+        self.landed += 1;
+        true
+    }
+
+    /// `unit` came back unwritten from `c` (withdrawn or given back): to send again. False
+    /// if it was no longer there.
+    pub fn returned(&mut self, unit: usize, c: usize) -> bool {
+        if self.at[unit] != UnitAt::Sent(c) {
+            return false;
+        }
+        self.at[unit] = UnitAt::Waiting;
+        true
+    }
+
+    /// Consumer `c` is gone with all it held: the units that were there, sent or landed,
+    /// are waiting again. Returns them, in order.
+    pub fn lose(&mut self, c: usize) -> Vec<usize> {
+        let mut back = vec![];
+        for (u, at) in self.at.iter_mut().enumerate() {
+            match *at {
+                UnitAt::Landed(x) if x == c => self.landed -= 1,
+                UnitAt::Sent(x) if x == c => {}
+                _ => continue,
+            }
+            *at = UnitAt::Waiting;
+            back.push(u);
+        }
+        back
+    }
+
+    /// Every unit landed.
+    pub fn is_done(&self) -> bool {
+        self.landed == self.at.len()
+    }
+
+    /// Whether some unit landed at or was sent to `c`.
+    pub fn holds_at(&self, c: usize) -> bool {
+        self.at.iter().any(|a| matches!(*a, UnitAt::Sent(x) | UnitAt::Landed(x) if x == c))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_consumer_gives_back_what_landed_and_what_was_in_flight_there() {
+        let mut l = Ledger::new(5);
+        for (u, c) in [(0, 1), (1, 2), (2, 1), (3, 0)] {
+            l.sent(u, c);
+        }
+        assert!(l.landed(0, 1) && l.landed(1, 2));
+        assert!(l.returned(3, 0));
+        assert!(!l.returned(3, 0), "already back");
+        assert_eq!(l.lose(1), vec![0, 2]);
+        assert!(!l.landed(2, 1), "a late answer from a lost consumer is ignored");
+        assert_eq!((l.at(0), l.at(1), l.at(2)), (UnitAt::Waiting, UnitAt::Landed(2), UnitAt::Waiting));
+        assert!(!l.holds_at(1) && l.holds_at(2) && !l.is_done());
+        for (u, c) in [(0, 0), (2, 2), (3, 2), (4, 0)] {
+            l.sent(u, c);
+            assert!(l.landed(u, c));
+        }
+        assert!(l.is_done());
+    }
 
     #[test]
     fn credits_bound_what_is_in_flight_in_all_and_per_consumer() {

@@ -6,6 +6,10 @@
 //! - LAY-2 mirrored groups (CEFT-PVFS, RAID-10 style): the nodes split into two groups of
 //!   N/2; fragment i is on node i mod N/2 of group A and on the same position of group B.
 //!
+//! - Placed: one copy of each fragment on a node of its own, named in a list. A DQ write
+//!   that went on without servers that died is made of the survivors' logs, one fragment
+//!   each, so it keeps the nodes that hold them rather than a rule.
+//!
 //! LAY-4 (unequal fragments) is a property of the dataset's [`Shape`](crate::shape::Shape),
 //! not of placement, and works with every layout here.
 
@@ -23,6 +27,8 @@ pub enum Layout {
     Chained { nodes: u32, replicas: u32 },
     /// LAY-2: group A is nodes 0..N/2, group B nodes N/2..N; two copies.
     Mirrored { nodes: u32 },
+    /// One copy of fragment i on node `on[i]`; the nodes are distinct (module docs).
+    Placed { nodes: u32, on: Vec<u32> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +41,10 @@ pub enum LayoutError {
     TooFewNodes { replicas: u32, nodes: u32 },
     #[error("mirrored groups need an even number of nodes, at least 2; the cluster has {0}")]
     MirroredNodes(u32),
+    #[error("a placed layout names each of its fragments' nodes once, each below {nodes}; got {on:?}")]
+    Placed { nodes: u32, on: Vec<u32> },
+    #[error("the layout places {placed} fragments, the dataset has {fragments}")]
+    Fragments { placed: u32, fragments: u32 },
 }
 
 impl Layout {
@@ -52,8 +62,27 @@ impl Layout {
         Ok(layout)
     }
 
+    /// One copy of fragment i on node `on[i]`, checked.
+    pub fn placed(nodes: u32, on: Vec<u32>) -> Result<Layout, LayoutError> {
+        let layout = Layout::Placed { nodes, on };
+        layout.validate()?;
+        Ok(layout)
+    }
+
     pub fn validate(&self) -> Result<(), LayoutError> {
         match *self {
+            Layout::Placed { nodes, ref on } => {
+                let mut seen = on.clone();
+                seen.sort_unstable();
+                seen.dedup();
+                if nodes == 0 {
+                    return Err(LayoutError::NoNodes);
+                }
+                if on.is_empty() || seen.len() != on.len() || on.iter().any(|&n| n >= nodes) {
+                    return Err(LayoutError::Placed { nodes, on: on.clone() });
+                }
+                Ok(())
+            }
             Layout::Mirrored { nodes } => {
                 if nodes < 2 || nodes % 2 != 0 {
                     return Err(LayoutError::MirroredNodes(nodes));
@@ -75,9 +104,20 @@ impl Layout {
         }
     }
 
+    /// Whether a dataset of `fragments` fragments can have this layout: a placed layout
+    /// names every fragment's node; the rules fit any count.
+    pub fn fits(&self, fragments: u32) -> Result<(), LayoutError> {
+        match self {
+            Layout::Placed { on, .. } if on.len() != fragments as usize => {
+                Err(LayoutError::Fragments { placed: on.len() as u32, fragments })
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub fn nodes(&self) -> u32 {
         match *self {
-            Layout::Chained { nodes, .. } | Layout::Mirrored { nodes } => nodes,
+            Layout::Chained { nodes, .. } | Layout::Mirrored { nodes } | Layout::Placed { nodes, .. } => nodes,
         }
     }
 
@@ -85,6 +125,16 @@ impl Layout {
         match *self {
             Layout::Chained { replicas, .. } => replicas,
             Layout::Mirrored { .. } => 2,
+            Layout::Placed { .. } => 1,
+        }
+    }
+
+    /// The fragments' placement repeats with this period (a placed layout's does not).
+    pub fn period(&self) -> u32 {
+        match *self {
+            Layout::Chained { nodes, .. } => nodes,
+            Layout::Mirrored { nodes } => nodes / 2,
+            Layout::Placed { ref on, .. } => on.len() as u32,
         }
     }
 
@@ -95,6 +145,10 @@ impl Layout {
             Layout::Mirrored { nodes } => {
                 let half = nodes / 2;
                 format!("mirrored groups, 2 copies: two groups of {half} node{}", if half == 1 { "" } else { "s" })
+            }
+            Layout::Placed { nodes, ref on } => {
+                let missing = nodes as usize - on.len();
+                format!("one copy on {} of {nodes} nodes (written without {missing})", on.len())
             }
         }
     }
@@ -110,6 +164,10 @@ impl Layout {
                 assert!(copy < 2, "copy {copy} of mirrored groups");
                 let half = nodes / 2;
                 NodeId(fragment.0 % half + copy * half)
+            }
+            Layout::Placed { ref on, .. } => {
+                assert!(copy == 0, "copy {copy} of a placed layout");
+                NodeId(on[fragment.index()])
             }
         }
     }
@@ -142,6 +200,14 @@ impl Layout {
                 let copy = node.0 / half;
                 out.extend((node.0 % half..fragments).step_by(half as usize).map(|f| (FragmentId(f), copy)));
             }
+            Layout::Placed { ref on, .. } => {
+                out.extend(
+                    on.iter()
+                        .position(|&n| n == node.0)
+                        .filter(|&f| f < fragments as usize)
+                        .map(|f| (FragmentId(f as u32), 0)),
+                );
+            }
         }
         out.sort();
         out
@@ -162,8 +228,12 @@ mod tests {
             Layout::chained(4, 4).unwrap(),
             Layout::mirrored(2).unwrap(),
             Layout::mirrored(8).unwrap(),
+            Layout::placed(5, vec![0, 2, 3]).unwrap(),
         ] {
             for fragments in [0, 1, 3, 7, 16, 23] {
+                if layout.fits(fragments).is_err() {
+                    continue;
+                }
                 for n in 0..layout.nodes() {
                     let node = NodeId(n);
                     let brute: Vec<(FragmentId, u32)> = (0..fragments)
@@ -218,6 +288,23 @@ mod tests {
         assert_eq!(Layout::mirrored(3), Err(LayoutError::MirroredNodes(3)));
         assert_eq!(Layout::mirrored(0), Err(LayoutError::MirroredNodes(0)));
         assert_eq!(l.replicas(), 2);
+    }
+
+    #[test]
+    fn a_placed_layout_names_each_fragments_node() {
+        let l = Layout::placed(4, vec![0, 1, 3]).unwrap();
+        assert_eq!(l.holders(FragmentId(2)), vec![NodeId(3)]);
+        assert_eq!(l.copies_on(NodeId(2), 3), vec![]);
+        assert_eq!(l.copies_on(NodeId(3), 3), vec![(FragmentId(2), 0)]);
+        assert_eq!((l.replicas(), l.nodes(), l.period()), (1, 4, 3));
+        assert!(l.fits(3).is_ok());
+        assert_eq!(l.fits(4), Err(LayoutError::Fragments { placed: 3, fragments: 4 }));
+        for on in [vec![], vec![1, 1], vec![0, 4]] {
+            assert_eq!(Layout::placed(4, on.clone()), Err(LayoutError::Placed { nodes: 4, on }));
+        }
+        let json = serde_json::to_string(&l).unwrap();
+        assert_eq!(json, r#"{"kind":"placed","nodes":4,"on":[0,1,3]}"#);
+        assert_eq!(serde_json::from_str::<Layout>(&json).unwrap(), l);
     }
 
     #[test]

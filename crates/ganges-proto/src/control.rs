@@ -321,7 +321,7 @@ pub enum ControlReply {
         datasets: Vec<DatasetEntry>,
     },
     Manifest {
-        manifest: Manifest,
+        manifest: Box<Manifest>,
     },
     Verified {
         report: VerifyReport,

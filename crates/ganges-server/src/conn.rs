@@ -626,7 +626,7 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
     Ok(match req {
         ControlRequest::ListDatasets { staging } => ControlReply::Datasets { datasets: store.list(staging)? },
         ControlRequest::GetManifest { name } => {
-            ControlReply::Manifest { manifest: store.dataset(&name)?.manifest.clone() }
+            ControlReply::Manifest { manifest: Box::new(store.dataset(&name)?.manifest.clone()) }
         }
         ControlRequest::Stage { txid, manifest, append } => {
             store.stage(txid, manifest, append)?;

@@ -229,9 +229,35 @@ fn sync_dir(path: &Path) -> io::Result<()> {
     File::open(path)?.sync_all()
 }
 
+/// Where each fragment `node` staged as part of `staged` (of `fragments` fragments) ends up
+/// under `layout`: the same fragment, or for a write committed on fewer servers (a `Placed`
+/// layout drawn from a one-copy chained one), the fragment placed on `node`. `None` if the
+/// layouts do not match.
+fn final_fragments(
+    staged: &Layout,
+    layout: &Layout,
+    fragments: u32,
+    node: NodeId,
+) -> Option<BTreeMap<FragmentId, FragmentId>> {
+    layout.validate().ok()?;
+    let mine = staged.copies_on(node, fragments).into_iter().map(|(f, _)| f);
+    match (staged, layout) {
+        (a, b) if a == b => Some(mine.map(|f| (f, f)).collect()),
+        (Layout::Chained { nodes, replicas: 1 }, Layout::Placed { nodes: n, on }) if nodes == n => {
+            let at = on.iter().position(|&k| k == node.0)?;
+            Some(mine.map(|f| (f, FragmentId(at as u32))).collect())
+        }
+        _ => None,
+    }
+}
+
 /// An incomplete dataset must say where its blocks are, and a complete one must not; an
 /// origin map (DQ writes) must be a permutation of the dataset's blocks.
 fn check_placement(m: &Manifest) -> Result<()> {
+    m.layout
+        .validate()
+        .and_then(|()| m.layout.fits(m.shape.fragment_count()))
+        .map_err(|e| StoreError::BadRequest(format!("`{}`: {e}", m.name)))?;
     if let Some(o) = &m.origin {
         o.validate(&m.shape).map_err(|e| StoreError::BadRequest(format!("`{}`: {e}", m.name)))?;
     }
@@ -686,6 +712,7 @@ impl Store {
     /// each copy is a log of `APPEND` writes (see `ControlRequest::Stage`).
     pub fn stage(&self, txid: u64, manifest: Manifest, append: bool) -> Result<()> {
         manifest.layout.validate().map_err(|e| StoreError::BadRequest(e.to_string()))?;
+        manifest.layout.fits(manifest.shape.fragment_count()).map_err(|e| StoreError::BadRequest(e.to_string()))?;
         let name = manifest.name.clone();
         if self.root.join("datasets").join(name.as_str()).exists() {
             return Err(StoreError::Exists(name));
@@ -759,16 +786,23 @@ impl Store {
         Ok(())
     }
 
-    /// Write the checksums of each local copy's first `blocks` blocks of `shape` (a block
-    /// never written gets 0s, which no read accepts) and make the copy durable.
-    fn persist(&self, txn: &Txn, shape: &Shape, blocks: impl Fn(FragmentId) -> u32) -> Result<()> {
+    /// Write the checksums of each local copy's first `blocks` blocks of `shape`, where
+    /// staged fragment f is fragment `to(f)` (a block never written gets 0s, which no read
+    /// accepts) and make the copy durable.
+    fn persist(
+        &self,
+        txn: &Txn,
+        shape: &Shape,
+        to: impl Fn(&FragmentId) -> FragmentId,
+        blocks: impl Fn(FragmentId) -> u32,
+    ) -> Result<()> {
         let crcs = txn.crcs.lock().expect("txn lock");
         for (f, c) in &txn.copies {
-            let mut raw: Vec<u8> = Vec::with_capacity(shape.checks_upto(*f, blocks(*f)) * 4);
+            let mut raw: Vec<u8> = Vec::with_capacity(shape.checks_upto(to(f), blocks(*f)) * 4);
             for (b, sums) in crcs[f][..blocks(*f) as usize].iter().enumerate() {
                 match sums {
                     Some((_, units)) => raw.extend(units.iter().flat_map(|c| c.to_le_bytes())),
-                    None => raw.resize(raw.len() + shape.checks_in(*f, b as u32) as usize * 4, 0),
+                    None => raw.resize(raw.len() + shape.checks_in(to(f), b as u32) as usize * 4, 0),
                 }
             }
             let what = format!("writing the checksums of {f}");
@@ -1096,26 +1130,29 @@ impl Store {
                 }
             }
         }
-        self.persist(txn, &manifest.shape, |f| manifest.shape.blocks_in(f))
+        self.persist(txn, &manifest.shape, |f| *f, |f| manifest.shape.blocks_in(f))
     }
 
     /// Prepare append-mode copies: the final manifest gives each fragment the size its log
     /// reached here; every slot must have been written; the files are cut to that size.
+    ///
+    /// A write that went on without servers that died is made of the survivors' logs only:
+    /// its final layout is `Placed` on them, and this server's log (staged as the fragment
+    /// of its own number) becomes the fragment at its place in that list.
     fn prepare_logs(&self, txn: &Txn, logs: &BTreeMap<FragmentId, Log>, manifest: &Manifest) -> Result<()> {
         let staged = &txn.manifest;
-        let same = staged.id == manifest.id
-            && staged.layout == manifest.layout
-            && staged.shape.fragment_count() == manifest.shape.fragment_count()
-            && staged.shape.block_bytes() == manifest.shape.block_bytes();
-        if !same {
+        let same = staged.id == manifest.id && staged.shape.block_bytes() == manifest.shape.block_bytes();
+        let renumber = final_fragments(&staged.layout, &manifest.layout, staged.shape.fragment_count(), self.node);
+        let Some(renumber) = renumber.filter(|_| same) else {
             return Err(StoreError::BadRequest("the prepared manifest differs from the staged one".into()));
-        }
+        };
         check_placement(manifest)?;
+        let to = |f: &FragmentId| renumber[f];
         {
             let crcs = txn.crcs.lock().expect("txn lock");
             for (f, log) in logs {
-                let want = manifest.shape.fragment_bytes(*f);
-                if log.bytes != want || log.slots != manifest.shape.blocks_in(*f) {
+                let want = manifest.shape.fragment_bytes(to(f));
+                if log.bytes != want || log.slots != manifest.shape.blocks_in(to(f)) {
                     return Err(StoreError::Incomplete(format!(
                         "cannot prepare `{}`: {f} holds {} bytes in {} blocks here, the manifest says {want}",
                         manifest.name, log.bytes, log.slots
@@ -1131,7 +1168,17 @@ impl Store {
                 txn.copies[f].data.set_len(want).map_err(self.map_write_err(what))?;
             }
         }
-        self.persist(txn, &manifest.shape, |f| logs[&f].slots)
+        self.persist(txn, &manifest.shape, to, |f| logs[&f].slots)?;
+        for (f, c) in &txn.copies {
+            if to(f) != *f {
+                for ext in ["data", "crc"] {
+                    let (from, into) = (copy_file_name(*f, c.copy, ext), copy_file_name(to(f), c.copy, ext));
+                    fs::rename(txn.dir.join(&from), txn.dir.join(&into))
+                        .map_err(self.map_write_err(format!("renaming {from} to {into}")))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Rename a prepared staging folder to the dataset's name. Committing a write this

@@ -11,9 +11,10 @@
 use crate::event::Events;
 use crate::net::{HEADER_BYTES, NetParams, Network};
 use crate::scan::SimError;
-use ganges_core::dq::{DqRouter, DqSettings};
+use ganges_core::dq::{DqRouter, DqSettings, Ledger, UnitAt};
 use ganges_core::sched::{Job, JobId, Progress, ProgressMetric, Scheduler, SchedulerKind, Service, StreamKey};
 use ganges_core::time::Time;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 /// How producers choose consumers.
@@ -42,6 +43,9 @@ pub struct DqSpec {
     pub net: NetParams,
     pub time_limit: Duration,
     pub seed: u64,
+    /// Consumers that die, and when (DQ only): each takes the blocks it held with it (one
+    /// copy), and the producers put them again to the others, as ganges' DQ writes do.
+    pub crashes: Vec<(Duration, usize)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -50,8 +54,10 @@ pub struct DqOutcome {
     pub seconds: f64,
     /// When each producer's last block was taken by a consumer.
     pub producer_seconds: Vec<f64>,
-    /// Bytes each consumer took.
+    /// Bytes each consumer holds at the end (none for those that died).
     pub consumer_bytes: Vec<u64>,
+    /// Blocks put again because the consumer holding them died.
+    pub resent: u64,
     pub events: u64,
 }
 
@@ -59,12 +65,16 @@ pub struct DqOutcome {
 enum Ev {
     /// Producer p finished generating a block.
     Generated(usize),
-    /// A block from producer p reached consumer c.
-    Arrive { c: usize, p: usize, progress: Progress },
+    /// Block `block` of producer p reached consumer c.
+    Arrive { c: usize, p: usize, block: usize, progress: Progress },
     /// Consumer c finished taking its current block.
     Taken(usize),
-    /// Consumer c's reply reached producer p.
-    Reply { p: usize, c: usize },
+    /// Consumer c's reply for `block` reached producer p.
+    Reply { p: usize, c: usize, block: usize },
+    /// Consumer c dies.
+    Crash(usize),
+    /// Producer p finds consumer c gone (its connection closed).
+    Lost { p: usize, c: usize },
 }
 
 #[derive(Debug)]
@@ -72,9 +82,11 @@ struct Producer {
     router: Option<DqRouter>,
     /// Static mode: blocks unanswered at the one consumer.
     outstanding: u32,
+    /// Where each block is (the unit of the queue here is a block).
+    ledger: Ledger,
     generated: u64,
-    sent: u64,
-    taken: u64,
+    /// Blocks a dead consumer held, to put again (generated already).
+    resend: VecDeque<usize>,
     /// A generated block waiting for a credit.
     waiting: bool,
     generating: bool,
@@ -84,12 +96,13 @@ struct Producer {
 #[derive(Debug)]
 struct Consumer {
     sched: Box<dyn Scheduler>,
-    /// The producer of each queued job.
-    from: std::collections::BTreeMap<JobId, usize>,
-    busy: Option<usize>,
+    /// The producer and block of each queued job.
+    from: BTreeMap<JobId, (usize, usize)>,
+    busy: Option<(usize, usize)>,
     next_job: JobId,
     bytes: u64,
     rate: f64,
+    dead: bool,
 }
 
 struct Sim<'a> {
@@ -98,7 +111,12 @@ struct Sim<'a> {
     net: Network,
     producers: Vec<Producer>,
     consumers: Vec<Consumer>,
-    left: u64,
+    /// Which live consumer holds each (producer, block) taken: checked after every event
+    /// that no block is held twice, nor sent while held.
+    held: HashMap<(usize, usize), usize>,
+    resent: u64,
+    /// When a live consumer last took a block.
+    last_taken: Time,
 }
 
 /// Run one simulated transfer.
@@ -113,6 +131,12 @@ pub fn run_dq(spec: &DqSpec) -> Result<DqOutcome, SimError> {
     if spec.producer_rate <= 0.0 || spec.consumer_rates.iter().any(|r| *r <= 0.0) || spec.block_bytes == 0 {
         return Err(invalid("rates and the block size must be positive".into()));
     }
+    if !spec.crashes.is_empty() && spec.mode == DqMode::Static {
+        return Err(invalid("a static transfer cannot go on without a consumer".into()));
+    }
+    if spec.crashes.iter().any(|(_, c)| *c >= spec.consumers as usize) {
+        return Err(invalid("a crash names a consumer that does not exist".into()));
+    }
     let mut producers = Vec::with_capacity(spec.producers as usize);
     for p in 0..spec.producers {
         let router = match spec.mode {
@@ -125,9 +149,9 @@ pub fn run_dq(spec: &DqSpec) -> Result<DqOutcome, SimError> {
         producers.push(Producer {
             router,
             outstanding: 0,
+            ledger: Ledger::new(spec.blocks_per_producer as usize),
             generated: 0,
-            sent: 0,
-            taken: 0,
+            resend: VecDeque::new(),
             waiting: false,
             generating: false,
             last_taken: None,
@@ -143,6 +167,7 @@ pub fn run_dq(spec: &DqSpec) -> Result<DqOutcome, SimError> {
             next_job: 1,
             bytes: 0,
             rate,
+            dead: false,
         })
         .collect();
     let endpoints = (spec.producers + spec.consumers) as usize;
@@ -152,15 +177,24 @@ pub fn run_dq(spec: &DqSpec) -> Result<DqOutcome, SimError> {
         net: Network::new(endpoints, spec.net),
         producers,
         consumers,
-        left: spec.blocks_per_producer * spec.producers as u64,
+        held: HashMap::new(),
+        resent: 0,
+        last_taken: Time::ZERO,
     };
+    for &(at, c) in &spec.crashes {
+        sim.ev.at(Time::ZERO + at, Ev::Crash(c));
+    }
     for p in 0..sim.producers.len() {
         sim.generate(p);
     }
     let limit = Time::ZERO + spec.time_limit;
-    while sim.left > 0 {
+    loop {
+        if sim.producers.iter().all(|p| p.ledger.is_done()) && !sim.end_check()? {
+            break;
+        }
         let Some((now, e)) = sim.ev.pop() else {
-            return Err(SimError::Stalled(format!("{} blocks never reached a consumer", sim.left)));
+            let left = sim.producers.iter().filter(|p| !p.ledger.is_done()).count();
+            return Err(SimError::Stalled(format!("{left} producers never had every block taken")));
         };
         if now > limit {
             return Err(SimError::TimeLimit(spec.time_limit));
@@ -171,26 +205,39 @@ pub fn run_dq(spec: &DqSpec) -> Result<DqOutcome, SimError> {
                 pr.generating = false;
                 pr.generated += 1;
                 pr.waiting = true;
-                sim.try_send(p);
+                sim.try_send(p)?;
             }
-            Ev::Arrive { c, p, progress } => sim.arrive(c, p, progress),
-            Ev::Taken(c) => sim.taken(c),
-            Ev::Reply { p, c } => {
+            Ev::Arrive { c, p, block, progress } => sim.arrive(c, p, block, progress),
+            Ev::Taken(c) => sim.taken(c)?,
+            Ev::Reply { p, c, block } => {
                 let pr = &mut sim.producers[p];
-                match pr.router.as_mut() {
-                    Some(r) => r.on_reply(c),
-                    None => pr.outstanding -= 1,
+                if pr.ledger.landed(block, c) {
+                    match pr.router.as_mut() {
+                        Some(r) => r.on_reply(c),
+                        None => pr.outstanding -= 1,
+                    }
+                } else if !sim.consumers[c].dead {
+                    return Err(SimError::Invariant(format!(
+                        "producer {p} ignored consumer {c}'s answer for block {block}, and c is alive"
+                    )));
                 }
-                sim.try_send(p);
+                sim.try_send(p)?;
+            }
+            Ev::Crash(c) => sim.crash(c),
+            Ev::Lost { p, c } => {
+                if sim.lose(p, c) {
+                    sim.try_send(p)?;
+                }
             }
         }
     }
     let producer_seconds: Vec<f64> =
         sim.producers.iter().map(|p| p.last_taken.map_or(0.0, |t| t.as_secs_f64())).collect();
     Ok(DqOutcome {
-        seconds: sim.ev.now().as_secs_f64(),
+        seconds: sim.last_taken.as_secs_f64(),
         producer_seconds,
-        consumer_bytes: sim.consumers.iter().map(|c| c.bytes).collect(),
+        consumer_bytes: sim.consumers.iter().map(|c| if c.dead { 0 } else { c.bytes }).collect(),
+        resent: sim.resent,
         events: sim.ev.processed(),
     })
 }
@@ -206,45 +253,69 @@ impl Sim<'_> {
         self.ev.after(took, Ev::Generated(p));
     }
 
-    /// Send the waiting block if a credit allows, then start on the next one.
-    fn try_send(&mut self, p: usize) {
+    /// Send blocks to put again, then the waiting block, while credits allow; then start on
+    /// the next one.
+    fn try_send(&mut self, p: usize) -> Result<(), SimError> {
         // The static transfer may use all its credits on its one consumer.
         let static_credits = self.spec.credits.total_credits;
-        let pr = &mut self.producers[p];
-        if !pr.waiting {
-            return;
-        }
-        let c = match pr.router.as_mut() {
-            Some(r) => match r.pick() {
-                Some(c) => c,
-                None => return,
-            },
-            None if pr.outstanding < static_credits => {
-                pr.outstanding += 1;
-                p % self.spec.consumers as usize
+        loop {
+            let pr = &mut self.producers[p];
+            let block = match pr.resend.front() {
+                Some(&b) => b,
+                None if pr.waiting => pr.generated as usize - 1,
+                None => break,
+            };
+            let c = match pr.router.as_mut() {
+                Some(r) => match r.pick() {
+                    Some(c) => c,
+                    None => break,
+                },
+                None if pr.outstanding < static_credits => {
+                    pr.outstanding += 1;
+                    p % self.spec.consumers as usize
+                }
+                None => break,
+            };
+            if self.consumers[c].dead {
+                // Its connection is closed: the send fails at once.
+                let _ = self.lose(p, c);
+                continue;
             }
-            None => return,
-        };
-        pr.waiting = false;
-        pr.sent += 1;
-        let progress = Progress {
-            done_bytes: pr.sent * self.spec.block_bytes,
-            total_bytes: self.spec.blocks_per_producer * self.spec.block_bytes,
-            metric: ProgressMetric::Bytes,
-        };
-        let now = self.ev.now();
-        let to = self.spec.producers as usize + c;
-        let at = self.net.send(now, p, to, self.spec.block_bytes + HEADER_BYTES);
-        self.ev.at(at, Ev::Arrive { c, p, progress });
+            if let Some(at) = self.held.get(&(p, block)) {
+                return Err(SimError::Invariant(format!(
+                    "producer {p} sends block {block} again while consumer {at} holds it"
+                )));
+            }
+            let pr = &mut self.producers[p];
+            if pr.resend.front() == Some(&block) {
+                pr.resend.pop_front();
+            } else {
+                pr.waiting = false;
+            }
+            pr.ledger.sent(block, c);
+            let progress = Progress {
+                done_bytes: (block as u64 + 1) * self.spec.block_bytes,
+                total_bytes: self.spec.blocks_per_producer * self.spec.block_bytes,
+                metric: ProgressMetric::Bytes,
+            };
+            let now = self.ev.now();
+            let to = self.spec.producers as usize + c;
+            let at = self.net.send(now, p, to, self.spec.block_bytes + HEADER_BYTES);
+            self.ev.at(at, Ev::Arrive { c, p, block, progress });
+        }
         self.generate(p);
+        Ok(())
     }
 
-    fn arrive(&mut self, c: usize, p: usize, progress: Progress) {
+    fn arrive(&mut self, c: usize, p: usize, block: usize, progress: Progress) {
         let now = self.ev.now();
         let co = &mut self.consumers[c];
+        if co.dead {
+            return;
+        }
         let id = co.next_job;
         co.next_job += 1;
-        co.from.insert(id, p);
+        co.from.insert(id, (p, block));
         co.sched.push(Job {
             id,
             stream: StreamKey { conn: p as u64, stream: 0 },
@@ -260,31 +331,98 @@ impl Sim<'_> {
     fn start(&mut self, c: usize) {
         let now = self.ev.now();
         let co = &mut self.consumers[c];
-        if co.busy.is_some() {
+        if co.busy.is_some() || co.dead {
             return;
         }
         let Some(job) = co.sched.pop(now, None) else { return };
-        let p = co.from.remove(&job.id).expect("every queued job has a producer");
-        co.busy = Some(p);
+        co.busy = Some(co.from.remove(&job.id).expect("every queued job has a producer"));
         let took = Duration::from_secs_f64(job.bytes as f64 / co.rate);
         self.ev.after(took, Ev::Taken(c));
     }
 
-    fn taken(&mut self, c: usize) {
+    fn taken(&mut self, c: usize) -> Result<(), SimError> {
         let now = self.ev.now();
         let co = &mut self.consumers[c];
-        let p = co.busy.take().expect("a consumer finishes what it took");
+        if co.dead {
+            return Ok(());
+        }
+        let (p, block) = co.busy.take().expect("a consumer finishes what it took");
         co.bytes += self.spec.block_bytes;
-        self.left -= 1;
+        if let Some(other) = self.held.insert((p, block), c) {
+            return Err(SimError::Invariant(format!("block {block} of producer {p} taken by {other} and by {c}")));
+        }
+        if self.producers[p].ledger.at(block) != UnitAt::Sent(c) {
+            return Err(SimError::Invariant(format!(
+                "consumer {c} took block {block} of producer {p}, which has it {:?}",
+                self.producers[p].ledger.at(block)
+            )));
+        }
         let pr = &mut self.producers[p];
-        pr.taken += 1;
-        if pr.taken == self.spec.blocks_per_producer {
+        if pr.generated == self.spec.blocks_per_producer {
             pr.last_taken = Some(now);
         }
+        self.last_taken = now;
         let from = self.spec.producers as usize + c;
         let at = self.net.send(now, from, p, HEADER_BYTES);
-        self.ev.at(at, Ev::Reply { p, c });
+        self.ev.at(at, Ev::Reply { p, c, block });
         self.start(c);
+        Ok(())
+    }
+
+    /// Consumer `c` dies with what it holds; producers waiting on it hear of it once its
+    /// connection's close reaches them.
+    fn crash(&mut self, c: usize) {
+        let co = &mut self.consumers[c];
+        co.dead = true;
+        co.busy = None;
+        co.from.clear();
+        self.held.retain(|_, at| *at != c);
+        let now = self.ev.now();
+        for p in 0..self.producers.len() {
+            if self.producers[p].ledger.holds_at(c) {
+                let at = self.net.send(now, self.spec.producers as usize + c, p, HEADER_BYTES);
+                self.ev.at(at, Ev::Lost { p, c });
+            }
+        }
+    }
+
+    /// Producer `p` loses consumer `c` (the client's `DqWriter::lose`); true if blocks
+    /// are to be put again.
+    fn lose(&mut self, p: usize, c: usize) -> bool {
+        let pr = &mut self.producers[p];
+        let Some(r) = pr.router.as_mut() else { return false };
+        if !r.is_live(c) {
+            return false;
+        }
+        r.on_consumer_down(c);
+        let back = pr.ledger.lose(c);
+        self.resent += back.len() as u64;
+        let again = !back.is_empty();
+        pr.resend.extend(back);
+        again
+    }
+
+    /// Every producer is done: the write's last look for consumers that died holding
+    /// blocks (`write_dq`'s). True if some producer has blocks to put again.
+    fn end_check(&mut self) -> Result<bool, SimError> {
+        let dead: Vec<usize> = (0..self.consumers.len()).filter(|&c| self.consumers[c].dead).collect();
+        let mut again = false;
+        for p in 0..self.producers.len() {
+            for &c in &dead {
+                if self.producers[p].ledger.holds_at(c) {
+                    again |= self.lose(p, c);
+                }
+            }
+            self.try_send(p)?;
+        }
+        let total = self.spec.producers as u64 * self.spec.blocks_per_producer;
+        if !again && self.held.len() as u64 != total {
+            return Err(SimError::Invariant(format!(
+                "the live servers hold {} blocks at the end, of {total}",
+                self.held.len()
+            )));
+        }
+        Ok(again)
     }
 }
 
@@ -312,6 +450,7 @@ mod tests {
             net: NetParams::LOCAL,
             time_limit: Duration::from_secs(3600),
             seed: 1,
+            crashes: vec![],
         }
     }
 
@@ -332,6 +471,18 @@ mod tests {
         assert!(dq.consumer_bytes[0] * 3 < dq.consumer_bytes[7], "{:?}", dq.consumer_bytes);
         let st = run_dq(&spec(DqMode::Static, 2)).unwrap();
         assert!(st.seconds > 1.5 * dq.seconds, "static {} vs dq {}", st.seconds, dq.seconds);
+    }
+
+    #[test]
+    fn blocks_a_dead_consumer_held_are_put_again_once() {
+        let mut s = spec(DqMode::Dq, 0);
+        let alone = run_dq(&s).unwrap();
+        s.crashes = vec![(Duration::from_secs_f64(alone.seconds / 2.0), 3)];
+        let o = run_dq(&s).unwrap();
+        assert_eq!(o.consumer_bytes[3], 0);
+        assert_eq!(o.consumer_bytes.iter().sum::<u64>(), 8 * 2000 * 8192, "every block held once");
+        assert!(o.resent > 800, "about half of node 3's eighth: {}", o.resent);
+        assert!(o.seconds < alone.seconds * 1.3, "{} vs {}", o.seconds, alone.seconds);
     }
 
     #[test]

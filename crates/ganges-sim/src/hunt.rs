@@ -1,6 +1,14 @@
-//! Hunts: seeded random schedules of faults against scans, checked after every event.
+//! Hunts: seeded random schedules of faults against scans and DQ writes, checked after
+//! every event.
 //!
-//! Each seed draws a cluster (3 to 8 servers, chained declustering with two copies), a
+//! A quarter of the seeds draw a DQ write ([`crate::dq`]): 1 to 8 writers, 3 to 8 servers,
+//! slow disks, and one or two servers that die mid-write (at least one is left). After every
+//! event: no block is held by two live servers, none is sent while a live server holds it,
+//! and a server takes only what its writer has sent it; at the end every block is held by
+//! exactly one live server. The write must finish within three times the time the
+//! survivors' disks need for all of it, plus the last death.
+//!
+//! The others draw a cluster (3 to 8 servers, chained declustering with two copies), a
 //! dataset, a read policy, and a schedule: slow disks (a quarter or half speed, for a window
 //! or the whole scan), and around one *victim* server a crash (restarted a while later, or
 //! not), or one consumer's connection to it lost; and blocks corrupt on copies whose other
@@ -15,12 +23,15 @@
 //! A seed gives the same schedule and the same run to the event, so a failing seed printed
 //! by `ganges sim hunt` reproduces the failure exactly (`--from SEED --seeds 1`).
 
+use crate::dq::{DqMode, DqSpec, run_dq};
 use crate::net::NetParams;
-use crate::scan::{Chaos, FaultWindow, ScanOutcome, ScanSpec, SimError, run_scan};
+use crate::scan::{Chaos, FaultWindow, ScanSpec, SimError, run_scan};
 use ganges_core::disk::{DiskParams, Fault};
+use ganges_core::dq::{DqSettings, START_CREDITS};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
 use ganges_core::route::{PolicySettings, ReadPolicyKind};
+use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::Shape;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
@@ -28,19 +39,65 @@ use std::time::Duration;
 const RATE: f64 = 32.0 * 1024.0 * 1024.0;
 const BLOCK: u32 = 256 << 10;
 
-/// One seed's scan and what it must meet.
+/// One seed's work and what it must meet.
 #[derive(Clone, Debug)]
 pub struct Case {
     pub seed: u64,
-    pub spec: ScanSpec,
+    pub work: Work,
     /// The progress bound, in seconds of virtual time.
     pub bound: f64,
 }
 
+/// What a seed runs.
+#[derive(Clone, Debug)]
+pub enum Work {
+    Scan(Box<ScanSpec>),
+    DqWrite(DqSpec),
+}
+
+/// How many of each fault a case holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    pub crashes: usize,
+    pub restarts: usize,
+    pub lost_connections: usize,
+    pub corrupt_blocks: usize,
+}
+
 impl Case {
+    pub fn faults(&self) -> Faults {
+        match &self.work {
+            Work::DqWrite(d) => Faults { crashes: d.crashes.len(), ..Faults::default() },
+            Work::Scan(s) => {
+                let count = |f: fn(&Chaos) -> bool| s.chaos.iter().filter(|(_, c)| f(c)).count();
+                Faults {
+                    crashes: count(|c| matches!(c, Chaos::Crash(_))),
+                    restarts: count(|c| matches!(c, Chaos::Restart(_))),
+                    lost_connections: count(|c| matches!(c, Chaos::Disconnect { .. })),
+                    corrupt_blocks: count(|c| matches!(c, Chaos::Corrupt { .. })),
+                }
+            }
+        }
+    }
+
     /// A line saying what the seed drew.
     pub fn describe(&self) -> String {
-        let s = &self.spec;
+        let s = match &self.work {
+            Work::Scan(s) => s,
+            Work::DqWrite(d) => {
+                let rates: Vec<String> = d.consumer_rates.iter().map(|r| format!("{:.2}", r / RATE)).collect();
+                let deaths: Vec<String> =
+                    d.crashes.iter().map(|(t, c)| format!("node{c} dies at {:.2} s", t.as_secs_f64())).collect();
+                return format!(
+                    "dq write: {} writers x {} blocks to {} servers (speeds [{}]); {}",
+                    d.producers,
+                    d.blocks_per_producer,
+                    d.consumers,
+                    rates.join(", "),
+                    deaths.join(", ")
+                );
+            }
+        };
         let slow: Vec<String> = s
             .faults
             .iter()
@@ -77,6 +134,9 @@ impl Case {
 /// The schedule `seed` draws.
 pub fn case(seed: u64) -> Case {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    if rng.random_bool(0.25) {
+        return dq_case(seed, &mut rng);
+    }
     let n: u32 = rng.random_range(3..=8);
     let layout = Layout::chained(n, 2).expect("2 copies on 3 or more nodes");
     let blocks: u64 = rng.random_range(8..=40);
@@ -162,14 +222,61 @@ pub fn case(seed: u64) -> Case {
         check: true,
         shape,
     };
-    Case { seed, spec, bound }
+    Case { seed, work: Work::Scan(Box::new(spec)), bound }
+}
+
+/// A DQ write with slow disks and one or two servers dying mid-write.
+fn dq_case(seed: u64, rng: &mut rand_chacha::ChaCha8Rng) -> Case {
+    let consumers: u32 = rng.random_range(3..=8);
+    let producers: u32 = rng.random_range(1..=8);
+    let blocks: u64 = rng.random_range(8..=64);
+    let mut rates = vec![RATE; consumers as usize];
+    for _ in 0..rng.random_range(0..=2) {
+        rates[rng.random_range(0..consumers as usize)] *= [0.25, 0.5][rng.random_range(0..2)];
+    }
+    let total = (producers as u64 * blocks * BLOCK as u64) as f64;
+    let span = total / rates.iter().sum::<f64>();
+    let mut crashes: Vec<(Duration, usize)> = vec![];
+    for _ in 0..rng.random_range(1..=2) {
+        let c = rng.random_range(0..consumers as usize);
+        if !crashes.iter().any(|x| x.1 == c) {
+            crashes.push((Duration::from_secs_f64(rng.random_range(0.0..span * 1.2)), c));
+        }
+    }
+    let survivors: f64 = (0..consumers as usize).filter(|c| !crashes.iter().any(|x| x.1 == *c)).map(|c| rates[c]).sum();
+    let last = crashes.iter().map(|x| x.0.as_secs_f64()).fold(0.0, f64::max);
+    let bound = 3.0 * total / survivors + last + 1.0;
+    let spec = DqSpec {
+        producers,
+        consumers,
+        producer_rate: 400e6,
+        consumer_rates: rates,
+        blocks_per_producer: blocks,
+        block_bytes: BLOCK as u64,
+        credits: DqSettings::for_consumers(consumers).with_slow_start(START_CREDITS),
+        mode: DqMode::Dq,
+        consumer_scheduler: SchedulerKind::Auto,
+        net: NetParams::LOCAL,
+        time_limit: Duration::from_secs_f64(bound * 10.0),
+        seed,
+        crashes,
+    };
+    Case { seed, work: Work::DqWrite(spec), bound }
+}
+
+/// What a seed's run measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ran {
+    /// Virtual time to the end.
+    pub seconds: f64,
+    pub events: u64,
 }
 
 /// How a seed ended.
 #[derive(Clone, Debug)]
 pub struct Verdict {
     pub case: Case,
-    pub result: Result<ScanOutcome, String>,
+    pub result: Result<Ran, String>,
 }
 
 impl Verdict {
@@ -178,20 +285,30 @@ impl Verdict {
     }
 }
 
-/// Run one seed: its scan must finish, deliver every byte once, keep every invariant, and
-/// stay within the progress bound.
+/// Run one seed: its scan or write must finish, move every byte once, keep every
+/// invariant, and stay within the progress bound.
 pub fn run(seed: u64) -> Verdict {
     let case = case(seed);
     // The engine's invariant checks panic; the hunt reports them as failures.
-    let ran = std::panic::catch_unwind(|| run_scan(&case.spec)).unwrap_or_else(|p| {
+    let ran = std::panic::catch_unwind(|| match &case.work {
+        Work::Scan(spec) => run_scan(spec).and_then(|o| {
+            if o.bytes != spec.shape.total_bytes() {
+                return Err(SimError::Invariant(format!(
+                    "{} bytes delivered of {}",
+                    o.bytes,
+                    spec.shape.total_bytes()
+                )));
+            }
+            Ok(Ran { seconds: o.seconds, events: o.events })
+        }),
+        Work::DqWrite(spec) => run_dq(spec).map(|o| Ran { seconds: o.seconds, events: o.events }),
+    })
+    .unwrap_or_else(|p| {
         let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
         Err(SimError::Invariant(why.unwrap_or_else(|| "a panic".into())))
     });
     let result = match ran {
         Err(e) => Err(e.to_string()),
-        Ok(o) if o.bytes != case.spec.shape.total_bytes() => {
-            Err(format!("{} bytes delivered of {}", o.bytes, case.spec.shape.total_bytes()))
-        }
         Ok(o) if o.seconds > case.bound => {
             Err(format!("took {:.2} s of virtual time, past the progress bound of {:.2} s", o.seconds, case.bound))
         }
@@ -226,25 +343,34 @@ mod tests {
             .collect();
         assert!(failed.is_empty(), "{} of 300 seeds failed:\n{}", failed.len(), failed.join("\n"));
         // The schedules reach what they are for.
-        let chaos =
-            |f: fn(&Chaos) -> bool| verdicts.iter().filter(|v| v.case.spec.chaos.iter().any(|(_, c)| f(c))).count();
-        assert!(chaos(|c| matches!(c, Chaos::Crash(_))) >= 60);
-        assert!(chaos(|c| matches!(c, Chaos::Restart(_))) >= 30);
-        assert!(chaos(|c| matches!(c, Chaos::Disconnect { .. })) >= 60);
-        assert!(chaos(|c| matches!(c, Chaos::Corrupt { .. })) >= 90);
+        let with = |f: fn(&Verdict) -> bool| verdicts.iter().filter(|v| f(v)).count();
+        assert!(with(|v| matches!(v.case.work, Work::DqWrite(_))) >= 50);
+        assert!(with(|v| matches!(v.case.work, Work::Scan(_)) && v.case.faults().crashes > 0) >= 50);
+        assert!(with(|v| v.case.faults().restarts > 0) >= 25);
+        assert!(with(|v| v.case.faults().lost_connections > 0) >= 50);
+        assert!(with(|v| v.case.faults().corrupt_blocks > 0) >= 70);
+    }
+
+    #[test]
+    fn a_dq_write_whose_every_server_dies_is_caught() {
+        let seed = (1..).find(|&s| matches!(case(s).work, Work::DqWrite(_))).unwrap();
+        let Work::DqWrite(mut spec) = case(seed).work else { unreachable!() };
+        spec.crashes = (0..spec.consumers as usize).map(|c| (Duration::from_millis(10), c)).collect();
+        assert!(run_dq(&spec).is_err(), "no server left to write to: an error, not a hang");
     }
 
     #[test]
     fn a_broken_promise_is_caught() {
         // Both copies of a block corrupt: no good copy is left, and the hunt says so rather
         // than hanging or delivering bad bytes.
-        let mut c = case(3);
-        c.spec.chaos = (0..2)
+        let seed = (1..).find(|&s| matches!(case(s).work, Work::Scan(_))).unwrap();
+        let Work::Scan(mut spec) = case(seed).work else { unreachable!() };
+        spec.chaos = (0..2)
             .map(|copy| {
-                let node = c.spec.layout.node_of(FragmentId(0), copy);
+                let node = spec.layout.node_of(FragmentId(0), copy);
                 (Duration::ZERO, Chaos::Corrupt { node, fragment: FragmentId(0), block: 0 })
             })
             .collect();
-        assert!(run_scan(&c.spec).is_err());
+        assert!(run_scan(&spec).is_err());
     }
 }

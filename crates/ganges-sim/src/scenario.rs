@@ -343,6 +343,7 @@ impl DqCase {
             credits,
             mode,
             consumer_scheduler: SchedulerKind::Auto,
+            crashes: vec![],
             net: NetParams::LOCAL,
             time_limit: Duration::from_secs(10 * 86_400),
             seed,

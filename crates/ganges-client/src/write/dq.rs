@@ -27,15 +27,17 @@
 //! writer first sends a few units to fixed servers (writer w of W: its j-th unit to server
 //! w + jW, while there is one), and those are never withdrawn.
 //!
-//! A server that fails or dies fails the write: its log is part of the dataset, and the
-//! staging is then aborted (nothing half-written is ever visible).
+//! A server that dies takes its log with it (one copy): the writer [`lose`](DqWriter::lose)s
+//! it, and sends again every unit that was at it, landed or not, to the servers left; the
+//! dataset is then the survivors' logs (`write_dq`). A server that answers with an error
+//! fails the write, and the staging is aborted (nothing half-written is ever visible).
 
 use crate::client::Client;
 use crate::conn::Event;
 use crate::dataset::ProgressFn;
 use crate::error::{ClientError, Result};
 use crate::scan::BlockSource;
-use ganges_core::dq::{DqRouter, DqSettings, Loads, Unanswered, movable, pins, steal_at_end};
+use ganges_core::dq::{DqRouter, DqSettings, Ledger, Loads, Unanswered, movable, pins, steal_at_end};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::route::STALL_TIMEOUT_DEFAULT;
 use ganges_core::sched::{Progress, ProgressMetric, Service};
@@ -91,8 +93,12 @@ pub struct DqWriter {
     resend: VecDeque<(usize, ResendTo)>,
     /// Blocks of each unit in flight still unanswered.
     unit_left: HashMap<usize, usize>,
+    /// Where each unit is (sent, landed, or to send).
+    ledger: Ledger,
     pending: HashMap<u64, Pending>,
     landed: Vec<Landed>,
+    /// Blocks whose bytes progress has heard.
+    counted: Vec<bool>,
     done_bytes: u64,
     total_bytes: u64,
     /// Blocks being withdrawn (their cancels are in flight), by tag, and the consumer each
@@ -144,6 +150,7 @@ impl DqWriter {
         let router = DqRouter::new(nodes, settings, seed).map_err(|e| ClientError::Invalid(e.to_string()))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let total_bytes = blocks.iter().map(|b| b.1 as u64).sum();
+        let units = blocks.len().div_ceil(run_blocks);
         Ok(DqWriter {
             client,
             name,
@@ -156,8 +163,10 @@ impl DqWriter {
             next: 0,
             resend: VecDeque::new(),
             unit_left: HashMap::new(),
+            ledger: Ledger::new(units),
             pending: HashMap::new(),
             landed: vec![],
+            counted: vec![false; units * run_blocks],
             done_bytes: 0,
             total_bytes,
             withdrawing: HashMap::new(),
@@ -190,7 +199,7 @@ impl DqWriter {
                     Some(c) => (unit, c),
                     None => return Ok(()),
                 },
-                None if self.next < self.pins.len() => {
+                None if self.next < self.pins.len() && self.router.is_live(self.pins[self.next]) => {
                     if !self.router.take(self.pins[self.next]) {
                         return Ok(());
                     }
@@ -209,10 +218,57 @@ impl DqWriter {
             }
             let blocks = unit * self.run_blocks..((unit + 1) * self.run_blocks).min(self.blocks.len());
             self.unit_left.insert(unit, blocks.len());
+            self.ledger.sent(unit, consumer);
             for block in blocks {
-                self.send(unit, block, consumer)?;
+                match self.send(unit, block, consumer) {
+                    Ok(()) => {}
+                    Err(e) if e.unanswered() => {
+                        // Gone before all of this unit left: it goes elsewhere, all of it.
+                        self.lose(NodeId(consumer as u32))?;
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
+    }
+
+    /// Server `node` is gone, and its log with it: send every unit that was there again,
+    /// to the servers left (whether it had landed or not). An error if none is left.
+    pub fn lose(&mut self, node: NodeId) -> Result<()> {
+        let k = node.index();
+        if !self.router.is_live(k) {
+            return Ok(());
+        }
+        self.router.on_consumer_down(k);
+        let units = self.ledger.lose(k);
+        for l in self.landed.iter().filter(|l| l.node == node) {
+            self.done_bytes -= l.len as u64;
+        }
+        self.landed.retain(|l| l.node != node);
+        self.pending.retain(|tag, p| {
+            let keep = p.consumer != k;
+            if !keep {
+                self.withdrawing.remove(tag);
+            }
+            keep
+        });
+        for unit in units {
+            self.unit_left.remove(&unit);
+            self.resend.push_back((unit, ResendTo::Anywhere));
+        }
+        if !self.router.any_live() {
+            return Err(ClientError::Invalid(format!(
+                "every server went down during the write ({node} last); nothing of `{}` is visible",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// The servers this writer has lost.
+    pub fn lost(&self) -> Vec<NodeId> {
+        (0..self.client.nodes()).filter(|&n| !self.router.is_live(n as usize)).map(NodeId).collect()
     }
 
     fn send(&mut self, unit: usize, block: usize, consumer: usize) -> Result<()> {
@@ -254,7 +310,7 @@ impl DqWriter {
 
     /// Write every block. `progress` hears each block's bytes as it lands.
     pub async fn run(&mut self, progress: Option<&ProgressFn>) -> Result<()> {
-        while self.landed.len() < self.blocks.len() {
+        while !self.ledger.is_done() {
             self.pump()?;
             let ev = tokio::time::timeout(STALL_TIMEOUT_DEFAULT, self.rx.recv())
                 .await
@@ -269,6 +325,7 @@ impl DqWriter {
                     if *left == 0 {
                         self.unit_left.remove(&p.unit);
                         self.router.on_reply(p.consumer);
+                        self.ledger.landed(p.unit, p.consumer);
                     }
                     self.withdrawing.remove(&ev.tag);
                     self.loads.on_reply(p.consumer, queue_len, service_us as f64 * 1e-6);
@@ -277,7 +334,8 @@ impl DqWriter {
                     crate::metrics::block_written(len as u64);
                     let offset = self.blocks[p.block].0;
                     self.landed.push(Landed { block: p.block, offset, node, slot, len, crc: p.crc });
-                    if let Some(f) = progress {
+                    // A block written again (its server died) counts once.
+                    if let Some(f) = progress.filter(|_| !std::mem::replace(&mut self.counted[p.block], true)) {
                         f(len as u64);
                     }
                     self.maybe_withdraw(p.consumer);
@@ -287,6 +345,7 @@ impl DqWriter {
                     // wanted.
                     self.unit_left.remove(&p.unit);
                     self.router.on_reply(p.consumer);
+                    self.ledger.returned(p.unit, p.consumer);
                     let to = self.withdrawing.remove(&ev.tag);
                     self.resend.push_front((p.unit, to.map_or(ResendTo::Anywhere, ResendTo::Prefer)));
                 }
@@ -295,6 +354,7 @@ impl DqWriter {
                     // moot: the server's word on its queue is better).
                     self.unit_left.remove(&p.unit);
                     self.router.on_reply(p.consumer);
+                    self.ledger.returned(p.unit, p.consumer);
                     self.withdrawing.remove(&ev.tag);
                     self.loads.on_withdraw(p.consumer);
                     self.redirects += 1;
@@ -306,6 +366,13 @@ impl DqWriter {
                         node,
                         why: format!("unexpected reply kind {:#04x} to a write", other.kind()),
                     });
+                }
+                Err(e) if e.unanswered() => {
+                    if self.client.first_seen_down(node) {
+                        tracing::warn!(%node, %e, dataset = %self.name, "a server went down; writing its blocks to the others");
+                    }
+                    self.pending.insert(ev.tag, p);
+                    self.lose(node)?;
                 }
                 Err(e) => return Err(e),
             }

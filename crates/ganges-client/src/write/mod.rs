@@ -153,6 +153,10 @@ pub struct WriteOutcome {
     /// until `complete` restores them (degraded).
     #[serde(default)]
     pub missing: Vec<NodeId>,
+    /// Servers that went down during a DQ write: the dataset is whole on the others, which
+    /// took their share (one copy; nothing to restore).
+    #[serde(default)]
+    pub without: Vec<NodeId>,
 }
 
 /// Write a dataset from `spec.writers` writers at once (GW-1), committed whole or not at all.
@@ -225,7 +229,7 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     let staging = if live.len() == client.nodes() as usize {
         Staging::begin(client, &manifest).await?
     } else {
-        Staging::begin_on(client, &manifest, &live).await?
+        Staging::begin_on(client, &manifest, &live, false).await?
     };
     let draft_manifest = Arc::new(manifest.clone());
     let opts = ReadOptions::new(route).with_window(spec.window).with_settings(settings);
@@ -308,7 +312,14 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     if !down.is_empty() {
         // Degraded: its copies on the servers that went down are restored by `complete`
         // once they are back.
-        return Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None, missing: down });
+        return Ok(WriteOutcome {
+            manifest,
+            seconds,
+            writers: reports,
+            completion: None,
+            missing: down,
+            without: vec![],
+        });
     }
     let completion = if spec.complete && manifest.state == DatasetState::Incomplete {
         let done = complete(client, &manifest.name).await.map_err(|e| {
@@ -323,7 +334,7 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
         None
     };
     let manifest = if completion.is_some() { client.manifest(&manifest.name).await? } else { manifest };
-    Ok(WriteOutcome { manifest, seconds, writers: reports, completion, missing: vec![] })
+    Ok(WriteOutcome { manifest, seconds, writers: reports, completion, missing: vec![], without: vec![] })
 }
 
 /// A DQ write (DQ-1, DQ-2): writer i puts its share of the bytes, block by block, each to
@@ -350,10 +361,10 @@ async fn write_dq(
     }
     let nodes = client.nodes();
     let block = spec.block_bytes as u64;
-    let (writers, blocks_total) = (spec.writers.max(1) as u64, total.div_ceil(block));
+    let (writers_n, blocks_total) = (spec.writers.max(1) as u64, total.div_ceil(block));
     // Writer i's blocks, in order; the one short block (if any) is held back and appended
     // last, so that it ends the log it lands in.
-    let per = Shape::split(total, writers as u32, spec.block_bytes, block)?;
+    let per = Shape::split(total, writers_n as u32, spec.block_bytes, block)?;
     let mut streams: Vec<Vec<(u64, u32)>> = (0..per.fragment_count())
         .map(|f| {
             let (start, len) = (per.fragment_start(FragmentId(f)), per.fragment_bytes(FragmentId(f)));
@@ -361,99 +372,43 @@ async fn write_dq(
         })
         .collect();
     let tail = streams.last_mut().and_then(|s| s.pop_if(|b| (b.1 as u64) < block));
-    let last_stream_len = streams.last().map_or(0, Vec::len);
     for (w, s) in streams.iter().enumerate() {
         let units = s.len().div_ceil(spec.run_blocks.max(1) as usize);
-        ganges_core::dq::pins(w as u32, writers as u32, nodes, units)
+        ganges_core::dq::pins(w as u32, writers_n as u32, nodes, units)
             .map_err(|e| ClientError::Invalid(e.to_string()))?;
     }
     let capacity = Shape::uniform(nodes, blocks_total * block, spec.block_bytes)?;
     let manifest = draft(Layout::chained(nodes, 1)?, spec.name.clone(), capacity, RecordFormat::Bytes, content)?;
-    let staging = Staging::begin_with(client, &manifest, true).await?;
-    let started = std::time::Instant::now();
-    let work = async {
-        let mut tasks = JoinSet::new();
-        for (i, blocks) in streams.into_iter().enumerate() {
-            let settings = DqSettings::for_consumers(nodes).with_slow_start(ganges_core::dq::START_CREDITS);
-            let seed = manifest.id ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let mut w = DqWriter::new(
-                client.clone(),
-                manifest.name.clone(),
-                staging.txid,
-                (i as u32, writers as u32),
-                blocks,
-                spec.run_blocks,
-                source.clone(),
-                settings,
-                seed,
-            )?;
-            let progress = progress.clone();
-            tasks.spawn(async move {
-                let t = std::time::Instant::now();
-                let r = w.run(progress.as_ref()).await;
-                (r, (i, w, t.elapsed().as_secs_f64()))
-            });
-        }
-        // With runs as the unit, the short block joins the rest of its run.
-        let last = per.fragment_count() as usize - 1;
-        let tail_unit = last_stream_len / spec.run_blocks.max(1) as usize;
-        let mut last_run_node = None;
-        // Per server: (slot, length, crc, where the block was in the source).
-        let mut logs: Vec<Vec<(u32, u32, u32, u64)>> = vec![vec![]; nodes as usize];
-        let mut reports = vec![];
-        for (i, w, seconds) in join_writers(tasks).await? {
-            let mut stats =
-                ganges_core::route::ReadStats { steals: w.steals, moved: w.redirects, ..Default::default() };
-            for l in w.landed() {
-                if i == last && l.block / spec.run_blocks.max(1) as usize == tail_unit {
-                    last_run_node = Some(l.node);
-                }
-                logs[l.node.0 as usize].push((l.slot, l.len, l.crc, l.offset));
-                stats.bytes_by_copy[0] += l.len as u64;
-                stats.requests += 1;
-            }
-            let bytes = stats.bytes_by_copy[0];
-            reports.push(ReadReport { policy: "dq".into(), bytes, seconds, stats, digest: Digest::default() });
-        }
-        if let Some((offset, len)) = tail {
-            // Every other block is on disk: this one ends the log it goes to, the log of the
-            // rest of its run if runs are the unit.
-            let node = if spec.run_blocks > 1 { last_run_node.unwrap_or(NodeId(0)) } else { NodeId(0) };
-            let piece = ganges_core::shape::Piece {
-                fragment: FragmentId(0),
-                block: 0,
-                start_in_block: 0,
-                len,
-                dataset_offset: offset,
-            };
-            let data = source.piece(&piece).map_err(ClientError::io("reading the data to write"))?;
-            let crc = crc32c::crc32c(&data);
-            let msg = Message::Write(WriteReq {
-                stream: rand::random(),
-                progress: Progress { done_bytes: 0, total_bytes: len as u64, metric: ProgressMetric::Bytes },
-                service: Service::FURTHEST_BEHIND,
-                txid: staging.txid,
-                dataset: manifest.name.clone(),
-                fragment: FragmentId(node.0),
-                block: ganges_proto::msg::APPEND,
-                crc,
-                data,
-            });
-            match client.conn(node)?.call(&msg).await? {
-                Message::WriteOk(ok) => {
-                    crate::metrics::block_written(u64::from(len));
-                    logs[node.0 as usize].push((ok.block, len, crc, offset));
-                }
-                Message::Error(err, _) => return Err(ClientError::Server { node, err }),
-                other => return Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
-            }
-            if let Some(p) = &progress {
-                p(len as u64);
-            }
-        }
-        Ok((logs, reports))
+    // A server down already is written around from the start, as one that dies mid-write.
+    let live = client.live_nodes();
+    let mut staging = if live.len() == nodes as usize {
+        Staging::begin_with(client, &manifest, true).await?
+    } else {
+        Staging::begin_on(client, &manifest, &live, true).await?
     };
-    let (mut logs, reports) = match work.await {
+    let started = std::time::Instant::now();
+    let mut writers = vec![];
+    for (i, blocks) in streams.into_iter().enumerate() {
+        let settings = DqSettings::for_consumers(nodes).with_slow_start(ganges_core::dq::START_CREDITS);
+        let seed = manifest.id ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut w = DqWriter::new(
+            client.clone(),
+            manifest.name.clone(),
+            staging.txid,
+            (i as u32, writers_n as u32),
+            blocks,
+            spec.run_blocks,
+            source.clone(),
+            settings,
+            seed,
+        )?;
+        for n in (0..nodes).map(NodeId).filter(|n| !live.contains(n)) {
+            w.lose(n)?;
+        }
+        writers.push((i, w, 0.0));
+    }
+    let work = write_logs(client, &manifest, staging.txid, writers, tail, spec.run_blocks, &source, &progress);
+    let (logs, reports, down) = match work.await {
         Ok(x) => x,
         Err(e) => {
             staging.abort().await;
@@ -461,9 +416,19 @@ async fn write_dq(
         }
     };
     let seconds = started.elapsed().as_secs_f64();
+    // The dataset is the logs of the servers left, in node order; a live server whose log is
+    // empty (it can be, when others died) drops out too.
+    let holders: Vec<u32> = (0..nodes).filter(|&n| !logs[n as usize].is_empty()).collect();
+    let empty: Vec<NodeId> = (0..nodes).map(NodeId).filter(|n| !down.contains(n) && !holders.contains(&n.0)).collect();
+    staging.without(&down);
+    if !empty.is_empty() {
+        staging.drop_nodes(&empty).await;
+    }
+    let mut logs: Vec<(u32, Vec<LogEntry>)> =
+        logs.into_iter().enumerate().filter(|(_, l)| !l.is_empty()).map(|(n, l)| (n as u32, l)).collect();
     // The final shape: each server's log, in slot order.
     let mut sizes = vec![];
-    for (n, log) in logs.iter_mut().enumerate() {
+    for (n, log) in logs.iter_mut() {
         log.sort_unstable();
         if log.iter().enumerate().any(|(i, l)| l.0 != i as u32) {
             staging.abort().await;
@@ -471,16 +436,19 @@ async fn write_dq(
         }
         sizes.push(log.iter().map(|l| l.1 as u64).sum::<u64>());
     }
-    let shape = match Shape::new(sizes, spec.block_bytes) {
-        Ok(s) => s,
-        Err(e) => {
-            staging.abort().await;
-            return Err(e.into());
-        }
-    };
+    let layout =
+        if holders.len() == nodes as usize { Layout::chained(nodes, 1) } else { Layout::placed(nodes, holders) };
+    let (shape, layout) =
+        match Shape::new(sizes, spec.block_bytes).map_err(ClientError::from).and_then(|s| Ok((s, layout?))) {
+            Ok(x) => x,
+            Err(e) => {
+                staging.abort().await;
+                return Err(e);
+            }
+        };
     let mut digest = Digest::default();
-    for (n, log) in logs.iter().enumerate() {
-        let start = shape.fragment_start(FragmentId(n as u32));
+    for (f, (_, log)) in logs.iter().enumerate() {
+        let start = shape.fragment_start(FragmentId(f as u32));
         for &(slot, len, crc, _) in log {
             digest.add(start + slot as u64 * block, len, crc);
         }
@@ -489,14 +457,161 @@ async fn write_dq(
     // when it would not fit a control frame (about a quarter of a million blocks).
     let origin = (shape.total_blocks() as usize <= ganges_proto::frame::CONTROL_BODY_MAX / 16).then(|| {
         ganges_core::placement::Origin {
-            blocks: logs.iter().map(|log| log.iter().map(|l| l.3 / block).collect()).collect(),
+            blocks: logs.iter().map(|(_, log)| log.iter().map(|l| l.3 / block).collect()).collect(),
         }
     });
     let mut manifest = manifest;
     manifest.shape = shape;
+    manifest.layout = layout;
     manifest.origin = origin;
+    if !down.is_empty() {
+        tracing::warn!(dataset = %spec.name, down = ?down, "committing on the servers left");
+    }
     let manifest = staging.conclude(manifest, Ok(digest)).await?;
-    Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None, missing: vec![] })
+    Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None, missing: vec![], without: down })
+}
+
+/// One server's log of a DQ write: (slot, length, crc, where the block was in the source).
+type LogEntry = (u32, u32, u32, u64);
+
+/// Run the DQ writers to the end, through server deaths: a writer that finished before a
+/// server died sends what it had put there again (`DqWriter::lose`), until no server is
+/// found dead; then the short `tail` block ends a live log. Returns each server's log (empty
+/// for those that died), the writers' reports and the servers that died.
+#[allow(clippy::too_many_arguments)]
+async fn write_logs(
+    client: &Arc<Client>,
+    manifest: &Manifest,
+    txid: u64,
+    mut writers: Vec<(usize, crate::write::dq::DqWriter, f64)>,
+    tail: Option<(u64, u32)>,
+    run_blocks: u32,
+    source: &Arc<dyn crate::scan::BlockSource>,
+    progress: &Option<ProgressFn>,
+) -> Result<(Vec<Vec<LogEntry>>, Vec<ReadReport>, Vec<NodeId>)> {
+    let nodes = client.nodes();
+    let run_blocks = run_blocks.max(1) as usize;
+    let last = writers.len() - 1;
+    let mut down: Vec<NodeId> = writers[0].1.lost();
+    let mut todo: Vec<usize> = (0..writers.len()).collect();
+    let tail_landed = loop {
+        let mut tasks = JoinSet::new();
+        for i in todo.iter().rev() {
+            let (i, mut w, secs) = writers.swap_remove(*i);
+            let progress = progress.clone();
+            tasks.spawn(async move {
+                let t = std::time::Instant::now();
+                let r = w.run(progress.as_ref()).await;
+                (r, (i, w, secs + t.elapsed().as_secs_f64()))
+            });
+        }
+        writers.extend(join_writers(tasks).await?);
+        writers.sort_by_key(|w| w.0);
+        // Servers dead by the writers' word or not answering now.
+        let mut newly: Vec<NodeId> = writers.iter().flat_map(|w| w.1.lost()).collect();
+        newly.extend(unanswering(client).await);
+        newly.sort_unstable();
+        newly.dedup();
+        newly.retain(|n| !down.contains(n));
+        down.extend(&newly);
+        todo = vec![];
+        for (i, w, _) in writers.iter_mut() {
+            let held = w.landed().iter().any(|l| newly.contains(&l.node));
+            for &n in &newly {
+                w.lose(n)?;
+            }
+            if held {
+                todo.push(*i);
+            }
+        }
+        if !todo.is_empty() {
+            continue;
+        }
+        let Some((offset, len)) = tail else { break None };
+        // Every other block is on disk: this one ends the log it goes to, the log of the
+        // rest of its run if runs are the unit.
+        let stream_len = writers[last].1.landed().len();
+        let last_run = writers[last]
+            .1
+            .landed()
+            .iter()
+            .find(|l| run_blocks > 1 && l.block / run_blocks == stream_len / run_blocks)
+            .map(|l| l.node);
+        let node =
+            last_run.unwrap_or_else(|| (0..nodes).map(NodeId).find(|n| !down.contains(n)).expect("a live server"));
+        match write_tail(client, manifest, txid, source, node, offset, len).await {
+            Ok(entry) => {
+                if let Some(p) = progress {
+                    p(len as u64);
+                }
+                break Some((node, entry));
+            }
+            Err(e) if e.unanswered() => {
+                if client.first_seen_down(node) {
+                    tracing::warn!(%node, %e, "a server went down; writing its blocks to the others");
+                }
+                down.push(node);
+                for (i, w, _) in writers.iter_mut() {
+                    if w.landed().iter().any(|l| l.node == node) {
+                        todo.push(*i);
+                    }
+                    w.lose(node)?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let mut logs: Vec<Vec<LogEntry>> = vec![vec![]; nodes as usize];
+    let mut reports = vec![];
+    for (_, w, seconds) in &writers {
+        let mut stats = ganges_core::route::ReadStats { steals: w.steals, moved: w.redirects, ..Default::default() };
+        for l in w.landed() {
+            logs[l.node.index()].push((l.slot, l.len, l.crc, l.offset));
+            stats.bytes_by_copy[0] += l.len as u64;
+            stats.requests += 1;
+        }
+        let bytes = stats.bytes_by_copy[0];
+        reports.push(ReadReport { policy: "dq".into(), bytes, seconds: *seconds, stats, digest: Digest::default() });
+    }
+    if let Some((node, entry)) = tail_landed {
+        logs[node.index()].push(entry);
+    }
+    Ok((logs, reports, down))
+}
+
+/// Append the short last block of a DQ write to `node`'s log.
+async fn write_tail(
+    client: &Client,
+    manifest: &Manifest,
+    txid: u64,
+    source: &Arc<dyn crate::scan::BlockSource>,
+    node: NodeId,
+    offset: u64,
+    len: u32,
+) -> Result<LogEntry> {
+    let piece =
+        ganges_core::shape::Piece { fragment: FragmentId(0), block: 0, start_in_block: 0, len, dataset_offset: offset };
+    let data = source.piece(&piece).map_err(ClientError::io("reading the data to write"))?;
+    let crc = crc32c::crc32c(&data);
+    let msg = Message::Write(WriteReq {
+        stream: rand::random(),
+        progress: Progress { done_bytes: 0, total_bytes: len as u64, metric: ProgressMetric::Bytes },
+        service: Service::FURTHEST_BEHIND,
+        txid,
+        dataset: manifest.name.clone(),
+        fragment: FragmentId(node.0),
+        block: ganges_proto::msg::APPEND,
+        crc,
+        data,
+    });
+    match client.conn(node)?.call(&msg).await? {
+        Message::WriteOk(ok) => {
+            crate::metrics::block_written(u64::from(len));
+            Ok((ok.block, len, crc, offset))
+        }
+        Message::Error(err, _) => Err(ClientError::Server { node, err }),
+        other => Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
+    }
 }
 
 /// Servers that do not answer now: a connection closed, or no answer to a question within
@@ -669,7 +784,7 @@ pub async fn complete(client: &Arc<Client>, name: &DatasetName) -> Result<Comple
     for (node, r) in client.control_all(&all, &req).await {
         match r {
             Ok(ControlReply::Manifest { manifest: m }) if manifest.is_none() || m.state == DatasetState::Incomplete => {
-                manifest = Some(m);
+                manifest = Some(*m);
             }
             Err(e) if e.code() == Some(ganges_proto::msg::ErrorCode::UnknownDataset) => lacking.push(node),
             _ => {}
@@ -679,12 +794,16 @@ pub async fn complete(client: &Arc<Client>, name: &DatasetName) -> Result<Comple
         Some(m) => m,
         None => client.manifest(name).await?,
     };
+    // The servers meant to hold part of it (all, but for a DQ write that went on without some).
+    let fragments = manifest.shape.fragment_count();
+    let all: Vec<NodeId> = all.into_iter().filter(|&n| !manifest.layout.copies_on(n, fragments).is_empty()).collect();
+    lacking.retain(|n| all.contains(n));
     let started = std::time::Instant::now();
     let mut out = CompleteOutcome::default();
     // Servers that were down when it was written (a degraded write) lack the dataset: each
     // gets it with its copies empty (the placement says they hold nothing), then is filled.
     if manifest.state == DatasetState::Incomplete && !lacking.is_empty() {
-        let adopting = Staging::begin_on(client, &manifest, &lacking).await?;
+        let adopting = Staging::begin_on(client, &manifest, &lacking, false).await?;
         adopting.conclude(manifest.clone(), Ok(manifest.digest)).await?;
         out.restored = lacking;
     }

@@ -159,14 +159,6 @@ impl Planned {
         }
     }
 
-    /// The layout's fragments repeat their placement with this period.
-    fn period(layout: &Layout) -> u32 {
-        match *layout {
-            Layout::Chained { nodes, .. } => nodes,
-            Layout::Mirrored { nodes } => nodes / 2,
-        }
-    }
-
     /// Planned share of `node`'s disk for a reader of `fragment`, if there is a plan.
     pub fn disk_share(&self, fragment: FragmentId, node: NodeId) -> Option<f64> {
         self.planned(fragment, node).map(|p| p.0)
@@ -179,7 +171,7 @@ impl Planned {
 
     fn planned(&self, fragment: FragmentId, node: NodeId) -> Option<(f64, f64)> {
         let layout = self.layout.as_ref()?;
-        self.shares.get(&(fragment.0 % Self::period(layout), node)).copied()
+        self.shares.get(&(fragment.0 % layout.period(), node)).copied()
     }
 
     /// Every server's rate as this consumer knows it, unknown ones at the median of the
@@ -204,7 +196,7 @@ impl Planned {
     /// others. Figures within `on_track_blocks` blocks of the mean count as the mean, so
     /// the jitter of healthy reads does not move reads to backups.
     fn remaining(view: &RouteView<'_>, layout: &Layout, on_track_blocks: f64) -> Vec<f64> {
-        let period = Self::period(layout);
+        let period = layout.period();
         let left: Vec<f64> = (0..period)
             .map(|f| {
                 let progress = if view.fragment.is_some_and(|x| x.0 % period == f) {
@@ -225,7 +217,7 @@ impl Planned {
     /// what is left of a fragment moved by more than a block since the last plan.
     fn replan(&mut self, view: &RouteView<'_>) {
         let Some(layout) = &self.layout else { return };
-        let period = Self::period(layout);
+        let period = layout.period();
         let partial = self.parts.values().any(|p| *p < 1.0);
         let on_track = if partial {
             PARTIAL_ON_TRACK_BLOCKS
@@ -297,7 +289,7 @@ impl RoutePolicy for Planned {
         // among its readers by their parts (they read in step). Fragments a period apart
         // share one plan entry.
         let Some(layout) = &self.layout else { return SHARE_ONE / 2 };
-        let period = Self::period(layout);
+        let period = layout.period();
         let fragments: BTreeSet<FragmentId> = self.recent.iter().copied().chain([fragment]).collect();
         let mut parts: BTreeMap<u32, f64> = BTreeMap::new();
         for f in fragments {
