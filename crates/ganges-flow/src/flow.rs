@@ -1,0 +1,560 @@
+//! Flows: stages of module instances, the edges between them, and running them.
+
+use crate::records::{Batch, RecordLayout};
+use bytes::BytesMut;
+use ganges_core::dq::{DqRouter, DqSettings};
+use ganges_core::sched::{FurthestBehind, Job, Progress, ProgressMetric, Scheduler, Service, StreamKey};
+use ganges_core::time::Time;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// How the batches of one stage reach the next (a point of flexibility, river §7.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edge {
+    /// Instance i to instance i (the stages have as many instances).
+    Channel,
+    /// Each record to the instance its key hashes to.
+    Hash,
+    /// Each record to the instance whose key range holds it ([`RecordLayout::range_of`]).
+    Range,
+    /// A distributed queue (river §3): each batch to any instance, by credits and chance.
+    Dq,
+}
+
+/// Batches a producer may have untaken at one consumer of a static edge, and the credits
+/// per consumer of a distributed queue: two, so a consumer always has the next batch.
+const CREDITS: u32 = 2;
+
+/// Records a partition gathers for one consumer before sending them as a batch.
+const PARTITION_RECORDS: usize = 2048;
+
+/// A flow failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FlowError {
+    #[error("{stage} instance {instance}: {why}")]
+    Module { stage: String, instance: usize, why: String },
+    #[error("the flow is malformed: {0}")]
+    Invalid(String),
+    #[error("{stage} instance {instance} panicked")]
+    Panicked { stage: String, instance: usize },
+}
+
+/// What a module puts downstream while it handles a batch.
+#[derive(Debug, Default)]
+pub struct Out {
+    batches: Vec<Batch>,
+}
+
+impl Out {
+    pub fn put(&mut self, batch: Batch) {
+        if !batch.is_empty() {
+            self.batches.push(batch);
+        }
+    }
+}
+
+/// One instance of a stage: it gets batches from upstream (in the order its consumer side
+/// picks: furthest-behind producer first) and puts batches downstream.
+pub trait Module: Send {
+    fn on_batch(&mut self, batch: Batch, out: &mut Out) -> Result<(), String>;
+    /// Every upstream producer has finished.
+    fn on_end(&mut self, _out: &mut Out) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A source instance: the batches it produces, in order.
+pub type Source = Box<dyn Iterator<Item = Result<Batch, String>> + Send>;
+
+type MakeModule = Box<dyn Fn(usize) -> Box<dyn Module>>;
+type MakeSource = Box<dyn Fn(usize) -> Source>;
+
+struct Stage {
+    name: String,
+    instances: usize,
+    kind: StageKind,
+    /// The edge from the stage before.
+    edge: Option<Edge>,
+}
+
+enum StageKind {
+    Source(MakeSource),
+    Module(MakeModule),
+}
+
+/// A program of stages (FL-1). The first is a source; each next one is connected to the one
+/// before by an [`Edge`]; the last one's output is the flow's.
+pub struct Flow {
+    layout: RecordLayout,
+    stages: Vec<Stage>,
+    seed: u64,
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stages: Vec<String> =
+            self.stages.iter().map(|s| format!("{:?} -> {} x{}", s.edge, s.name, s.instances)).collect();
+        f.debug_struct("Flow").field("stages", &stages).finish()
+    }
+}
+
+/// What one instance did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InstanceReport {
+    pub batches_in: u64,
+    pub records_in: u64,
+    pub records_out: u64,
+    /// Time in the module's own code.
+    pub busy: Duration,
+    /// From the start of the flow to this instance's end.
+    pub finished: Duration,
+}
+
+/// What one stage did: its instances, and the records they took and put.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StageReport {
+    pub name: String,
+    pub instances: Vec<InstanceReport>,
+}
+
+impl StageReport {
+    pub fn records_in(&self) -> u64 {
+        self.instances.iter().map(|i| i.records_in).sum()
+    }
+
+    pub fn records_out(&self) -> u64 {
+        self.instances.iter().map(|i| i.records_out).sum()
+    }
+}
+
+/// What a flow did, and the last stage's output, per instance.
+#[derive(Debug)]
+pub struct FlowReport {
+    pub stages: Vec<StageReport>,
+    pub output: Vec<Vec<Batch>>,
+    pub seconds: f64,
+}
+
+impl Flow {
+    /// A flow of records of `layout` starting with `instances` sources; `seed` makes the
+    /// distributed queues' choices repeatable.
+    pub fn source(
+        layout: RecordLayout,
+        name: &str,
+        instances: usize,
+        make: impl Fn(usize) -> Source + 'static,
+    ) -> Flow {
+        let kind = StageKind::Source(Box::new(make));
+        Flow { layout, stages: vec![Stage { name: name.into(), instances, kind, edge: None }], seed: 1 }
+    }
+
+    /// Then `instances` of a module, fed from the stage before through `edge`.
+    pub fn then(
+        mut self,
+        edge: Edge,
+        name: &str,
+        instances: usize,
+        make: impl Fn(usize) -> Box<dyn Module> + 'static,
+    ) -> Flow {
+        let kind = StageKind::Module(Box::new(make));
+        self.stages.push(Stage { name: name.into(), instances, kind, edge: Some(edge) });
+        self
+    }
+
+    pub fn with_seed(mut self, seed: u64) -> Flow {
+        self.seed = seed;
+        self
+    }
+
+    fn validate(&self) -> Result<(), FlowError> {
+        for (i, s) in self.stages.iter().enumerate() {
+            if s.instances == 0 {
+                return Err(FlowError::Invalid(format!("stage {} has no instances", s.name)));
+            }
+            if s.edge == Some(Edge::Channel) && self.stages[i - 1].instances != s.instances {
+                return Err(FlowError::Invalid(format!(
+                    "a channel joins instance i to instance i: {} has {}, {} has {}",
+                    self.stages[i - 1].name,
+                    self.stages[i - 1].instances,
+                    s.name,
+                    s.instances
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Run every instance to completion (each a task), with back-pressure on every edge.
+    /// The first instance to fail fails the flow, and the others are stopped.
+    pub async fn run(self) -> Result<FlowReport, FlowError> {
+        self.validate()?;
+        let started = Instant::now();
+        let layout = self.layout;
+        // Each edge's consumers' inboxes and producers' credit returns.
+        let mut inboxes: Vec<Option<Vec<mpsc::UnboundedReceiver<Msg>>>> = vec![None];
+        let mut outlets: Vec<Option<Vec<Outlet>>> = vec![];
+        // Per edge, each producer's credit return, which its consumers hold.
+        let mut credit_to: Vec<Vec<mpsc::UnboundedSender<usize>>> = vec![vec![]];
+        for s in 1..self.stages.len() {
+            let (producers, consumers) = (self.stages[s - 1].instances, self.stages[s].instances);
+            let edge = self.stages[s].edge.expect("every stage but the first has an edge");
+            let (to_consumers, rx): (Vec<_>, Vec<_>) = (0..consumers).map(|_| mpsc::unbounded_channel()).unzip();
+            let mut outs = vec![];
+            let mut credits = vec![];
+            for p in 0..producers {
+                let (credit_tx, credit_rx) = mpsc::unbounded_channel();
+                let seed = self.seed ^ ((s as u64) << 32 | p as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                outs.push(Outlet::new(edge, layout, p, to_consumers.clone(), credit_rx, seed)?);
+                credits.push(credit_tx);
+            }
+            outlets.push(Some(outs));
+            inboxes.push(Some(rx));
+            credit_to.push(credits);
+        }
+        outlets.push(None);
+        let mut tasks: JoinSet<(usize, usize, Ran)> = JoinSet::new();
+        let mut ids = std::collections::HashMap::new();
+        let last = self.stages.len() - 1;
+        for (s, stage) in self.stages.iter().enumerate() {
+            let mut outs: Vec<Option<Outlet>> = match outlets[s].take() {
+                Some(v) => v.into_iter().map(Some).collect(),
+                None => (0..stage.instances).map(|_| None).collect(),
+            };
+            let mut ins: Vec<Option<mpsc::UnboundedReceiver<Msg>>> = match inboxes[s].take() {
+                Some(v) => v.into_iter().map(Some).collect(),
+                None => (0..stage.instances).map(|_| None).collect(),
+            };
+            let producers = if s == 0 { 0 } else { self.stages[s - 1].instances };
+            for i in 0..stage.instances {
+                let out = outs[i].take();
+                let keep = s == last;
+                let task = match &stage.kind {
+                    StageKind::Source(make) => {
+                        let source = make(i);
+                        tasks.spawn(async move { (s, i, run_source(source, out, keep, started).await) })
+                    }
+                    StageKind::Module(make) => {
+                        let module = make(i);
+                        let inbox = Inbox {
+                            rx: ins[i].take().expect("a module stage has inboxes"),
+                            producers,
+                            me: i,
+                            credit_to: credit_to[s].clone(),
+                        };
+                        tasks.spawn(async move { (s, i, run_module(module, inbox, out, keep, started).await) })
+                    }
+                };
+                ids.insert(task.id(), (s, i));
+            }
+        }
+        let mut reports: Vec<StageReport> = self
+            .stages
+            .iter()
+            .map(|s| StageReport { name: s.name.clone(), instances: vec![InstanceReport::default(); s.instances] })
+            .collect();
+        let mut output = vec![vec![]; self.stages[last].instances];
+        while let Some(joined) = tasks.join_next().await {
+            let (s, i, r) = match joined {
+                Ok(x) => x,
+                Err(e) => {
+                    tasks.abort_all();
+                    let (s, i) = ids[&e.id()];
+                    return Err(FlowError::Panicked { stage: self.stages[s].name.clone(), instance: i });
+                }
+            };
+            match r {
+                Ok((report, kept)) => {
+                    reports[s].instances[i] = report;
+                    if s == last {
+                        output[i] = kept;
+                    }
+                }
+                Err(why) => {
+                    tasks.abort_all();
+                    return Err(FlowError::Module { stage: self.stages[s].name.clone(), instance: i, why });
+                }
+            }
+        }
+        Ok(FlowReport { stages: reports, output, seconds: started.elapsed().as_secs_f64() })
+    }
+}
+
+/// How an instance ended: its report and (for the last stage) its output.
+type Ran = Result<(InstanceReport, Vec<Batch>), String>;
+
+#[derive(Debug)]
+enum Msg {
+    Batch { from: usize, batch: Batch, progress: u64 },
+    End,
+}
+
+/// A producer's end of an edge.
+#[derive(Debug)]
+struct Outlet {
+    edge: Edge,
+    layout: RecordLayout,
+    me: usize,
+    consumers: Vec<mpsc::UnboundedSender<Msg>>,
+    credits: mpsc::UnboundedReceiver<usize>,
+    /// Static edges: batches untaken at each consumer.
+    untaken: Vec<u32>,
+    router: Option<DqRouter>,
+    /// Partitions: records gathered for each consumer.
+    gathered: Vec<BytesMut>,
+    /// Bytes put so far (the producer's progress, DQ-2).
+    put: u64,
+}
+
+impl Outlet {
+    fn new(
+        edge: Edge,
+        layout: RecordLayout,
+        me: usize,
+        consumers: Vec<mpsc::UnboundedSender<Msg>>,
+        credits: mpsc::UnboundedReceiver<usize>,
+        seed: u64,
+    ) -> Result<Outlet, FlowError> {
+        let n = consumers.len();
+        let router = match edge {
+            Edge::Dq => Some(
+                DqRouter::new(n as u32, DqSettings::with_total(n as u32, CREDITS * n as u32), seed)
+                    .map_err(|e| FlowError::Invalid(e.to_string()))?,
+            ),
+            _ => None,
+        };
+        Ok(Outlet {
+            edge,
+            layout,
+            me,
+            consumers,
+            credits,
+            untaken: vec![0; n],
+            router,
+            gathered: vec![BytesMut::new(); n],
+            put: 0,
+        })
+    }
+
+    fn on_credit(&mut self, c: usize) {
+        match self.router.as_mut() {
+            Some(r) => r.on_reply(c),
+            None => self.untaken[c] -= 1,
+        }
+    }
+
+    /// Wait for a credit to come back.
+    async fn wait_credit(&mut self) -> Result<(), String> {
+        let c = self.credits.recv().await.ok_or("a consumer went away")?;
+        self.on_credit(c);
+        while let Ok(c) = self.credits.try_recv() {
+            self.on_credit(c);
+        }
+        Ok(())
+    }
+
+    async fn send_to(&mut self, c: usize, batch: Batch) -> Result<(), String> {
+        if self.router.is_none() {
+            while self.untaken[c] >= CREDITS {
+                self.wait_credit().await?;
+            }
+            self.untaken[c] += 1;
+        }
+        self.put += batch.bytes().len() as u64;
+        let msg = Msg::Batch { from: self.me, batch, progress: self.put };
+        self.consumers[c].send(msg).map_err(|_| "a consumer went away".to_string())
+    }
+
+    /// Put a batch downstream, waiting for credits (back-pressure).
+    async fn put(&mut self, batch: Batch) -> Result<(), String> {
+        match self.edge {
+            Edge::Channel => self.send_to(self.me, batch).await,
+            Edge::Dq => {
+                let c = loop {
+                    if let Some(c) = self.router.as_mut().expect("a dq edge routes").pick() {
+                        break c;
+                    }
+                    self.wait_credit().await?;
+                };
+                self.send_to(c, batch).await
+            }
+            Edge::Hash | Edge::Range => {
+                let n = self.consumers.len();
+                let r = self.layout.record_bytes as usize;
+                for rec in batch.records() {
+                    let key = &rec[..self.layout.key_bytes as usize];
+                    let c = if self.edge == Edge::Hash {
+                        self.layout.hash_of(key, n)
+                    } else {
+                        self.layout.range_of(key, n)
+                    };
+                    self.gathered[c].extend_from_slice(rec);
+                    if self.gathered[c].len() >= PARTITION_RECORDS * r {
+                        self.flush(c).await?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn flush(&mut self, c: usize) -> Result<(), String> {
+        if self.gathered[c].is_empty() {
+            return Ok(());
+        }
+        let data = std::mem::take(&mut self.gathered[c]).freeze();
+        let batch = Batch::new(data, self.layout).map_err(|e| e.to_string())?;
+        self.send_to(c, batch).await
+    }
+
+    /// No more batches: send what partitions gathered, then tell every consumer.
+    async fn finish(mut self) -> Result<(), String> {
+        for c in 0..self.consumers.len() {
+            self.flush(c).await?;
+        }
+        for c in &self.consumers {
+            let _ = c.send(Msg::End);
+        }
+        Ok(())
+    }
+}
+
+async fn forward(
+    out: &mut Option<Outlet>,
+    kept: &mut Vec<Batch>,
+    keep: bool,
+    batches: Vec<Batch>,
+) -> Result<u64, String> {
+    let mut records = 0;
+    for b in batches {
+        records += b.len() as u64;
+        match out {
+            Some(o) => o.put(b).await?,
+            None if keep => kept.push(b),
+            None => {}
+        }
+    }
+    Ok(records)
+}
+
+async fn run_source(source: Source, mut out: Option<Outlet>, keep: bool, started: Instant) -> Ran {
+    let mut report = InstanceReport::default();
+    let mut kept = vec![];
+    for batch in source {
+        let t = Instant::now();
+        let batch = batch?;
+        report.busy += t.elapsed();
+        report.records_out += forward(&mut out, &mut kept, keep, vec![batch]).await?;
+    }
+    if let Some(o) = out {
+        o.finish().await?;
+    }
+    report.finished = started.elapsed();
+    Ok((report, kept))
+}
+
+/// Batches a consumer holds, furthest-behind producer first: ganges-core's scheduler with
+/// each producer a stream and its bytes put so far its progress.
+#[derive(Debug)]
+struct Waiting {
+    sched: FurthestBehind,
+    held: std::collections::HashMap<u64, (usize, Batch)>,
+    next_id: u64,
+    ended: usize,
+    epoch: Instant,
+}
+
+impl Default for Waiting {
+    fn default() -> Waiting {
+        Waiting {
+            sched: FurthestBehind::default(),
+            held: Default::default(),
+            next_id: 0,
+            ended: 0,
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl Waiting {
+    fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn take(&mut self, m: Msg) {
+        let Msg::Batch { from, batch, progress } = m else {
+            self.ended += 1;
+            return;
+        };
+        self.next_id += 1;
+        self.sched.push(Job {
+            id: self.next_id,
+            stream: StreamKey { conn: from as u64, stream: 0 },
+            file: Default::default(),
+            bytes: batch.bytes().len() as u64,
+            progress: Progress { done_bytes: progress, total_bytes: 0, metric: ProgressMetric::Bytes },
+            service: Service::FURTHEST_BEHIND,
+            arrival: self.now(),
+        });
+        self.held.insert(self.next_id, (from, batch));
+    }
+
+    fn pop(&mut self) -> Option<(usize, Batch)> {
+        let job = self.sched.pop(self.now(), None)?;
+        Some(self.held.remove(&job.id).expect("a queued batch is held"))
+    }
+}
+
+/// A consumer's end of an edge: batches in, credits back to their producers.
+#[derive(Debug)]
+struct Inbox {
+    rx: mpsc::UnboundedReceiver<Msg>,
+    producers: usize,
+    /// This consumer's index, which its credits carry.
+    me: usize,
+    credit_to: Vec<mpsc::UnboundedSender<usize>>,
+}
+
+/// A module instance: take batches from the inbox, furthest-behind producer first (DQ-2),
+/// each credit going back once the module has taken its batch.
+async fn run_module(
+    mut module: Box<dyn Module>,
+    mut inbox: Inbox,
+    mut out: Option<Outlet>,
+    keep: bool,
+    started: Instant,
+) -> Ran {
+    let mut report = InstanceReport::default();
+    let mut kept = vec![];
+    let mut queue = Waiting::default();
+    loop {
+        while let Ok(m) = inbox.rx.try_recv() {
+            queue.take(m);
+        }
+        let Some((from, batch)) = queue.pop() else {
+            if queue.ended == inbox.producers {
+                break;
+            }
+            let m = inbox.rx.recv().await.ok_or("every producer went away")?;
+            queue.take(m);
+            continue;
+        };
+        report.batches_in += 1;
+        report.records_in += batch.len() as u64;
+        let mut o = Out::default();
+        let t = Instant::now();
+        module.on_batch(batch, &mut o)?;
+        report.busy += t.elapsed();
+        // Taken: its producer may send the next (a producer gone has no use for it).
+        let _ = inbox.credit_to[from].send(inbox.me);
+        report.records_out += forward(&mut out, &mut kept, keep, o.batches).await?;
+    }
+    let mut o = Out::default();
+    module.on_end(&mut o)?;
+    report.records_out += forward(&mut out, &mut kept, keep, o.batches).await?;
+    if let Some(o) = out {
+        o.finish().await?;
+    }
+    report.finished = started.elapsed();
+    Ok((report, kept))
+}

@@ -1,0 +1,227 @@
+//! Fixed-size records in batches of bytes.
+
+use bytes::{Bytes, BytesMut};
+use std::fmt;
+
+/// The shape of a record: `record_bytes` each, the first `key_bytes` of which are its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordLayout {
+    pub record_bytes: u32,
+    pub key_bytes: u32,
+}
+
+impl RecordLayout {
+    /// The sort benchmark's: 100-byte records with a 10-byte key.
+    pub const SORT_BENCHMARK: RecordLayout = RecordLayout { record_bytes: 100, key_bytes: 10 };
+
+    /// The consumer of `n` whose key range holds `key`: the key's first 8 bytes (as a
+    /// big-endian number, zero-padded) scaled to `0..n`. Uniform keys make equal ranges.
+    pub fn range_of(&self, key: &[u8], n: usize) -> usize {
+        let mut top = [0u8; 8];
+        let k = key.len().min(8);
+        top[..k].copy_from_slice(&key[..k]);
+        ((u64::from_be_bytes(top) as u128 * n as u128) >> 64) as usize
+    }
+
+    /// The consumer of `n` a hash partition sends `key` to.
+    pub fn hash_of(&self, key: &[u8], n: usize) -> usize {
+        (ganges_core::datagen::mix64(u64::from(crc32c::crc32c(key))) % n as u64) as usize
+    }
+}
+
+/// Whole records, back to back, as bytes (a slice of what was received or read: no copy).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Batch {
+    data: Bytes,
+    layout: RecordLayout,
+}
+
+impl fmt::Debug for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Batch({} records of {} B)", self.len(), self.layout.record_bytes)
+    }
+}
+
+/// The records of a batch could not be told apart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{bytes} bytes are not whole records of {record_bytes} bytes")]
+pub struct NotWholeRecords {
+    pub bytes: usize,
+    pub record_bytes: u32,
+}
+
+impl Batch {
+    /// `data` as records of `layout`; an error unless it holds whole records.
+    pub fn new(data: Bytes, layout: RecordLayout) -> Result<Batch, NotWholeRecords> {
+        if layout.record_bytes == 0 || !data.len().is_multiple_of(layout.record_bytes as usize) {
+            return Err(NotWholeRecords { bytes: data.len(), record_bytes: layout.record_bytes });
+        }
+        Ok(Batch { data, layout })
+    }
+
+    pub fn layout(&self) -> RecordLayout {
+        self.layout
+    }
+
+    /// Records in the batch.
+    pub fn len(&self) -> usize {
+        self.data.len() / self.layout.record_bytes as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    pub fn bytes(&self) -> &Bytes {
+        &self.data
+    }
+
+    pub fn record(&self, i: usize) -> &[u8] {
+        let r = self.layout.record_bytes as usize;
+        &self.data[i * r..(i + 1) * r]
+    }
+
+    pub fn key(&self, i: usize) -> &[u8] {
+        &self.record(i)[..self.layout.key_bytes as usize]
+    }
+
+    pub fn records(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.data.chunks_exact(self.layout.record_bytes as usize)
+    }
+
+    /// Records `from..to`, sharing the bytes.
+    pub fn slice(&self, from: usize, to: usize) -> Batch {
+        let r = self.layout.record_bytes as usize;
+        Batch { data: self.data.slice(from * r..to * r), layout: self.layout }
+    }
+
+    /// The same records sorted by key (one copy of the batch, none per record).
+    pub fn sorted(&self) -> Batch {
+        let k = self.layout.key_bytes as usize;
+        let mut order: Vec<&[u8]> = self.records().collect();
+        order.sort_unstable_by(|a, b| a[..k].cmp(&b[..k]));
+        let mut out = BytesMut::with_capacity(self.data.len());
+        for r in order {
+            out.extend_from_slice(r);
+        }
+        Batch { data: out.freeze(), layout: self.layout }
+    }
+}
+
+/// What the sort benchmark's checker (valsort) reports of a record stream: how many
+/// records, a checksum that does not depend on their order (the sum of each record's
+/// CRC32C), whether they came in key order, and keys equal to a neighbour.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub records: u64,
+    pub checksum: u128,
+    /// Records whose key is below the one before.
+    pub unordered: u64,
+    pub duplicate_keys: u64,
+    last_key: Option<[u8; 16]>,
+}
+
+impl Summary {
+    /// Add a batch's records, after those added so far.
+    pub fn add(&mut self, batch: &Batch) {
+        let k = (batch.layout.key_bytes as usize).min(16);
+        for r in batch.records() {
+            self.records += 1;
+            self.checksum += u128::from(crc32c::crc32c(r));
+            let mut key = [0u8; 16];
+            key[..k].copy_from_slice(&r[..k]);
+            match self.last_key {
+                Some(last) if key < last => self.unordered += 1,
+                Some(last) if key == last => self.duplicate_keys += 1,
+                _ => {}
+            }
+            self.last_key = Some(key);
+        }
+    }
+
+    /// The same records whatever their order (count and checksum).
+    pub fn same_records(&self, other: &Summary) -> bool {
+        (self.records, self.checksum) == (other.records, other.checksum)
+    }
+
+    /// `self`, then `next` after it: `next`'s first key is compared with `self`'s last.
+    pub fn then(&self, next: &Summary, next_first_key: Option<&[u8]>) -> Summary {
+        let mut out = *self;
+        out.records += next.records;
+        out.checksum += next.checksum;
+        out.unordered += next.unordered;
+        out.duplicate_keys += next.duplicate_keys;
+        if let (Some(last), Some(first)) = (self.last_key, next_first_key) {
+            let mut key = [0u8; 16];
+            let k = first.len().min(16);
+            key[..k].copy_from_slice(&first[..k]);
+            if key < last {
+                out.unordered += 1;
+            }
+        }
+        if next.last_key.is_some() {
+            out.last_key = next.last_key;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ganges_core::datagen::Generator;
+
+    pub(crate) fn records(seed: u64, n: usize) -> Batch {
+        let mut buf = vec![0u8; n * 100];
+        Generator::Records { seed }.fill(0, &mut buf);
+        Batch::new(Bytes::from(buf), RecordLayout::SORT_BENCHMARK).unwrap()
+    }
+
+    #[test]
+    fn a_batch_is_records_viewed_in_place() {
+        let b = records(1, 50);
+        assert_eq!(b.len(), 50);
+        assert_eq!(b.key(3), &b.bytes()[300..310]);
+        let s = b.slice(10, 20);
+        assert_eq!(s.len(), 10);
+        assert_eq!(s.record(0).as_ptr(), b.record(10).as_ptr(), "a slice shares the bytes");
+        assert!(Batch::new(Bytes::from_static(&[0; 150]), RecordLayout::SORT_BENCHMARK).is_err());
+    }
+
+    #[test]
+    fn sorting_keeps_the_records_and_orders_the_keys() {
+        let b = records(2, 500);
+        let s = b.sorted();
+        let (mut before, mut after) = (Summary::default(), Summary::default());
+        before.add(&b);
+        after.add(&s);
+        assert!(before.same_records(&after));
+        assert!(before.unordered > 100 && after.unordered == 0, "{before:?} {after:?}");
+    }
+
+    #[test]
+    fn summaries_join_across_batches() {
+        let s = records(3, 100).sorted();
+        let (a, b) = (s.slice(0, 40), s.slice(40, 100));
+        let (mut sa, mut sb, mut whole) = (Summary::default(), Summary::default(), Summary::default());
+        sa.add(&a);
+        sb.add(&b);
+        whole.add(&s);
+        assert_eq!(sa.then(&sb, Some(b.key(0))), whole);
+        assert_eq!(sb.then(&sa, Some(a.key(0))).unordered, 1, "out of order at the seam");
+    }
+
+    #[test]
+    fn ranges_split_uniform_keys_evenly_and_in_order() {
+        let l = RecordLayout::SORT_BENCHMARK;
+        let b = records(4, 8000);
+        let mut counts = [0usize; 4];
+        for k in (0..b.len()).map(|i| b.key(i)) {
+            counts[l.range_of(k, 4)] += 1;
+        }
+        assert!(counts.iter().all(|&c| (1700..2300).contains(&c)), "{counts:?}");
+        assert_eq!(l.range_of(&[0; 10], 4), 0);
+        assert_eq!(l.range_of(&[0xff; 10], 4), 3);
+        assert!(l.range_of(&[0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0], 4) == 1);
+    }
+}
