@@ -279,20 +279,16 @@ class Cluster:
             seed=seed,
             progress_cb=progress,
         )
-        if outcome.get("missing"):
-            nodes = ", ".join(f"node{n}" for n in outcome["missing"])
-            warnings.warn(
-                f"`{name}` is committed degraded: {nodes} went down during the write; "
-                "Dataset.repair() restores its copies once it is back",
-                stacklevel=2,
-            )
-        if outcome.get("without"):
-            nodes = ", ".join(f"node{n}" for n in outcome["without"])
-            warnings.warn(
-                f"{nodes} went down during the write; `{name}` is whole on the other servers, "
-                "which took its share",
-                stacklevel=2,
-            )
+        said = {
+            "missing": "`{name}` is committed degraded: {nodes} went down during the write; "
+            "Dataset.repair() restores its copies once it is back",
+            "without": "{nodes} went down during the write; `{name}` is whole on the other "
+            "servers, which took its share",
+        }
+        for key, text in said.items():
+            if outcome.get(key):
+                nodes = ", ".join(f"node{n}" for n in outcome[key])
+                warnings.warn(text.format(name=name, nodes=nodes), stacklevel=2)
         return Dataset(self, name)
 
     def write_array(

@@ -453,10 +453,11 @@ fn sim_lists_runs_a_scenario_and_writes_json_and_a_plot() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("hunt.json");
     let out = ok(&["sim", "hunt", "--seeds", "40", "--seed", "1000", "--json", json.to_str().unwrap()]);
-    assert!(out.contains("hunt: 40 seeds from 1000: 0 failed;"), "{out}");
+    assert!(out.contains("hunt: 40 seeds from 1000 (") && out.contains("the rest scans): 0 failed;"), "{out}");
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!((doc["bench"].as_str(), doc["seeds"].as_u64()), (Some("sim-hunt"), Some(40)));
-    assert!(doc["crashes"].as_u64().unwrap() > 0 && doc["events"].as_u64().unwrap() > 0, "{doc}");
+    let count = |k: &str| doc[k].as_u64().unwrap();
+    assert!(count("crashes") > 0 && count("events") > 0 && count("dq_writes") > 0, "{doc}");
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("fig10.json");
     let svg = dir.path().join("fig10.svg");
