@@ -183,15 +183,17 @@ impl<'c> Staging<'c> {
 
     /// Go on without `nodes`, which are up but hold nothing of the write: abort there.
     pub(crate) async fn drop_nodes(&mut self, nodes: &[NodeId]) {
-        let rest = std::mem::replace(&mut self.nodes, nodes.to_vec());
-        self.abort().await;
-        self.nodes = rest;
         self.without(nodes);
+        self.abort_on(nodes).await;
     }
 
     pub(crate) async fn abort(&self) {
+        self.abort_on(&self.nodes).await;
+    }
+
+    async fn abort_on(&self, nodes: &[NodeId]) {
         let req = ControlRequest::Abort { txid: self.txid, name: self.name.clone() };
-        for (node, r) in self.client.control_all(&self.nodes, &req).await {
+        for (node, r) in self.client.control_all(nodes, &req).await {
             if let Err(e) = r {
                 tracing::warn!(%node, %e, "could not abort staging; `ganges dataset rm` cleans it up");
             }

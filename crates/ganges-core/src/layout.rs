@@ -104,9 +104,10 @@ impl Layout {
         }
     }
 
-    /// Whether a dataset of `fragments` fragments can have this layout: a placed layout
-    /// names every fragment's node; the rules fit any count.
+    /// Whether a dataset of `fragments` fragments can have this layout: a valid one, and a
+    /// placed layout names every fragment's node (the rules fit any count).
     pub fn fits(&self, fragments: u32) -> Result<(), LayoutError> {
+        self.validate()?;
         match self {
             Layout::Placed { on, .. } if on.len() != fragments as usize => {
                 Err(LayoutError::Fragments { placed: on.len() as u32, fragments })

@@ -7,7 +7,7 @@ use ganges_core::sched::{FurthestBehind, Job, Progress, ProgressMetric, Schedule
 use ganges_core::time::Time;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{JoinSet, block_in_place};
 
 /// How the batches of one stage reach the next (a point of flexibility, river §7.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,67 +187,51 @@ impl Flow {
 
     /// Run every instance to completion (each a task), with back-pressure on every edge.
     /// The first instance to fail fails the flow, and the others are stopped.
+    ///
+    /// Module and source code runs in `block_in_place`, so a module that computes for long
+    /// (a sort) hands its worker's other tasks to the rest of the runtime rather than
+    /// holding them: a flow needs tokio's multi-thread runtime.
     pub async fn run(self) -> Result<FlowReport, FlowError> {
         self.validate()?;
         let started = Instant::now();
         let layout = self.layout;
-        // Each edge's consumers' inboxes and producers' credit returns.
-        let mut inboxes: Vec<Option<Vec<mpsc::UnboundedReceiver<Msg>>>> = vec![None];
-        let mut outlets: Vec<Option<Vec<Outlet>>> = vec![];
-        // Per edge, each producer's credit return, which its consumers hold.
-        let mut credit_to: Vec<Vec<mpsc::UnboundedSender<usize>>> = vec![vec![]];
+        // Each instance's ends: its outlet to the next stage (none for the last stage, whose
+        // output is kept) and its inbox from the stage before (none for a source).
+        let mut outlets: Vec<Vec<Option<Outlet>>> = self.stages.iter().map(|s| none(s.instances)).collect();
+        let mut inboxes: Vec<Vec<Option<Inbox>>> = self.stages.iter().map(|s| none(s.instances)).collect();
         for s in 1..self.stages.len() {
             let (producers, consumers) = (self.stages[s - 1].instances, self.stages[s].instances);
             let edge = self.stages[s].edge.expect("every stage but the first has an edge");
             let (to_consumers, rx): (Vec<_>, Vec<_>) = (0..consumers).map(|_| mpsc::unbounded_channel()).unzip();
-            let mut outs = vec![];
-            let mut credits = vec![];
-            for p in 0..producers {
-                let (credit_tx, credit_rx) = mpsc::unbounded_channel();
+            let (credit_to, credits): (Vec<_>, Vec<_>) = (0..producers).map(|_| mpsc::unbounded_channel()).unzip();
+            for (p, credits) in credits.into_iter().enumerate() {
                 let seed = self.seed ^ ((s as u64) << 32 | p as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                outs.push(Outlet::new(edge, layout, p, to_consumers.clone(), credit_rx, seed)?);
-                credits.push(credit_tx);
+                outlets[s - 1][p] = Some(Outlet::new(edge, layout, p, to_consumers.clone(), credits, seed)?);
             }
-            outlets.push(Some(outs));
-            inboxes.push(Some(rx));
-            credit_to.push(credits);
+            for (c, rx) in rx.into_iter().enumerate() {
+                inboxes[s][c] = Some(Inbox { rx, producers, me: c, credit_to: credit_to.clone() });
+            }
         }
-        outlets.push(None);
         let mut tasks: JoinSet<(usize, usize, Ran)> = JoinSet::new();
         let mut ids = std::collections::HashMap::new();
-        let last = self.stages.len() - 1;
         for (s, stage) in self.stages.iter().enumerate() {
-            let mut outs: Vec<Option<Outlet>> = match outlets[s].take() {
-                Some(v) => v.into_iter().map(Some).collect(),
-                None => (0..stage.instances).map(|_| None).collect(),
-            };
-            let mut ins: Vec<Option<mpsc::UnboundedReceiver<Msg>>> = match inboxes[s].take() {
-                Some(v) => v.into_iter().map(Some).collect(),
-                None => (0..stage.instances).map(|_| None).collect(),
-            };
-            let producers = if s == 0 { 0 } else { self.stages[s - 1].instances };
             for i in 0..stage.instances {
-                let out = outs[i].take();
-                let keep = s == last;
+                let out = outlets[s][i].take();
                 let task = match &stage.kind {
                     StageKind::Source(make) => {
                         let source = make(i);
-                        tasks.spawn(async move { (s, i, run_source(source, out, keep, started).await) })
+                        tasks.spawn(async move { (s, i, run_source(source, out, started).await) })
                     }
                     StageKind::Module(make) => {
                         let module = make(i);
-                        let inbox = Inbox {
-                            rx: ins[i].take().expect("a module stage has inboxes"),
-                            producers,
-                            me: i,
-                            credit_to: credit_to[s].clone(),
-                        };
-                        tasks.spawn(async move { (s, i, run_module(module, inbox, out, keep, started).await) })
+                        let inbox = inboxes[s][i].take().expect("a module stage has inboxes");
+                        tasks.spawn(async move { (s, i, run_module(module, inbox, out, started).await) })
                     }
                 };
                 ids.insert(task.id(), (s, i));
             }
         }
+        let last = self.stages.len() - 1;
         let mut reports: Vec<StageReport> = self
             .stages
             .iter()
@@ -278,6 +262,10 @@ impl Flow {
         }
         Ok(FlowReport { stages: reports, output, seconds: started.elapsed().as_secs_f64() })
     }
+}
+
+fn none<T>(n: usize) -> Vec<Option<T>> {
+    (0..n).map(|_| None).collect()
 }
 
 /// How an instance ended: its report and (for the last stage) its output.
@@ -419,32 +407,33 @@ impl Outlet {
     }
 }
 
+/// Put `batches` downstream, or keep them if this is the last stage (no outlet). Returns the
+/// records put.
 async fn forward(
     out: &mut Option<Outlet>,
     kept: &mut Vec<Batch>,
-    keep: bool,
-    batches: Vec<Batch>,
+    batches: impl IntoIterator<Item = Batch>,
 ) -> Result<u64, String> {
     let mut records = 0;
     for b in batches {
         records += b.len() as u64;
         match out {
             Some(o) => o.put(b).await?,
-            None if keep => kept.push(b),
-            None => {}
+            None => kept.push(b),
         }
     }
     Ok(records)
 }
 
-async fn run_source(source: Source, mut out: Option<Outlet>, keep: bool, started: Instant) -> Ran {
+async fn run_source(mut source: Source, mut out: Option<Outlet>, started: Instant) -> Ran {
     let mut report = InstanceReport::default();
     let mut kept = vec![];
-    for batch in source {
+    loop {
         let t = Instant::now();
+        let Some(batch) = block_in_place(|| source.next()) else { break };
         let batch = batch?;
         report.busy += t.elapsed();
-        report.records_out += forward(&mut out, &mut kept, keep, vec![batch]).await?;
+        report.records_out += forward(&mut out, &mut kept, [batch]).await?;
     }
     if let Some(o) = out {
         o.finish().await?;
@@ -517,13 +506,7 @@ struct Inbox {
 
 /// A module instance: take batches from the inbox, furthest-behind producer first (DQ-2),
 /// each credit going back once the module has taken its batch.
-async fn run_module(
-    mut module: Box<dyn Module>,
-    mut inbox: Inbox,
-    mut out: Option<Outlet>,
-    keep: bool,
-    started: Instant,
-) -> Ran {
+async fn run_module(mut module: Box<dyn Module>, mut inbox: Inbox, mut out: Option<Outlet>, started: Instant) -> Ran {
     let mut report = InstanceReport::default();
     let mut kept = vec![];
     let mut queue = Waiting::default();
@@ -543,15 +526,15 @@ async fn run_module(
         report.records_in += batch.len() as u64;
         let mut o = Out::default();
         let t = Instant::now();
-        module.on_batch(batch, &mut o)?;
+        block_in_place(|| module.on_batch(batch, &mut o))?;
         report.busy += t.elapsed();
         // Taken: its producer may send the next (a producer gone has no use for it).
         let _ = inbox.credit_to[from].send(inbox.me);
-        report.records_out += forward(&mut out, &mut kept, keep, o.batches).await?;
+        report.records_out += forward(&mut out, &mut kept, o.batches).await?;
     }
     let mut o = Out::default();
-    module.on_end(&mut o)?;
-    report.records_out += forward(&mut out, &mut kept, keep, o.batches).await?;
+    block_in_place(|| module.on_end(&mut o))?;
+    report.records_out += forward(&mut out, &mut kept, o.batches).await?;
     if let Some(o) = out {
         o.finish().await?;
     }

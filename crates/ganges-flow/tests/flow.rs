@@ -67,7 +67,7 @@ impl Module for Sort {
 
 fn pass_flow(edge: Edge, producers: usize, consumers: usize, batches: usize, slow: usize) -> Flow {
     Flow::source(L, "read", producers, move |p| source(p, batches, 10)).then(edge, "pass", consumers, move |c| {
-        let delay = if c == slow { Duration::from_micros(40) } else { Duration::ZERO };
+        let delay = if c == slow { Duration::from_micros(200) } else { Duration::ZERO };
         Box::new(Pass { delay })
     })
 }
@@ -80,11 +80,13 @@ async fn a_distributed_queue_sends_a_slow_consumer_less_and_a_static_partition_c
     let took: Vec<u64> = dq.stages[1].instances.iter().map(|i| i.batches_in).collect();
     assert_eq!(took.iter().sum::<u64>(), 400);
     assert!(took[0] * 3 < took[1].min(took[2]).min(took[3]), "the slow consumer takes less: {took:?}");
+    eprintln!("dq: batches taken {took:?} in {:.3} s", dq.seconds);
 
     let hash = pass_flow(Edge::Hash, 4, 4, 100, 0).run().await.unwrap();
     assert!(summary(hash.output.iter().flatten()).same_records(&want));
     let records: Vec<u64> = hash.stages[1].instances.iter().map(|i| i.records_in).collect();
     assert!(records.iter().all(|&r| (800..1200).contains(&r)), "a hash partition is even, slow or not: {records:?}");
+    eprintln!("hash: records taken {records:?} in {:.3} s", hash.seconds);
     assert!(hash.seconds > dq.seconds * 1.5, "static {:.3} s, dq {:.3} s", hash.seconds, dq.seconds);
 }
 

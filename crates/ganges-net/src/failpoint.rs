@@ -4,9 +4,10 @@
 //! makes the first [`hit`] at that point either kill the process at once with SIGKILL
 //! (`crash`, as a power cut or `kill -9` would: no destructor, no flush) or stop it with
 //! SIGSTOP (`stop`, as a hung machine would, until someone sends SIGCONT or kills it; later
-//! hits pass). Without the variable, `hit` is one read of a value parsed once. The points are named where they are
-//! hit (`server.prepare.synced`, `client.write.prepared`, ...); docs/design.md lists them
-//! with the commit rule they test.
+//! hits pass). Without the variable, `hit` reads one value parsed once and takes no lock.
+//! The points are named where they are hit (`server.prepare.synced`,
+//! `client.write.prepared`, `server.fill.wrote`, ...); tests/commit.rs crashes and stops
+//! processes at each.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -20,9 +21,10 @@ enum Action {
     Stop,
 }
 
-fn points() -> &'static Mutex<HashMap<String, Action>> {
-    static POINTS: OnceLock<Mutex<HashMap<String, Action>>> = OnceLock::new();
-    POINTS.get_or_init(|| Mutex::new(std::env::var(ENV).map(|s| parse(&s)).unwrap_or_default()))
+/// The points the environment names, if it names any.
+fn points() -> Option<&'static Mutex<HashMap<String, Action>>> {
+    static POINTS: OnceLock<Option<Mutex<HashMap<String, Action>>>> = OnceLock::new();
+    POINTS.get_or_init(|| std::env::var(ENV).ok().map(|s| Mutex::new(parse(&s)))).as_ref()
 }
 
 fn parse(spec: &str) -> HashMap<String, Action> {
@@ -46,7 +48,8 @@ fn parse(spec: &str) -> HashMap<String, Action> {
 
 /// Crash or stop here if the environment asks for it at `point` (once).
 pub fn hit(point: &str) {
-    let taken = points().lock().unwrap_or_else(|e| e.into_inner()).remove(point);
+    let Some(points) = points() else { return };
+    let taken = points.lock().unwrap_or_else(|e| e.into_inner()).remove(point);
     let Some(action) = taken else { return };
     tracing::warn!(point, ?action, "fail point reached");
     eprintln!("ganges: fail point {point}: {action:?}");

@@ -254,10 +254,7 @@ fn final_fragments(
 /// An incomplete dataset must say where its blocks are, and a complete one must not; an
 /// origin map (DQ writes) must be a permutation of the dataset's blocks.
 fn check_placement(m: &Manifest) -> Result<()> {
-    m.layout
-        .validate()
-        .and_then(|()| m.layout.fits(m.shape.fragment_count()))
-        .map_err(|e| StoreError::BadRequest(format!("`{}`: {e}", m.name)))?;
+    m.layout.fits(m.shape.fragment_count()).map_err(|e| StoreError::BadRequest(format!("`{}`: {e}", m.name)))?;
     if let Some(o) = &m.origin {
         o.validate(&m.shape).map_err(|e| StoreError::BadRequest(format!("`{}`: {e}", m.name)))?;
     }
@@ -711,7 +708,6 @@ impl Store {
     /// Open a staging folder for this node's copies of `manifest`'s dataset; with `append`,
     /// each copy is a log of `APPEND` writes (see `ControlRequest::Stage`).
     pub fn stage(&self, txid: u64, manifest: Manifest, append: bool) -> Result<()> {
-        manifest.layout.validate().map_err(|e| StoreError::BadRequest(e.to_string()))?;
         manifest.layout.fits(manifest.shape.fragment_count()).map_err(|e| StoreError::BadRequest(e.to_string()))?;
         let name = manifest.name.clone();
         if self.root.join("datasets").join(name.as_str()).exists() {
@@ -1044,12 +1040,17 @@ impl Store {
 
     fn write_manifest(&self, dir: &Path, manifest: &Manifest) -> Result<()> {
         let tmp = dir.join("manifest.json.tmp");
-        let text = serde_json::to_vec_pretty(manifest).expect("manifests serialise");
-        let mut f = File::create(&tmp).map_err(self.map_write_err("writing the manifest".into()))?;
-        f.write_all(&text).map_err(self.map_write_err("writing the manifest".into()))?;
-        f.sync_all().map_err(self.map_write_err("syncing the manifest".into()))?;
+        self.write_synced(&tmp, &serde_json::to_vec_pretty(manifest).expect("manifests serialise"))?;
         fs::rename(&tmp, dir.join("manifest.json")).map_err(io_err("renaming the manifest"))?;
         sync_dir(dir).map_err(io_err("syncing the dataset folder"))
+    }
+
+    /// Write `path` whole and sync it.
+    fn write_synced(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+        let what = || format!("writing {}", path.display());
+        let mut f = File::create(path).map_err(self.map_write_err(what()))?;
+        f.write_all(bytes).map_err(self.map_write_err(what()))?;
+        f.sync_all().map_err(self.map_write_err(what()))
     }
 
     /// The CRC32C of each block of this node's copy of `fragment` (staged, or committed),
@@ -1099,10 +1100,7 @@ impl Store {
         prepared?;
         ganges_net::failpoint::hit("server.prepare.synced");
         let text = serde_json::to_vec(&TxnFile { txid, coordinator }).expect("serialises");
-        let path = txn.dir.join("txn.json");
-        let mut f = File::create(&path).map_err(self.map_write_err(format!("writing {}", path.display())))?;
-        f.write_all(&text).map_err(self.map_write_err(format!("writing {}", path.display())))?;
-        f.sync_all().map_err(self.map_write_err(format!("syncing {}", path.display())))?;
+        self.write_synced(&txn.dir.join("txn.json"), &text)?;
         self.write_manifest(&txn.dir, manifest)?;
         let _ = txn.prepared.set(coordinator);
         txn.touched.store(self.millis(), Ordering::Relaxed);
@@ -1214,8 +1212,7 @@ impl Store {
     /// The write that made this server's copy of `name`, if it is committed here (and was
     /// written by a build that records it).
     fn committed_txid(&self, name: &DatasetName) -> Option<u64> {
-        let text = fs::read(self.root.join("datasets").join(name.as_str()).join("txn.json")).ok()?;
-        serde_json::from_slice::<TxnFile>(&text).ok().map(|t| t.txid)
+        read_txn_file(&self.root.join("datasets").join(name.as_str())).map(|t| t.txid)
     }
 
     /// This server's side of a write, as its coordinator tells it (`TxnStatus`).

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// Runs until the server stops (aborted).
 pub async fn run_janitor(shared: Arc<Shared>) {
-    let timeout = shared.config.txn_timeout;
+    let (me, timeout) = (shared.config.node, shared.config.txn_timeout);
     let tick = (timeout / 8).clamp(Duration::from_millis(100), Duration::from_secs(1));
     // When each prepared folder found on disk was first seen: its idle time counts from
     // then (this process never saw it active).
@@ -31,7 +31,6 @@ pub async fn run_janitor(shared: Arc<Shared>) {
         for w in writes {
             let key = (w.name.clone(), w.txid);
             let idle = w.idle.unwrap_or_else(|| first_seen.entry(key).or_insert_with(Instant::now).elapsed());
-            let me = shared.config.node;
             let mut action = decide(me, w.phase, idle, timeout, None);
             if let Action::Ask(coordinator) = action {
                 let verdict = ask(&shared, coordinator, &w.name, w.txid).await;
@@ -44,14 +43,13 @@ pub async fn run_janitor(shared: Arc<Shared>) {
                 Action::RollBack => tokio::task::spawn_blocking(move || store.abort(txid, &name)).await,
                 Action::Wait | Action::Ask(_) => continue,
             };
-            let node = shared.config.node;
             match done {
                 Ok(Ok(())) => tracing::warn!(
-                    %node, dataset = %w.name, txid = format_args!("{:016x}", w.txid), ?action, phase = ?w.phase,
+                    node = %me, dataset = %w.name, txid = format_args!("{:016x}", w.txid), ?action, phase = ?w.phase,
                     idle_ms = idle.as_millis() as u64, "resolved a write its client left unfinished"
                 ),
-                Ok(Err(e)) => tracing::warn!(%node, dataset = %w.name, %e, ?action, "could not resolve a write"),
-                Err(e) => tracing::warn!(%node, %e, "janitor task failed"),
+                Ok(Err(e)) => tracing::warn!(node = %me, dataset = %w.name, %e, ?action, "could not resolve a write"),
+                Err(e) => tracing::warn!(node = %me, %e, "janitor task failed"),
             }
         }
     }

@@ -485,8 +485,8 @@ impl<'a> Sim<'a> {
         }
         if self.spec.check {
             for (c, cons) in self.consumers.iter().enumerate() {
-                let delivered = cons.got.len() == cons.engine.pieces().len();
-                if let Some(p) = cons.got.iter().position(|g| !g).or((!delivered).then_some(cons.got.len())) {
+                // `got` grows as the engine cuts pieces finer: one it never reached is missing.
+                if let Some(p) = (0..cons.engine.pieces().len()).find(|&p| !cons.got.get(p).copied().unwrap_or(false)) {
                     return Err(SimError::Invariant(format!("consumer {c} finished without piece {p}")));
                 }
             }

@@ -234,11 +234,12 @@ impl DqWriter {
     }
 
     /// Server `node` is gone, and its log with it: send every unit that was there again,
-    /// to the servers left (whether it had landed or not). An error if none is left.
-    pub fn lose(&mut self, node: NodeId) -> Result<()> {
+    /// to the servers left (whether it had landed or not). True if some unit was there; an
+    /// error if no server is left.
+    pub fn lose(&mut self, node: NodeId) -> Result<bool> {
         let k = node.index();
         if !self.router.is_live(k) {
-            return Ok(());
+            return Ok(false);
         }
         self.router.on_consumer_down(k);
         let units = self.ledger.lose(k);
@@ -253,6 +254,7 @@ impl DqWriter {
             }
             keep
         });
+        let held = !units.is_empty();
         for unit in units {
             self.unit_left.remove(&unit);
             self.resend.push_back((unit, ResendTo::Anywhere));
@@ -263,7 +265,7 @@ impl DqWriter {
                 self.name
             )));
         }
-        Ok(())
+        Ok(held)
     }
 
     /// The servers this writer has lost.

@@ -416,38 +416,44 @@ async fn write_dq(
         }
     };
     let seconds = started.elapsed().as_secs_f64();
-    // The dataset is the logs of the servers left, in node order; a live server whose log is
-    // empty (it can be, when others died) drops out too.
-    let holders: Vec<u32> = (0..nodes).filter(|&n| !logs[n as usize].is_empty()).collect();
-    let empty: Vec<NodeId> = (0..nodes).map(NodeId).filter(|n| !down.contains(n) && !holders.contains(&n.0)).collect();
+    // A live server whose log is empty (it can be, when others died) drops out too.
+    let empty: Vec<NodeId> =
+        (0..nodes).map(NodeId).filter(|n| !down.contains(n) && logs[n.index()].is_empty()).collect();
     staging.without(&down);
-    if !empty.is_empty() {
-        staging.drop_nodes(&empty).await;
+    staging.drop_nodes(&empty).await;
+    let (manifest, digest) = match survivors(manifest, logs, block) {
+        Ok(x) => x,
+        Err(e) => {
+            staging.abort().await;
+            return Err(e);
+        }
+    };
+    if !down.is_empty() {
+        tracing::warn!(dataset = %spec.name, down = ?down, "committing on the servers left");
     }
-    let mut logs: Vec<(u32, Vec<LogEntry>)> =
-        logs.into_iter().enumerate().filter(|(_, l)| !l.is_empty()).map(|(n, l)| (n as u32, l)).collect();
-    // The final shape: each server's log, in slot order.
-    let mut sizes = vec![];
-    for (n, log) in logs.iter_mut() {
+    let manifest = staging.conclude(manifest, Ok(digest)).await?;
+    Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None, missing: vec![], without: down })
+}
+
+/// The final manifest of a DQ write from each server's log (empty for those that died):
+/// the logs that hold something, in node order, each in slot order, placed on their
+/// servers; and the dataset's digest.
+fn survivors(mut manifest: Manifest, logs: Vec<Vec<LogEntry>>, block: u64) -> Result<(Manifest, Digest)> {
+    let nodes = logs.len() as u32;
+    let mut holders = vec![];
+    let mut kept = vec![];
+    for (n, mut log) in logs.into_iter().enumerate().filter(|(_, l)| !l.is_empty()) {
         log.sort_unstable();
         if log.iter().enumerate().any(|(i, l)| l.0 != i as u32) {
-            staging.abort().await;
             return Err(ClientError::Invalid(format!("node{n} gave out slots with a gap; the write was aborted")));
         }
-        sizes.push(log.iter().map(|l| l.1 as u64).sum::<u64>());
+        holders.push(n as u32);
+        kept.push(log);
     }
-    let layout =
-        if holders.len() == nodes as usize { Layout::chained(nodes, 1) } else { Layout::placed(nodes, holders) };
-    let (shape, layout) =
-        match Shape::new(sizes, spec.block_bytes).map_err(ClientError::from).and_then(|s| Ok((s, layout?))) {
-            Ok(x) => x,
-            Err(e) => {
-                staging.abort().await;
-                return Err(e);
-            }
-        };
+    let sizes = kept.iter().map(|log| log.iter().map(|l| l.1 as u64).sum()).collect();
+    let shape = Shape::new(sizes, block as u32)?;
     let mut digest = Digest::default();
-    for (f, (_, log)) in logs.iter().enumerate() {
+    for (f, log) in kept.iter().enumerate() {
         let start = shape.fragment_start(FragmentId(f as u32));
         for &(slot, len, crc, _) in log {
             digest.add(start + slot as u64 * block, len, crc);
@@ -455,20 +461,15 @@ async fn write_dq(
     }
     // Where each block came from, so `get` exports the data in the writers' order; left out
     // when it would not fit a control frame (about a quarter of a million blocks).
-    let origin = (shape.total_blocks() as usize <= ganges_proto::frame::CONTROL_BODY_MAX / 16).then(|| {
+    manifest.origin = (shape.total_blocks() as usize <= ganges_proto::frame::CONTROL_BODY_MAX / 16).then(|| {
         ganges_core::placement::Origin {
-            blocks: logs.iter().map(|(_, log)| log.iter().map(|l| l.3 / block).collect()).collect(),
+            blocks: kept.iter().map(|log| log.iter().map(|l| l.3 / block).collect()).collect(),
         }
     });
-    let mut manifest = manifest;
+    manifest.layout =
+        if holders.len() == nodes as usize { Layout::chained(nodes, 1)? } else { Layout::placed(nodes, holders)? };
     manifest.shape = shape;
-    manifest.layout = layout;
-    manifest.origin = origin;
-    if !down.is_empty() {
-        tracing::warn!(dataset = %spec.name, down = ?down, "committing on the servers left");
-    }
-    let manifest = staging.conclude(manifest, Ok(digest)).await?;
-    Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None, missing: vec![], without: down })
+    Ok((manifest, digest))
 }
 
 /// One server's log of a DQ write: (slot, length, crc, where the block was in the source).
@@ -494,10 +495,13 @@ async fn write_logs(
     let last = writers.len() - 1;
     let mut down: Vec<NodeId> = writers[0].1.lost();
     let mut todo: Vec<usize> = (0..writers.len()).collect();
+    // A server whose death the last step saw (the tail's).
+    let mut found_dead: Option<NodeId> = None;
     let tail_landed = loop {
+        let (run, idle): (Vec<_>, Vec<_>) = std::mem::take(&mut writers).into_iter().partition(|w| todo.contains(&w.0));
+        writers = idle;
         let mut tasks = JoinSet::new();
-        for i in todo.iter().rev() {
-            let (i, mut w, secs) = writers.swap_remove(*i);
+        for (i, mut w, secs) in run {
             let progress = progress.clone();
             tasks.spawn(async move {
                 let t = std::time::Instant::now();
@@ -507,8 +511,9 @@ async fn write_logs(
         }
         writers.extend(join_writers(tasks).await?);
         writers.sort_by_key(|w| w.0);
-        // Servers dead by the writers' word or not answering now.
-        let mut newly: Vec<NodeId> = writers.iter().flat_map(|w| w.1.lost()).collect();
+        // Servers dead by the writers' word, the tail's, or not answering now: every writer
+        // loses them, and those that had put something there run again.
+        let mut newly: Vec<NodeId> = writers.iter().flat_map(|w| w.1.lost()).chain(found_dead.take()).collect();
         newly.extend(unanswering(client).await);
         newly.sort_unstable();
         newly.dedup();
@@ -516,9 +521,9 @@ async fn write_logs(
         down.extend(&newly);
         todo = vec![];
         for (i, w, _) in writers.iter_mut() {
-            let held = w.landed().iter().any(|l| newly.contains(&l.node));
+            let mut held = false;
             for &n in &newly {
-                w.lose(n)?;
+                held |= w.lose(n)?;
             }
             if held {
                 todo.push(*i);
@@ -550,13 +555,7 @@ async fn write_logs(
                 if client.first_seen_down(node) {
                     tracing::warn!(%node, %e, "a server went down; writing its blocks to the others");
                 }
-                down.push(node);
-                for (i, w, _) in writers.iter_mut() {
-                    if w.landed().iter().any(|l| l.node == node) {
-                        todo.push(*i);
-                    }
-                    w.lose(node)?;
-                }
+                found_dead = Some(node);
             }
             Err(e) => return Err(e),
         }
