@@ -39,7 +39,7 @@ use ganges_core::write::WritePolicyKind;
 use ganges_harness::local::LocalCluster;
 use ganges_harness::stress::StressKind;
 use ganges_proto::control::ControlRequest;
-use ganges_proto::manifest::{DatasetState, Manifest};
+use ganges_proto::manifest::{DatasetState, Manifest, RecordFormat};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -445,6 +445,7 @@ impl Runner<'_> {
             run_blocks: 1,
             ceft: spec.ceft,
             mirrored: spec.mirrored(policy),
+            records: RecordFormat::Bytes,
         };
         let out = ganges_client::write::write(client, w, None).await?;
         let client_cpu = process_cpu_secs() - cpu0;

@@ -85,6 +85,14 @@ pub(crate) enum Cmd {
         after_help = "Examples:\n  ganges write events --writers 8 --size 1GiB --policy gd\n  ganges write logs --from ./logs.bin --writers 4 --policy static\n  ganges write draft --size 256MiB --no-complete   (then: ganges dataset complete draft)\n  ganges write frames --size 1GiB --policy ceft-adaptive   (mirrored pairs, load-aware)"
     )]
     Write(WriteArgs),
+    /// River's query primitives on record datasets: scan, generate, filter, top-N, join, sort
+    #[command(
+        after_help = "Examples:\n  ganges run generate recs --size 1GiB\n  ganges run sort recs sorted --check\n  ganges run filter recs few --keep 0.1 --static\n  ganges run topn recs --n 10"
+    )]
+    Run {
+        #[command(subcommand)]
+        cmd: RunCmd,
+    },
     /// Read a whole dataset, one consumer per fragment, and check every byte arrived once
     #[command(after_help = "Example:\n  ganges scan events --policy gd")]
     Scan {
@@ -1395,4 +1403,95 @@ mod tests {
             assert!(names(&write).contains(&k.to_string()), "`write --policy` does not name {k}: {write}");
         }
     }
+}
+
+/// How a primitive runs: its workers, and which version.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct FlowArgs {
+    /// Worker instances per stage [default: one per server]
+    #[arg(long)]
+    pub(crate) workers: Option<usize>,
+    /// The static version: primary copies, fixed partitions, each worker writing to its own
+    /// server (a slow disk slows the whole run). The default is the robust one: graduated
+    /// declustering and distributed queues.
+    #[arg(long = "static")]
+    pub(crate) fixed: bool,
+    /// Seeds the distributed queues' choices
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArg,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum RunCmd {
+    /// Read every record of a dataset: count and checksum
+    Scan {
+        input: String,
+        #[command(flatten)]
+        flow: FlowArgs,
+    },
+    /// Make sort-benchmark records (100 bytes, 10-byte keys) and write them as a dataset
+    Generate {
+        output: String,
+        /// Bytes of records to make (whole records)
+        #[arg(long, default_value = "256MiB")]
+        size: ByteSize,
+        /// The records' seed
+        #[arg(long = "data-seed", default_value_t = 1)]
+        data_seed: u64,
+        #[command(flatten)]
+        flow: FlowArgs,
+    },
+    /// Keep the records whose key is in the lowest share of the key space, write them
+    Filter {
+        input: String,
+        output: String,
+        /// Share of the key space kept (0..1)
+        #[arg(long, default_value_t = 0.1)]
+        keep: f64,
+        #[command(flatten)]
+        flow: FlowArgs,
+    },
+    /// The first N records in key order: sorted runs written, then a merge of their heads
+    Topn {
+        input: String,
+        #[arg(long, default_value_t = 10)]
+        n: usize,
+        /// Where the sorted runs go [default: INPUT.runs]
+        #[arg(long)]
+        runs: Option<String>,
+        /// Continue the merge from the runs already written: the N records after these many
+        #[arg(long)]
+        after: Option<usize>,
+        #[command(flatten)]
+        flow: FlowArgs,
+    },
+    /// Every pair of records of two datasets whose keys share their first bytes
+    Join {
+        left: String,
+        right: String,
+        output: String,
+        /// Bytes of the key that must be equal (1..8)
+        #[arg(long, default_value_t = 3)]
+        key_bytes: u32,
+        #[command(flatten)]
+        flow: FlowArgs,
+    },
+    /// One-pass external sort; the output, read in written order, is in key order
+    Sort {
+        input: String,
+        output: String,
+        /// Then read the output back and check it (order, count, checksum)
+        #[arg(long)]
+        check: bool,
+        #[command(flatten)]
+        flow: FlowArgs,
+    },
+    /// Check a dataset as the sort benchmark's valsort does: order, count, checksum
+    Check {
+        name: String,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
 }

@@ -23,7 +23,7 @@ use ganges_core::shape::{Partition, Shape};
 use ganges_core::units::{ByteSize, mb_per_sec};
 use ganges_core::write::WritePolicyKind;
 use ganges_proto::control::{ControlReply, ControlRequest};
-use ganges_proto::manifest::{Content, DatasetName, DatasetState};
+use ganges_proto::manifest::{Content, DatasetName, DatasetState, RecordFormat};
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -528,6 +528,7 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
         run_blocks: a.run_blocks,
         ceft: a.ceft,
         mirrored: a.mirrored,
+        records: RecordFormat::Bytes,
     };
     let name = spec.name.clone();
     let out = tokio::select! {

@@ -32,6 +32,8 @@ pub enum CliError {
     Json(#[from] serde_json::Error),
     #[error(transparent)]
     Node(#[from] ganges_server::node::NodeError),
+    #[error(transparent)]
+    App(#[from] ganges_flow::apps::AppError),
 }
 
 impl CliError {

@@ -105,6 +105,7 @@ fn run(cli: Cli) -> CliResult<()> {
                 commands::write(&a.cluster.path(), args).await
             })
         }
+        Cmd::Run { cmd } => run_cmd(cmd),
         Cmd::Scan { name: n, policy, window, plot_progress, metrics_listen, settings, cluster } => {
             let opts = ReadOptions::new(policy).with_settings(settings.settings()?);
             let opts = window.map_or(opts, |w| opts.with_window(w));
@@ -528,6 +529,46 @@ async fn array_cmd(cmd: ArrayCmd) -> CliResult<()> {
         ArrayCmd::Export { name: n, dir, cluster } => cmds::export(&cluster.path(), name(&n)?, &dir).await,
         ArrayCmd::Rm { name: n, cluster } => cmds::rm(&cluster.path(), name(&n)?).await,
     }
+}
+
+fn run_cmd(cmd: RunCmd) -> CliResult<()> {
+    use ganges_cli::run::{App, RunArgs, default_runs};
+    let (app, flow) = match cmd {
+        RunCmd::Scan { input, flow } => (App::Scan { input: name(&input)? }, flow),
+        RunCmd::Generate { output, size, data_seed, flow } => {
+            let records = size.0 / 100;
+            if records == 0 {
+                return fail("--size holds no whole 100-byte record");
+            }
+            (App::Generate { output: name(&output)?, records, seed: data_seed }, flow)
+        }
+        RunCmd::Filter { input, output, keep, flow } => {
+            if !(0.0..=1.0).contains(&keep) {
+                return fail("--keep is a share of the key space, between 0 and 1");
+            }
+            (App::Filter { input: name(&input)?, output: name(&output)?, keep }, flow)
+        }
+        RunCmd::Topn { input, n, runs, after, flow } => {
+            let input = name(&input)?;
+            let runs = match runs {
+                Some(r) => name(&r)?,
+                None => default_runs(&input)?,
+            };
+            (App::TopN { input, runs, n, after }, flow)
+        }
+        RunCmd::Join { left, right, output, key_bytes, flow } => {
+            (App::Join { left: name(&left)?, right: name(&right)?, output: name(&output)?, key_bytes }, flow)
+        }
+        RunCmd::Sort { input, output, check, flow } => {
+            (App::Sort { input: name(&input)?, output: name(&output)?, check }, flow)
+        }
+        RunCmd::Check { name: n, cluster } => {
+            let args = RunArgs { app: App::Check { name: name(&n)? }, workers: Some(1), robust: true, seed: 1 };
+            return runtime()?.block_on(ganges_cli::run::run(&cluster.path(), args));
+        }
+    };
+    let args = RunArgs { app, workers: flow.workers, robust: !flow.fixed, seed: flow.seed };
+    runtime()?.block_on(ganges_cli::run::run(&flow.cluster.path(), args))
 }
 
 fn bench_scan(a: BenchScanArgs) -> CliResult<()> {

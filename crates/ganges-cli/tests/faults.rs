@@ -16,7 +16,7 @@ use ganges_client::write::{self, WriteSource, WriteSpec};
 use ganges_core::datagen::Generator;
 use ganges_core::ids::NodeId;
 use ganges_core::write::WritePolicyKind;
-use ganges_proto::manifest::{DatasetName, DatasetState};
+use ganges_proto::manifest::{DatasetName, DatasetState, RecordFormat};
 use std::time::{Duration, Instant};
 
 const STOP: Duration = Duration::from_secs(5);
@@ -36,6 +36,7 @@ fn spec(name: &str, policy: WritePolicyKind, complete: bool) -> WriteSpec {
         run_blocks: 1,
         ceft: Default::default(),
         mirrored: policy.default_mirrored(),
+        records: RecordFormat::Bytes,
     }
 }
 

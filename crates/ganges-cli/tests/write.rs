@@ -17,7 +17,7 @@ use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::Partition;
 use ganges_core::write::WritePolicyKind;
 use ganges_proto::control::{ControlReply, ControlRequest};
-use ganges_proto::manifest::{DatasetName, DatasetState, Manifest};
+use ganges_proto::manifest::{DatasetName, DatasetState, Manifest, RecordFormat};
 use ganges_proto::msg::ErrorCode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,6 +36,7 @@ fn spec(name: &str, policy: WritePolicyKind, total: u64, source: WriteSource, co
         run_blocks: 1,
         ceft: Default::default(),
         mirrored: policy.default_mirrored(),
+        records: RecordFormat::Bytes,
     }
 }
 

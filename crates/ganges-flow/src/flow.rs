@@ -533,7 +533,9 @@ async fn run_module(mut module: Box<dyn Module>, mut inbox: Inbox, mut out: Opti
         report.records_out += forward(&mut out, &mut kept, o.batches).await?;
     }
     let mut o = Out::default();
+    let t = Instant::now();
     block_in_place(|| module.on_end(&mut o))?;
+    report.busy += t.elapsed();
     report.records_out += forward(&mut out, &mut kept, o.batches).await?;
     if let Some(o) = out {
         o.finish().await?;

@@ -19,8 +19,10 @@
 //! flow; a distributed queue sends a slow consumer less (river Figure 9). Changing one into
 //! the other is the point of flexibility River is built on.
 
+pub mod apps;
 pub mod flow;
 pub mod records;
+pub mod storage;
 
 pub use flow::{Edge, Flow, FlowError, FlowReport, Module, Out, StageReport};
 pub use records::{Batch, RecordLayout, Summary};

@@ -19,6 +19,7 @@ use ganges_core::route::{ReadPolicyKind, WINDOW_DEFAULT};
 use ganges_core::write::WritePolicyKind;
 use ganges_harness::local::{LocalCluster, LocalSpec};
 use ganges_proto::control::RealFaults;
+use ganges_proto::manifest::RecordFormat;
 use pyo3::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;
@@ -389,6 +390,7 @@ impl Cluster {
             run_blocks: 1,
             ceft: Default::default(),
             mirrored: policy.default_mirrored(),
+            records: RecordFormat::Bytes,
         };
         let out = wait(py, write::write(&client, spec, progress(progress_cb)))?.map_err(errors::client)?;
         to_python(py, &out)

@@ -65,6 +65,8 @@ pub struct WriteSpec {
     /// LAY-2 mirrored groups (two copies; CEFT-PVFS's RAID-10 arrangement) instead of
     /// chained declustering.
     pub mirrored: bool,
+    /// What the bytes are (fixed-size records, for a flow's output); recorded in the manifest.
+    pub records: RecordFormat,
 }
 
 #[derive(Debug)]
@@ -222,7 +224,7 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     } else {
         Layout::chained(client.nodes(), spec.replicas)?
     };
-    let mut manifest = draft(layout, spec.name.clone(), shape, RecordFormat::Bytes, content)?;
+    let mut manifest = draft(layout, spec.name.clone(), shape, spec.records, content)?;
     manifest.state = DatasetState::Incomplete;
     // A server down already is written around from the start, as one that dies mid-write.
     let live = client.live_nodes();
@@ -378,7 +380,7 @@ async fn write_dq(
             .map_err(|e| ClientError::Invalid(e.to_string()))?;
     }
     let capacity = Shape::uniform(nodes, blocks_total * block, spec.block_bytes)?;
-    let manifest = draft(Layout::chained(nodes, 1)?, spec.name.clone(), capacity, RecordFormat::Bytes, content)?;
+    let manifest = draft(Layout::chained(nodes, 1)?, spec.name.clone(), capacity, spec.records, content)?;
     // A server down already is written around from the start, as one that dies mid-write.
     let live = client.live_nodes();
     let mut staging = if live.len() == nodes as usize {

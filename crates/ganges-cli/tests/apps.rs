@@ -1,0 +1,146 @@
+//! River's query primitives (`ganges run`) on a real local cluster, each checked exactly
+//! against a simple in-memory reference, static and robust.
+
+mod common;
+
+use common::*;
+use ganges_core::datagen::Generator;
+use ganges_flow::apps::{self, AppError, Setup};
+use ganges_flow::records::{Batch, RecordLayout, Summary};
+use ganges_proto::manifest::DatasetName;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+const R: usize = 100;
+
+fn name(s: &str) -> DatasetName {
+    s.parse().unwrap()
+}
+
+/// The records a `Generator::Records` dataset of `bytes` holds, in order.
+fn reference(seed: u64, bytes: usize) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; bytes];
+    Generator::Records { seed }.fill(0, &mut buf);
+    buf.chunks(R).map(<[u8]>::to_vec).collect()
+}
+
+fn records_of(batches: &[Batch]) -> Vec<Vec<u8>> {
+    batches.iter().flat_map(|b| b.records().map(<[u8]>::to_vec).collect::<Vec<_>>()).collect()
+}
+
+fn sorted(mut v: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    v.sort();
+    v
+}
+
+/// A dataset's records in written order.
+async fn written(client: &Arc<ganges_client::Client>, n: &str) -> Vec<Vec<u8>> {
+    records_of(&apps::read_written(client, &name(n)).await.unwrap().1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primitive_gives_the_reference_result_static_and_robust() {
+    let c = start(4, disk(200.0));
+    let client = c.client().await;
+    // Blocks of 64 KiB + 36 B cut records everywhere; fragments hold whole records.
+    let (left_bytes, right_bytes) = (4 * 5_000 * R, 4 * 1_500 * R);
+    create(&client, "left", vec![left_bytes as u64 / 4; 4], 65_572, 2, Generator::Records { seed: 11 }).await;
+    create(&client, "right", vec![right_bytes as u64 / 4; 4], 65_572, 2, Generator::Records { seed: 12 }).await;
+    let left = reference(11, left_bytes);
+    let right = reference(12, right_bytes);
+
+    for robust in [false, true] {
+        // Three workers on four servers: partitions are not fragments.
+        for workers in [4, 3] {
+            let v = format!("{}{workers}", if robust { "r" } else { "s" });
+            let setup = Setup { client: client.clone(), workers, robust, seed: 7 };
+
+            let scan = apps::scan(&setup, &name("left")).await.unwrap();
+            let mut want = Summary::default();
+            want.add(&Batch::new(left.concat().into(), RecordLayout::SORT_BENCHMARK).unwrap());
+            assert!(scan.summary.same_records(&want), "{v}: scan {:?} != {want:?}", scan.summary);
+            assert_eq!(scan.bytes_read, left_bytes as u64, "{v}");
+
+            apps::generate(&setup, &name(&format!("gen{v}")), 12_345, 3).await.unwrap();
+            assert_eq!(sorted(written(&client, &format!("gen{v}")).await), sorted(reference(3, 12_345 * R)), "{v}");
+
+            let keep = apps::key_below(0.25);
+            apps::filter(&setup, &name("left"), &name(&format!("filter{v}")), keep.clone()).await.unwrap();
+            let want: Vec<_> = left.iter().filter(|r| keep(r)).cloned().collect();
+            assert!(want.len() > 4_000, "{}", want.len());
+            assert_eq!(sorted(written(&client, &format!("filter{v}")).await), sorted(want), "{v}");
+
+            let all_sorted = sorted(left.clone());
+            let top = apps::topn(&setup, &name("left"), &name(&format!("runs{v}")), 5).await.unwrap();
+            let top: Vec<Vec<u8>> = top.top.iter().map(|b| b.to_vec()).collect();
+            assert_eq!(top, all_sorted[..5], "{v}");
+            let next = apps::topn_next(&client, &name(&format!("runs{v}")), 5, 7).await.unwrap();
+            let next: Vec<Vec<u8>> = next.iter().map(|b| b.to_vec()).collect();
+            assert_eq!(next, all_sorted[5..12], "{v}: the merge continued");
+
+            apps::join(&setup, &name("left"), &name("right"), &name(&format!("join{v}")), 2).await.unwrap();
+            let mut by_key: HashMap<&[u8], Vec<&Vec<u8>>> = HashMap::new();
+            for l in &left {
+                by_key.entry(&l[..2]).or_default().push(l);
+            }
+            let want: Vec<Vec<u8>> = right
+                .iter()
+                .flat_map(|r| by_key.get(&r[..2]).into_iter().flatten().map(move |l| [l.as_slice(), r].concat()))
+                .collect();
+            assert!(want.len() > 1_000, "{}", want.len());
+            assert_eq!(sorted(written(&client, &format!("join{v}")).await), sorted(want), "{v}");
+
+            let s = apps::sort(&setup, &name("left"), &name(&format!("sorted{v}"))).await.unwrap();
+            assert_eq!(written(&client, &format!("sorted{v}")).await, all_sorted, "{v}: written order is key order");
+            let check = apps::check(&client, &name(&format!("sorted{v}"))).await.unwrap();
+            assert!(check.same_records(&s.input) && check.unordered == 0, "{v}: {check:?} {:?}", s.input);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primitive_refuses_what_it_cannot_run_and_leaves_nothing() {
+    let c = start(3, disk(200.0));
+    let client = c.client().await;
+    create(&client, "bytes", vec![1 << 20; 3], 1 << 16, 2, Generator::Random { seed: 1 }).await;
+    create(&client, "recs", vec![3_000 * R as u64; 3], 1 << 16, 2, Generator::Records { seed: 1 }).await;
+    let setup = Setup { client: client.clone(), workers: 3, robust: true, seed: 1 };
+
+    let e = apps::scan(&setup, &name("bytes")).await.unwrap_err();
+    assert!(e.to_string().contains("not a dataset of records"), "{e}");
+    let e = apps::scan(&setup, &name("nothing")).await.unwrap_err();
+    assert!(matches!(e, AppError::Client(_)), "{e}");
+    // A filter that keeps nothing writes nothing.
+    let e = apps::filter(&setup, &name("recs"), &name("none"), apps::key_below(0.0)).await.unwrap_err();
+    assert!(e.to_string().contains("no records"), "{e}");
+    let e = apps::join(&setup, &name("recs"), &name("recs"), &name("j"), 9).await.unwrap_err();
+    assert!(e.to_string().contains("1 to 8 bytes"), "{e}");
+    let zero = Setup { workers: 0, ..setup.clone() };
+    assert!(apps::sort(&zero, &name("recs"), &name("s")).await.is_err());
+    // A module that fails fails the run, and its output is never written.
+    let keep: apps::Predicate = Arc::new(|r: &[u8]| if r[0] == 0xff { panic!("a module dies") } else { true });
+    let e = apps::filter(&setup, &name("recs"), &name("half"), keep).await.unwrap_err();
+    assert!(e.to_string().contains("panicked"), "{e}");
+    let (list, _) = ganges_client::dataset::list(&client, true).await.unwrap();
+    let names: Vec<String> = list.iter().map(|e| e.name.to_string()).collect();
+    assert_eq!(names, ["bytes", "recs"], "nothing written and nothing staged");
+}
+
+/// `ganges run` from the shell: a generate, a sort that checks itself, a top-N continued.
+#[test]
+fn ganges_run_sorts_and_checks_from_the_shell() {
+    let c = start(3, disk(200.0));
+    let path = c.root.path().join("cluster.toml");
+    c.local.cluster().save(&path).unwrap();
+    let cluster = path.display().to_string();
+    let cl = ["--cluster", cluster.as_str()];
+    ok(&[&["run", "generate", "g", "--size", "3MB"][..], &cl].concat());
+    let out = ok(&[&["run", "sort", "g", "gs", "--check", "--static"][..], &cl].concat());
+    assert!(out.contains("valid: the records of `g`, in key order"), "{out}");
+    let out = ok(&[&["run", "topn", "g", "--n", "2"][..], &cl].concat());
+    assert!(out.contains("--after 2"), "{out}");
+    let out = ok(&[&["run", "topn", "g", "--n", "2", "--after", "2"][..], &cl].concat());
+    assert!(out.lines().next().unwrap().trim_start().starts_with("3 "), "{out}");
+    let err = fails(&[&["run", "filter", "g", "f", "--keep", "2"][..], &cl].concat(), 1);
+    assert!(err.contains("between 0 and 1"), "{err}");
+}

@@ -1,0 +1,538 @@
+//! River's six query primitives (river §7, Figure 15; FL-3) on datasets of records, each in
+//! a static and a robust version. The two differ in their points of flexibility only:
+//!
+//! | | static | robust |
+//! |---|---|---|
+//! | read | each worker its own partition from the primary copies (`static`) | graduated declustering (`gd`) |
+//! | worker to worker | a channel, or a partition the primitive needs | a distributed queue where the primitive allows one |
+//! | write | each worker's output to its own server (`static`) | a distributed queue of the disks (`dq`) |
+//!
+//! - **scan**: read every record, count them and sum their checksums.
+//! - **generate**: make records (the sort benchmark's) and write them.
+//! - **filter**: keep the records a predicate takes, write them.
+//! - **top-N**: sort each batch read into a run, write the runs (through a distributed queue
+//!   in front of the sorters, when robust), then merge the runs' heads; continuing the merge
+//!   gives the next N ([`topn_next`]).
+//! - **join**: hash both datasets on a key prefix across the workers, build a table of the
+//!   left side, probe it with the right, write each pair.
+//! - **sort**: one pass (river Figure 17): range-partition on the key's top bits, sort, write
+//!   the sorted runs; through a distributed queue a whole run at a time (DQ-3), so the
+//!   output in written order is the sorted data.
+
+use crate::flow::{Edge, Flow, FlowError, Module, Out, Source, StageReport};
+use crate::records::{Batch, RecordLayout, Summary};
+use crate::storage::{self, ReadReports, Sink};
+use bytes::{Bytes, BytesMut};
+use ganges_client::scan::ReadOptions;
+use ganges_client::stream::WrittenOrderReader;
+use ganges_client::{Client, ClientError};
+use ganges_core::datagen::Generator;
+use ganges_core::route::ReadPolicyKind;
+use ganges_core::shape::Partition;
+use ganges_proto::manifest::{DatasetName, Manifest};
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Records a generator or a sorter puts in one batch: about 1 MiB.
+const BATCH_RECORDS: usize = 10_485;
+
+/// Bytes of a sorted run a sorter hands the distributed queue whole (river §7.2.2: k runs
+/// per sorter). Two output blocks: coarse enough to keep a run together on one disk, fine
+/// enough that the queue can still even out the disks.
+const SORT_RUN_BYTES: usize = 2 << 20;
+
+/// A primitive failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Flow(#[from] FlowError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Where and how a primitive runs.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub client: Arc<Client>,
+    /// Worker instances of each stage.
+    pub workers: usize,
+    /// The robust version (GD reads, distributed queues) or the static one.
+    pub robust: bool,
+    /// Seeds the distributed queues' choices.
+    pub seed: u64,
+}
+
+/// What a primitive did.
+#[derive(Debug, Default)]
+pub struct AppReport {
+    /// From the first read to the output committed.
+    pub seconds: f64,
+    /// Of which writing the output.
+    pub write_seconds: f64,
+    pub bytes_read: u64,
+    /// Read from a copy other than the primary (GD moving work off slow disks).
+    pub backup_bytes: u64,
+    pub bytes_written: u64,
+    /// The output dataset, when the primitive writes one.
+    pub output: Option<Manifest>,
+    /// The records read (scan) or written (the others).
+    pub summary: Summary,
+    /// Sort: the records it took (their count and checksum are the output's when it is right).
+    pub input: Summary,
+    /// Top-N: the records found.
+    pub top: Vec<Bytes>,
+    pub stages: Vec<StageReport>,
+}
+
+impl Setup {
+    fn read_options(&self) -> ReadOptions {
+        ReadOptions::new(if self.robust { ReadPolicyKind::Gd } else { ReadPolicyKind::Static })
+    }
+
+    fn sink(&self, run_blocks: u32) -> Sink {
+        if self.robust { Sink::Dq { run_blocks } } else { Sink::Static }
+    }
+
+    fn check(&self) -> Result<(), AppError> {
+        if self.workers == 0 {
+            return Err(AppError::Invalid("a flow needs at least one worker".into()));
+        }
+        Ok(())
+    }
+
+    /// The dataset `name`, and one source per worker reading it.
+    async fn sources(
+        &self,
+        name: &DatasetName,
+        reports: &ReadReports,
+    ) -> Result<(RecordLayout, Vec<Source>), AppError> {
+        let manifest = Arc::new(self.client.manifest(name).await?);
+        let layout = storage::layout_of(&manifest)?;
+        let parts = storage::record_partitions(&manifest, layout, self.workers);
+        let sources = storage::read_sources(&self.client, &manifest, self.read_options(), &parts, reports)?;
+        Ok((layout, sources))
+    }
+
+    /// The sources as a flow's first stage (each made once, in instance order).
+    fn stage(sources: Vec<Source>) -> impl Fn(usize) -> Source + 'static {
+        let slots: Mutex<Vec<Option<Source>>> = Mutex::new(sources.into_iter().map(Some).collect());
+        move |i| slots.lock().unwrap_or_else(|e| e.into_inner())[i].take().expect("each source is made once")
+    }
+
+    /// Write a flow's output as `name`, and fill in the report.
+    async fn write(
+        &self,
+        name: &DatasetName,
+        layout: RecordLayout,
+        output: &[Vec<Batch>],
+        run_blocks: u32,
+        report: &mut AppReport,
+    ) -> Result<(), AppError> {
+        for b in output.iter().flatten() {
+            report.summary.add(b);
+        }
+        let t = Instant::now();
+        let out = storage::write_output(&self.client, name, layout, output, self.sink(run_blocks), self.workers as u32)
+            .await?;
+        report.write_seconds = t.elapsed().as_secs_f64();
+        report.bytes_written = out.manifest.total_bytes();
+        report.output = Some(out.manifest);
+        Ok(())
+    }
+}
+
+fn reads_into(report: &mut AppReport, reports: &ReadReports) {
+    let reads = std::mem::take(&mut *reports.lock().unwrap_or_else(|e| e.into_inner()));
+    for r in reads {
+        report.bytes_read += r.bytes;
+        report.backup_bytes += r.stats.backup_bytes();
+    }
+}
+
+/// Parallel scan: every record of `input` read, counted and checksummed.
+pub async fn scan(setup: &Setup, input: &DatasetName) -> Result<AppReport, AppError> {
+    setup.check()?;
+    let reports = ReadReports::default();
+    let t = Instant::now();
+    let (layout, sources) = setup.sources(input, &reports).await?;
+    let summaries = Arc::new(Mutex::new(Summary::default()));
+    struct Count(Arc<Mutex<Summary>>, Summary);
+    impl Module for Count {
+        fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
+            self.1.add(&batch);
+            Ok(())
+        }
+        fn on_end(&mut self, _: &mut Out) -> Result<(), String> {
+            let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            *all = all.then(&self.1, None);
+            Ok(())
+        }
+    }
+    let s = summaries.clone();
+    let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
+        .then(Edge::Channel, "count", setup.workers, move |_| Box::new(Count(s.clone(), Summary::default())))
+        .with_seed(setup.seed);
+    let ran = flow.run().await?;
+    let mut report = AppReport { stages: ran.stages, ..AppReport::default() };
+    report.summary = *summaries.lock().unwrap_or_else(|e| e.into_inner());
+    reads_into(&mut report, &reports);
+    report.seconds = t.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Parallel generate: `records` sort-benchmark records (`seed`'s), written as `output`.
+pub async fn generate(setup: &Setup, output: &DatasetName, records: u64, seed: u64) -> Result<AppReport, AppError> {
+    setup.check()?;
+    let layout = RecordLayout::SORT_BENCHMARK;
+    let r = u64::from(layout.record_bytes);
+    let n = setup.workers as u64;
+    let t = Instant::now();
+    let make = move |i: usize| -> Source {
+        let (from, to) = (records * i as u64 / n, records * (i as u64 + 1) / n);
+        let starts = (from..to).step_by(BATCH_RECORDS);
+        Box::new(starts.map(move |s| {
+            let count = (to - s).min(BATCH_RECORDS as u64);
+            let mut buf = vec![0u8; (count * r) as usize];
+            Generator::Records { seed }.fill(s * r, &mut buf);
+            Batch::new(Bytes::from(buf), layout).map_err(|e| e.to_string())
+        }))
+    };
+    let ran = Flow::source(layout, "generate", setup.workers, make).with_seed(setup.seed).run().await?;
+    let mut report = AppReport { stages: ran.stages, ..AppReport::default() };
+    setup.write(output, layout, &ran.output, 1, &mut report).await?;
+    report.seconds = t.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// A predicate on a record.
+pub type Predicate = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+/// The predicate keeping the records whose key falls in the lowest `share` of the key space
+/// (a share of uniform keys).
+pub fn key_below(share: f64) -> Predicate {
+    let cut = (share.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
+    Arc::new(move |rec: &[u8]| {
+        let mut top = [0u8; 8];
+        let k = rec.len().min(8);
+        top[..k].copy_from_slice(&rec[..k]);
+        u64::from_be_bytes(top) < cut
+    })
+}
+
+/// Parallel filter: the records of `input` that `keep` takes, written as `output`.
+pub async fn filter(
+    setup: &Setup,
+    input: &DatasetName,
+    output: &DatasetName,
+    keep: Predicate,
+) -> Result<AppReport, AppError> {
+    setup.check()?;
+    let reports = ReadReports::default();
+    let t = Instant::now();
+    let (layout, sources) = setup.sources(input, &reports).await?;
+    struct Filter(Predicate, RecordLayout);
+    impl Module for Filter {
+        fn on_batch(&mut self, batch: Batch, out: &mut Out) -> Result<(), String> {
+            let mut kept = BytesMut::new();
+            for rec in batch.records().filter(|r| (self.0)(r)) {
+                kept.extend_from_slice(rec);
+            }
+            out.put(Batch::new(kept.freeze(), self.1).map_err(|e| e.to_string())?);
+            Ok(())
+        }
+    }
+    let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
+        .then(Edge::Channel, "filter", setup.workers, move |_| Box::new(Filter(keep.clone(), layout)))
+        .with_seed(setup.seed);
+    let ran = flow.run().await?;
+    let mut report = AppReport { stages: ran.stages, ..AppReport::default() };
+    reads_into(&mut report, &reports);
+    setup.write(output, layout, &ran.output, 1, &mut report).await?;
+    report.seconds = t.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Sorts each batch it takes into a run.
+struct SortBatches;
+
+impl Module for SortBatches {
+    fn on_batch(&mut self, batch: Batch, out: &mut Out) -> Result<(), String> {
+        out.put(batch.sorted());
+        Ok(())
+    }
+}
+
+/// Top-N, first phase and first merge: every batch of `input` sorted into a run, the runs
+/// written as `runs`, and the first `n` records in key order merged from the runs' heads.
+pub async fn topn(setup: &Setup, input: &DatasetName, runs: &DatasetName, n: usize) -> Result<AppReport, AppError> {
+    setup.check()?;
+    let reports = ReadReports::default();
+    let t = Instant::now();
+    let (layout, sources) = setup.sources(input, &reports).await?;
+    let edge = if setup.robust { Edge::Dq } else { Edge::Channel };
+    let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
+        .then(edge, "sort", setup.workers, |_| Box::new(SortBatches))
+        .with_seed(setup.seed);
+    let ran = flow.run().await?;
+    let mut report = AppReport { stages: ran.stages, ..AppReport::default() };
+    reads_into(&mut report, &reports);
+    // A run is one block or so: runs of one block to the queue.
+    setup.write(runs, layout, &ran.output, 1, &mut report).await?;
+    let heads: Vec<Batch> = ran.output.into_iter().flatten().collect();
+    report.top = merge(&heads, 0, n);
+    report.seconds = t.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Records `after..after + n` in key order of sorted `runs`, by a merge of their heads.
+pub fn merge(runs: &[Batch], after: usize, n: usize) -> Vec<Bytes> {
+    // Min-heap of (key, run, index) by the key.
+    let mut heap = BinaryHeap::new();
+    for (r, b) in runs.iter().enumerate() {
+        if !b.is_empty() {
+            heap.push(std::cmp::Reverse((b.key(0), r, 0usize)));
+        }
+    }
+    let mut out = vec![];
+    let mut skipped = 0;
+    while let Some(std::cmp::Reverse((_, r, i))) = heap.pop() {
+        if skipped < after {
+            skipped += 1;
+        } else {
+            out.push(
+                runs[r].bytes().slice(
+                    i * runs[r].layout().record_bytes as usize..(i + 1) * runs[r].layout().record_bytes as usize,
+                ),
+            );
+            if out.len() == n {
+                break;
+            }
+        }
+        if i + 1 < runs[r].len() {
+            heap.push(std::cmp::Reverse((runs[r].key(i + 1), r, i + 1)));
+        }
+    }
+    out
+}
+
+/// A dataset's records in the order they were written (a DQ-written dataset's through its
+/// origin map; any other's in its own order).
+pub async fn read_written(client: &Arc<Client>, name: &DatasetName) -> Result<(RecordLayout, Vec<Batch>), AppError> {
+    let manifest = Arc::new(client.manifest(name).await?);
+    let layout = storage::layout_of(&manifest)?;
+    let whole = Partition { offset: 0, len: manifest.total_bytes() };
+    let mut data = BytesMut::with_capacity(whole.len as usize);
+    if manifest.origin.is_some() {
+        let opts = ReadOptions::new(ReadPolicyKind::Gd);
+        let mut r = WrittenOrderReader::open(client.clone(), manifest.clone(), whole, opts, 16)?;
+        loop {
+            let b = r.read(8 << 20).await?;
+            if b.is_empty() {
+                break;
+            }
+            data.extend_from_slice(&b);
+        }
+    } else {
+        let mut s =
+            ganges_client::scan::ReadStream::open(client.clone(), manifest.clone(), whole, ReadOptions::default())?;
+        let mut blocks = vec![];
+        while let Some(b) = s.next().await? {
+            blocks.push(b);
+        }
+        blocks.sort_unstable_by_key(|b| b.dataset_offset);
+        for b in blocks {
+            data.extend_from_slice(&b.data);
+        }
+    }
+    let all = Batch::new(data.freeze(), layout).map_err(|e| AppError::Invalid(format!("`{name}`: {e}")))?;
+    Ok((layout, vec![all]))
+}
+
+/// Top-N continued: records `after..after + n` in key order, merged from the runs a
+/// [`topn`] wrote (each stretch of ascending keys in written order is a sorted run).
+pub async fn topn_next(
+    client: &Arc<Client>,
+    runs: &DatasetName,
+    after: usize,
+    n: usize,
+) -> Result<Vec<Bytes>, AppError> {
+    let (_, all) = read_written(client, runs).await?;
+    let mut sorted = vec![];
+    for b in all {
+        let mut start = 0;
+        for i in 1..b.len() {
+            if b.key(i) < b.key(i - 1) {
+                sorted.push(b.slice(start, i));
+                start = i;
+            }
+        }
+        sorted.push(b.slice(start, b.len()));
+    }
+    Ok(merge(&sorted, after, n))
+}
+
+/// A join key: the first `bytes` (1..=8) of the record, as a number.
+fn join_key(rec: &[u8], bytes: usize) -> u64 {
+    let mut top = [0u8; 8];
+    top[..bytes].copy_from_slice(&rec[..bytes]);
+    u64::from_be_bytes(top)
+}
+
+/// One worker's share of the left side: its records, by join key.
+#[derive(Default)]
+struct Table {
+    batches: Vec<Batch>,
+    by_key: HashMap<u64, Vec<(u32, u32)>>,
+}
+
+/// Parallel hash join: every pair of a record of `left` and one of `right` whose first
+/// `key_bytes` bytes are equal, written as `output` (the left record, then the right one).
+pub async fn join(
+    setup: &Setup,
+    left: &DatasetName,
+    right: &DatasetName,
+    output: &DatasetName,
+    key_bytes: u32,
+) -> Result<AppReport, AppError> {
+    setup.check()?;
+    if !(1..=8).contains(&key_bytes) {
+        return Err(AppError::Invalid(format!("a join key is 1 to 8 bytes, not {key_bytes}")));
+    }
+    let reports = ReadReports::default();
+    let t = Instant::now();
+    let tables: Arc<Vec<Mutex<Table>>> = Arc::new((0..setup.workers).map(|_| Mutex::new(Table::default())).collect());
+    // Build: the left side hashed to the workers, each keeping its share.
+    let (l_layout, sources) = setup.sources(left, &reports).await?;
+    let hashed = RecordLayout { key_bytes, ..l_layout };
+    struct Build(Arc<Vec<Mutex<Table>>>, usize, usize);
+    impl Module for Build {
+        fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
+            let mut t = self.0[self.1].lock().unwrap_or_else(|e| e.into_inner());
+            let b = t.batches.len() as u32;
+            for (i, rec) in batch.records().enumerate() {
+                t.by_key.entry(join_key(rec, self.2)).or_default().push((b, i as u32));
+            }
+            t.batches.push(batch);
+            Ok(())
+        }
+    }
+    let tb = tables.clone();
+    let k = key_bytes as usize;
+    let built = Flow::source(hashed, "read left", setup.workers, Setup::stage(sources))
+        .then(Edge::Hash, "build", setup.workers, move |i| Box::new(Build(tb.clone(), i, k)))
+        .with_seed(setup.seed)
+        .run()
+        .await?;
+    // Probe: the right side hashed the same way, each record met with its worker's table.
+    let (r_layout, sources) = setup.sources(right, &reports).await?;
+    if r_layout.record_bytes != l_layout.record_bytes {
+        return Err(AppError::Invalid(format!(
+            "`{left}` has {}-byte records and `{right}` {}-byte ones",
+            l_layout.record_bytes, r_layout.record_bytes
+        )));
+    }
+    let joined = RecordLayout { record_bytes: 2 * l_layout.record_bytes, key_bytes };
+    struct Probe(Arc<Vec<Mutex<Table>>>, usize, usize, RecordLayout);
+    impl Module for Probe {
+        fn on_batch(&mut self, batch: Batch, out: &mut Out) -> Result<(), String> {
+            let t = self.0[self.1].lock().unwrap_or_else(|e| e.into_inner());
+            let mut pairs = BytesMut::new();
+            for rec in batch.records() {
+                for &(b, i) in t.by_key.get(&join_key(rec, self.2)).into_iter().flatten() {
+                    pairs.extend_from_slice(t.batches[b as usize].record(i as usize));
+                    pairs.extend_from_slice(rec);
+                }
+            }
+            out.put(Batch::new(pairs.freeze(), self.3).map_err(|e| e.to_string())?);
+            Ok(())
+        }
+    }
+    let tp = tables.clone();
+    let probed = Flow::source(hashed, "read right", setup.workers, Setup::stage(sources))
+        .then(Edge::Hash, "probe", setup.workers, move |i| Box::new(Probe(tp.clone(), i, k, joined)))
+        .with_seed(setup.seed)
+        .run()
+        .await?;
+    drop(tables);
+    let mut report = AppReport { stages: built.stages, ..AppReport::default() };
+    report.stages.extend(probed.stages);
+    reads_into(&mut report, &reports);
+    setup.write(output, joined, &probed.output, 1, &mut report).await?;
+    report.seconds = t.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Sorts everything it takes, at the end, into runs of [`SORT_RUN_BYTES`].
+struct SortAll {
+    layout: RecordLayout,
+    taken: Vec<Batch>,
+    seen: Summary,
+    /// Every sorter's `seen`, at its end.
+    input: Arc<Mutex<Summary>>,
+}
+
+impl Module for SortAll {
+    fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
+        self.seen.add(&batch);
+        self.taken.push(batch);
+        Ok(())
+    }
+
+    fn on_end(&mut self, out: &mut Out) -> Result<(), String> {
+        {
+            let mut input = self.input.lock().unwrap_or_else(|e| e.into_inner());
+            *input = input.then(&self.seen, None);
+        }
+        let mut all = BytesMut::with_capacity(self.taken.iter().map(|b| b.bytes().len()).sum());
+        for b in self.taken.drain(..) {
+            all.extend_from_slice(b.bytes());
+        }
+        let sorted = Batch::new(all.freeze(), self.layout).map_err(|e| e.to_string())?.sorted();
+        let per = (SORT_RUN_BYTES / self.layout.record_bytes as usize).max(1);
+        for from in (0..sorted.len()).step_by(per) {
+            out.put(sorted.slice(from, (from + per).min(sorted.len())));
+        }
+        Ok(())
+    }
+}
+
+/// One-pass external sort of `input` into `output` (river Figure 17): range partition on
+/// the key's top bits, each worker sorts its range, and the sorted runs are written a whole
+/// run to a unit of the queue when robust. `output` read in written order is sorted.
+pub async fn sort(setup: &Setup, input: &DatasetName, output: &DatasetName) -> Result<AppReport, AppError> {
+    setup.check()?;
+    let reports = ReadReports::default();
+    let t = Instant::now();
+    let (layout, sources) = setup.sources(input, &reports).await?;
+    let seen = Arc::new(Mutex::new(Summary::default()));
+    let s = seen.clone();
+    let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
+        .then(Edge::Range, "sort", setup.workers, move |_| {
+            Box::new(SortAll { layout, taken: vec![], seen: Summary::default(), input: s.clone() })
+        })
+        .with_seed(setup.seed);
+    let ran = flow.run().await?;
+    let input = *seen.lock().unwrap_or_else(|e| e.into_inner());
+    let mut report = AppReport { stages: ran.stages, input, ..AppReport::default() };
+    reads_into(&mut report, &reports);
+    // A run a unit: the runs' bytes over the output's blocks (about 1 MiB each).
+    let run_bytes = ran.output.iter().flatten().map(|b| b.bytes().len()).max().unwrap_or(0);
+    let run_blocks = (run_bytes >> 20).max(1) as u32;
+    setup.write(output, layout, &ran.output, run_blocks, &mut report).await?;
+    report.seconds = t.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The sort benchmark's check of a dataset in written order: its records, whether they are
+/// in key order, and their checksum.
+pub async fn check(client: &Arc<Client>, name: &DatasetName) -> Result<Summary, AppError> {
+    let (_, batches) = read_written(client, name).await?;
+    let mut s = Summary::default();
+    for b in &batches {
+        s.add(b);
+    }
+    Ok(s)
+}

@@ -1,0 +1,317 @@
+//! Flows to and from the storage cluster: a dataset read as record batches (GD or static,
+//! FL-2's read source) and a flow's output written as a dataset (static or DQ, FL-2's sink).
+//!
+//! A read delivers blocks in whatever order its policy gets them, and a block's edges cut
+//! records in two. The [`Stitcher`] hands on each block's whole records as they are (a
+//! slice of the received bytes: no copy) and joins the cut ones when both halves are in.
+//!
+//! The sink writes the last stage's batches once the flow has ended, with ganges's own
+//! writes: all or nothing, so a flow that fails leaves no output dataset. Its blocks are
+//! whole records, so a dataset a distributed queue wrote (blocks in each server's log in the
+//! order its disk took them) still reads as whole records.
+
+use crate::flow::Source;
+use crate::records::{Batch, RecordLayout};
+use bytes::{Bytes, BytesMut};
+use ganges_client::scan::{ReadOptions, ReadReport, ReadStream};
+use ganges_client::write::{WriteOutcome, WriteSource, WriteSpec};
+use ganges_client::{Client, ClientError};
+use ganges_core::route::ceft::CeftSettings;
+use ganges_core::shape::Partition;
+use ganges_core::write::WritePolicyKind;
+use ganges_proto::manifest::{DatasetName, Manifest, RecordFormat};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Cut records collected for this many bytes are handed on as one batch.
+const STITCHED_BATCH_BYTES: usize = 256 << 10;
+
+/// Blocks of a written flow output: about 1 MiB, in whole records.
+const OUTPUT_BLOCK_BYTES: u32 = 1 << 20;
+
+/// The record layout a dataset's manifest gives.
+pub fn layout_of(manifest: &Manifest) -> Result<RecordLayout, ClientError> {
+    match manifest.records {
+        RecordFormat::Fixed { record_bytes, key_bytes } if record_bytes > 0 && key_bytes <= record_bytes => {
+            Ok(RecordLayout { record_bytes, key_bytes })
+        }
+        _ => Err(ClientError::Invalid(format!(
+            "`{}` is not a dataset of records (make one with `ganges dataset create NAME --format records`)",
+            manifest.name
+        ))),
+    }
+}
+
+/// A partition's bytes as whole records, whatever order its blocks come in.
+#[derive(Debug)]
+pub struct Stitcher {
+    layout: RecordLayout,
+    /// Records cut by a block edge: the pieces in so far, by the record's offset.
+    cut: BTreeMap<u64, Vec<(u32, Bytes)>>,
+    /// Cut records made whole, not yet handed on.
+    joined: BytesMut,
+}
+
+impl Stitcher {
+    pub fn new(layout: RecordLayout) -> Stitcher {
+        Stitcher { layout, cut: BTreeMap::new(), joined: BytesMut::new() }
+    }
+
+    /// The bytes at `offset` (records start at multiples of the record size): their whole
+    /// records, and any cut record this block completes.
+    pub fn add(&mut self, offset: u64, data: Bytes, out: &mut Vec<Batch>) {
+        let r = u64::from(self.layout.record_bytes);
+        let end = offset + data.len() as u64;
+        let first_whole = offset.div_ceil(r) * r;
+        let head_end = first_whole.min(end);
+        if offset < head_end {
+            self.piece(offset - offset % r, offset % r, data.slice(..(head_end - offset) as usize));
+        }
+        if first_whole < end {
+            let whole_end = end / r * r;
+            if first_whole < whole_end {
+                let whole = data.slice((first_whole - offset) as usize..(whole_end - offset) as usize);
+                out.push(Batch::new(whole, self.layout).expect("cut at record edges"));
+            }
+            if whole_end < end {
+                self.piece(whole_end, 0, data.slice((whole_end - offset) as usize..));
+            }
+        }
+        if self.joined.len() >= STITCHED_BATCH_BYTES {
+            out.push(self.take_joined());
+        }
+    }
+
+    fn piece(&mut self, record: u64, at: u64, bytes: Bytes) {
+        let pieces = self.cut.entry(record).or_default();
+        pieces.push((at as u32, bytes));
+        let have: usize = pieces.iter().map(|p| p.1.len()).sum();
+        if have == self.layout.record_bytes as usize {
+            let mut pieces = self.cut.remove(&record).expect("just added");
+            pieces.sort_unstable_by_key(|p| p.0);
+            for (_, b) in pieces {
+                self.joined.extend_from_slice(&b);
+            }
+        }
+    }
+
+    fn take_joined(&mut self) -> Batch {
+        Batch::new(self.joined.split().freeze(), self.layout).expect("whole records")
+    }
+
+    /// Every block is in: the last joined records, or an error if a record is still cut
+    /// (the bytes were not whole records).
+    pub fn finish(&mut self, out: &mut Vec<Batch>) -> Result<(), String> {
+        if let Some((&at, _)) = self.cut.iter().next() {
+            return Err(format!(
+                "the record at byte {at} is cut short: the data are not whole {}-byte records",
+                self.layout.record_bytes
+            ));
+        }
+        if !self.joined.is_empty() {
+            out.push(self.take_joined());
+        }
+        Ok(())
+    }
+}
+
+/// `n` consecutive partitions of whole records covering the dataset: its fragments when
+/// there are as many, else equal shares.
+pub fn record_partitions(manifest: &Manifest, layout: RecordLayout, n: usize) -> Vec<Partition> {
+    let r = u64::from(layout.record_bytes);
+    let shape = &manifest.shape;
+    if n == shape.fragment_count() as usize && shape.fragment_sizes().iter().all(|b| b % r == 0) {
+        return shape.fragment_partitions();
+    }
+    let records = shape.total_bytes() / r;
+    let cut = |i: u64| records * i / n as u64 * r;
+    (0..n as u64).map(|i| Partition { offset: cut(i), len: cut(i + 1) - cut(i) }).collect()
+}
+
+/// What the reads of a flow did, one report per source instance.
+pub type ReadReports = Arc<Mutex<Vec<ReadReport>>>;
+
+/// One source per partition, reading a dataset's records with `opts` (GD, static...): a
+/// source instance is one consumer of a collective scan. Each source's report lands in
+/// `reports` when it ends. Needs a multi-thread tokio runtime (a flow does).
+pub fn read_sources(
+    client: &Arc<Client>,
+    manifest: &Arc<Manifest>,
+    opts: ReadOptions,
+    partitions: &[Partition],
+    reports: &ReadReports,
+) -> Result<Vec<Source>, ClientError> {
+    let layout = layout_of(manifest)?;
+    let handle = tokio::runtime::Handle::current();
+    let mut out: Vec<Source> = vec![];
+    for &p in partitions {
+        if p.offset % u64::from(layout.record_bytes) != 0 || p.len % u64::from(layout.record_bytes) != 0 {
+            return Err(ClientError::Invalid(format!("partition {p:?} is not whole records")));
+        }
+        let stream = ReadStream::open(client.clone(), manifest.clone(), p, opts)?;
+        out.push(Box::new(ReadSource {
+            stream,
+            stitch: Stitcher::new(layout),
+            handle: handle.clone(),
+            ready: vec![],
+            reports: reports.clone(),
+            done: false,
+        }));
+    }
+    Ok(out)
+}
+
+struct ReadSource {
+    stream: ReadStream,
+    stitch: Stitcher,
+    handle: tokio::runtime::Handle,
+    /// Batches made and not handed on yet, last first.
+    ready: Vec<Batch>,
+    reports: ReadReports,
+    done: bool,
+}
+
+impl Iterator for ReadSource {
+    type Item = Result<Batch, String>;
+
+    /// The next batch: the flow calls this off the runtime's workers (`block_in_place`), so
+    /// waiting for the read here blocks only this source.
+    fn next(&mut self) -> Option<Result<Batch, String>> {
+        loop {
+            if let Some(b) = self.ready.pop() {
+                return Some(Ok(b));
+            }
+            if self.done {
+                return None;
+            }
+            let mut made = vec![];
+            match self.handle.block_on(self.stream.next()) {
+                Ok(Some(block)) => self.stitch.add(block.dataset_offset, block.data, &mut made),
+                Ok(None) => {
+                    self.done = true;
+                    if let Err(e) = self.stitch.finish(&mut made) {
+                        return Some(Err(e));
+                    }
+                    self.reports.lock().unwrap_or_else(|e| e.into_inner()).push(self.stream.report());
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e.to_string()));
+                }
+            }
+            made.reverse();
+            self.ready = made;
+        }
+    }
+}
+
+/// How a flow's output is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sink {
+    /// Output instance i's records to its own fragment, on a fixed server (river's
+    /// non-robust write: a slow disk holds up the whole write).
+    Static,
+    /// Through a distributed queue of the servers' disks (DQ-1), `run_blocks` blocks to a
+    /// unit (DQ-3's whole runs, so sorted runs stay whole).
+    Dq { run_blocks: u32 },
+}
+
+/// Write `output` (each instance's batches, in order; the instances one after another) as
+/// dataset `name` of one copy, with `writers` writers. The dataset in written order is the
+/// output in this order. All or nothing: on an error no dataset is left.
+pub async fn write_output(
+    client: &Arc<Client>,
+    name: &DatasetName,
+    layout: RecordLayout,
+    output: &[Vec<Batch>],
+    sink: Sink,
+    writers: u32,
+) -> Result<WriteOutcome, ClientError> {
+    let buffers: Arc<[Bytes]> = output.iter().flatten().map(|b| b.bytes().clone()).collect();
+    let total: u64 = buffers.iter().map(|b| b.len() as u64).sum();
+    let r = u64::from(layout.record_bytes);
+    if total == 0 {
+        return Err(ClientError::Invalid(format!("the flow put out no records: `{name}` is not written")));
+    }
+    // Whole records to a block, and every server at least one block (a DQ log is never empty).
+    let per_server = (total / r / u64::from(client.nodes())).max(1);
+    let block = (u64::from(OUTPUT_BLOCK_BYTES) / r).clamp(1, per_server) * r;
+    let blocks = total.div_ceil(block);
+    let (policy, run_blocks) = match sink {
+        Sink::Static => (WritePolicyKind::Static, 1),
+        Sink::Dq { run_blocks } => {
+            (WritePolicyKind::Dq, run_blocks.clamp(1, (blocks / u64::from(writers)).max(1) as u32))
+        }
+    };
+    let spec = WriteSpec {
+        name: name.clone(),
+        writers: writers.clamp(1, blocks as u32),
+        total_bytes: total,
+        block_bytes: block as u32,
+        replicas: 1,
+        policy,
+        window: 4,
+        source: WriteSource::Buffers(buffers),
+        complete: false,
+        run_blocks,
+        ceft: CeftSettings::default(),
+        mirrored: false,
+        records: RecordFormat::Fixed { record_bytes: layout.record_bytes, key_bytes: layout.key_bytes },
+    };
+    ganges_client::write::write(client, spec, None).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::Summary;
+    use ganges_core::datagen::Generator;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Blocks cut anywhere and delivered in any order make the same records.
+        #[test]
+        fn stitched_blocks_are_the_records(
+            records in 1usize..60,
+            block in 1usize..450,
+            order_seed in any::<u64>(),
+        ) {
+            let layout = RecordLayout::SORT_BENCHMARK;
+            let mut data = vec![0u8; records * 100];
+            Generator::Records { seed: 3 }.fill(0, &mut data);
+            let data = Bytes::from(data);
+            let mut blocks: Vec<(u64, Bytes)> = (0..data.len())
+                .step_by(block)
+                .map(|o| (o as u64, data.slice(o..(o + block).min(data.len()))))
+                .collect();
+            let mut s = order_seed;
+            for i in (1..blocks.len()).rev() {
+                s = ganges_core::datagen::mix64(s);
+                blocks.swap(i, (s % (i as u64 + 1)) as usize);
+            }
+            let mut st = Stitcher::new(layout);
+            let mut out = vec![];
+            for (o, b) in blocks {
+                st.add(o, b, &mut out);
+            }
+            st.finish(&mut out).unwrap();
+            let (mut want, mut got) = (Summary::default(), Summary::default());
+            want.add(&Batch::new(data, layout).unwrap());
+            for b in &out {
+                got.add(b);
+            }
+            prop_assert!(want.same_records(&got), "{want:?} {got:?}");
+        }
+    }
+
+    #[test]
+    fn whole_records_inside_a_block_are_not_copied() {
+        let data = Bytes::from(vec![7u8; 1000]);
+        let mut st = Stitcher::new(RecordLayout::SORT_BENCHMARK);
+        let mut out = vec![];
+        st.add(50, data.slice(50..1000), &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].bytes().as_ptr(), data[100..].as_ptr());
+        assert!(st.finish(&mut out).is_err(), "the first record is still cut");
+    }
+}
