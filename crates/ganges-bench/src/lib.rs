@@ -4,6 +4,8 @@
 //! - [`scan`]: `ganges bench scan` and the demo: read policies against the two ideals.
 //! - [`write`]: `ganges bench write`: write policies against the same ideals, and replica
 //!   completion.
+//! - [`apps`]: `ganges bench apps`: River's query primitives, static and robust, against the
+//!   ideal.
 //! - [`transport`]: `ganges bench transport`: what the secret and TLS cost on the data path.
 //! - [`live`]: `ganges bench dashboard`: what the live dashboard costs.
 //! - [`real`]: real disks and real faults for the benches (`--real`): calibration and caps.
@@ -11,6 +13,7 @@
 //! - [`plot`]: SVG and PNG line charts.
 //! - [`util`]: the benches' error type, progress bars, tables.
 
+pub mod apps;
 pub mod array;
 pub mod live;
 pub mod plot;

@@ -918,6 +918,37 @@ pub(crate) enum BenchCmd {
         after_help = "Examples:\n  ganges bench array --json array.json --plot array.svg\n  ganges bench array --quick\n  ganges bench array --figures iterations --iteration-servers 2,16"
     )]
     Array(Box<BenchArrayArgs>),
+    /// River's query primitives (Figure 15): scan, generate, filter, top-N, join and sort,
+    /// static and robust, with 0 to all disks slow, against the ideal
+    #[command(
+        after_help = "Examples:\n  ganges bench apps --json apps.json --plot apps.svg\n  ganges bench apps --quick\n  ganges bench apps --apps sort --slow 0,8 --nodes 8"
+    )]
+    Apps {
+        #[arg(long, default_value_t = 16)]
+        nodes: u32,
+        /// Input on each disk (100-byte records; two copies)
+        #[arg(long, default_value = "64MiB")]
+        per_disk: ByteSize,
+        #[arg(long, default_value = "32MiB/s")]
+        disk_rate: Rate,
+        /// Disk model seek cost, paid when switching between files
+        #[arg(long, default_value = "4ms")]
+        seek: Dur,
+        /// Slow disk counts (a slow disk has half the rate) [default: 0,1,2,4,8,16 of 16]
+        #[arg(long, value_delimiter = ',')]
+        slow: Option<Vec<u32>>,
+        /// Which primitives: scan, generate, filter, topn, join, sort [default: all]
+        #[arg(long, value_delimiter = ',')]
+        apps: Option<Vec<String>>,
+        /// A smaller run: 8 servers, 16 MiB per disk, 0, 1 and 4 slow
+        #[arg(long)]
+        quick: bool,
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Draw each primitive's fraction of the ideal against slow disks (.svg or .png)
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
+    },
     /// What securing connections costs on the data path: plain, the cluster secret, and TLS,
     /// one consumer reading one server from the page cache, in one run
     #[command(after_help = "Example:\n  ganges bench transport --size 1GiB --repeat 5")]

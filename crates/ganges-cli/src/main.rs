@@ -174,6 +174,29 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Bench { cmd: BenchCmd::Scan(a) } => bench_scan(*a),
         Cmd::Bench { cmd: BenchCmd::Write(a) } => bench_write(*a),
         Cmd::Bench { cmd: BenchCmd::Array(a) } => bench_array(*a),
+        Cmd::Bench { cmd: BenchCmd::Apps { nodes, per_disk, disk_rate, seek, slow, apps, quick, json, plot } } => {
+            use ganges_bench::apps::{self as bench_apps, App};
+            let (nodes, per_disk) = if quick { (8, 16 << 20) } else { (nodes, per_disk.0) };
+            let slow = slow.unwrap_or_else(|| {
+                let all = if quick { vec![0, 1, 4] } else { vec![0, 1, 2, 4, 8, 16] };
+                all.into_iter().filter(|&s| s <= nodes).collect()
+            });
+            let apps = match apps {
+                Some(v) => v.iter().map(|a| a.parse::<App>()).collect::<Result<Vec<_>, _>>().map_err(CliError::Failed)?,
+                None => App::ALL.to_vec(),
+            };
+            let spec = bench_apps::AppsBenchSpec {
+                nodes,
+                per_disk,
+                disk: DiskParams { rate_bytes_per_sec: disk_rate.0, seek: seek.0, queue_depth: 1 },
+                slow,
+                apps,
+                binary: binary()?,
+            };
+            let report = bench_apps::run(&spec)?;
+            print!("{}", bench_apps::render(&report));
+            Ok(bench_apps::write_outputs(&report, json.as_ref(), plot.as_ref())?)
+        }
         Cmd::Bench { cmd: BenchCmd::Transport { size, block_size, repeat, json } } => {
             let spec = ganges_bench::transport::TransportBenchSpec {
                 bytes: size.0,
