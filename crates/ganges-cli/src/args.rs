@@ -940,6 +940,12 @@ pub(crate) enum BenchCmd {
         /// Which primitives: scan, generate, filter, topn, join, sort [default: all]
         #[arg(long, value_delimiter = ',')]
         apps: Option<Vec<String>>,
+        /// Which disks are slow: best (spread out), worst (adjacent), random
+        #[arg(long, default_value = "best")]
+        fault_layout: FaultLayout,
+        /// Runs of each (the median is shown)
+        #[arg(long, default_value_t = 1)]
+        repeat: u32,
         /// A smaller run: 8 servers, 16 MiB per disk, 0, 1 and 4 slow
         #[arg(long)]
         quick: bool,

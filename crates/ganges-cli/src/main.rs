@@ -174,7 +174,10 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Bench { cmd: BenchCmd::Scan(a) } => bench_scan(*a),
         Cmd::Bench { cmd: BenchCmd::Write(a) } => bench_write(*a),
         Cmd::Bench { cmd: BenchCmd::Array(a) } => bench_array(*a),
-        Cmd::Bench { cmd: BenchCmd::Apps { nodes, per_disk, disk_rate, seek, slow, apps, quick, json, plot } } => {
+        Cmd::Bench {
+            cmd:
+                BenchCmd::Apps { nodes, per_disk, disk_rate, seek, slow, apps, fault_layout, repeat, quick, json, plot },
+        } => {
             use ganges_bench::apps::{self as bench_apps, App};
             let (nodes, per_disk) = if quick { (8, 16 << 20) } else { (nodes, per_disk.0) };
             let slow = slow.unwrap_or_else(|| {
@@ -182,7 +185,9 @@ fn run(cli: Cli) -> CliResult<()> {
                 all.into_iter().filter(|&s| s <= nodes).collect()
             });
             let apps = match apps {
-                Some(v) => v.iter().map(|a| a.parse::<App>()).collect::<Result<Vec<_>, _>>().map_err(CliError::Failed)?,
+                Some(v) => {
+                    v.iter().map(|a| a.parse::<App>()).collect::<Result<Vec<_>, _>>().map_err(CliError::Failed)?
+                }
                 None => App::ALL.to_vec(),
             };
             let spec = bench_apps::AppsBenchSpec {
@@ -191,6 +196,8 @@ fn run(cli: Cli) -> CliResult<()> {
                 disk: DiskParams { rate_bytes_per_sec: disk_rate.0, seek: seek.0, queue_depth: 1 },
                 slow,
                 apps,
+                fault_layout,
+                repeat,
                 binary: binary()?,
             };
             let report = bench_apps::run(&spec)?;

@@ -149,9 +149,13 @@ fn print_report(version: &str, workers: usize, r: &AppReport) {
         ByteSize(r.bytes_written),
         r.write_seconds,
     );
-    match &r.output {
-        Some(m) => println!("output `{}`: {} records, checksum {:x}", m.name, r.summary.records, r.summary.checksum),
-        None => println!("{} records, checksum {:x}", r.summary.records, r.summary.checksum),
+    let what = match &r.output {
+        Some(m) => format!("output `{}`: {} records", m.name, r.summary.records),
+        None => format!("{} records", r.summary.records),
+    };
+    match r.summary.checksum {
+        0 => println!("{what}"),
+        sum => println!("{what}, checksum {sum:x}"),
     }
 }
 

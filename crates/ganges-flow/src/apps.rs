@@ -25,17 +25,15 @@ use crate::storage::{self, ReadReports, Sink};
 use bytes::{Bytes, BytesMut};
 use ganges_client::scan::ReadOptions;
 use ganges_client::stream::WrittenOrderReader;
+use ganges_client::write::WriteSource;
 use ganges_client::{Client, ClientError};
 use ganges_core::datagen::Generator;
 use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::Partition;
 use ganges_proto::manifest::{DatasetName, Manifest};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-/// Records a generator or a sorter puts in one batch: about 1 MiB.
-const BATCH_RECORDS: usize = 10_485;
 
 /// Bytes of a sorted run a sorter hands the distributed queue whole (river §7.2.2: k runs
 /// per sorter). Two output blocks: coarse enough to keep a run together on one disk, fine
@@ -183,27 +181,27 @@ pub async fn scan(setup: &Setup, input: &DatasetName) -> Result<AppReport, AppEr
     Ok(report)
 }
 
-/// Parallel generate: `records` sort-benchmark records (`seed`'s), written as `output`.
+/// Parallel generate: `records` sort-benchmark records (`seed`'s), written as `output`. The
+/// generator is the writers' own source: each makes its records as its blocks go out, so
+/// making them overlaps writing them (through a distributed queue of the disks, when robust).
 pub async fn generate(setup: &Setup, output: &DatasetName, records: u64, seed: u64) -> Result<AppReport, AppError> {
     setup.check()?;
     let layout = RecordLayout::SORT_BENCHMARK;
-    let r = u64::from(layout.record_bytes);
-    let n = setup.workers as u64;
     let t = Instant::now();
-    let make = move |i: usize| -> Source {
-        let (from, to) = (records * i as u64 / n, records * (i as u64 + 1) / n);
-        let starts = (from..to).step_by(BATCH_RECORDS);
-        Box::new(starts.map(move |s| {
-            let count = (to - s).min(BATCH_RECORDS as u64);
-            let mut buf = vec![0u8; (count * r) as usize];
-            Generator::Records { seed }.fill(s * r, &mut buf);
-            Batch::new(Bytes::from(buf), layout).map_err(|e| e.to_string())
-        }))
+    let total = records * u64::from(layout.record_bytes);
+    let source = WriteSource::Generated(Generator::Records { seed });
+    let out = storage::write_records(&setup.client, output, layout, source, total, setup.sink(1), setup.workers as u32)
+        .await?;
+    let seconds = t.elapsed().as_secs_f64();
+    let mut report = AppReport {
+        seconds,
+        write_seconds: seconds,
+        bytes_written: out.manifest.total_bytes(),
+        output: Some(out.manifest),
+        ..AppReport::default()
     };
-    let ran = Flow::source(layout, "generate", setup.workers, make).with_seed(setup.seed).run().await?;
-    let mut report = AppReport { stages: ran.stages, ..AppReport::default() };
-    setup.write(output, layout, &ran.output, 1, &mut report).await?;
-    report.seconds = t.elapsed().as_secs_f64();
+    // Counted, not checksummed: the records were made by the writers.
+    report.summary.records = records;
     Ok(report)
 }
 
@@ -381,11 +379,24 @@ fn join_key(rec: &[u8], bytes: usize) -> u64 {
     u64::from_be_bytes(top)
 }
 
-/// One worker's share of the left side: its records, by join key.
+/// One worker's share of the left side: its records, and (once built) their join keys in
+/// order with where each record is, so a probe is a binary search (no allocation per key).
 #[derive(Default)]
 struct Table {
     batches: Vec<Batch>,
-    by_key: HashMap<u64, Vec<(u32, u32)>>,
+    /// (join key, batch, record), sorted once the build ends.
+    keys: Vec<(u64, u32, u32)>,
+}
+
+impl Table {
+    /// The records whose join key is `key`.
+    fn matching(&self, key: u64) -> impl Iterator<Item = &[u8]> + '_ {
+        let from = self.keys.partition_point(|e| e.0 < key);
+        self.keys[from..]
+            .iter()
+            .take_while(move |e| e.0 == key)
+            .map(|e| self.batches[e.1 as usize].record(e.2 as usize))
+    }
 }
 
 /// Parallel hash join: every pair of a record of `left` and one of `right` whose first
@@ -413,9 +424,14 @@ pub async fn join(
             let mut t = self.0[self.1].lock().unwrap_or_else(|e| e.into_inner());
             let b = t.batches.len() as u32;
             for (i, rec) in batch.records().enumerate() {
-                t.by_key.entry(join_key(rec, self.2)).or_default().push((b, i as u32));
+                let key = join_key(rec, self.2);
+                t.keys.push((key, b, i as u32));
             }
             t.batches.push(batch);
+            Ok(())
+        }
+        fn on_end(&mut self, _: &mut Out) -> Result<(), String> {
+            self.0[self.1].lock().unwrap_or_else(|e| e.into_inner()).keys.sort_unstable();
             Ok(())
         }
     }
@@ -441,8 +457,8 @@ pub async fn join(
             let t = self.0[self.1].lock().unwrap_or_else(|e| e.into_inner());
             let mut pairs = BytesMut::new();
             for rec in batch.records() {
-                for &(b, i) in t.by_key.get(&join_key(rec, self.2)).into_iter().flatten() {
-                    pairs.extend_from_slice(t.batches[b as usize].record(i as usize));
+                for left in t.matching(join_key(rec, self.2)) {
+                    pairs.extend_from_slice(left);
                     pairs.extend_from_slice(rec);
                 }
             }
@@ -486,11 +502,7 @@ impl Module for SortAll {
             let mut input = self.input.lock().unwrap_or_else(|e| e.into_inner());
             *input = input.then(&self.seen, None);
         }
-        let mut all = BytesMut::with_capacity(self.taken.iter().map(|b| b.bytes().len()).sum());
-        for b in self.taken.drain(..) {
-            all.extend_from_slice(b.bytes());
-        }
-        let sorted = Batch::new(all.freeze(), self.layout).map_err(|e| e.to_string())?.sorted();
+        let sorted = crate::records::sorted_records(&std::mem::take(&mut self.taken), self.layout);
         let per = (SORT_RUN_BYTES / self.layout.record_bytes as usize).max(1);
         for from in (0..sorted.len()).step_by(per) {
             out.put(sorted.slice(from, (from + per).min(sorted.len())));

@@ -229,9 +229,26 @@ pub async fn write_output(
 ) -> Result<WriteOutcome, ClientError> {
     let buffers: Arc<[Bytes]> = output.iter().flatten().map(|b| b.bytes().clone()).collect();
     let total: u64 = buffers.iter().map(|b| b.len() as u64).sum();
-    let r = u64::from(layout.record_bytes);
     if total == 0 {
         return Err(ClientError::Invalid(format!("the flow put out no records: `{name}` is not written")));
+    }
+    write_records(client, name, layout, WriteSource::Buffers(buffers), total, sink, writers).await
+}
+
+/// Write `total` bytes of records from `source` as dataset `name` (a generator's records
+/// are made by the writers as they go: generate's producer feeding the sink directly).
+pub async fn write_records(
+    client: &Arc<Client>,
+    name: &DatasetName,
+    layout: RecordLayout,
+    source: WriteSource,
+    total: u64,
+    sink: Sink,
+    writers: u32,
+) -> Result<WriteOutcome, ClientError> {
+    let r = u64::from(layout.record_bytes);
+    if total == 0 || !total.is_multiple_of(r) {
+        return Err(ClientError::Invalid(format!("{total} bytes are not whole {r}-byte records")));
     }
     // Whole records to a block, and every server at least one block (a DQ log is never empty).
     let per_server = (total / r / u64::from(client.nodes())).max(1);
@@ -251,7 +268,7 @@ pub async fn write_output(
         replicas: 1,
         policy,
         window: 4,
-        source: WriteSource::Buffers(buffers),
+        source,
         complete: false,
         run_blocks,
         ceft: CeftSettings::default(),
