@@ -231,7 +231,7 @@ impl Bench<'_> {
 
     /// One run of `app`, checked, its output removed after.
     async fn one(&self, app: App, robust: bool, slow: u32) -> BenchResult<Row> {
-        let setup = Setup { client: self.client.clone(), workers: self.spec.nodes as usize, robust, seed: 1 };
+        let setup = Setup::in_process(self.client.clone(), self.spec.nodes as usize, robust, 1);
         let (input, out) = (name("input"), name("output"));
         let cpu = process_cpu_secs();
         let r = match app {

@@ -93,6 +93,14 @@ pub(crate) enum Cmd {
         #[command(subcommand)]
         cmd: RunCmd,
     },
+    /// One worker of a `ganges run` started by a launcher: each rank is a worker
+    #[command(
+        after_help = "Examples:\n  mpirun -n 8 ganges worker sort recs sorted\n  srun -n 16 ganges worker filter recs few --keep 0.1"
+    )]
+    Worker {
+        #[command(subcommand)]
+        cmd: RunCmd,
+    },
     /// Read a whole dataset, one consumer per fragment, and check every byte arrived once
     #[command(after_help = "Example:\n  ganges scan events --policy gd")]
     Scan {
@@ -1456,6 +1464,13 @@ pub(crate) struct FlowArgs {
     /// Seeds the distributed queues' choices
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
+    /// Every worker a task of this process, instead of a process of its own
+    #[arg(long)]
+    pub(crate) in_process: bool,
+    /// `ganges worker`: the id every worker of the run is given [default: the launcher's
+    /// job id]
+    #[arg(long)]
+    pub(crate) run_id: Option<String>,
     #[command(flatten)]
     pub(crate) cluster: ClusterArg,
 }

@@ -34,6 +34,8 @@ pub enum CliError {
     Node(#[from] ganges_server::node::NodeError),
     #[error(transparent)]
     App(#[from] ganges_flow::apps::AppError),
+    #[error(transparent)]
+    Mesh(#[from] ganges_flow::mesh::MeshError),
 }
 
 impl CliError {

@@ -57,7 +57,10 @@ fn main() {
     // Processes a harness started (servers, stresses, the supervisor) tie themselves to their
     // parent first: they die with it, or leave its session. Not a competing reader, which
     // inherits its server's environment and ties itself to the server (`--parent`).
-    let started = matches!(cli.cmd, Cmd::Serve(_) | Cmd::Stress(_) | Cmd::Local { cmd: LocalCmd::Supervise(_) });
+    let started = matches!(
+        cli.cmd,
+        Cmd::Serve(_) | Cmd::Stress(_) | Cmd::Worker { .. } | Cmd::Local { cmd: LocalCmd::Supervise(_) }
+    );
     if started && let Err(e) = ganges_harness::sys::apply_tie() {
         eprintln!("error: tying this process to its parent: {e}");
         std::process::exit(1);
@@ -105,7 +108,8 @@ fn run(cli: Cli) -> CliResult<()> {
                 commands::write(&a.cluster.path(), args).await
             })
         }
-        Cmd::Run { cmd } => run_cmd(cmd),
+        Cmd::Run { cmd } => run_cmd(cmd, false),
+        Cmd::Worker { cmd } => run_cmd(cmd, true),
         Cmd::Scan { name: n, policy, window, plot_progress, metrics_listen, settings, cluster } => {
             let opts = ReadOptions::new(policy).with_settings(settings.settings()?);
             let opts = window.map_or(opts, |w| opts.with_window(w));
@@ -561,8 +565,9 @@ async fn array_cmd(cmd: ArrayCmd) -> CliResult<()> {
     }
 }
 
-fn run_cmd(cmd: RunCmd) -> CliResult<()> {
-    use ganges_cli::run::{App, RunArgs, default_runs};
+/// `ganges run` (`worker`: `ganges worker`, one rank of a launched run).
+fn run_cmd(cmd: RunCmd, worker: bool) -> CliResult<()> {
+    use ganges_cli::run::{App, RunArgs, Workers, default_runs, worker_place};
     let (app, flow) = match cmd {
         RunCmd::Scan { input, flow } => (App::Scan { input: name(&input)? }, flow),
         RunCmd::Generate { output, size, data_seed, flow } => {
@@ -593,11 +598,27 @@ fn run_cmd(cmd: RunCmd) -> CliResult<()> {
             (App::Sort { input: name(&input)?, output: name(&output)?, check }, flow)
         }
         RunCmd::Check { name: n, cluster } => {
-            let args = RunArgs { app: App::Check { name: name(&n)? }, workers: Some(1), robust: true, seed: 1 };
+            let args = RunArgs {
+                app: App::Check { name: name(&n)? },
+                workers: Some(1),
+                robust: true,
+                seed: 1,
+                placement: Workers::InProcess,
+            };
             return runtime()?.block_on(ganges_cli::run::run(&cluster.path(), args));
         }
     };
-    let args = RunArgs { app, workers: flow.workers, robust: !flow.fixed, seed: flow.seed };
+    let placement = if worker {
+        worker_place(flow.run_id.as_deref())?
+    } else if flow.in_process || matches!(app, App::TopN { after: Some(_), .. }) {
+        Workers::InProcess
+    } else {
+        // The others run what this one was asked: the command line after `run`.
+        let argv: Vec<String> = std::env::args().collect();
+        let at = argv.iter().position(|a| a == "run").map_or(argv.len(), |i| i + 1);
+        Workers::Launch { args: argv[at..].to_vec() }
+    };
+    let args = RunArgs { app, workers: flow.workers, robust: !flow.fixed, seed: flow.seed, placement };
     runtime()?.block_on(ganges_cli::run::run(&flow.cluster.path(), args))
 }
 

@@ -5,6 +5,7 @@ use crate::error::{CliResult, fail};
 use bytes::Bytes;
 use ganges_bench::util::Table;
 use ganges_core::units::{ByteSize, mb_per_sec};
+use ganges_flow::Mesh;
 use ganges_flow::apps::{self, AppReport, Setup};
 use ganges_flow::records::Summary;
 use ganges_proto::manifest::DatasetName;
@@ -50,6 +51,23 @@ pub enum App {
     },
 }
 
+/// Where the workers run.
+#[derive(Clone, Debug)]
+pub enum Workers {
+    /// Every worker a task of this process.
+    InProcess,
+    /// Start the workers as processes of this machine: this one is worker 0, and `args` (the
+    /// command line after `run`) start the others as `ganges worker ARGS`.
+    Launch { args: Vec<String> },
+    /// One worker of a run started elsewhere (by `ganges run`, or a launcher: mpirun, srun).
+    Worker { rank: u32, size: u32, run: u64 },
+}
+
+/// Environment of a worker `ganges run` starts: its rank, the run's size and id.
+pub const RANK_ENV: &str = "GANGES_WORKER_RANK";
+pub const SIZE_ENV: &str = "GANGES_WORKER_SIZE";
+pub const RUN_ENV: &str = "GANGES_RUN_ID";
+
 #[derive(Clone, Debug)]
 pub struct RunArgs {
     pub app: App,
@@ -57,6 +75,96 @@ pub struct RunArgs {
     pub workers: Option<usize>,
     pub robust: bool,
     pub seed: u64,
+    pub placement: Workers,
+}
+
+/// This worker's rank, the run's size and its id, for `ganges worker`: from `ganges run`'s
+/// environment, else the launcher's (`mpirun`'s, `srun`'s) with `run_id` or the launcher's
+/// job id naming the run.
+pub fn worker_place(run_id: Option<&str>) -> CliResult<Workers> {
+    let get = |k: &str| std::env::var(k).ok();
+    let (rank, size) = match (get(RANK_ENV), get(SIZE_ENV)) {
+        (Some(r), Some(s)) => match (r.parse(), s.parse()) {
+            (Ok(r), Ok(s)) => (r, s),
+            _ => return fail(format!("{RANK_ENV}={r} and {SIZE_ENV}={s} are not numbers")),
+        },
+        _ => match ganges_client::array::launcher_rank() {
+            Some(x) => x,
+            None => return fail("a worker's rank is not set: run it under `ganges run`, mpirun or srun"),
+        },
+    };
+    let job = run_id
+        .map(str::to_string)
+        .or_else(|| get(RUN_ENV))
+        .or_else(|| get("PMIX_NAMESPACE"))
+        .or_else(|| get("OMPI_MCA_ess_base_jobid"))
+        .or_else(|| Some(format!("{}.{}", get("SLURM_JOB_ID")?, get("SLURM_STEP_ID").unwrap_or_default())));
+    let Some(job) = job else {
+        return fail("the workers of a run need one id: give every worker the same --run-id");
+    };
+    // FNV-1a of the job's name, unless it is the hex id `ganges run` gave.
+    let fnv =
+        |s: &str| s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let run = u64::from_str_radix(&job, 16).unwrap_or_else(|_| fnv(&job));
+    Ok(Workers::Worker { rank, size, run })
+}
+
+/// The other workers of a launched run, killed if this one ends first.
+struct Children(Vec<(u32, std::process::Child)>);
+
+impl Children {
+    fn start(args: &[String], size: u32, run: u64) -> CliResult<Children> {
+        let exe = std::env::current_exe()?;
+        let mut children = Children(vec![]);
+        for rank in 1..size {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.arg("worker")
+                .args(args)
+                .env(RANK_ENV, rank.to_string())
+                .env(SIZE_ENV, size.to_string())
+                .env(RUN_ENV, format!("{run:x}"))
+                .stdout(std::process::Stdio::null());
+            ganges_harness::sys::tie_to_parent(&mut cmd, false);
+            children.0.push((rank, cmd.spawn()?));
+        }
+        Ok(children)
+    }
+
+    /// The first worker to end (a worker ends only once the run has, or when it failed).
+    async fn first_exit(&mut self) -> String {
+        loop {
+            for (rank, c) in &mut self.0 {
+                match c.try_wait() {
+                    Ok(Some(status)) => return format!("worker {rank} ended before the run began ({status})"),
+                    Ok(None) => {}
+                    Err(e) => return format!("worker {rank}: {e}"),
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Wait for every worker; the first that failed.
+    fn wait(mut self) -> CliResult<()> {
+        let mut first = None;
+        for (rank, c) in &mut self.0 {
+            let status = c.wait()?;
+            if !status.success() && first.is_none() {
+                first = Some(format!("worker {rank} failed ({status})"));
+            }
+        }
+        self.0.clear();
+        first.map_or(Ok(()), fail)
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 pub async fn run(cluster: &Path, a: RunArgs) -> CliResult<()> {
@@ -65,26 +173,71 @@ pub async fn run(cluster: &Path, a: RunArgs) -> CliResult<()> {
     if workers == 0 {
         return fail("--workers must be at least 1");
     }
-    let setup = Setup { client: client.clone(), workers, robust: a.robust, seed: a.seed };
+    let (mesh, children) = match &a.placement {
+        Workers::InProcess => (None, None),
+        Workers::Launch { args } => {
+            let run: u64 = rand::random();
+            let mut children = Children::start(args, workers as u32, run)?;
+            // A worker that dies before the others have met fails the run now, not when
+            // the meeting times out.
+            let mesh = tokio::select! {
+                m = Mesh::join(&client, run, 0, workers as u32) => m?,
+                why = children.first_exit() => return fail(why),
+            };
+            (Some(mesh), Some(children))
+        }
+        Workers::Worker { rank, size, run } => {
+            if a.workers.is_some_and(|w| w != *size as usize) {
+                return fail(format!("--workers {workers}, but the launcher started {size}"));
+            }
+            (Some(Mesh::join(&client, *run, *rank, *size).await?), None)
+        }
+    };
+    let workers = mesh.as_ref().map_or(workers, |m| m.size() as usize);
+    let setup = Setup { client: client.clone(), workers, robust: a.robust, seed: a.seed, mesh: mesh.clone() };
+    let result = run_app(&setup, &client, &a).await;
+    if let Some(m) = &mesh
+        && result.is_ok()
+    {
+        m.leave().await;
+    }
+    result?;
+    match children {
+        Some(c) => c.wait(),
+        None => Ok(()),
+    }
+}
+
+async fn run_app(setup: &Setup, client: &std::sync::Arc<ganges_client::Client>, a: &RunArgs) -> CliResult<()> {
+    let workers = setup.workers;
+    let leads = setup.leads();
+    let client = client.clone();
     let version = if a.robust { "robust" } else { "static" };
     let report = match &a.app {
-        App::Scan { input } => apps::scan(&setup, input).await?,
-        App::Generate { output, records, seed } => apps::generate(&setup, output, *records, *seed).await?,
-        App::Filter { input, output, keep } => apps::filter(&setup, input, output, apps::key_below(*keep)).await?,
+        App::Scan { input } => apps::scan(setup, input).await?,
+        App::Generate { output, records, seed } => apps::generate(setup, output, *records, *seed).await?,
+        App::Filter { input, output, keep } => apps::filter(setup, input, output, apps::key_below(*keep)).await?,
         App::TopN { runs, n, after: Some(after), .. } => {
-            let top = apps::topn_next(&client, runs, *after, *n).await?;
-            print_records(&top, *after);
+            if leads {
+                let top = apps::topn_next(&client, runs, *after, *n).await?;
+                print_records(&top, *after);
+            }
             return Ok(());
         }
         App::TopN { input, runs, n, after: None } => {
-            let r = apps::topn(&setup, input, runs, *n).await?;
-            print_records(&r.top, 0);
-            println!("(the next {n}: ganges run topn {input} --runs {runs} --n {n} --after {})", r.top.len());
+            let r = apps::topn(setup, input, runs, *n).await?;
+            if leads {
+                print_records(&r.top, 0);
+                println!("(the next {n}: ganges run topn {input} --runs {runs} --n {n} --after {})", r.top.len());
+            }
             r
         }
-        App::Join { left, right, output, key_bytes } => apps::join(&setup, left, right, output, *key_bytes).await?,
+        App::Join { left, right, output, key_bytes } => apps::join(setup, left, right, output, *key_bytes).await?,
         App::Sort { input, output, check } => {
-            let r = apps::sort(&setup, input, output).await?;
+            let r = apps::sort(setup, input, output).await?;
+            if !leads {
+                return Ok(());
+            }
             print_report(version, workers, &r);
             if !check {
                 return Ok(());
@@ -101,12 +254,17 @@ pub async fn run(cluster: &Path, a: RunArgs) -> CliResult<()> {
             return Ok(());
         }
         App::Check { name } => {
+            if !leads {
+                return Ok(());
+            }
             let s = apps::check(&client, name).await?;
             print_check(name, &s);
             return if s.unordered == 0 { Ok(()) } else { fail(format!("`{name}` is not in key order")) };
         }
     };
-    print_report(version, workers, &report);
+    if leads {
+        print_report(version, workers, &report);
+    }
     Ok(())
 }
 

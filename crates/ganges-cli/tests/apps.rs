@@ -53,7 +53,7 @@ async fn every_primitive_gives_the_reference_result_static_and_robust() {
         // Three workers on four servers: partitions are not fragments.
         for workers in [4, 3] {
             let v = format!("{}{workers}", if robust { "r" } else { "s" });
-            let setup = Setup { client: client.clone(), workers, robust, seed: 7 };
+            let setup = Setup::in_process(client.clone(), workers, robust, 7);
 
             let scan = apps::scan(&setup, &name("left")).await.unwrap();
             let mut want = Summary::default();
@@ -104,7 +104,7 @@ async fn a_primitive_refuses_what_it_cannot_run_and_leaves_nothing() {
     let client = c.client().await;
     create(&client, "bytes", vec![1 << 20; 3], 1 << 16, 2, Generator::Random { seed: 1 }).await;
     create(&client, "recs", vec![3_000 * R as u64; 3], 1 << 16, 2, Generator::Records { seed: 1 }).await;
-    let setup = Setup { client: client.clone(), workers: 3, robust: true, seed: 1 };
+    let setup = Setup::in_process(client.clone(), 3, true, 1);
 
     let e = apps::scan(&setup, &name("bytes")).await.unwrap_err();
     assert!(e.to_string().contains("not a dataset of records"), "{e}");
@@ -143,4 +143,91 @@ fn ganges_run_sorts_and_checks_from_the_shell() {
     assert!(out.lines().next().unwrap().trim_start().starts_with("3 "), "{out}");
     let err = fails(&[&["run", "filter", "g", "f", "--keep", "2"][..], &cl].concat(), 1);
     assert!(err.contains("between 0 and 1"), "{err}");
+}
+
+/// The line a primitive ends with: its records and checksum.
+fn result_line(out: &str) -> String {
+    out.lines().last().unwrap_or_default().to_string()
+}
+
+/// Workers as processes: `ganges run` starts them (the default) and gives what one process
+/// gives; ranks started by a launcher (here by hand, as mpirun would: its environment)
+/// find each other through the servers; a killed worker fails the run, leaving nothing.
+#[test]
+fn workers_as_processes_agree_with_one_process_and_a_killed_one_fails_the_run() {
+    let c = start(3, disk(30.0));
+    let path = c.root.path().join("cluster.toml");
+    c.local.cluster().save(&path).unwrap();
+    let cl = path.to_str().unwrap();
+    ok(&["dataset", "create", "recs", "--size", "6MB", "--format", "records", "--cluster", cl]);
+
+    let out = ok(&["run", "sort", "recs", "sorted", "--check", "--cluster", cl]);
+    assert!(out.contains("valid: the records of `recs`, in key order"), "{out}");
+    for (app, extra) in [("scan", vec!["recs"]), ("join", vec!["recs", "recs"])] {
+        let mut procs = vec!["run", app];
+        procs.extend(&extra);
+        let mut tasks = procs.clone();
+        if app == "join" {
+            procs.extend(["jp", "--key-bytes", "2"]);
+            tasks.extend(["jt", "--key-bytes", "2"]);
+        }
+        let (p, t) = (
+            ok(&[&procs[..], &["--cluster", cl]].concat()),
+            ok(&[&tasks[..], &["--in-process", "--cluster", cl]].concat()),
+        );
+        let strip = |l: String| l.replace("`jp`", "").replace("`jt`", "");
+        assert_eq!(strip(result_line(&p)), strip(result_line(&t)), "{app}: processes\n{p}\none process\n{t}");
+    }
+
+    // Three ranks as a launcher starts them: rank and size from its environment.
+    let spawned: Vec<_> = (0..3)
+        .map(|r| {
+            std::process::Command::new(binary())
+                .args(["worker", "scan", "recs", "--run-id", "t2", "--cluster", cl])
+                .env("OMPI_COMM_WORLD_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", "3")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = spawned.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let rank0 = String::from_utf8_lossy(&outs[0].stdout).to_string();
+    let alone = ok(&["run", "scan", "recs", "--in-process", "--cluster", cl]);
+    assert_eq!(result_line(&rank0), result_line(&alone), "rank 0 reports the whole run");
+    assert!(outs[1].stdout.is_empty() && outs[2].stdout.is_empty(), "only rank 0 prints");
+
+    // A worker killed mid-run: the run fails, naming it, and writes nothing.
+    ok(&["dataset", "create", "big", "--size", "60MB", "--format", "records", "--cluster", cl]);
+    let run = std::process::Command::new(binary())
+        .args(["run", "sort", "big", "bigs", "--cluster", cl])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    let victim = loop {
+        if let Some(&pid) = processes_with("worker\0sort\0big").first() {
+            break pid;
+        }
+        assert!(waited.elapsed() < std::time::Duration::from_secs(20), "no worker started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(victim as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let out = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("worker"), "{err}");
+    let info = ganges(&["dataset", "info", "bigs", "--cluster", cl]);
+    assert!(!info.status.success(), "no output dataset: {}", String::from_utf8_lossy(&info.stdout));
+    assert!(processes_with("worker\0sort\0big").is_empty(), "every worker is gone");
 }

@@ -50,6 +50,7 @@ pub mod ids;
 pub mod layout;
 pub mod link;
 pub mod measure;
+pub mod meet;
 pub mod parse;
 pub mod placement;
 pub mod route;

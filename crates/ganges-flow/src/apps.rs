@@ -19,7 +19,8 @@
 //!   the sorted runs; through a distributed queue a whole run at a time (DQ-3), so the
 //!   output in written order is the sorted data.
 
-use crate::flow::{Edge, Flow, FlowError, Module, Out, Source, StageReport};
+use crate::flow::{Edge, Flow, FlowError, FlowReport, Module, Out, Source, StageReport};
+use crate::mesh::Mesh;
 use crate::records::{Batch, RecordLayout, Summary};
 use crate::storage::{self, ReadReports, Sink};
 use bytes::{Bytes, BytesMut};
@@ -61,6 +62,9 @@ pub struct Setup {
     pub robust: bool,
     /// Seeds the distributed queues' choices.
     pub seed: u64,
+    /// Workers as processes: this one's place among them (it runs instance `rank` of each
+    /// stage; worker 0 writes the output and reports). `None`: every instance a task here.
+    pub mesh: Option<Arc<Mesh>>,
 }
 
 /// What a primitive did.
@@ -86,6 +90,27 @@ pub struct AppReport {
 }
 
 impl Setup {
+    /// Every instance a task of this process.
+    pub fn in_process(client: Arc<Client>, workers: usize, robust: bool, seed: u64) -> Setup {
+        Setup { client, workers, robust, seed, mesh: None }
+    }
+
+    /// Whether this process writes the output and holds the whole report.
+    pub fn leads(&self) -> bool {
+        self.mesh.as_ref().is_none_or(|m| m.rank() == 0)
+    }
+
+    fn here(&self, instance: usize) -> bool {
+        self.mesh.as_ref().is_none_or(|m| m.rank() as usize == instance)
+    }
+
+    async fn run(&self, flow: Flow) -> Result<FlowReport, AppError> {
+        Ok(match &self.mesh {
+            Some(m) => flow.run_on(m).await?,
+            None => flow.run().await?,
+        })
+    }
+
     fn read_options(&self) -> ReadOptions {
         ReadOptions::new(if self.robust { ReadPolicyKind::Gd } else { ReadPolicyKind::Static })
     }
@@ -98,26 +123,38 @@ impl Setup {
         if self.workers == 0 {
             return Err(AppError::Invalid("a flow needs at least one worker".into()));
         }
+        if let Some(m) = &self.mesh
+            && m.size() as usize != self.workers
+        {
+            return Err(AppError::Invalid(format!("{} workers on a mesh of {}", self.workers, m.size())));
+        }
         Ok(())
     }
 
-    /// The dataset `name`, and one source per worker reading it.
+    /// The dataset `name`, and the sources of the workers here reading it (one partition of
+    /// it per worker; `None` for the workers elsewhere).
     async fn sources(
         &self,
         name: &DatasetName,
         reports: &ReadReports,
-    ) -> Result<(RecordLayout, Vec<Source>), AppError> {
+    ) -> Result<(RecordLayout, Vec<Option<Source>>), AppError> {
         let manifest = Arc::new(self.client.manifest(name).await?);
         let layout = storage::layout_of(&manifest)?;
         let parts = storage::record_partitions(&manifest, layout, self.workers);
-        let sources = storage::read_sources(&self.client, &manifest, self.read_options(), &parts, reports)?;
+        let mut sources = vec![];
+        for (i, p) in parts.iter().enumerate() {
+            sources.push(match self.here(i) {
+                true => storage::read_sources(&self.client, &manifest, self.read_options(), &[*p], reports)?.pop(),
+                false => None,
+            });
+        }
         Ok((layout, sources))
     }
 
-    /// The sources as a flow's first stage (each made once, in instance order).
-    fn stage(sources: Vec<Source>) -> impl Fn(usize) -> Source + 'static {
-        let slots: Mutex<Vec<Option<Source>>> = Mutex::new(sources.into_iter().map(Some).collect());
-        move |i| slots.lock().unwrap_or_else(|e| e.into_inner())[i].take().expect("each source is made once")
+    /// The sources as a flow's first stage (each made once, by its instance).
+    fn stage(sources: Vec<Option<Source>>) -> impl Fn(usize) -> Source + 'static {
+        let slots: Mutex<Vec<Option<Source>>> = Mutex::new(sources);
+        move |i| slots.lock().unwrap_or_else(|e| e.into_inner())[i].take().expect("each source is made once, here")
     }
 
     /// Write a flow's output as `name`, and fill in the report.
@@ -129,6 +166,9 @@ impl Setup {
         run_blocks: u32,
         report: &mut AppReport,
     ) -> Result<(), AppError> {
+        if !self.leads() {
+            return Ok(());
+        }
         for b in output.iter().flatten() {
             report.summary.add(b);
         }
@@ -142,10 +182,12 @@ impl Setup {
     }
 }
 
-fn reads_into(report: &mut AppReport, reports: &ReadReports) {
+/// The bytes the sources (`read`) put out, and the reads' bytes from backup copies (this
+/// process's reads: over a mesh, worker 0's own).
+fn reads_into(report: &mut AppReport, reports: &ReadReports, read: &StageReport, layout: RecordLayout) {
+    report.bytes_read += read.records_out() * u64::from(layout.record_bytes);
     let reads = std::mem::take(&mut *reports.lock().unwrap_or_else(|e| e.into_inner()));
     for r in reads {
-        report.bytes_read += r.bytes;
         report.backup_bytes += r.stats.backup_bytes();
     }
 }
@@ -156,27 +198,23 @@ pub async fn scan(setup: &Setup, input: &DatasetName) -> Result<AppReport, AppEr
     let reports = ReadReports::default();
     let t = Instant::now();
     let (layout, sources) = setup.sources(input, &reports).await?;
-    let summaries = Arc::new(Mutex::new(Summary::default()));
-    struct Count(Arc<Mutex<Summary>>, Summary);
+    struct Count(Summary);
     impl Module for Count {
         fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
-            self.1.add(&batch);
+            self.0.add(&batch);
             Ok(())
         }
-        fn on_end(&mut self, _: &mut Out) -> Result<(), String> {
-            let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            *all = all.then(&self.1, None);
-            Ok(())
+        fn summary(&self) -> Option<Summary> {
+            Some(self.0)
         }
     }
-    let s = summaries.clone();
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
-        .then(Edge::Channel, "count", setup.workers, move |_| Box::new(Count(s.clone(), Summary::default())))
+        .then(Edge::Channel, "count", setup.workers, |_| Box::new(Count(Summary::default())))
         .with_seed(setup.seed);
-    let ran = flow.run().await?;
-    let mut report = AppReport { stages: ran.stages, ..AppReport::default() };
-    report.summary = *summaries.lock().unwrap_or_else(|e| e.into_inner());
-    reads_into(&mut report, &reports);
+    let ran = setup.run(flow).await?;
+    let mut report = AppReport { summary: ran.stages[1].summary(), ..AppReport::default() };
+    reads_into(&mut report, &reports, &ran.stages[0], layout);
+    report.stages = ran.stages;
     report.seconds = t.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -184,8 +222,13 @@ pub async fn scan(setup: &Setup, input: &DatasetName) -> Result<AppReport, AppEr
 /// Parallel generate: `records` sort-benchmark records (`seed`'s), written as `output`. The
 /// generator is the writers' own source: each makes its records as its blocks go out, so
 /// making them overlaps writing them (through a distributed queue of the disks, when robust).
+///
+/// Over a mesh, worker 0's writers make and write every record (the others have no part).
 pub async fn generate(setup: &Setup, output: &DatasetName, records: u64, seed: u64) -> Result<AppReport, AppError> {
     setup.check()?;
+    if !setup.leads() {
+        return Ok(AppReport::default());
+    }
     let layout = RecordLayout::SORT_BENCHMARK;
     let t = Instant::now();
     let total = records * u64::from(layout.record_bytes);
@@ -245,9 +288,10 @@ pub async fn filter(
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
         .then(Edge::Channel, "filter", setup.workers, move |_| Box::new(Filter(keep.clone(), layout)))
         .with_seed(setup.seed);
-    let ran = flow.run().await?;
-    let mut report = AppReport { stages: ran.stages, ..AppReport::default() };
-    reads_into(&mut report, &reports);
+    let ran = setup.run(flow).await?;
+    let mut report = AppReport::default();
+    reads_into(&mut report, &reports, &ran.stages[0], layout);
+    report.stages = ran.stages;
     setup.write(output, layout, &ran.output, 1, &mut report).await?;
     report.seconds = t.elapsed().as_secs_f64();
     Ok(report)
@@ -274,9 +318,10 @@ pub async fn topn(setup: &Setup, input: &DatasetName, runs: &DatasetName, n: usi
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
         .then(edge, "sort", setup.workers, |_| Box::new(SortBatches))
         .with_seed(setup.seed);
-    let ran = flow.run().await?;
-    let mut report = AppReport { stages: ran.stages, ..AppReport::default() };
-    reads_into(&mut report, &reports);
+    let ran = setup.run(flow).await?;
+    let mut report = AppReport::default();
+    reads_into(&mut report, &reports, &ran.stages[0], layout);
+    report.stages = ran.stages;
     // A run is one block or so: runs of one block to the queue.
     setup.write(runs, layout, &ran.output, 1, &mut report).await?;
     let heads: Vec<Batch> = ran.output.into_iter().flatten().collect();
@@ -439,9 +484,8 @@ pub async fn join(
     let k = key_bytes as usize;
     let built = Flow::source(hashed, "read left", setup.workers, Setup::stage(sources))
         .then(Edge::Hash, "build", setup.workers, move |i| Box::new(Build(tb.clone(), i, k)))
-        .with_seed(setup.seed)
-        .run()
-        .await?;
+        .with_seed(setup.seed);
+    let built = setup.run(built).await?;
     // Probe: the right side hashed the same way, each record met with its worker's table.
     let (r_layout, sources) = setup.sources(right, &reports).await?;
     if r_layout.record_bytes != l_layout.record_bytes {
@@ -469,13 +513,14 @@ pub async fn join(
     let tp = tables.clone();
     let probed = Flow::source(hashed, "read right", setup.workers, Setup::stage(sources))
         .then(Edge::Hash, "probe", setup.workers, move |i| Box::new(Probe(tp.clone(), i, k, joined)))
-        .with_seed(setup.seed)
-        .run()
-        .await?;
+        .with_seed(setup.seed);
+    let probed = setup.run(probed).await?;
     drop(tables);
-    let mut report = AppReport { stages: built.stages, ..AppReport::default() };
+    let mut report = AppReport::default();
+    reads_into(&mut report, &reports, &built.stages[0], l_layout);
+    reads_into(&mut report, &reports, &probed.stages[0], r_layout);
+    report.stages = built.stages;
     report.stages.extend(probed.stages);
-    reads_into(&mut report, &reports);
     setup.write(output, joined, &probed.output, 1, &mut report).await?;
     report.seconds = t.elapsed().as_secs_f64();
     Ok(report)
@@ -485,9 +530,8 @@ pub async fn join(
 struct SortAll {
     layout: RecordLayout,
     taken: Vec<Batch>,
+    /// What it took (the sort's input: the output must be the same records).
     seen: Summary,
-    /// Every sorter's `seen`, at its end.
-    input: Arc<Mutex<Summary>>,
 }
 
 impl Module for SortAll {
@@ -497,11 +541,11 @@ impl Module for SortAll {
         Ok(())
     }
 
+    fn summary(&self) -> Option<Summary> {
+        Some(self.seen)
+    }
+
     fn on_end(&mut self, out: &mut Out) -> Result<(), String> {
-        {
-            let mut input = self.input.lock().unwrap_or_else(|e| e.into_inner());
-            *input = input.then(&self.seen, None);
-        }
         let sorted = crate::records::sorted_records(&std::mem::take(&mut self.taken), self.layout);
         let per = (SORT_RUN_BYTES / self.layout.record_bytes as usize).max(1);
         for from in (0..sorted.len()).step_by(per) {
@@ -519,17 +563,15 @@ pub async fn sort(setup: &Setup, input: &DatasetName, output: &DatasetName) -> R
     let reports = ReadReports::default();
     let t = Instant::now();
     let (layout, sources) = setup.sources(input, &reports).await?;
-    let seen = Arc::new(Mutex::new(Summary::default()));
-    let s = seen.clone();
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
         .then(Edge::Range, "sort", setup.workers, move |_| {
-            Box::new(SortAll { layout, taken: vec![], seen: Summary::default(), input: s.clone() })
+            Box::new(SortAll { layout, taken: vec![], seen: Summary::default() })
         })
         .with_seed(setup.seed);
-    let ran = flow.run().await?;
-    let input = *seen.lock().unwrap_or_else(|e| e.into_inner());
-    let mut report = AppReport { stages: ran.stages, input, ..AppReport::default() };
-    reads_into(&mut report, &reports);
+    let ran = setup.run(flow).await?;
+    let mut report = AppReport { input: ran.stages[1].summary(), ..AppReport::default() };
+    reads_into(&mut report, &reports, &ran.stages[0], layout);
+    report.stages = ran.stages;
     // A run a unit: the runs' bytes over the output's blocks (about 1 MiB each).
     let run_bytes = ran.output.iter().flatten().map(|b| b.bytes().len()).max().unwrap_or(0);
     let run_blocks = (run_bytes >> 20).max(1) as u32;

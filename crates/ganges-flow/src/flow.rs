@@ -1,10 +1,13 @@
 //! Flows: stages of module instances, the edges between them, and running them.
 
-use crate::records::{Batch, RecordLayout};
+use crate::mesh::{Mesh, Wire};
+use crate::records::{Batch, RecordLayout, Summary};
 use bytes::BytesMut;
 use ganges_core::dq::{DqRouter, DqSettings};
 use ganges_core::sched::{FurthestBehind, Job, Progress, ProgressMetric, Scheduler, Service, StreamKey};
 use ganges_core::time::Time;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::{JoinSet, block_in_place};
@@ -38,6 +41,9 @@ pub enum FlowError {
     Invalid(String),
     #[error("{stage} instance {instance} panicked")]
     Panicked { stage: String, instance: usize },
+    /// Another worker process of the run failed or died.
+    #[error("worker {rank} {why}")]
+    Worker { rank: u32, why: String },
 }
 
 /// What a module puts downstream while it handles a batch.
@@ -61,6 +67,12 @@ pub trait Module: Send {
     /// Every upstream producer has finished.
     fn on_end(&mut self, _out: &mut Out) -> Result<(), String> {
         Ok(())
+    }
+
+    /// What the module makes of the records it took, if it keeps a summary (asked once it
+    /// has ended; it travels with the instance's report, to worker 0 over a mesh).
+    fn summary(&self) -> Option<Summary> {
+        None
     }
 }
 
@@ -109,6 +121,8 @@ pub struct InstanceReport {
     pub busy: Duration,
     /// From the start of the flow to this instance's end.
     pub finished: Duration,
+    /// The module's summary of what it took ([`Module::summary`]).
+    pub summary: Option<Summary>,
 }
 
 /// What one stage did: its instances, and the records they took and put.
@@ -125,6 +139,11 @@ impl StageReport {
 
     pub fn records_out(&self) -> u64 {
         self.instances.iter().map(|i| i.records_out).sum()
+    }
+
+    /// The instances' summaries together (their counts and checksums; order within each).
+    pub fn summary(&self) -> Summary {
+        self.instances.iter().filter_map(|i| i.summary).fold(Summary::default(), |all, s| all.then(&s, None))
     }
 }
 
@@ -192,30 +211,93 @@ impl Flow {
     /// (a sort) hands its worker's other tasks to the rest of the runtime rather than
     /// holding them: a flow needs tokio's multi-thread runtime.
     pub async fn run(self) -> Result<FlowReport, FlowError> {
+        self.run_placed(None).await
+    }
+
+    /// Run this worker's part of the flow: instance `mesh.rank()` of every stage (each
+    /// stage has one instance per worker), the others running theirs in their processes.
+    /// Every worker of the mesh runs the same flows in the same order. Worker 0's report
+    /// holds every instance's report and output; another worker's, its own.
+    pub async fn run_on(self, mesh: &Arc<Mesh>) -> Result<FlowReport, FlowError> {
+        self.run_placed(Some(mesh.clone())).await
+    }
+
+    async fn run_placed(self, mesh: Option<Arc<Mesh>>) -> Result<FlowReport, FlowError> {
         self.validate()?;
+        if let Some(m) = &mesh
+            && let Some(s) = self.stages.iter().find(|s| s.instances != m.size() as usize)
+        {
+            return Err(FlowError::Invalid(format!(
+                "over {} workers every stage has one instance per worker; {} has {}",
+                m.size(),
+                s.name,
+                s.instances
+            )));
+        }
         let started = Instant::now();
         let layout = self.layout;
+        let here = |i: usize| mesh.as_ref().is_none_or(|m| m.rank() as usize == i);
+        let (flow, frames) = match &mesh {
+            Some(m) => {
+                let (flow, rx) = m.open_flow();
+                (flow, Some(rx))
+            }
+            None => (0, None),
+        };
         // Each instance's ends: its outlet to the next stage (none for the last stage, whose
         // output is kept) and its inbox from the stage before (none for a source).
         let mut outlets: Vec<Vec<Option<Outlet>>> = self.stages.iter().map(|s| none(s.instances)).collect();
         let mut inboxes: Vec<Vec<Option<Inbox>>> = self.stages.iter().map(|s| none(s.instances)).collect();
+        // Over a mesh: where frames from the others go, by edge (this worker's consumer's
+        // inbox, its producer's credits).
+        let mut ports: HashMap<u16, Ports> = HashMap::new();
         for s in 1..self.stages.len() {
             let (producers, consumers) = (self.stages[s - 1].instances, self.stages[s].instances);
             let edge = self.stages[s].edge.expect("every stage but the first has an edge");
-            let (to_consumers, rx): (Vec<_>, Vec<_>) = (0..consumers).map(|_| mpsc::unbounded_channel()).unzip();
-            let (credit_to, credits): (Vec<_>, Vec<_>) = (0..producers).map(|_| mpsc::unbounded_channel()).unzip();
+            let mut to_consumers = vec![];
+            let mut rx: Vec<Option<mpsc::UnboundedReceiver<Msg>>> = none(consumers);
+            for (c, slot) in rx.iter_mut().enumerate() {
+                match &mesh {
+                    Some(m) if !here(c) => {
+                        to_consumers.push(Port::There { mesh: m.clone(), flow, edge: s as u16, to: c as u32 })
+                    }
+                    _ => {
+                        let (tx, r) = mpsc::unbounded_channel();
+                        ports.entry(s as u16).or_default().0 = Some(tx.clone());
+                        to_consumers.push(Port::Here(tx));
+                        *slot = Some(r);
+                    }
+                }
+            }
+            let mut credit_to = vec![];
+            let mut credits: Vec<Option<mpsc::UnboundedReceiver<usize>>> = none(producers);
+            for (p, slot) in credits.iter_mut().enumerate() {
+                match &mesh {
+                    Some(m) if !here(p) => {
+                        credit_to.push(Port::There { mesh: m.clone(), flow, edge: s as u16, to: p as u32 })
+                    }
+                    _ => {
+                        let (tx, r) = mpsc::unbounded_channel();
+                        ports.entry(s as u16).or_default().1 = Some(tx.clone());
+                        credit_to.push(Port::Here(tx));
+                        *slot = Some(r);
+                    }
+                }
+            }
             for (p, credits) in credits.into_iter().enumerate() {
+                let Some(credits) = credits else { continue };
                 let seed = self.seed ^ ((s as u64) << 32 | p as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 outlets[s - 1][p] = Some(Outlet::new(edge, layout, p, to_consumers.clone(), credits, seed)?);
             }
             for (c, rx) in rx.into_iter().enumerate() {
+                let Some(rx) = rx else { continue };
                 inboxes[s][c] = Some(Inbox { rx, producers, me: c, credit_to: credit_to.clone() });
             }
         }
         let mut tasks: JoinSet<(usize, usize, Ran)> = JoinSet::new();
-        let mut ids = std::collections::HashMap::new();
+        let mut ids = HashMap::new();
         for (s, stage) in self.stages.iter().enumerate() {
-            for i in 0..stage.instances {
+            for i in (0..stage.instances).filter(|&i| here(i)) {
                 let out = outlets[s][i].take();
                 let task = match &stage.kind {
                     StageKind::Source(make) => {
@@ -238,31 +320,196 @@ impl Flow {
             .map(|s| StageReport { name: s.name.clone(), instances: vec![InstanceReport::default(); s.instances] })
             .collect();
         let mut output = vec![vec![]; self.stages[last].instances];
-        while let Some(joined) = tasks.join_next().await {
-            let (s, i, r) = match joined {
-                Ok(x) => x,
-                Err(e) => {
-                    tasks.abort_all();
-                    let (s, i) = ids[&e.id()];
-                    return Err(FlowError::Panicked { stage: self.stages[s].name.clone(), instance: i });
-                }
-            };
-            match r {
-                Ok((report, kept)) => {
-                    reports[s].instances[i] = report;
-                    if s == last {
-                        output[i] = kept;
+        // Frames from the other workers: routed to this worker's instances as they come;
+        // the end of theirs (and their failures) to this loop.
+        let (ended_tx, mut ended) = mpsc::unbounded_channel::<Wire>();
+        if let Some(frames) = frames {
+            tokio::spawn(route(frames, ports, layout, ended_tx));
+        } else {
+            drop(ended_tx);
+        }
+        let fail = |e: FlowError| {
+            if let Some(m) = &mesh {
+                let why = format!("failed: {e}");
+                m.broadcast(|| Wire::Failed { from: m.rank(), why: why.clone() });
+            }
+            e
+        };
+        let mut others_done = 0;
+        while !tasks.is_empty() {
+            tokio::select! {
+                joined = tasks.join_next() => {
+                    let Some(joined) = joined else { break };
+                    let (s, i, r) = match joined {
+                        Ok(x) => x,
+                        Err(e) => {
+                            tasks.abort_all();
+                            let (s, i) = ids[&e.id()];
+                            return Err(fail(FlowError::Panicked { stage: self.stages[s].name.clone(), instance: i }));
+                        }
+                    };
+                    match r {
+                        Ok((report, kept)) => {
+                            reports[s].instances[i] = report;
+                            if s == last {
+                                output[i] = kept;
+                            }
+                        }
+                        Err(why) => {
+                            tasks.abort_all();
+                            let e = FlowError::Module { stage: self.stages[s].name.clone(), instance: i, why };
+                            return Err(fail(e));
+                        }
                     }
                 }
-                Err(why) => {
-                    tasks.abort_all();
-                    return Err(FlowError::Module { stage: self.stages[s].name.clone(), instance: i, why });
+                Some(w) = ended.recv() => {
+                    if let Wire::Failed { from, why } = w {
+                        tasks.abort_all();
+                        return Err(FlowError::Worker { rank: from, why });
+                    }
+                    // Another worker's end came before ours.
+                    others_done += usize::from(matches!(w, Wire::Done { .. }));
+                    early_end(w, &mut reports, &mut output)?;
+                }
+            }
+        }
+        if let Some(m) = &mesh {
+            let me = m.rank() as usize;
+            if me != 0 {
+                for b in std::mem::take(&mut output[me]) {
+                    m.send(0, Wire::Output { flow, from: me as u32, layout: b.layout(), data: b.bytes().clone() });
+                }
+                for (s, r) in reports.iter().enumerate() {
+                    m.send(0, Wire::Report { flow, edge: s as u16, from: me as u32, report: r.instances[me].clone() });
+                }
+                m.send(0, Wire::Done { flow, from: me as u32 });
+            } else {
+                // Everyone else's output and reports, until each is done (a worker's come
+                // before its `Done`: one ordered connection).
+                while others_done + 1 < m.size() as usize {
+                    let w = ended.recv().await.ok_or_else(|| FlowError::Worker {
+                        rank: 0,
+                        why: "lost its mesh before the others were done".into(),
+                    })?;
+                    if let Wire::Failed { from, why } = w {
+                        return Err(FlowError::Worker { rank: from, why });
+                    }
+                    others_done += usize::from(matches!(w, Wire::Done { .. }));
+                    early_end(w, &mut reports, &mut output)?;
                 }
             }
         }
         Ok(FlowReport { stages: reports, output, seconds: started.elapsed().as_secs_f64() })
     }
 }
+
+/// Another worker's output batch or report, kept in this worker's (worker 0's) report.
+fn early_end(w: Wire, reports: &mut [StageReport], output: &mut [Vec<Batch>]) -> Result<(), FlowError> {
+    match w {
+        Wire::Output { from, data, layout, .. } => {
+            let b = Batch::new(data, layout).map_err(|e| FlowError::Worker { rank: from, why: e.to_string() })?;
+            output[from as usize].push(b);
+        }
+        Wire::Report { edge, from, report, .. } => reports[edge as usize].instances[from as usize] = report,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Where a producer's batches or a consumer's credits go: an instance here, or one on
+/// another worker, reached as a frame put straight on the mesh (in order with every other
+/// frame this worker sends: a producer's `End` is never overtaken by its `Done`).
+#[derive(Debug)]
+enum Port<T> {
+    Here(mpsc::UnboundedSender<T>),
+    There { mesh: Arc<Mesh>, flow: u16, edge: u16, to: u32 },
+}
+
+impl<T> Clone for Port<T> {
+    fn clone(&self) -> Port<T> {
+        match self {
+            Port::Here(tx) => Port::Here(tx.clone()),
+            Port::There { mesh, flow, edge, to } => {
+                Port::There { mesh: mesh.clone(), flow: *flow, edge: *edge, to: *to }
+            }
+        }
+    }
+}
+
+impl Port<Msg> {
+    fn send(&self, m: Msg) -> Result<(), ()> {
+        match self {
+            Port::Here(tx) => tx.send(m).map_err(|_| ()),
+            Port::There { mesh, flow, edge, to } => {
+                let (flow, edge, to) = (*flow, *edge, *to);
+                mesh.send(
+                    to,
+                    match m {
+                        Msg::Batch { from, batch, progress } => {
+                            Wire::Batch { flow, edge, from: from as u32, to, progress, data: batch.bytes().clone() }
+                        }
+                        Msg::End => Wire::End { flow, edge, from: mesh.rank(), to },
+                    },
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Port<usize> {
+    fn send(&self, consumer: usize) -> Result<(), ()> {
+        match self {
+            Port::Here(tx) => tx.send(consumer).map_err(|_| ()),
+            Port::There { mesh, flow, edge, to } => {
+                mesh.send(*to, Wire::Credit { flow: *flow, edge: *edge, from: consumer as u32, to: *to });
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Frames of one flow from the other workers, to this worker's instances; the end of the
+/// others' parts (output, reports, done) and failures to the flow's loop.
+async fn route(
+    mut frames: mpsc::UnboundedReceiver<Wire>,
+    ports: HashMap<u16, Ports>,
+    layout: RecordLayout,
+    ended: mpsc::UnboundedSender<Wire>,
+) {
+    let inbox = |edge: u16| ports.get(&edge).and_then(|p| p.0.as_ref());
+    let credits = |edge: u16| ports.get(&edge).and_then(|p| p.1.as_ref());
+    while let Some(w) = frames.recv().await {
+        match w {
+            Wire::Batch { edge, from, progress, data, .. } => match Batch::new(data, layout) {
+                Ok(batch) => {
+                    if let Some(tx) = inbox(edge) {
+                        let _ = tx.send(Msg::Batch { from: from as usize, batch, progress });
+                    }
+                }
+                Err(e) => {
+                    let _ = ended.send(Wire::Failed { from, why: format!("sent a batch that is not records: {e}") });
+                }
+            },
+            Wire::End { edge, .. } => {
+                if let Some(tx) = inbox(edge) {
+                    let _ = tx.send(Msg::End);
+                }
+            }
+            Wire::Credit { edge, from, .. } => {
+                if let Some(tx) = credits(edge) {
+                    let _ = tx.send(from as usize);
+                }
+            }
+            other => {
+                let _ = ended.send(other);
+            }
+        }
+    }
+}
+
+/// Where frames of one edge go on this worker: its consumer's inbox, its producer's credits.
+type Ports = (Option<mpsc::UnboundedSender<Msg>>, Option<mpsc::UnboundedSender<usize>>);
 
 fn none<T>(n: usize) -> Vec<Option<T>> {
     (0..n).map(|_| None).collect()
@@ -283,7 +530,7 @@ struct Outlet {
     edge: Edge,
     layout: RecordLayout,
     me: usize,
-    consumers: Vec<mpsc::UnboundedSender<Msg>>,
+    consumers: Vec<Port<Msg>>,
     credits: mpsc::UnboundedReceiver<usize>,
     /// Static edges: batches untaken at each consumer.
     untaken: Vec<u32>,
@@ -299,7 +546,7 @@ impl Outlet {
         edge: Edge,
         layout: RecordLayout,
         me: usize,
-        consumers: Vec<mpsc::UnboundedSender<Msg>>,
+        consumers: Vec<Port<Msg>>,
         credits: mpsc::UnboundedReceiver<usize>,
         seed: u64,
     ) -> Result<Outlet, FlowError> {
@@ -501,7 +748,7 @@ struct Inbox {
     producers: usize,
     /// This consumer's index, which its credits carry.
     me: usize,
-    credit_to: Vec<mpsc::UnboundedSender<usize>>,
+    credit_to: Vec<Port<usize>>,
 }
 
 /// A module instance: take batches from the inbox, furthest-behind producer first (DQ-2),
@@ -536,6 +783,7 @@ async fn run_module(mut module: Box<dyn Module>, mut inbox: Inbox, mut out: Opti
     let t = Instant::now();
     block_in_place(|| module.on_end(&mut o))?;
     report.busy += t.elapsed();
+    report.summary = module.summary();
     report.records_out += forward(&mut out, &mut kept, o.batches).await?;
     if let Some(o) = out {
         o.finish().await?;

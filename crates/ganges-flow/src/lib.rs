@@ -21,8 +21,10 @@
 
 pub mod apps;
 pub mod flow;
+pub mod mesh;
 pub mod records;
 pub mod storage;
 
-pub use flow::{Edge, Flow, FlowError, FlowReport, Module, Out, StageReport};
+pub use flow::{Edge, Flow, FlowError, FlowReport, InstanceReport, Module, Out, StageReport};
+pub use mesh::Mesh;
 pub use records::{Batch, RecordLayout, Summary};

@@ -175,6 +175,23 @@ impl Summary {
         }
     }
 
+    /// Its counts as numbers (records, checksum's halves, unordered, duplicates), for a
+    /// report crossing between workers; [`Summary::from_parts`] makes it again (without the
+    /// last key: a summary made again is combined with `then(.., None)`).
+    pub fn parts(&self) -> [u64; 5] {
+        [self.records, (self.checksum >> 64) as u64, self.checksum as u64, self.unordered, self.duplicate_keys]
+    }
+
+    pub fn from_parts(p: [u64; 5]) -> Summary {
+        Summary {
+            records: p[0],
+            checksum: (u128::from(p[1]) << 64) | u128::from(p[2]),
+            unordered: p[3],
+            duplicate_keys: p[4],
+            last_key: None,
+        }
+    }
+
     /// The same records whatever their order (count and checksum).
     pub fn same_records(&self, other: &Summary) -> bool {
         (self.records, self.checksum) == (other.records, other.checksum)

@@ -122,6 +122,9 @@ pub enum ControlRequest {
     ArraySteal { name: DatasetName, txid: u64, from: NodeId, rate: Option<f64> },
     /// Wait until this server has written everything it gathered, and say where it put it.
     ArrayFinish { name: DatasetName, txid: u64 },
+    /// Worker `rank` of `size` of flow run `run` listens at `addr`: answer every address of
+    /// the run known so far (workers find each other through a server; `ganges_core::meet`).
+    Meet { run: u64, rank: u32, size: u32, addr: String },
 }
 
 /// Faults a server makes real on its own machine (FI-2). Each is off when `None`.
@@ -303,6 +306,7 @@ impl ControlRequest {
             ControlRequest::ArrayGrant { .. } => "array-grant",
             ControlRequest::ArraySteal { .. } => "array-steal",
             ControlRequest::ArrayFinish { .. } => "array-finish",
+            ControlRequest::Meet { .. } => "meet",
         }
     }
 }
@@ -311,6 +315,10 @@ impl ControlRequest {
 #[serde(tag = "reply", rename_all = "kebab-case")]
 pub enum ControlReply {
     Done,
+    /// The addresses of a flow run's workers, by rank, as far as known.
+    Met {
+        addrs: Vec<Option<String>>,
+    },
     Stats {
         stats: Box<ServerStats>,
     },

@@ -543,6 +543,13 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
             shared.disk.lock().expect("disk lock").rate = RateMeter::default();
             Message::ControlOk(Box::new(ControlReply::Done))
         }
+        ControlRequest::Meet { run, rank, size, addr } => {
+            let met = shared.meetings.lock().expect("meetings lock").meet(run, rank, size, &addr, shared.now());
+            match met {
+                Ok(addrs) => Message::ControlOk(Box::new(ControlReply::Met { addrs })),
+                Err(e) => Message::Error(WireError::new(ErrorCode::BadRequest, e.to_string()), None),
+            }
+        }
         ControlRequest::SetPeers { peers } => {
             *shared.peers.lock().expect("peers lock") = peers;
             Message::ControlOk(Box::new(ControlReply::Done))
@@ -670,6 +677,7 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
         | ControlRequest::SetRealFaults { .. }
         | ControlRequest::Calibrate { .. }
         | ControlRequest::ForgetRate
+        | ControlRequest::Meet { .. }
         | ControlRequest::SetPeers { .. }
         | ControlRequest::HandoffAsk { .. }
         | ControlRequest::WriteProbe { .. }

@@ -170,6 +170,8 @@ pub struct Shared {
     pub fault_env: realfault::FaultEnv,
     /// The collective array writes this server takes part in.
     pub arrays: array::Arrays,
+    /// Flow runs whose workers meet here (`ganges_core::meet`).
+    pub meetings: Mutex<ganges_core::meet::Meetings>,
     /// Bytes per consumer stream and copy (metrics and the live view); read latency.
     pub metrics: metrics::Metrics,
     /// Where the metrics are served, once bound.
@@ -311,6 +313,7 @@ pub async fn run(
         real_faults: Mutex::new(realfault::RealFaultState::default()),
         fault_env,
         arrays: array::Arrays::default(),
+        meetings: Mutex::default(),
         metrics: metrics::Metrics::default(),
         metrics_addr: metrics_listener.as_ref().and_then(|l| l.local_addr().ok()),
         epoch: second_aligned_epoch(),
