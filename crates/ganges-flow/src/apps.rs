@@ -182,6 +182,17 @@ impl Setup {
     }
 }
 
+impl AppReport {
+    /// A report of a one-flow primitive: its stages, and what its sources (the first
+    /// stage) read.
+    fn of_reads(stages: Vec<StageReport>, reports: &ReadReports, layout: RecordLayout) -> AppReport {
+        let mut report = AppReport::default();
+        reads_into(&mut report, reports, &stages[0], layout);
+        report.stages = stages;
+        report
+    }
+}
+
 /// The bytes the sources (`read`) put out, and the reads' bytes from backup copies (this
 /// process's reads: over a mesh, worker 0's own).
 fn reads_into(report: &mut AppReport, reports: &ReadReports, read: &StageReport, layout: RecordLayout) {
@@ -212,9 +223,8 @@ pub async fn scan(setup: &Setup, input: &DatasetName) -> Result<AppReport, AppEr
         .then(Edge::Channel, "count", setup.workers, |_| Box::new(Count(Summary::default())))
         .with_seed(setup.seed);
     let ran = setup.run(flow).await?;
-    let mut report = AppReport { summary: ran.stages[1].summary(), ..AppReport::default() };
-    reads_into(&mut report, &reports, &ran.stages[0], layout);
-    report.stages = ran.stages;
+    let summary = ran.stages[1].summary();
+    let mut report = AppReport { summary, ..AppReport::of_reads(ran.stages, &reports, layout) };
     report.seconds = t.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -289,9 +299,7 @@ pub async fn filter(
         .then(Edge::Channel, "filter", setup.workers, move |_| Box::new(Filter(keep.clone(), layout)))
         .with_seed(setup.seed);
     let ran = setup.run(flow).await?;
-    let mut report = AppReport::default();
-    reads_into(&mut report, &reports, &ran.stages[0], layout);
-    report.stages = ran.stages;
+    let mut report = AppReport::of_reads(ran.stages, &reports, layout);
     setup.write(output, layout, &ran.output, 1, &mut report).await?;
     report.seconds = t.elapsed().as_secs_f64();
     Ok(report)
@@ -319,9 +327,7 @@ pub async fn topn(setup: &Setup, input: &DatasetName, runs: &DatasetName, n: usi
         .then(edge, "sort", setup.workers, |_| Box::new(SortBatches))
         .with_seed(setup.seed);
     let ran = setup.run(flow).await?;
-    let mut report = AppReport::default();
-    reads_into(&mut report, &reports, &ran.stages[0], layout);
-    report.stages = ran.stages;
+    let mut report = AppReport::of_reads(ran.stages, &reports, layout);
     // A run is one block or so: runs of one block to the queue.
     setup.write(runs, layout, &ran.output, 1, &mut report).await?;
     let heads: Vec<Batch> = ran.output.into_iter().flatten().collect();
@@ -569,9 +575,8 @@ pub async fn sort(setup: &Setup, input: &DatasetName, output: &DatasetName) -> R
         })
         .with_seed(setup.seed);
     let ran = setup.run(flow).await?;
-    let mut report = AppReport { input: ran.stages[1].summary(), ..AppReport::default() };
-    reads_into(&mut report, &reports, &ran.stages[0], layout);
-    report.stages = ran.stages;
+    let input = ran.stages[1].summary();
+    let mut report = AppReport { input, ..AppReport::of_reads(ran.stages, &reports, layout) };
     // A run a unit: the runs' bytes over the output's blocks (about 1 MiB each).
     let run_bytes = ran.output.iter().flatten().map(|b| b.bytes().len()).max().unwrap_or(0);
     let run_blocks = (run_bytes >> 20).max(1) as u32;

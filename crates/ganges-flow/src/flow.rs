@@ -254,35 +254,11 @@ impl Flow {
         for s in 1..self.stages.len() {
             let (producers, consumers) = (self.stages[s - 1].instances, self.stages[s].instances);
             let edge = self.stages[s].edge.expect("every stage but the first has an edge");
-            let mut to_consumers = vec![];
-            let mut rx: Vec<Option<mpsc::UnboundedReceiver<Msg>>> = none(consumers);
-            for (c, slot) in rx.iter_mut().enumerate() {
-                match &mesh {
-                    Some(m) if !here(c) => {
-                        to_consumers.push(Port::There { mesh: m.clone(), flow, edge: s as u16, to: c as u32 })
-                    }
-                    _ => {
-                        let (tx, r) = mpsc::unbounded_channel();
-                        ports.entry(s as u16).or_default().0 = Some(tx.clone());
-                        to_consumers.push(Port::Here(tx));
-                        *slot = Some(r);
-                    }
-                }
-            }
-            let mut credit_to = vec![];
-            let mut credits: Vec<Option<mpsc::UnboundedReceiver<usize>>> = none(producers);
-            for (p, slot) in credits.iter_mut().enumerate() {
-                match &mesh {
-                    Some(m) if !here(p) => {
-                        credit_to.push(Port::There { mesh: m.clone(), flow, edge: s as u16, to: p as u32 })
-                    }
-                    _ => {
-                        let (tx, r) = mpsc::unbounded_channel();
-                        ports.entry(s as u16).or_default().1 = Some(tx.clone());
-                        credit_to.push(Port::Here(tx));
-                        *slot = Some(r);
-                    }
-                }
+            let (to_consumers, rx) = ends::<Msg>(consumers, mesh.as_ref(), flow, s as u16);
+            let (credit_to, credits) = ends::<usize>(producers, mesh.as_ref(), flow, s as u16);
+            if let Some(m) = &mesh {
+                let me = m.rank() as usize;
+                ports.insert(s as u16, (to_consumers[me].here(), credit_to[me].here()));
             }
             for (p, credits) in credits.into_iter().enumerate() {
                 let Some(credits) = credits else { continue };
@@ -423,6 +399,35 @@ fn early_end(w: Wire, reports: &mut [StageReport], output: &mut [Vec<Batch>]) ->
 enum Port<T> {
     Here(mpsc::UnboundedSender<T>),
     There { mesh: Arc<Mesh>, flow: u16, edge: u16, to: u32 },
+}
+
+impl<T> Port<T> {
+    fn here(&self) -> Option<mpsc::UnboundedSender<T>> {
+        match self {
+            Port::Here(tx) => Some(tx.clone()),
+            Port::There { .. } => None,
+        }
+    }
+}
+
+/// One side of an edge, `n` instances: a channel to each instance here (with its receiver),
+/// a port on the mesh to each on another worker.
+type Ends<T> = (Vec<Port<T>>, Vec<Option<mpsc::UnboundedReceiver<T>>>);
+
+fn ends<T>(n: usize, mesh: Option<&Arc<Mesh>>, flow: u16, edge: u16) -> Ends<T> {
+    let mut ports = Vec::with_capacity(n);
+    let mut rx = none(n);
+    for (i, slot) in rx.iter_mut().enumerate() {
+        match mesh {
+            Some(m) if m.rank() as usize != i => ports.push(Port::There { mesh: m.clone(), flow, edge, to: i as u32 }),
+            _ => {
+                let (tx, r) = mpsc::unbounded_channel();
+                ports.push(Port::Here(tx));
+                *slot = Some(r);
+            }
+        }
+    }
+    (ports, rx)
 }
 
 impl<T> Clone for Port<T> {
