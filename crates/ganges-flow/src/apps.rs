@@ -430,23 +430,47 @@ fn join_key(rec: &[u8], bytes: usize) -> u64 {
     u64::from_be_bytes(top)
 }
 
-/// One worker's share of the left side: its records, and (once built) their join keys in
-/// order with where each record is, so a probe is a binary search (no allocation per key).
+/// One worker's share of the left side: its records, and (once built) a chained hash table
+/// of their join keys: a probe is one slot and its chain, with no allocation per key.
 #[derive(Default)]
 struct Table {
     batches: Vec<Batch>,
-    /// (join key, batch, record), sorted once the build ends.
-    keys: Vec<(u64, u32, u32)>,
+    /// (join key, batch, record) of every record taken.
+    entries: Vec<(u64, u32, u32)>,
+    /// Each slot's first entry + 1 (0: none), and each entry's next + 1.
+    heads: Vec<u32>,
+    next: Vec<u32>,
 }
 
 impl Table {
+    fn slot(&self, key: u64) -> usize {
+        ganges_core::datagen::mix64(key) as usize & (self.heads.len() - 1)
+    }
+
+    /// Chain every entry into its slot (two slots per entry, a power of two).
+    fn build(&mut self) {
+        self.heads = vec![0; (2 * self.entries.len()).next_power_of_two().max(1)];
+        self.next = vec![0; self.entries.len()];
+        for i in 0..self.entries.len() {
+            let s = self.slot(self.entries[i].0);
+            self.next[i] = self.heads[s];
+            self.heads[s] = i as u32 + 1;
+        }
+    }
+
     /// The records whose join key is `key`.
     fn matching(&self, key: u64) -> impl Iterator<Item = &[u8]> + '_ {
-        let from = self.keys.partition_point(|e| e.0 < key);
-        self.keys[from..]
-            .iter()
-            .take_while(move |e| e.0 == key)
-            .map(|e| self.batches[e.1 as usize].record(e.2 as usize))
+        let mut at = if self.heads.is_empty() { 0 } else { self.heads[self.slot(key)] };
+        std::iter::from_fn(move || {
+            while at != 0 {
+                let (k, b, i) = self.entries[at as usize - 1];
+                at = self.next[at as usize - 1];
+                if k == key {
+                    return Some(self.batches[b as usize].record(i as usize));
+                }
+            }
+            None
+        })
     }
 }
 
@@ -476,13 +500,13 @@ pub async fn join(
             let b = t.batches.len() as u32;
             for (i, rec) in batch.records().enumerate() {
                 let key = join_key(rec, self.2);
-                t.keys.push((key, b, i as u32));
+                t.entries.push((key, b, i as u32));
             }
             t.batches.push(batch);
             Ok(())
         }
         fn on_end(&mut self, _: &mut Out) -> Result<(), String> {
-            self.0[self.1].lock().unwrap_or_else(|e| e.into_inner()).keys.sort_unstable();
+            self.0[self.1].lock().unwrap_or_else(|e| e.into_inner()).build();
             Ok(())
         }
     }
@@ -532,18 +556,46 @@ pub async fn join(
     Ok(report)
 }
 
-/// Sorts everything it takes, at the end, into runs of [`SORT_RUN_BYTES`].
+/// Buckets a sorter spreads its range over as records come (NOW-Sort's; the 8 key bits
+/// after the range partition's): each small enough to sort in the processor's cache.
+const SORT_BUCKETS: usize = 256;
+
+/// Sorts everything it takes, at the end, into runs of [`SORT_RUN_BYTES`]. Records are put
+/// in buckets by their place in the sorter's key range as they come (while the reads go
+/// on), so the end sorts many small buckets in order rather than one large array.
 struct SortAll {
     layout: RecordLayout,
-    taken: Vec<Batch>,
+    /// The sorters (the range partition's `n`).
+    sorters: usize,
+    buckets: Vec<Vec<u8>>,
     /// What it took (the sort's input: the output must be the same records).
     seen: Summary,
+}
+
+impl SortAll {
+    fn new(layout: RecordLayout, sorters: usize) -> SortAll {
+        SortAll { layout, sorters, buckets: vec![vec![]; SORT_BUCKETS], seen: Summary::default() }
+    }
+
+    /// The bucket of a key within this sorter's range: the next bits after those the
+    /// range partition used (`RecordLayout::range_of`).
+    fn bucket(&self, key: &[u8]) -> usize {
+        let mut top = [0u8; 8];
+        let k = key.len().min(8);
+        top[..k].copy_from_slice(&key[..k]);
+        let within = (u128::from(u64::from_be_bytes(top)) * self.sorters as u128) as u64;
+        (within >> 56) as usize
+    }
 }
 
 impl Module for SortAll {
     fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
         self.seen.add(&batch);
-        self.taken.push(batch);
+        let k = self.layout.key_bytes as usize;
+        for rec in batch.records() {
+            let b = self.bucket(&rec[..k]);
+            self.buckets[b].extend_from_slice(rec);
+        }
         Ok(())
     }
 
@@ -552,11 +604,15 @@ impl Module for SortAll {
     }
 
     fn on_end(&mut self, out: &mut Out) -> Result<(), String> {
-        let sorted = crate::records::sorted_records(&std::mem::take(&mut self.taken), self.layout);
-        let per = (SORT_RUN_BYTES / self.layout.record_bytes as usize).max(1);
-        for from in (0..sorted.len()).step_by(per) {
-            out.put(sorted.slice(from, (from + per).min(sorted.len())));
+        let mut run = BytesMut::new();
+        for bucket in std::mem::take(&mut self.buckets) {
+            let b = Batch::new(Bytes::from(bucket), self.layout).map_err(|e| e.to_string())?;
+            run.extend_from_slice(crate::records::sorted_records(&[b], self.layout).bytes());
+            if run.len() >= SORT_RUN_BYTES {
+                out.put(Batch::new(run.split().freeze(), self.layout).map_err(|e| e.to_string())?);
+            }
         }
+        out.put(Batch::new(run.freeze(), self.layout).map_err(|e| e.to_string())?);
         Ok(())
     }
 }
@@ -569,10 +625,9 @@ pub async fn sort(setup: &Setup, input: &DatasetName, output: &DatasetName) -> R
     let reports = ReadReports::default();
     let t = Instant::now();
     let (layout, sources) = setup.sources(input, &reports).await?;
+    let workers = setup.workers;
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
-        .then(Edge::Range, "sort", setup.workers, move |_| {
-            Box::new(SortAll { layout, taken: vec![], seen: Summary::default() })
-        })
+        .then(Edge::Range, "sort", setup.workers, move |_| Box::new(SortAll::new(layout, workers)))
         .with_seed(setup.seed);
     let ran = setup.run(flow).await?;
     let input = ran.stages[1].summary();
