@@ -1478,12 +1478,14 @@ pub(crate) struct FlowArgs {
 #[derive(Subcommand, Debug)]
 pub(crate) enum RunCmd {
     /// Read every record of a dataset: count and checksum
+    #[command(after_help = "Example:\n  ganges run scan recs --workers 8")]
     Scan {
         input: String,
         #[command(flatten)]
         flow: FlowArgs,
     },
     /// Make sort-benchmark records (100 bytes, 10-byte keys) and write them as a dataset
+    #[command(after_help = "Example:\n  ganges run generate recs --size 1GiB")]
     Generate {
         output: String,
         /// Bytes of records to make (whole records)
@@ -1496,6 +1498,7 @@ pub(crate) enum RunCmd {
         flow: FlowArgs,
     },
     /// Keep the records whose key is in the lowest share of the key space, write them
+    #[command(after_help = "Example:\n  ganges run filter recs few --keep 0.1 --static")]
     Filter {
         input: String,
         output: String,
@@ -1506,6 +1509,9 @@ pub(crate) enum RunCmd {
         flow: FlowArgs,
     },
     /// The first N records in key order: sorted runs written, then a merge of their heads
+    #[command(
+        after_help = "Examples:\n  ganges run topn recs --n 10\n  ganges run topn recs --n 10 --after 10   (the next ten, from the runs)"
+    )]
     Topn {
         input: String,
         #[arg(long, default_value_t = 10)]
@@ -1520,6 +1526,7 @@ pub(crate) enum RunCmd {
         flow: FlowArgs,
     },
     /// Every pair of records of two datasets whose keys share their first bytes
+    #[command(after_help = "Example:\n  ganges run join recs few pairs --key-bytes 3")]
     Join {
         left: String,
         right: String,
@@ -1531,6 +1538,7 @@ pub(crate) enum RunCmd {
         flow: FlowArgs,
     },
     /// One-pass external sort; the output, read in written order, is in key order
+    #[command(after_help = "Example:\n  ganges run sort recs sorted --check")]
     Sort {
         input: String,
         output: String,
@@ -1541,6 +1549,7 @@ pub(crate) enum RunCmd {
         flow: FlowArgs,
     },
     /// Check a dataset as the sort benchmark's valsort does: order, count, checksum
+    #[command(after_help = "Example:\n  ganges run check sorted")]
     Check {
         name: String,
         #[command(flatten)]

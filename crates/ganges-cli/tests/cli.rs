@@ -639,6 +639,16 @@ fn help_has_examples_everywhere() {
         vec!["bench", "scan"],
         vec!["sim"],
         vec!["demo"],
+        vec!["run"],
+        vec!["run", "scan"],
+        vec!["run", "generate"],
+        vec!["run", "filter"],
+        vec!["run", "topn"],
+        vec!["run", "join"],
+        vec!["run", "sort"],
+        vec!["run", "check"],
+        vec!["worker"],
+        vec!["bench", "apps"],
     ] {
         let mut a = args.clone();
         a.push("--help");
