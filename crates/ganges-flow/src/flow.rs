@@ -381,12 +381,21 @@ impl Flow {
 
 /// Another worker's output batch or report, kept in this worker's (worker 0's) report.
 fn early_end(w: Wire, reports: &mut [StageReport], output: &mut [Vec<Batch>]) -> Result<(), FlowError> {
+    let bad = |rank: u32, why: String| FlowError::Worker { rank, why: format!("sent {why}") };
     match w {
         Wire::Output { from, data, layout, .. } => {
-            let b = Batch::new(data, layout).map_err(|e| FlowError::Worker { rank: from, why: e.to_string() })?;
-            output[from as usize].push(b);
+            let b = Batch::new(data, layout).map_err(|e| bad(from, e.to_string()))?;
+            let slot =
+                output.get_mut(from as usize).ok_or_else(|| bad(from, "output as an unknown instance".into()))?;
+            slot.push(b);
         }
-        Wire::Report { edge, from, report, .. } => reports[edge as usize].instances[from as usize] = report,
+        Wire::Report { edge, from, report, .. } => {
+            let slot = reports
+                .get_mut(edge as usize)
+                .and_then(|s| s.instances.get_mut(from as usize))
+                .ok_or_else(|| bad(from, format!("a report of an unknown stage {edge} or instance")))?;
+            *slot = report;
+        }
         _ => {}
     }
     Ok(())
