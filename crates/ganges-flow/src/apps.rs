@@ -556,46 +556,19 @@ pub async fn join(
     Ok(report)
 }
 
-/// Buckets a sorter spreads its range over as records come (NOW-Sort's; the 8 key bits
-/// after the range partition's): each small enough to sort in the processor's cache.
-const SORT_BUCKETS: usize = 256;
-
-/// Sorts everything it takes, at the end, into runs of [`SORT_RUN_BYTES`]. Records are put
-/// in buckets by their place in the sorter's key range as they come (while the reads go
-/// on), so the end sorts many small buckets in order rather than one large array.
+/// Sorts everything it takes, at the end, into runs of [`SORT_RUN_BYTES`] (the batches it
+/// took sorted together, each record copied once: `sorted_records`).
 struct SortAll {
     layout: RecordLayout,
-    /// The sorters (the range partition's `n`).
-    sorters: usize,
-    buckets: Vec<Vec<u8>>,
+    taken: Vec<Batch>,
     /// What it took (the sort's input: the output must be the same records).
     seen: Summary,
-}
-
-impl SortAll {
-    fn new(layout: RecordLayout, sorters: usize) -> SortAll {
-        SortAll { layout, sorters, buckets: vec![vec![]; SORT_BUCKETS], seen: Summary::default() }
-    }
-
-    /// The bucket of a key within this sorter's range: the next bits after those the
-    /// range partition used (`RecordLayout::range_of`).
-    fn bucket(&self, key: &[u8]) -> usize {
-        let mut top = [0u8; 8];
-        let k = key.len().min(8);
-        top[..k].copy_from_slice(&key[..k]);
-        let within = (u128::from(u64::from_be_bytes(top)) * self.sorters as u128) as u64;
-        (within >> 56) as usize
-    }
 }
 
 impl Module for SortAll {
     fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
         self.seen.add(&batch);
-        let k = self.layout.key_bytes as usize;
-        for rec in batch.records() {
-            let b = self.bucket(&rec[..k]);
-            self.buckets[b].extend_from_slice(rec);
-        }
+        self.taken.push(batch);
         Ok(())
     }
 
@@ -604,15 +577,11 @@ impl Module for SortAll {
     }
 
     fn on_end(&mut self, out: &mut Out) -> Result<(), String> {
-        let mut run = BytesMut::new();
-        for bucket in std::mem::take(&mut self.buckets) {
-            let b = Batch::new(Bytes::from(bucket), self.layout).map_err(|e| e.to_string())?;
-            run.extend_from_slice(crate::records::sorted_records(&[b], self.layout).bytes());
-            if run.len() >= SORT_RUN_BYTES {
-                out.put(Batch::new(run.split().freeze(), self.layout).map_err(|e| e.to_string())?);
-            }
+        let sorted = crate::records::sorted_records(&std::mem::take(&mut self.taken), self.layout);
+        let per = (SORT_RUN_BYTES / self.layout.record_bytes as usize).max(1);
+        for from in (0..sorted.len()).step_by(per) {
+            out.put(sorted.slice(from, (from + per).min(sorted.len())));
         }
-        out.put(Batch::new(run.freeze(), self.layout).map_err(|e| e.to_string())?);
         Ok(())
     }
 }
@@ -625,9 +594,10 @@ pub async fn sort(setup: &Setup, input: &DatasetName, output: &DatasetName) -> R
     let reports = ReadReports::default();
     let t = Instant::now();
     let (layout, sources) = setup.sources(input, &reports).await?;
-    let workers = setup.workers;
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
-        .then(Edge::Range, "sort", setup.workers, move |_| Box::new(SortAll::new(layout, workers)))
+        .then(Edge::Range, "sort", setup.workers, move |_| {
+            Box::new(SortAll { layout, taken: vec![], seen: Summary::default() })
+        })
         .with_seed(setup.seed);
     let ran = setup.run(flow).await?;
     let input = ran.stages[1].summary();
