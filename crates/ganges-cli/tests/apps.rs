@@ -130,9 +130,7 @@ async fn a_primitive_refuses_what_it_cannot_run_and_leaves_nothing() {
 #[test]
 fn ganges_run_sorts_and_checks_from_the_shell() {
     let c = start(3, disk(200.0));
-    let path = c.root.path().join("cluster.toml");
-    c.local.cluster().save(&path).unwrap();
-    let cluster = path.display().to_string();
+    let cluster = c.cluster_file();
     let cl = ["--cluster", cluster.as_str()];
     ok(&[&["run", "generate", "g", "--size", "3MB"][..], &cl].concat());
     let out = ok(&[&["run", "sort", "g", "gs", "--check", "--static"][..], &cl].concat());
@@ -145,9 +143,10 @@ fn ganges_run_sorts_and_checks_from_the_shell() {
     assert!(err.contains("between 0 and 1"), "{err}");
 }
 
-/// The line a primitive ends with: its records and checksum.
+/// The line a primitive ends with, its records and checksum (without the output's name).
 fn result_line(out: &str) -> String {
-    out.lines().last().unwrap_or_default().to_string()
+    let last = out.lines().last().unwrap_or_default();
+    last.rsplit("`: ").next().unwrap_or(last).to_string()
 }
 
 /// Workers as processes: `ganges run` starts them (the default) and gives what one process
@@ -156,27 +155,22 @@ fn result_line(out: &str) -> String {
 #[test]
 fn workers_as_processes_agree_with_one_process_and_a_killed_one_fails_the_run() {
     let c = start(3, disk(30.0));
-    let path = c.root.path().join("cluster.toml");
-    c.local.cluster().save(&path).unwrap();
-    let cl = path.to_str().unwrap();
+    let cluster = c.cluster_file();
+    let cl = cluster.as_str();
     ok(&["dataset", "create", "recs", "--size", "6MB", "--format", "records", "--cluster", cl]);
 
     let out = ok(&["run", "sort", "recs", "sorted", "--check", "--cluster", cl]);
     assert!(out.contains("valid: the records of `recs`, in key order"), "{out}");
-    for (app, extra) in [("scan", vec!["recs"]), ("join", vec!["recs", "recs"])] {
-        let mut procs = vec!["run", app];
-        procs.extend(&extra);
-        let mut tasks = procs.clone();
-        if app == "join" {
-            procs.extend(["jp", "--key-bytes", "2"]);
-            tasks.extend(["jt", "--key-bytes", "2"]);
-        }
-        let (p, t) = (
-            ok(&[&procs[..], &["--cluster", cl]].concat()),
-            ok(&[&tasks[..], &["--in-process", "--cluster", cl]].concat()),
-        );
-        let strip = |l: String| l.replace("`jp`", "").replace("`jt`", "");
-        assert_eq!(strip(result_line(&p)), strip(result_line(&t)), "{app}: processes\n{p}\none process\n{t}");
+    for (processes, one_process) in [
+        (vec!["run", "scan", "recs"], vec!["run", "scan", "recs", "--in-process"]),
+        (
+            vec!["run", "join", "recs", "recs", "jp", "--key-bytes", "2"],
+            vec!["run", "join", "recs", "recs", "jt", "--key-bytes", "2", "--in-process"],
+        ),
+    ] {
+        let p = ok(&[&processes[..], &["--cluster", cl]].concat());
+        let t = ok(&[&one_process[..], &["--cluster", cl]].concat());
+        assert_eq!(result_line(&p), result_line(&t), "processes\n{p}\none process\n{t}");
     }
 
     // Three ranks as a launcher starts them: rank and size from its environment.

@@ -9,9 +9,8 @@ use common::{fails, ok, start};
 #[test]
 fn a_users_arrays_from_the_shell() {
     let c = start(3, common::disk(256.0));
-    let cluster = c.root.path().join("cluster.toml");
-    c.local.cluster().save(&cluster).unwrap();
-    let cl = cluster.to_str().unwrap();
+    let cluster = c.cluster_file();
+    let cl = cluster.as_str();
 
     // A 96×80 u16 field from a file, written by 6 processes (3×2), stored row-major.
     let field: Vec<u8> = (0..96u16 * 80).rev().flat_map(u16::to_le_bytes).collect();
@@ -150,9 +149,8 @@ fn an_exported_array_opens_in_zarr_python_with_every_element_in_place() {
         return common::skip("no Python with zarr and numpy (scripts/test makes target/pyenv; set GANGES_TEST_PYTHON)");
     };
     let c = start(3, common::disk(256.0));
-    let cluster = c.root.path().join("cluster.toml");
-    c.local.cluster().save(&cluster).unwrap();
-    let cl = cluster.to_str().unwrap();
+    let cluster = c.cluster_file();
+    let cl = cluster.as_str();
     // Shapes that do not divide evenly: edge chunks are padded, and must not show.
     ok(&[
         "array",

@@ -324,9 +324,7 @@ fn scrub_repairs_bad_blocks_from_good_copies_and_names_what_it_cannot() {
         let client = c.client().await;
         create(&client, "scrubbed", vec![256 << 10; 3], 64 << 10, 2, g).await
     });
-    let cluster_path = c.root.path().join("cluster.toml");
-    c.local.cluster().save(&cluster_path).unwrap();
-    let cluster = cluster_path.display().to_string();
+    let cluster = c.cluster_file();
     let dir = |node: u32| c.data_dir(node).join("datasets/scrubbed");
     let flip = |path: std::path::PathBuf, at: usize| {
         let mut bytes = std::fs::read(&path).unwrap();

@@ -252,6 +252,18 @@ impl Shape {
             .collect()
     }
 
+    /// `n` consecutive partitions of whole `unit`-byte units (records) covering the dataset:
+    /// its fragments when there are `n` of whole units, else equal shares (GD-7's logical
+    /// partitioning, cut where no unit straddles two consumers).
+    pub fn unit_partitions(&self, n: usize, unit: u64) -> Vec<Partition> {
+        if n == self.fragment_count() as usize && self.fragment_bytes.iter().all(|b| b.is_multiple_of(unit)) {
+            return self.fragment_partitions();
+        }
+        let units = self.total_bytes() / unit;
+        let cut = |i: u64| units * i / n as u64 * unit;
+        (0..n as u64).map(|i| Partition { offset: cut(i), len: cut(i + 1) - cut(i) }).collect()
+    }
+
     /// Consecutive partitions of the whole dataset, one per weight, each proportional to its
     /// weight and cut at multiples of the block size: block boundaries when fragments are
     /// whole blocks, so no two consumers read the same block (GD-7 logical partitioning; the
@@ -319,6 +331,23 @@ impl Shape {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn unit_partitions_are_fragments_or_equal_shares_of_whole_units() {
+        let s = Shape::new(vec![300_000, 500_000, 200_000], 1 << 16).unwrap();
+        assert_eq!(s.unit_partitions(3, 100), s.fragment_partitions());
+        for n in [1, 2, 4, 7] {
+            let p = s.unit_partitions(n, 100);
+            assert_eq!(p.len(), n);
+            assert_eq!(p.iter().map(|p| p.len).sum::<u64>(), 1_000_000);
+            assert!(p.windows(2).all(|w| w[0].offset + w[0].len == w[1].offset));
+            assert!(p.iter().all(|p| p.offset.is_multiple_of(100) && p.len.is_multiple_of(100)));
+            assert!(p.iter().all(|p| p.len.abs_diff(1_000_000 / n as u64) <= 100), "{p:?}");
+        }
+        // Fragments not of whole units: equal shares of whole units instead.
+        let odd = Shape::new(vec![150_050, 249_950], 1 << 16).unwrap();
+        assert!(odd.unit_partitions(2, 100).iter().all(|p| p.offset.is_multiple_of(100) && p.len.is_multiple_of(100)));
+    }
 
     #[test]
     fn block_maths_of_an_uneven_fragment() {

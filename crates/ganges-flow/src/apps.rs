@@ -24,13 +24,11 @@ use crate::mesh::Mesh;
 use crate::records::{Batch, RecordLayout, Summary};
 use crate::storage::{self, ReadReports, Sink};
 use bytes::{Bytes, BytesMut};
-use ganges_client::scan::ReadOptions;
-use ganges_client::stream::WrittenOrderReader;
+use ganges_client::scan::{ReadOptions, open_scan};
 use ganges_client::write::WriteSource;
 use ganges_client::{Client, ClientError};
 use ganges_core::datagen::Generator;
 use ganges_core::route::ReadPolicyKind;
-use ganges_core::shape::Partition;
 use ganges_proto::manifest::{DatasetName, Manifest};
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex};
@@ -140,11 +138,11 @@ impl Setup {
     ) -> Result<(RecordLayout, Vec<Option<Source>>), AppError> {
         let manifest = Arc::new(self.client.manifest(name).await?);
         let layout = storage::layout_of(&manifest)?;
-        let parts = storage::record_partitions(&manifest, layout, self.workers);
+        let parts = manifest.shape.unit_partitions(self.workers, u64::from(layout.record_bytes));
         let mut sources = vec![];
-        for (i, p) in parts.iter().enumerate() {
+        for (i, p) in parts.into_iter().enumerate() {
             sources.push(match self.here(i) {
-                true => storage::read_sources(&self.client, &manifest, self.read_options(), &[*p], reports)?.pop(),
+                true => Some(storage::read_source(&self.client, &manifest, layout, self.read_options(), p, reports)?),
                 false => None,
             });
         }
@@ -169,13 +167,20 @@ impl Setup {
         if !self.leads() {
             return Ok(());
         }
-        for b in output.iter().flatten() {
-            report.summary.add(b);
-        }
+        // The output's count and checksum, made beside the write rather than before it.
+        let batches: Vec<Batch> = output.iter().flatten().cloned().collect();
+        let summing = tokio::task::spawn_blocking(move || {
+            let mut s = Summary::default();
+            for b in &batches {
+                s.add(b);
+            }
+            s
+        });
         let t = Instant::now();
         let out = storage::write_output(&self.client, name, layout, output, self.sink(run_blocks), self.workers as u32)
             .await?;
         report.write_seconds = t.elapsed().as_secs_f64();
+        report.summary = summing.await.map_err(|e| AppError::Invalid(format!("summing the output: {e}")))?;
         report.bytes_written = out.manifest.total_bytes();
         report.output = Some(out.manifest);
         Ok(())
@@ -351,11 +356,7 @@ pub fn merge(runs: &[Batch], after: usize, n: usize) -> Vec<Bytes> {
         if skipped < after {
             skipped += 1;
         } else {
-            out.push(
-                runs[r].bytes().slice(
-                    i * runs[r].layout().record_bytes as usize..(i + 1) * runs[r].layout().record_bytes as usize,
-                ),
-            );
+            out.push(runs[r].slice(i, i + 1).bytes().clone());
             if out.len() == n {
                 break;
             }
@@ -367,36 +368,33 @@ pub fn merge(runs: &[Batch], after: usize, n: usize) -> Vec<Bytes> {
     out
 }
 
-/// A dataset's records in the order they were written (a DQ-written dataset's through its
-/// origin map; any other's in its own order).
+/// A dataset's records in the order they were written: one collective scan (a consumer per
+/// fragment), each block put where its writers put it (a DQ-written dataset's origin map,
+/// as `dataset get` exports it; any other's own offset).
 pub async fn read_written(client: &Arc<Client>, name: &DatasetName) -> Result<(RecordLayout, Vec<Batch>), AppError> {
     let manifest = Arc::new(client.manifest(name).await?);
     let layout = storage::layout_of(&manifest)?;
-    let whole = Partition { offset: 0, len: manifest.total_bytes() };
-    let mut data = BytesMut::with_capacity(whole.len as usize);
-    if manifest.origin.is_some() {
-        let opts = ReadOptions::new(ReadPolicyKind::Gd);
-        let mut r = WrittenOrderReader::open(client.clone(), manifest.clone(), whole, opts, 16)?;
-        loop {
-            let b = r.read(8 << 20).await?;
-            if b.is_empty() {
-                break;
-            }
-            data.extend_from_slice(&b);
-        }
-    } else {
-        let mut s =
-            ganges_client::scan::ReadStream::open(client.clone(), manifest.clone(), whole, ReadOptions::default())?;
+    if let Some(o) = &manifest.origin {
+        o.validate(&manifest.shape).map_err(|e| AppError::Invalid(format!("`{name}`: {e}")))?;
+    }
+    let streams = open_scan(client, &manifest, None, ReadOptions::new(ReadPolicyKind::Gd))?;
+    let read = futures_util::future::try_join_all(streams.into_iter().map(|mut s| async move {
         let mut blocks = vec![];
         while let Some(b) = s.next().await? {
             blocks.push(b);
         }
-        blocks.sort_unstable_by_key(|b| b.dataset_offset);
-        for b in blocks {
-            data.extend_from_slice(&b.data);
-        }
+        Ok::<_, ClientError>(blocks)
+    }))
+    .await?;
+    let mut data = vec![0u8; manifest.total_bytes() as usize];
+    for b in read.into_iter().flatten() {
+        let at = match &manifest.origin {
+            Some(o) => o.source_offset(&manifest.shape, b.dataset_offset).expect("validated"),
+            None => b.dataset_offset,
+        } as usize;
+        data[at..at + b.data.len()].copy_from_slice(&b.data);
     }
-    let all = Batch::new(data.freeze(), layout).map_err(|e| AppError::Invalid(format!("`{name}`: {e}")))?;
+    let all = Batch::new(Bytes::from(data), layout).map_err(|e| AppError::Invalid(format!("`{name}`: {e}")))?;
     Ok((layout, vec![all]))
 }
 

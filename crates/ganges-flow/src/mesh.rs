@@ -134,8 +134,12 @@ impl Wire {
         if len > PAYLOAD_MAX {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a frame of {len} bytes")));
         }
-        let mut data = vec![0u8; len as usize];
-        rd.read_exact(&mut data).await?;
+        // Into spare capacity: a batch's megabyte is not zeroed first.
+        let mut data = Vec::with_capacity(len as usize);
+        (&mut *rd).take(u64::from(len)).read_to_end(&mut data).await?;
+        if data.len() != len as usize {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
         let data = Bytes::from(data);
         let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
         Ok(match kind {
@@ -206,9 +210,17 @@ impl Mesh {
         let meet_at = *client.live_nodes().first().ok_or_else(|| MeshError::Meet("no server answers".into()))?;
         // Listen where this machine reaches the servers, so the others reach it there too.
         let server_addr = &cluster.servers[meet_at.0 as usize].addr;
-        let probe = tokio::net::TcpStream::connect(server_addr).await?;
-        let ip = probe.local_addr()?.ip();
-        drop(probe);
+        // The interface a packet to the server would leave by (a UDP socket's route: nothing
+        // is sent, and the server sees no stray connection).
+        let server = tokio::net::lookup_host(server_addr.as_str())
+            .await?
+            .next()
+            .ok_or_else(|| MeshError::Meet(format!("{server_addr} names no address")))?;
+        let any: std::net::SocketAddr =
+            if server.is_ipv6() { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() } else { ([0, 0, 0, 0], 0).into() };
+        let route = tokio::net::UdpSocket::bind(any).await?;
+        route.connect(server).await?;
+        let ip = route.local_addr()?.ip();
         let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
         let me = listener.local_addr()?.to_string();
         let addrs = meet(client, meet_at, run, rank, size, &me).await?;
@@ -339,7 +351,10 @@ async fn meet(
     }
 }
 
-async fn write_to(mut wr: ganges_net::transport::BoxWrite, mut rx: mpsc::UnboundedReceiver<Wire>) {
+/// Frames to one worker, through a buffer: credits, ends and headers queued together go out
+/// in one write (flushed whenever the queue runs dry); a batch's bytes go past it.
+async fn write_to(wr: ganges_net::transport::BoxWrite, mut rx: mpsc::UnboundedReceiver<Wire>) {
+    let mut wr = tokio::io::BufWriter::with_capacity(64 << 10, wr);
     while let Some(w) = rx.recv().await {
         let bye = matches!(w, Wire::Bye { .. });
         let (head, payload) = w.encode();

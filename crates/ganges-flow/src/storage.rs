@@ -115,50 +115,32 @@ impl Stitcher {
     }
 }
 
-/// `n` consecutive partitions of whole records covering the dataset: its fragments when
-/// there are as many, else equal shares.
-pub fn record_partitions(manifest: &Manifest, layout: RecordLayout, n: usize) -> Vec<Partition> {
-    let r = u64::from(layout.record_bytes);
-    let shape = &manifest.shape;
-    if n == shape.fragment_count() as usize && shape.fragment_sizes().iter().all(|b| b % r == 0) {
-        return shape.fragment_partitions();
-    }
-    let records = shape.total_bytes() / r;
-    let cut = |i: u64| records * i / n as u64 * r;
-    (0..n as u64).map(|i| Partition { offset: cut(i), len: cut(i + 1) - cut(i) }).collect()
-}
-
 /// What the reads of a flow did, one report per source instance.
 pub type ReadReports = Arc<Mutex<Vec<ReadReport>>>;
 
-/// One source per partition, reading a dataset's records with `opts` (GD, static...): a
-/// source instance is one consumer of a collective scan. Each source's report lands in
-/// `reports` when it ends. Needs a multi-thread tokio runtime (a flow does).
-pub fn read_sources(
+/// A source reading `partition` (whole records of `layout`) of a dataset with `opts` (GD,
+/// static...): one consumer of a collective scan. Its report lands in `reports` when it
+/// ends. Needs a multi-thread tokio runtime (a flow does).
+pub fn read_source(
     client: &Arc<Client>,
     manifest: &Arc<Manifest>,
+    layout: RecordLayout,
     opts: ReadOptions,
-    partitions: &[Partition],
+    partition: Partition,
     reports: &ReadReports,
-) -> Result<Vec<Source>, ClientError> {
-    let layout = layout_of(manifest)?;
-    let handle = tokio::runtime::Handle::current();
-    let mut out: Vec<Source> = vec![];
-    for &p in partitions {
-        if p.offset % u64::from(layout.record_bytes) != 0 || p.len % u64::from(layout.record_bytes) != 0 {
-            return Err(ClientError::Invalid(format!("partition {p:?} is not whole records")));
-        }
-        let stream = ReadStream::open(client.clone(), manifest.clone(), p, opts)?;
-        out.push(Box::new(ReadSource {
-            stream,
-            stitch: Stitcher::new(layout),
-            handle: handle.clone(),
-            ready: vec![],
-            reports: reports.clone(),
-            done: false,
-        }));
+) -> Result<Source, ClientError> {
+    let r = u64::from(layout.record_bytes);
+    if !partition.offset.is_multiple_of(r) || !partition.len.is_multiple_of(r) {
+        return Err(ClientError::Invalid(format!("partition {partition:?} is not whole records")));
     }
-    Ok(out)
+    Ok(Box::new(ReadSource {
+        stream: ReadStream::open(client.clone(), manifest.clone(), partition, opts)?,
+        stitch: Stitcher::new(layout),
+        handle: tokio::runtime::Handle::current(),
+        ready: vec![],
+        reports: reports.clone(),
+        done: false,
+    }))
 }
 
 struct ReadSource {

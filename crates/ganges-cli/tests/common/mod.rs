@@ -66,6 +66,13 @@ impl TestCluster {
         Client::connect(self.local.cluster().clone()).await.expect("client connects")
     }
 
+    /// The cluster file, saved beside the servers' folders, for commands run from the shell.
+    pub fn cluster_file(&self) -> String {
+        let path = self.root.path().join("cluster.toml");
+        self.local.cluster().save(&path).expect("the cluster file saves");
+        path.display().to_string()
+    }
+
     pub fn data_dir(&self, node: u32) -> PathBuf {
         self.root.path().join(format!("node-{node}")).join("data")
     }
