@@ -135,9 +135,10 @@ impl Setup {
         &self,
         name: &DatasetName,
         reports: &ReadReports,
-    ) -> Result<(RecordLayout, Vec<Option<Source>>), AppError> {
+    ) -> Result<(RecordLayout, u64, Vec<Option<Source>>), AppError> {
         let manifest = Arc::new(self.client.manifest(name).await?);
         let layout = storage::layout_of(&manifest)?;
+        let records = manifest.total_bytes() / u64::from(layout.record_bytes);
         let parts = manifest.shape.unit_partitions(self.workers, u64::from(layout.record_bytes));
         let mut sources = vec![];
         for (i, p) in parts.into_iter().enumerate() {
@@ -146,7 +147,7 @@ impl Setup {
                 false => None,
             });
         }
-        Ok((layout, sources))
+        Ok((layout, records, sources))
     }
 
     /// The sources as a flow's first stage (each made once, by its instance).
@@ -213,7 +214,7 @@ pub async fn scan(setup: &Setup, input: &DatasetName) -> Result<AppReport, AppEr
     setup.check()?;
     let reports = ReadReports::default();
     let t = Instant::now();
-    let (layout, sources) = setup.sources(input, &reports).await?;
+    let (layout, _, sources) = setup.sources(input, &reports).await?;
     struct Count(Summary);
     impl Module for Count {
         fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
@@ -288,7 +289,7 @@ pub async fn filter(
     setup.check()?;
     let reports = ReadReports::default();
     let t = Instant::now();
-    let (layout, sources) = setup.sources(input, &reports).await?;
+    let (layout, _, sources) = setup.sources(input, &reports).await?;
     struct Filter(Predicate, RecordLayout);
     impl Module for Filter {
         fn on_batch(&mut self, batch: Batch, out: &mut Out) -> Result<(), String> {
@@ -326,7 +327,7 @@ pub async fn topn(setup: &Setup, input: &DatasetName, runs: &DatasetName, n: usi
     setup.check()?;
     let reports = ReadReports::default();
     let t = Instant::now();
-    let (layout, sources) = setup.sources(input, &reports).await?;
+    let (layout, _, sources) = setup.sources(input, &reports).await?;
     let edge = if setup.robust { Edge::Dq } else { Edge::Channel };
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
         .then(edge, "sort", setup.workers, |_| Box::new(SortBatches))
@@ -428,46 +429,83 @@ fn join_key(rec: &[u8], bytes: usize) -> u64 {
     u64::from_be_bytes(top)
 }
 
-/// One worker's share of the left side: its records, and (once built) a chained hash table
-/// of their join keys: a probe is one slot and its chain, with no allocation per key.
-#[derive(Default)]
+/// One worker's share of the left side: its records end to end, and an open-addressed table
+/// of their join keys' hashes. A probe reads one slot (and its neighbours, under a third
+/// full) and, where the hash matches, the record itself: a cache miss or two a key, where a
+/// chained table of record locations took three.
 struct Table {
-    batches: Vec<Batch>,
-    /// (join key, batch, record) of every record taken.
-    entries: Vec<(u64, u32, u32)>,
-    /// Each slot's first entry + 1 (0: none), and each entry's next + 1.
-    heads: Vec<u32>,
-    next: Vec<u32>,
+    key_bytes: usize,
+    record_bytes: usize,
+    /// The records taken, end to end.
+    data: Vec<u8>,
+    /// Each record's key hash, in order, until `finish` places them.
+    hashes: Vec<u64>,
+    /// (the hash's top 32 bits, record index); `EMPTY` where no record is.
+    slots: Vec<(u32, u32)>,
 }
 
-impl Table {
-    fn slot(&self, key: u64) -> usize {
-        ganges_core::datagen::mix64(key) as usize & (self.heads.len() - 1)
-    }
+const EMPTY: u32 = u32::MAX;
 
-    /// Chain every entry into its slot (two slots per entry, a power of two).
-    fn build(&mut self) {
-        self.heads = vec![0; (2 * self.entries.len()).next_power_of_two().max(1)];
-        self.next = vec![0; self.entries.len()];
-        for i in 0..self.entries.len() {
-            let s = self.slot(self.entries[i].0);
-            self.next[i] = self.heads[s];
-            self.heads[s] = i as u32 + 1;
+impl Table {
+    /// A table expecting about `expected` records.
+    fn new(expected: u64, layout: RecordLayout, key_bytes: usize) -> Table {
+        let expected = expected as usize;
+        Table {
+            key_bytes,
+            record_bytes: layout.record_bytes as usize,
+            data: Vec::with_capacity((expected + expected / 16) * layout.record_bytes as usize),
+            hashes: Vec::with_capacity(expected + expected / 16),
+            slots: vec![],
         }
     }
 
-    /// The records whose join key is `key`.
-    fn matching(&self, key: u64) -> impl Iterator<Item = &[u8]> + '_ {
-        let mut at = if self.heads.is_empty() { 0 } else { self.heads[self.slot(key)] };
+    fn key(&self, rec: &[u8]) -> u64 {
+        join_key(rec, self.key_bytes)
+    }
+
+    fn add(&mut self, batch: &Batch) -> Result<(), String> {
+        if self.hashes.len() + batch.len() >= EMPTY as usize {
+            return Err(format!("more than {EMPTY} records on one worker's side of a join: use more workers"));
+        }
+        for rec in batch.records() {
+            self.hashes.push(ganges_core::datagen::mix64(self.key(rec)));
+        }
+        self.data.extend_from_slice(batch.bytes());
+        Ok(())
+    }
+
+    /// Place every record in a table a third full at most (a power of two).
+    fn finish(&mut self) {
+        let hashes = std::mem::take(&mut self.hashes);
+        self.slots = vec![(0, EMPTY); (3 * hashes.len()).next_power_of_two().max(2)];
+        let mask = self.slots.len() - 1;
+        for (i, h) in hashes.into_iter().enumerate() {
+            let mut s = h as usize & mask;
+            while self.slots[s].1 != EMPTY {
+                s = (s + 1) & mask;
+            }
+            self.slots[s] = ((h >> 32) as u32, i as u32);
+        }
+    }
+
+    /// The records whose join key is the key of `rec`.
+    fn matching<'a>(&'a self, rec: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let key = self.key(rec);
+        let h = ganges_core::datagen::mix64(key);
+        let mask = self.slots.len() - 1;
+        let mut s = h as usize & mask;
         std::iter::from_fn(move || {
-            while at != 0 {
-                let (k, b, i) = self.entries[at as usize - 1];
-                at = self.next[at as usize - 1];
-                if k == key {
-                    return Some(self.batches[b as usize].record(i as usize));
+            loop {
+                let (top, i) = self.slots[s];
+                if i == EMPTY {
+                    return None;
+                }
+                s = (s + 1) & mask;
+                let left = &self.data[i as usize * self.record_bytes..][..self.record_bytes];
+                if top == (h >> 32) as u32 && self.key(left) == key {
+                    return Some(left);
                 }
             }
-            None
         })
     }
 }
@@ -487,35 +525,31 @@ pub async fn join(
     }
     let reports = ReadReports::default();
     let t = Instant::now();
-    let tables: Arc<Vec<Mutex<Table>>> = Arc::new((0..setup.workers).map(|_| Mutex::new(Table::default())).collect());
-    // Build: the left side hashed to the workers, each keeping its share.
-    let (l_layout, sources) = setup.sources(left, &reports).await?;
+    // Build: the left side hashed to the workers, each keeping its share (room made for an
+    // even share) and making its table once all of it is in.
+    let (l_layout, l_records, sources) = setup.sources(left, &reports).await?;
+    let share = l_records.div_ceil(setup.workers as u64);
+    let k = key_bytes as usize;
+    let table = |i| Table::new(if setup.here(i) { share } else { 0 }, l_layout, k);
+    let tables: Arc<Vec<Mutex<Table>>> = Arc::new((0..setup.workers).map(|i| Mutex::new(table(i))).collect());
     let hashed = RecordLayout { key_bytes, ..l_layout };
-    struct Build(Arc<Vec<Mutex<Table>>>, usize, usize);
+    struct Build(Arc<Vec<Mutex<Table>>>, usize);
     impl Module for Build {
         fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
-            let mut t = self.0[self.1].lock().unwrap_or_else(|e| e.into_inner());
-            let b = t.batches.len() as u32;
-            for (i, rec) in batch.records().enumerate() {
-                let key = join_key(rec, self.2);
-                t.entries.push((key, b, i as u32));
-            }
-            t.batches.push(batch);
-            Ok(())
+            self.0[self.1].lock().unwrap_or_else(|e| e.into_inner()).add(&batch)
         }
         fn on_end(&mut self, _: &mut Out) -> Result<(), String> {
-            self.0[self.1].lock().unwrap_or_else(|e| e.into_inner()).build();
+            self.0[self.1].lock().unwrap_or_else(|e| e.into_inner()).finish();
             Ok(())
         }
     }
     let tb = tables.clone();
-    let k = key_bytes as usize;
     let built = Flow::source(hashed, "read left", setup.workers, Setup::stage(sources))
-        .then(Edge::Hash, "build", setup.workers, move |i| Box::new(Build(tb.clone(), i, k)))
+        .then(Edge::Hash, "build", setup.workers, move |i| Box::new(Build(tb.clone(), i)))
         .with_seed(setup.seed);
     let built = setup.run(built).await?;
     // Probe: the right side hashed the same way, each record met with its worker's table.
-    let (r_layout, sources) = setup.sources(right, &reports).await?;
+    let (r_layout, _, sources) = setup.sources(right, &reports).await?;
     if r_layout.record_bytes != l_layout.record_bytes {
         return Err(AppError::Invalid(format!(
             "`{left}` has {}-byte records and `{right}` {}-byte ones",
@@ -523,24 +557,27 @@ pub async fn join(
         )));
     }
     let joined = RecordLayout { record_bytes: 2 * l_layout.record_bytes, key_bytes };
-    struct Probe(Arc<Vec<Mutex<Table>>>, usize, usize, RecordLayout);
+    /// Also the output's bytes per input byte so far, to size the next batch's output.
+    struct Probe(Arc<Vec<Mutex<Table>>>, usize, RecordLayout, f64);
     impl Module for Probe {
         fn on_batch(&mut self, batch: Batch, out: &mut Out) -> Result<(), String> {
             let t = self.0[self.1].lock().unwrap_or_else(|e| e.into_inner());
-            let mut pairs = BytesMut::new();
+            let taken = batch.bytes().len();
+            let mut pairs = BytesMut::with_capacity((taken as f64 * self.3 * 1.25) as usize);
             for rec in batch.records() {
-                for left in t.matching(join_key(rec, self.2)) {
+                for left in t.matching(rec) {
                     pairs.extend_from_slice(left);
                     pairs.extend_from_slice(rec);
                 }
             }
-            out.put(Batch::new(pairs.freeze(), self.3).map_err(|e| e.to_string())?);
+            self.3 = pairs.len() as f64 / taken.max(1) as f64;
+            out.put(Batch::new(pairs.freeze(), self.2).map_err(|e| e.to_string())?);
             Ok(())
         }
     }
     let tp = tables.clone();
     let probed = Flow::source(hashed, "read right", setup.workers, Setup::stage(sources))
-        .then(Edge::Hash, "probe", setup.workers, move |i| Box::new(Probe(tp.clone(), i, k, joined)))
+        .then(Edge::Hash, "probe", setup.workers, move |i| Box::new(Probe(tp.clone(), i, joined, 0.0)))
         .with_seed(setup.seed);
     let probed = setup.run(probed).await?;
     drop(tables);
@@ -591,7 +628,7 @@ pub async fn sort(setup: &Setup, input: &DatasetName, output: &DatasetName) -> R
     setup.check()?;
     let reports = ReadReports::default();
     let t = Instant::now();
-    let (layout, sources) = setup.sources(input, &reports).await?;
+    let (layout, _, sources) = setup.sources(input, &reports).await?;
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
         .then(Edge::Range, "sort", setup.workers, move |_| {
             Box::new(SortAll { layout, taken: vec![], seen: Summary::default() })
