@@ -118,6 +118,19 @@ pub struct Report {
     pub fault_layout: FaultLayout,
     pub repeat: u32,
     pub rows: Vec<Row>,
+    /// Sort with no disk model (the servers' files in memory), against the memory.
+    pub memory: Option<Memory>,
+}
+
+/// Sort's throughput with the disks out of the way, beside the machine's memory bandwidth
+/// measured in the same run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Memory {
+    /// Input bytes sorted a second (the median of `repeat`, robust).
+    pub sort_mb_per_sec: f64,
+    pub cpu_seconds_per_gb: f64,
+    /// Bytes copied a second, a thread per core.
+    pub copy_mb_per_sec: f64,
 }
 
 pub fn run(spec: &AppsBenchSpec) -> BenchResult<Report> {
@@ -127,37 +140,15 @@ pub fn run(spec: &AppsBenchSpec) -> BenchResult<Report> {
     if let Some(s) = spec.slow.iter().find(|&&s| s > spec.nodes) {
         return fail(format!("{s} slow disks of {} servers", spec.nodes));
     }
-    let cluster = BenchCluster {
-        nodes: spec.nodes,
-        disk: Some(spec.disk),
-        root: None,
-        scratch: scratch(4 * spec.per_disk * u64::from(spec.nodes)),
-        binary: spec.binary.clone(),
-        node_groups: None,
-        real: None,
-        metrics_scrape: false,
-    };
-    let started = cluster.start()?;
     let bar = steps_bar((spec.slow.len() * spec.apps.len() * 2) as u64, "apps");
-    let rows = started.block_on(async {
-        let client = Client::connect(started.cluster.cluster().clone()).await?;
-        let bench = Bench { client, spec };
-        bench.inputs().await?;
+    let rows = on_cluster(spec, Some(spec.disk), async |bench: &Bench<'_>| {
         let mut rows = vec![];
         for &slow in &spec.slow {
             bench.set_slow(slow).await?;
             for &app in &spec.apps {
                 for robust in [false, true] {
                     bar.set_message(format!("{app} {}, {slow} slow", if robust { "robust" } else { "static" }));
-                    let mut runs = vec![];
-                    for _ in 0..spec.repeat.max(1) {
-                        runs.push(bench.one(app, robust, slow).await?);
-                    }
-                    let all: Vec<f64> = runs.iter().map(|r| r.seconds).collect();
-                    runs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-                    let mut median = runs.swap_remove(runs.len() / 2);
-                    median.repeat_seconds = all;
-                    rows.push(median);
+                    rows.push(bench.median(app, robust, slow).await?);
                     bar.inc(1);
                 }
             }
@@ -165,6 +156,17 @@ pub fn run(spec: &AppsBenchSpec) -> BenchResult<Report> {
         Ok(rows)
     })?;
     bar.finish_and_clear();
+    let memory = match spec.apps.contains(&App::Sort) {
+        true => Some(on_cluster(spec, None, async |bench: &Bench<'_>| {
+            let sort = bench.median(App::Sort, true, 0).await?;
+            Ok(Memory {
+                sort_mb_per_sec: sort.bytes_read as f64 / sort.seconds / 1e6,
+                cpu_seconds_per_gb: sort.cpu_seconds_per_gb,
+                copy_mb_per_sec: memory_copy_rate() / 1e6,
+            })
+        })?),
+        false => None,
+    };
     Ok(Report {
         bench: "apps".into(),
         git_commit: git_commit(),
@@ -176,7 +178,53 @@ pub fn run(spec: &AppsBenchSpec) -> BenchResult<Report> {
         fault_layout: spec.fault_layout,
         repeat: spec.repeat.max(1),
         rows,
+        memory,
     })
+}
+
+/// Start a cluster of `spec.nodes` servers on `disk` (`None`: no disk model, the files in
+/// memory), make the inputs, and run `body` on it.
+fn on_cluster<T>(
+    spec: &AppsBenchSpec,
+    disk: Option<DiskParams>,
+    body: impl AsyncFnOnce(&Bench<'_>) -> BenchResult<T>,
+) -> BenchResult<T> {
+    let cluster = BenchCluster {
+        nodes: spec.nodes,
+        disk,
+        root: None,
+        scratch: scratch(4 * spec.per_disk * u64::from(spec.nodes)),
+        binary: spec.binary.clone(),
+        node_groups: None,
+        real: None,
+        metrics_scrape: false,
+    };
+    let started = cluster.start()?;
+    started.block_on(async {
+        let client = Client::connect(started.cluster.cluster().clone()).await?;
+        let bench = Bench { client, spec };
+        bench.inputs().await?;
+        body(&bench).await
+    })
+}
+
+/// The machine's memory copy rate: bytes copied a second, one thread per core each copying
+/// its own 128 MiB, the best of four (the first pays for the pages).
+fn memory_copy_rate() -> f64 {
+    const BYTES: usize = 128 << 20;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut buffers: Vec<(Vec<u8>, Vec<u8>)> = (0..threads).map(|i| (vec![i as u8 + 1; BYTES], vec![0; BYTES])).collect();
+    let mut best = f64::MAX;
+    for _ in 0..4 {
+        let t = std::time::Instant::now();
+        std::thread::scope(|s| {
+            for (from, to) in &mut buffers {
+                s.spawn(move || to.copy_from_slice(from));
+            }
+        });
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    (threads * BYTES) as f64 / best
 }
 
 /// Memory when there is room (the disk model is the disk), else the temp folder.
@@ -227,6 +275,19 @@ impl Bench<'_> {
     fn aggregate(&self, slow: u32) -> f64 {
         let r = self.spec.disk.rate_bytes_per_sec;
         (0..self.spec.nodes).map(|n| if n < slow { r * SLOW_FACTOR } else { r }).sum()
+    }
+
+    /// `spec.repeat` runs of `app`: the median's row, with every run's seconds.
+    async fn median(&self, app: App, robust: bool, slow: u32) -> BenchResult<Row> {
+        let mut runs = vec![];
+        for _ in 0..self.spec.repeat.max(1) {
+            runs.push(self.one(app, robust, slow).await?);
+        }
+        let all: Vec<f64> = runs.iter().map(|r| r.seconds).collect();
+        runs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+        let mut median = runs.swap_remove(runs.len() / 2);
+        median.repeat_seconds = all;
+        Ok(median)
     }
 
     /// One run of `app`, checked, its output removed after.
@@ -322,8 +383,17 @@ pub fn render(report: &Report) -> String {
             t.row(cells);
         }
     }
+    let memory = report.memory.as_ref().map_or(String::new(), |m| {
+        format!(
+            "sort with no disk model: {:.0} MB/s ({:.1} CPU s/GB), {:.1}% of the memory's copy rate ({:.0} MB/s)\n",
+            m.sort_mb_per_sec,
+            m.cpu_seconds_per_gb,
+            100.0 * m.sort_mb_per_sec / m.copy_mb_per_sec,
+            m.copy_mb_per_sec
+        )
+    });
     format!(
-        "River's primitives on {} servers, {} MiB per disk, disks at {:.0} MiB/s (a slow one at half), median of {}: fraction of the ideal\n{}",
+        "River's primitives on {} servers, {} MiB per disk, disks at {:.0} MiB/s (a slow one at half), median of {}: fraction of the ideal\n{}{memory}",
         report.nodes,
         report.per_disk_bytes >> 20,
         report.disk_bytes_per_sec / (1 << 20) as f64,
