@@ -213,7 +213,8 @@ fn on_cluster<T>(
 fn memory_copy_rate() -> f64 {
     const BYTES: usize = 128 << 20;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut buffers: Vec<(Vec<u8>, Vec<u8>)> = (0..threads).map(|i| (vec![i as u8 + 1; BYTES], vec![0; BYTES])).collect();
+    let mut buffers: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..threads).map(|i| (vec![i as u8 + 1; BYTES], vec![0; BYTES])).collect();
     let mut best = f64::MAX;
     for _ in 0..4 {
         let t = std::time::Instant::now();

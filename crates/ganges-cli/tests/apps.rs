@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use ganges_core::datagen::Generator;
+use ganges_core::ids::{FragmentId, NodeId};
 use ganges_flow::apps::{self, AppError, Setup};
 use ganges_flow::records::{Batch, RecordLayout, Summary};
 use ganges_proto::manifest::DatasetName;
@@ -124,6 +125,33 @@ async fn a_primitive_refuses_what_it_cannot_run_and_leaves_nothing() {
     let (list, _) = ganges_client::dataset::list(&client, true).await.unwrap();
     let names: Vec<String> = list.iter().map(|e| e.name.to_string()).collect();
     assert_eq!(names, ["bytes", "recs"], "nothing written and nothing staged");
+}
+
+/// A robust filter whose output is written as it is made goes on through a server killed
+/// mid-run: its reads move to the other copies, the blocks that server held are written
+/// again on the others, and the output is the reference's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_robust_filter_writes_its_output_through_a_server_killed_mid_run() {
+    let mut c = start(4, disk(12.0));
+    let client = c.client().await;
+    let bytes = 4 * 60_000 * R;
+    create(&client, "recs", vec![bytes as u64 / 4; 4], 1 << 20, 2, Generator::Records { seed: 5 }).await;
+    let keep = apps::key_below(0.5);
+    let setup = Setup::in_process(client.clone(), 4, true, 1);
+    let kill = async {
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        c.local.kill(NodeId(2));
+    };
+    let (recs, kept) = (name("recs"), name("kept"));
+    let (report, ()) = tokio::join!(apps::filter(&setup, &recs, &kept, keep.clone()), kill);
+    let report = report.unwrap();
+    assert!(report.seconds > 0.3, "the server died mid-run, not after it: {} s", report.seconds);
+    let want: Vec<_> = reference(5, bytes).into_iter().filter(|r| keep(r)).collect();
+    assert_eq!(report.summary.records, want.len() as u64);
+    let out = report.output.as_ref().unwrap();
+    let on: Vec<_> = (0..out.shape.fragment_count()).flat_map(|f| out.layout.holders(FragmentId(f))).collect();
+    assert!(!on.contains(&NodeId(2)), "the output lives on the servers left: {on:?}");
+    assert_eq!(sorted(written(&client, "kept").await), sorted(want));
 }
 
 /// `ganges run` from the shell: a generate, a sort that checks itself, a top-N continued.

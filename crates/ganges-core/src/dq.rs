@@ -354,6 +354,12 @@ impl Ledger {
         self.at[unit]
     }
 
+    /// One more unit, waiting (a stream's producer learns its units as they are made).
+    pub fn push(&mut self) -> usize {
+        self.at.push(UnitAt::Waiting);
+        self.at.len() - 1
+    }
+
     /// `unit` went to consumer `c`.
     pub fn sent(&mut self, unit: usize, c: usize) {
         assert_eq!(self.at[unit], UnitAt::Waiting, "unit {unit} sent twice");

@@ -22,7 +22,7 @@
 use crate::flow::{Edge, Flow, FlowError, FlowReport, Module, Out, Source, StageReport};
 use crate::mesh::Mesh;
 use crate::records::{Batch, RecordLayout, Summary};
-use crate::storage::{self, ReadReports, Sink};
+use crate::storage::{self, ReadReports, Sink, Streaming};
 use bytes::{Bytes, BytesMut};
 use ganges_client::scan::{ReadOptions, open_scan};
 use ganges_client::write::WriteSource;
@@ -154,6 +154,48 @@ impl Setup {
     fn stage(sources: Vec<Option<Source>>) -> impl Fn(usize) -> Source + 'static {
         let slots: Mutex<Vec<Option<Source>>> = Mutex::new(sources);
         move |i| slots.lock().unwrap_or_else(|e| e.into_inner())[i].take().expect("each source is made once, here")
+    }
+
+    /// Run `flow` and write its output as `name` (records of `layout`); `report` makes the
+    /// primitive's report of the flow's, and the write fills it in. Robust, the output goes
+    /// through a distributed queue of the disks as the flow makes it (`Streaming`); static,
+    /// each worker's share to its own server once the flow has ended (`write`).
+    async fn run_writing(
+        &self,
+        flow: Flow,
+        name: &DatasetName,
+        layout: RecordLayout,
+        report: impl FnOnce(FlowReport) -> AppReport,
+    ) -> Result<AppReport, AppError> {
+        if !self.robust {
+            let mut ran = self.run(flow).await?;
+            let output = std::mem::take(&mut ran.output);
+            let mut r = report(ran);
+            self.write(name, layout, &output, 1, &mut r).await?;
+            return Ok(r);
+        }
+        let mut streaming =
+            self.leads().then(|| Streaming::start(&self.client, name.clone(), layout, self.workers as u32));
+        let ran = match self.run(flow.streamed(streaming.as_mut().map(Streaming::sink))).await {
+            Ok(ran) => ran,
+            Err(e) => {
+                let cause = match streaming {
+                    Some(s) => s.abort().await,
+                    None => None,
+                };
+                return Err(cause.map_or(e, AppError::from));
+            }
+        };
+        let mut r = report(ran);
+        if let Some(s) = streaming {
+            let t = Instant::now();
+            let (out, summary) = s.commit().await?;
+            r.write_seconds = t.elapsed().as_secs_f64();
+            r.summary = summary;
+            r.bytes_written = out.manifest.total_bytes();
+            r.output = Some(out.manifest);
+        }
+        Ok(r)
     }
 
     /// Write a flow's output as `name`, and fill in the report.
@@ -304,9 +346,8 @@ pub async fn filter(
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
         .then(Edge::Channel, "filter", setup.workers, move |_| Box::new(Filter(keep.clone(), layout)))
         .with_seed(setup.seed);
-    let ran = setup.run(flow).await?;
-    let mut report = AppReport::of_reads(ran.stages, &reports, layout);
-    setup.write(output, layout, &ran.output, 1, &mut report).await?;
+    let mut report =
+        setup.run_writing(flow, output, layout, |ran| AppReport::of_reads(ran.stages, &reports, layout)).await?;
     report.seconds = t.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -579,14 +620,17 @@ pub async fn join(
     let probed = Flow::source(hashed, "read right", setup.workers, Setup::stage(sources))
         .then(Edge::Hash, "probe", setup.workers, move |i| Box::new(Probe(tp.clone(), i, joined, 0.0)))
         .with_seed(setup.seed);
-    let probed = setup.run(probed).await?;
+    let mut report = setup
+        .run_writing(probed, output, joined, |probed| {
+            let mut report = AppReport::default();
+            reads_into(&mut report, &reports, &built.stages[0], l_layout);
+            reads_into(&mut report, &reports, &probed.stages[0], r_layout);
+            report.stages = built.stages;
+            report.stages.extend(probed.stages);
+            report
+        })
+        .await?;
     drop(tables);
-    let mut report = AppReport::default();
-    reads_into(&mut report, &reports, &built.stages[0], l_layout);
-    reads_into(&mut report, &reports, &probed.stages[0], r_layout);
-    report.stages = built.stages;
-    report.stages.extend(probed.stages);
-    setup.write(output, joined, &probed.output, 1, &mut report).await?;
     report.seconds = t.elapsed().as_secs_f64();
     Ok(report)
 }

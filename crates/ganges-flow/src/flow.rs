@@ -101,6 +101,9 @@ pub struct Flow {
     layout: RecordLayout,
     stages: Vec<Stage>,
     seed: u64,
+    /// The last stage's output goes to a sink as it is made (`Flow::streamed`): here, or
+    /// (`None`, on a worker other than 0) to worker 0's.
+    sink: Option<Option<mpsc::Sender<Batch>>>,
 }
 
 impl std::fmt::Debug for Flow {
@@ -165,7 +168,7 @@ impl Flow {
         make: impl Fn(usize) -> Source + 'static,
     ) -> Flow {
         let kind = StageKind::Source(Box::new(make));
-        Flow { layout, stages: vec![Stage { name: name.into(), instances, kind, edge: None }], seed: 1 }
+        Flow { layout, stages: vec![Stage { name: name.into(), instances, kind, edge: None }], seed: 1, sink: None }
     }
 
     /// Then `instances` of a module, fed from the stage before through `edge`.
@@ -183,6 +186,14 @@ impl Flow {
 
     pub fn with_seed(mut self, seed: u64) -> Flow {
         self.seed = seed;
+        self
+    }
+
+    /// The last stage's output goes to `sink` as it is made (waiting while the sink is
+    /// full), not into the report: in one process, or on worker 0 of a mesh, `sink` is
+    /// where; on the other workers `None`, and their output travels to worker 0's sink.
+    pub fn streamed(mut self, sink: Option<mpsc::Sender<Batch>>) -> Flow {
+        self.sink = Some(sink);
         self
     }
 
@@ -222,7 +233,7 @@ impl Flow {
         self.run_placed(Some(mesh.clone())).await
     }
 
-    async fn run_placed(self, mesh: Option<Arc<Mesh>>) -> Result<FlowReport, FlowError> {
+    async fn run_placed(mut self, mesh: Option<Arc<Mesh>>) -> Result<FlowReport, FlowError> {
         self.validate()?;
         if let Some(m) = &mesh
             && let Some(s) = self.stages.iter().find(|s| s.instances != m.size() as usize)
@@ -270,26 +281,49 @@ impl Flow {
                 inboxes[s][c] = Some(Inbox { rx, producers, me: c, credit_to: credit_to.clone() });
             }
         }
+        let last = self.stages.len() - 1;
+        // A streamed flow's sink here, and (on a worker other than 0) the task carrying what
+        // is put to it to worker 0.
+        let (sink, carrier) = match (self.sink.take(), &mesh) {
+            (None, _) => (None, None),
+            (Some(Some(tx)), m) if m.as_ref().is_none_or(|m| m.rank() == 0) => (Some(tx), None),
+            (Some(None), Some(m)) if m.rank() != 0 => {
+                let (tx, mut rx) = mpsc::channel::<Batch>(CREDITS as usize);
+                let (m, from) = (m.clone(), m.rank());
+                let carrier = tokio::spawn(async move {
+                    while let Some(b) = rx.recv().await {
+                        m.send(0, Wire::Output { flow, from, layout: b.layout(), data: b.bytes().clone() });
+                    }
+                });
+                (Some(tx), Some(carrier))
+            }
+            _ => return Err(FlowError::Invalid("a streamed flow's sink is on worker 0 (or in one process)".into())),
+        };
         let mut tasks: JoinSet<(usize, usize, Ran)> = JoinSet::new();
         let mut ids = HashMap::new();
         for (s, stage) in self.stages.iter().enumerate() {
             for i in (0..stage.instances).filter(|&i| here(i)) {
                 let out = outlets[s][i].take();
+                let kept = match (&sink, s == last) {
+                    (Some(tx), true) => Last::Sink(tx.clone()),
+                    _ => Last::Keep(vec![]),
+                };
                 let task = match &stage.kind {
                     StageKind::Source(make) => {
                         let source = make(i);
-                        tasks.spawn(async move { (s, i, run_source(source, out, started).await) })
+                        tasks.spawn(async move { (s, i, run_source(source, out, kept, started).await) })
                     }
                     StageKind::Module(make) => {
                         let module = make(i);
                         let inbox = inboxes[s][i].take().expect("a module stage has inboxes");
-                        tasks.spawn(async move { (s, i, run_module(module, inbox, out, started).await) })
+                        tasks.spawn(async move { (s, i, run_module(module, inbox, out, kept, started).await) })
                     }
                 };
                 ids.insert(task.id(), (s, i));
             }
         }
-        let last = self.stages.len() - 1;
+        // The sink's senders are the last stage's here; a carrier ends when they have.
+        let sink = sink.filter(|_| carrier.is_none());
         let mut reports: Vec<StageReport> = self
             .stages
             .iter()
@@ -345,13 +379,17 @@ impl Flow {
                     }
                     // Another worker's end came before ours.
                     others_done += usize::from(matches!(w, Wire::Done { .. }));
-                    early_end(w, &mut reports, &mut output)?;
+                    early_end(w, &mut reports, &mut output, sink.as_ref()).await?;
                 }
             }
         }
         if let Some(m) = &mesh {
             let me = m.rank() as usize;
             if me != 0 {
+                // What was put to the sink travels before the reports and `Done`.
+                if let Some(c) = carrier {
+                    let _ = c.await;
+                }
                 for b in std::mem::take(&mut output[me]) {
                     m.send(0, Wire::Output { flow, from: me as u32, layout: b.layout(), data: b.bytes().clone() });
                 }
@@ -371,7 +409,7 @@ impl Flow {
                         return Err(FlowError::Worker { rank: from, why });
                     }
                     others_done += usize::from(matches!(w, Wire::Done { .. }));
-                    early_end(w, &mut reports, &mut output)?;
+                    early_end(w, &mut reports, &mut output, sink.as_ref()).await?;
                 }
             }
         }
@@ -379,15 +417,24 @@ impl Flow {
     }
 }
 
-/// Another worker's output batch or report, kept in this worker's (worker 0's) report.
-fn early_end(w: Wire, reports: &mut [StageReport], output: &mut [Vec<Batch>]) -> Result<(), FlowError> {
+/// Another worker's output batch (put to the sink of a streamed flow) or report, kept in
+/// this worker's (worker 0's) report.
+async fn early_end(
+    w: Wire,
+    reports: &mut [StageReport],
+    output: &mut [Vec<Batch>],
+    sink: Option<&mpsc::Sender<Batch>>,
+) -> Result<(), FlowError> {
     let bad = |rank: u32, why: String| FlowError::Worker { rank, why: format!("sent {why}") };
     match w {
         Wire::Output { from, data, layout, .. } => {
             let b = Batch::new(data, layout).map_err(|e| bad(from, e.to_string()))?;
             let slot =
                 output.get_mut(from as usize).ok_or_else(|| bad(from, "output as an unknown instance".into()))?;
-            slot.push(b);
+            match sink {
+                Some(tx) => tx.send(b).await.map_err(|_| FlowError::Invalid("the flow's sink went away".into()))?,
+                None => slot.push(b),
+            }
         }
         Wire::Report { edge, from, report, .. } => {
             let slot = reports
@@ -668,27 +715,42 @@ impl Outlet {
     }
 }
 
-/// Put `batches` downstream, or keep them if this is the last stage (no outlet). Returns the
-/// records put.
+/// Where the last stage's batches go: kept for the report, or put to the flow's sink.
+enum Last {
+    Keep(Vec<Batch>),
+    Sink(mpsc::Sender<Batch>),
+}
+
+impl Last {
+    fn kept(self) -> Vec<Batch> {
+        match self {
+            Last::Keep(v) => v,
+            Last::Sink(_) => vec![],
+        }
+    }
+}
+
+/// Put `batches` downstream, or (the last stage: no outlet) keep them or put them to the
+/// sink. Returns the records put.
 async fn forward(
     out: &mut Option<Outlet>,
-    kept: &mut Vec<Batch>,
+    kept: &mut Last,
     batches: impl IntoIterator<Item = Batch>,
 ) -> Result<u64, String> {
     let mut records = 0;
     for b in batches {
         records += b.len() as u64;
-        match out {
-            Some(o) => o.put(b).await?,
-            None => kept.push(b),
+        match (out.as_mut(), &mut *kept) {
+            (Some(o), _) => o.put(b).await?,
+            (None, Last::Keep(v)) => v.push(b),
+            (None, Last::Sink(tx)) => tx.send(b).await.map_err(|_| "the flow's sink went away")?,
         }
     }
     Ok(records)
 }
 
-async fn run_source(mut source: Source, mut out: Option<Outlet>, started: Instant) -> Ran {
+async fn run_source(mut source: Source, mut out: Option<Outlet>, mut kept: Last, started: Instant) -> Ran {
     let mut report = InstanceReport::default();
-    let mut kept = vec![];
     loop {
         let t = Instant::now();
         let Some(batch) = block_in_place(|| source.next()) else { break };
@@ -700,7 +762,7 @@ async fn run_source(mut source: Source, mut out: Option<Outlet>, started: Instan
         o.finish().await?;
     }
     report.finished = started.elapsed();
-    Ok((report, kept))
+    Ok((report, kept.kept()))
 }
 
 /// Batches a consumer holds, furthest-behind producer first: ganges-core's scheduler with
@@ -767,9 +829,14 @@ struct Inbox {
 
 /// A module instance: take batches from the inbox, furthest-behind producer first (DQ-2),
 /// each credit going back once the module has taken its batch.
-async fn run_module(mut module: Box<dyn Module>, mut inbox: Inbox, mut out: Option<Outlet>, started: Instant) -> Ran {
+async fn run_module(
+    mut module: Box<dyn Module>,
+    mut inbox: Inbox,
+    mut out: Option<Outlet>,
+    mut kept: Last,
+    started: Instant,
+) -> Ran {
     let mut report = InstanceReport::default();
-    let mut kept = vec![];
     let mut queue = Waiting::default();
     loop {
         while let Ok(m) = inbox.rx.try_recv() {
@@ -803,5 +870,5 @@ async fn run_module(mut module: Box<dyn Module>, mut inbox: Inbox, mut out: Opti
         o.finish().await?;
     }
     report.finished = started.elapsed();
-    Ok((report, kept))
+    Ok((report, kept.kept()))
 }

@@ -5,16 +5,17 @@
 //! records in two. The [`Stitcher`] hands on each block's whole records as they are (a
 //! slice of the received bytes: no copy) and joins the cut ones when both halves are in.
 //!
-//! The sink writes the last stage's batches once the flow has ended, with ganges's own
-//! writes: all or nothing, so a flow that fails leaves no output dataset. Its blocks are
+//! The sink writes the last stage's batches with ganges's own writes: through a distributed
+//! queue as they are made ([`Streaming`]), or once the flow has ended ([`write_output`]).
+//! Either is all or nothing, so a flow that fails leaves no output dataset. Its blocks are
 //! whole records, so a dataset a distributed queue wrote (blocks in each server's log in the
 //! order its disk took them) still reads as whole records.
 
 use crate::flow::Source;
-use crate::records::{Batch, RecordLayout};
+use crate::records::{Batch, RecordLayout, Summary};
 use bytes::{Bytes, BytesMut};
 use ganges_client::scan::{ReadOptions, ReadReport, ReadStream};
-use ganges_client::write::{WriteOutcome, WriteSource, WriteSpec};
+use ganges_client::write::{DqStream, WriteOutcome, WriteSource, WriteSpec};
 use ganges_client::{Client, ClientError};
 use ganges_core::route::ceft::CeftSettings;
 use ganges_core::shape::Partition;
@@ -22,6 +23,7 @@ use ganges_core::write::WritePolicyKind;
 use ganges_proto::manifest::{DatasetName, Manifest, RecordFormat};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
 
 /// Cut records collected for this many bytes are handed on as one batch.
 const STITCHED_BATCH_BYTES: usize = 256 << 10;
@@ -196,6 +198,85 @@ pub enum Sink {
     /// Through a distributed queue of the servers' disks (DQ-1), `run_blocks` blocks to a
     /// unit (DQ-3's whole runs, so sorted runs stay whole).
     Dq { run_blocks: u32 },
+}
+
+/// A flow's output written as it is made: the batches put to [`Streaming::sink`] are
+/// gathered into blocks of whole records, each put to a DQ write (DQ-1, one copy) as it
+/// fills, so the write overlaps the flow. [`commit`](Streaming::commit) once the flow has
+/// succeeded; dropped, the write is aborted and no dataset is left. The dataset in written
+/// order is the batches in the order they reached the sink.
+#[derive(Debug)]
+pub struct Streaming {
+    sink: Option<mpsc::Sender<Batch>>,
+    commit: oneshot::Sender<()>,
+    /// The dataset and its records' summary; `None` when the flow failed (no commit).
+    task: tokio::task::JoinHandle<Result<Option<(WriteOutcome, Summary)>, ClientError>>,
+}
+
+impl Streaming {
+    /// Start writing `name`, of records of `layout`, with `writers` DQ writers.
+    pub fn start(client: &Arc<Client>, name: DatasetName, layout: RecordLayout, writers: u32) -> Streaming {
+        let r = layout.record_bytes as usize;
+        let block = (OUTPUT_BLOCK_BYTES as usize / r).max(1) * r;
+        let records = RecordFormat::Fixed { record_bytes: layout.record_bytes, key_bytes: layout.key_bytes };
+        let mut stream = DqStream::start(client, name.clone(), block as u32, writers, records);
+        let (sink, mut batches) = mpsc::channel::<Batch>(2 * writers.max(1) as usize);
+        let (commit, committed) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut summary = Summary::default();
+            let mut buf = BytesMut::with_capacity(block);
+            while let Some(b) = batches.recv().await {
+                summary.add(&b);
+                let mut data = &b.bytes()[..];
+                while !data.is_empty() {
+                    let n = (block - buf.len()).min(data.len());
+                    buf.extend_from_slice(&data[..n]);
+                    data = &data[n..];
+                    if buf.len() == block {
+                        stream.put(buf.split().freeze()).await?;
+                        buf.reserve(block);
+                    }
+                }
+            }
+            // No word: the flow failed.
+            let committed = committed.await.is_ok();
+            if !committed || summary.records == 0 {
+                stream.abort().await;
+                return match committed {
+                    true => Err(ClientError::Invalid(format!("the flow put out no records: `{name}` is not written"))),
+                    false => Ok(None),
+                };
+            }
+            let out = stream.finish((!buf.is_empty()).then(|| buf.freeze())).await?;
+            Ok(Some((out, summary)))
+        });
+        Streaming { sink: Some(sink), commit, task }
+    }
+
+    /// Where the flow puts its output (taken once).
+    pub fn sink(&mut self) -> mpsc::Sender<Batch> {
+        self.sink.take().expect("a stream has one sink")
+    }
+
+    /// The flow succeeded: commit what it put, once it has all been written. The dataset,
+    /// and the count and checksum of its records.
+    pub async fn commit(mut self) -> Result<(WriteOutcome, Summary), ClientError> {
+        self.sink = None;
+        let _ = self.commit.send(());
+        match self.task.await {
+            Ok(Ok(Some(x))) => Ok(x),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(None)) => Err(ClientError::Invalid("the flow's output was not committed".into())),
+            Err(e) => Err(ClientError::Invalid(format!("writing the flow's output: {e}"))),
+        }
+    }
+
+    /// The flow failed: abort the write. Its error, if the write failing was the cause.
+    pub async fn abort(self) -> Option<ClientError> {
+        drop(self.sink);
+        drop(self.commit);
+        self.task.await.ok().and_then(Result::err)
+    }
 }
 
 /// Write `output` (each instance's batches, in order; the instances one after another) as

@@ -115,6 +115,82 @@ pub struct DqWriter {
     pub steals: u64,
     /// Blocks servers gave back, redirected to an idle server.
     pub redirects: u64,
+    /// For a stream: where its next blocks come from, until it ends.
+    input: Option<Arc<Input>>,
+}
+
+/// The blocks of a streamed DQ write (`DqWriter::streaming`), made while it runs: every
+/// block but the last is `block` bytes. A writer takes the next block when it has none left
+/// to send, so several writers share one input; every block is kept until the write ends
+/// (a server that dies takes its log with it, and its blocks are sent again).
+#[derive(Debug)]
+pub struct Input {
+    block: u32,
+    rx: tokio::sync::Mutex<mpsc::Receiver<bytes::Bytes>>,
+    taken: std::sync::Mutex<Vec<bytes::Bytes>>,
+    /// The short last block, if any, set before the input closes.
+    tail: std::sync::Mutex<Option<bytes::Bytes>>,
+    /// Set by the producer once it has put everything: an input that closes without it
+    /// was abandoned, and the write fails.
+    finished: std::sync::atomic::AtomicBool,
+}
+
+impl Input {
+    /// An input of `block`-byte blocks, and where the producer puts them (`cap` queued).
+    pub fn new(block: u32, cap: usize) -> (Arc<Input>, mpsc::Sender<bytes::Bytes>) {
+        let (tx, rx) = mpsc::channel(cap.max(1));
+        let input = Input {
+            block,
+            rx: tokio::sync::Mutex::new(rx),
+            taken: Default::default(),
+            tail: Default::default(),
+            finished: Default::default(),
+        };
+        (Arc::new(input), tx)
+    }
+
+    /// The producer is done: `tail` (shorter than a block) is the last of the data.
+    pub fn finish(&self, tail: Option<bytes::Bytes>) {
+        *self.tail.lock().unwrap_or_else(|e| e.into_inner()) = tail.filter(|t| !t.is_empty());
+        self.finished.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Keep a block: where it starts in the data, and its length.
+    fn keep(&self, data: bytes::Bytes) -> (u64, u32) {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        taken.push(data);
+        ((taken.len() as u64 - 1) * u64::from(self.block), taken[taken.len() - 1].len() as u32)
+    }
+
+    /// The short last block, where it starts and its length, once the input is finished.
+    pub fn tail(&self) -> Option<(u64, u32)> {
+        let start = self.taken.lock().unwrap_or_else(|e| e.into_inner()).len() as u64 * u64::from(self.block);
+        self.tail.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|t| (start, t.len() as u32))
+    }
+
+    /// Bytes taken so far, and the tail's.
+    pub fn bytes(&self) -> u64 {
+        let full: u64 = self.taken.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|b| b.len() as u64).sum();
+        full + self.tail.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |t| t.len() as u64)
+    }
+}
+
+impl BlockSource for Input {
+    fn piece(&self, p: &Piece) -> std::io::Result<bytes::Bytes> {
+        let k = (p.dataset_offset / u64::from(self.block)) as usize;
+        let taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let data = match taken.get(k) {
+            Some(b) => Some(b.clone()),
+            None if k == taken.len() => self.tail.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            None => None,
+        };
+        data.filter(|d| d.len() == p.len as usize && p.dataset_offset.is_multiple_of(u64::from(self.block)))
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no such block in the stream"))
+    }
 }
 
 /// Where a unit is sent again.
@@ -144,9 +220,42 @@ impl DqWriter {
         seed: u64,
     ) -> Result<DqWriter> {
         let nodes = client.nodes();
-        let run_blocks = run_blocks.max(1) as usize;
-        let pins = pins(writer, writers, nodes, blocks.len().div_ceil(run_blocks))
+        let pins = pins(writer, writers, nodes, blocks.len().div_ceil(run_blocks.max(1) as usize))
             .map_err(|e| ClientError::Invalid(e.to_string()))?;
+        DqWriter::make(client, name, txid, blocks, run_blocks, source, settings, seed, pins, None)
+    }
+
+    /// A writer of a stream: it takes its blocks from `input` as they are made (several
+    /// writers may share one), each unit one block, with no pinned units (a server that gets
+    /// nothing drops out of the dataset). It runs until the input closes and every block
+    /// it took has landed.
+    pub fn streaming(
+        client: Arc<Client>,
+        name: DatasetName,
+        txid: u64,
+        input: Arc<Input>,
+        settings: DqSettings,
+        seed: u64,
+    ) -> Result<DqWriter> {
+        let source: Arc<dyn BlockSource> = input.clone();
+        DqWriter::make(client, name, txid, vec![], 1, source, settings, seed, vec![], Some(input))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        client: Arc<Client>,
+        name: DatasetName,
+        txid: u64,
+        blocks: Vec<(u64, u32)>,
+        run_blocks: u32,
+        source: Arc<dyn BlockSource>,
+        settings: DqSettings,
+        seed: u64,
+        pins: Vec<usize>,
+        input: Option<Arc<Input>>,
+    ) -> Result<DqWriter> {
+        let nodes = client.nodes();
+        let run_blocks = run_blocks.max(1) as usize;
         let router = DqRouter::new(nodes, settings, seed).map_err(|e| ClientError::Invalid(e.to_string()))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let total_bytes = blocks.iter().map(|b| b.1 as u64).sum();
@@ -178,7 +287,23 @@ impl DqWriter {
             epoch: Instant::now(),
             steals: 0,
             redirects: 0,
+            input,
         })
+    }
+
+    /// Whether more blocks may still come (a stream whose input is open).
+    fn open(&self) -> bool {
+        self.input.is_some()
+    }
+
+    /// A block of the stream, to send.
+    fn take(&mut self, data: bytes::Bytes) {
+        let input = self.input.as_ref().expect("a stream takes blocks");
+        let (offset, len) = input.keep(data);
+        self.blocks.push((offset, len));
+        self.ledger.push();
+        self.counted.push(false);
+        self.total_bytes += u64::from(len);
     }
 
     fn time(&self, at: Instant) -> Time {
@@ -312,12 +437,34 @@ impl DqWriter {
 
     /// Write every block. `progress` hears each block's bytes as it lands.
     pub async fn run(&mut self, progress: Option<&ProgressFn>) -> Result<()> {
-        while !self.ledger.is_done() {
+        while self.open() || !self.ledger.is_done() {
             self.pump()?;
-            let ev = tokio::time::timeout(STALL_TIMEOUT_DEFAULT, self.rx.recv())
-                .await
-                .map_err(|_| ClientError::Invalid(format!("no server answered a write for {STALL_TIMEOUT_DEFAULT:?}")))?
-                .expect("the writer holds a sender");
+            let input = self.input.clone().filter(|_| self.next == self.units() && self.resend.is_empty());
+            let stall = async {
+                match self.pending.is_empty() {
+                    true => std::future::pending().await,
+                    false => tokio::time::sleep(STALL_TIMEOUT_DEFAULT).await,
+                }
+            };
+            let ev = tokio::select! {
+                ev = self.rx.recv() => ev.expect("the writer holds a sender"),
+                more = async { input.as_ref().expect("a stream").rx.lock().await.recv().await }, if input.is_some() => {
+                    match more {
+                        Some(data) => self.take(data),
+                        None if input.is_some_and(|i| i.is_finished()) => self.input = None,
+                        None => {
+                            return Err(ClientError::Invalid(format!(
+                                "the stream writing `{}` ended before its producer finished; nothing is visible",
+                                self.name
+                            )));
+                        }
+                    }
+                    continue;
+                }
+                () = stall => {
+                    return Err(ClientError::Invalid(format!("no server answered a write for {STALL_TIMEOUT_DEFAULT:?}")));
+                }
+            };
             let Some(p) = self.pending.remove(&ev.tag) else { continue };
             let node = NodeId(p.consumer as u32);
             match ev.result {
@@ -385,7 +532,7 @@ impl DqWriter {
     /// End of stream: consumer `idle` just answered and is running dry; withdraw a block
     /// queued at the busiest server for it (module docs).
     fn maybe_withdraw(&mut self, idle: usize) {
-        if self.run_blocks > 1 || self.next < self.units() || !self.resend.is_empty() {
+        if self.run_blocks > 1 || self.open() || self.next < self.units() || !self.resend.is_empty() {
             return;
         }
         // Blocks already being withdrawn are spoken for.

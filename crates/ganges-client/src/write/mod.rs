@@ -381,19 +381,12 @@ async fn write_dq(
     }
     let capacity = Shape::uniform(nodes, blocks_total * block, spec.block_bytes)?;
     let manifest = draft(Layout::chained(nodes, 1)?, spec.name.clone(), capacity, spec.records, content)?;
-    // A server down already is written around from the start, as one that dies mid-write.
-    let live = client.live_nodes();
-    let mut staging = if live.len() == nodes as usize {
-        Staging::begin_with(client, &manifest, true).await?
-    } else {
-        Staging::begin_on(client, &manifest, &live, true).await?
-    };
-    let started = std::time::Instant::now();
+    let (staging, live) = begin_live(client, &manifest).await?;
     let mut writers = vec![];
     for (i, blocks) in streams.into_iter().enumerate() {
         let settings = DqSettings::for_consumers(nodes).with_slow_start(ganges_core::dq::START_CREDITS);
         let seed = manifest.id ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut w = DqWriter::new(
+        let w = DqWriter::new(
             client.clone(),
             manifest.name.clone(),
             staging.txid,
@@ -403,14 +396,68 @@ async fn write_dq(
             source.clone(),
             settings,
             seed,
-        )?;
-        for n in (0..nodes).map(NodeId).filter(|n| !live.contains(n)) {
-            w.lose(n)?;
+        );
+        match w {
+            Ok(w) => writers.push(w),
+            Err(e) => {
+                staging.abort().await;
+                return Err(e);
+            }
         }
-        writers.push((i, w, 0.0));
     }
-    let work = write_logs(client, &manifest, staging.txid, writers, tail, spec.run_blocks, &source, &progress);
+    let tail = move || tail;
+    let logs = Logs { run_blocks: spec.run_blocks, source: &source, tail: &tail, progress: &progress };
+    conclude_dq(client, manifest, staging, &live, writers, logs).await
+}
+
+/// Stage a DQ write on the live servers (one down already is written around from the
+/// start, as one that dies mid-write); and which they are.
+async fn begin_live<'c>(client: &'c Client, manifest: &Manifest) -> Result<(Staging<'c>, Vec<NodeId>)> {
+    let live = client.live_nodes();
+    let staging = if live.len() == client.nodes() as usize {
+        Staging::begin_with(client, manifest, true).await?
+    } else {
+        Staging::begin_on(client, manifest, &live, true).await?
+    };
+    Ok((staging, live))
+}
+
+/// How a DQ write's logs are finished: its units' size, where its bytes come from, its short
+/// last block (where it starts and its length), if any, once the writers are done.
+struct Logs<'a> {
+    run_blocks: u32,
+    source: &'a Arc<dyn crate::scan::BlockSource>,
+    tail: &'a (dyn Fn() -> Option<(u64, u32)> + Sync),
+    progress: &'a Option<ProgressFn>,
+}
+
+/// Run a DQ write's writers to the end (through server deaths), then commit what the live
+/// servers' logs hold, or abort the staging: nothing half-written is ever visible.
+async fn conclude_dq(
+    client: &Arc<Client>,
+    manifest: Manifest,
+    mut staging: Staging<'_>,
+    live: &[NodeId],
+    mut writers: Vec<crate::write::dq::DqWriter>,
+    logs: Logs<'_>,
+) -> Result<WriteOutcome> {
+    let started = std::time::Instant::now();
+    let nodes = client.nodes();
+    for w in &mut writers {
+        for n in (0..nodes).map(NodeId).filter(|n| !live.contains(n)) {
+            if let Err(e) = w.lose(n) {
+                staging.abort().await;
+                return Err(e);
+            }
+        }
+    }
+    let writers = writers.into_iter().enumerate().map(|(i, w)| (i, w, 0.0)).collect();
+    let work = write_logs(client, &manifest, staging.txid, writers, logs);
     let (logs, reports, down) = match work.await {
+        Ok(x) if x.0.iter().all(|l| l.is_empty()) => {
+            staging.abort().await;
+            return Err(ClientError::Invalid(format!("nothing was put: `{}` is not written", manifest.name)));
+        }
         Ok(x) => x,
         Err(e) => {
             staging.abort().await;
@@ -423,6 +470,8 @@ async fn write_dq(
         (0..nodes).map(NodeId).filter(|n| !down.contains(n) && logs[n.index()].is_empty()).collect();
     staging.without(&down);
     staging.drop_nodes(&empty).await;
+    let block = u64::from(manifest.shape.block_bytes());
+    let name = manifest.name.clone();
     let (manifest, digest) = match survivors(manifest, logs, block) {
         Ok(x) => x,
         Err(e) => {
@@ -431,10 +480,119 @@ async fn write_dq(
         }
     };
     if !down.is_empty() {
-        tracing::warn!(dataset = %spec.name, down = ?down, "committing on the servers left");
+        tracing::warn!(dataset = %name, down = ?down, "committing on the servers left");
     }
     let manifest = staging.conclude(manifest, Ok(digest)).await?;
     Ok(WriteOutcome { manifest, seconds, writers: reports, completion: None, missing: vec![], without: down })
+}
+
+/// A DQ write of data made while it runs (a flow's output): one copy, all or nothing.
+/// [`put`](DqStream::put) whole blocks, then [`finish`](DqStream::finish) with the short
+/// rest; `writers` DQ writers share the blocks as they come. Dropped before `finish`, the
+/// write is aborted and nothing of it is visible.
+#[derive(Debug)]
+pub struct DqStream {
+    tx: Option<tokio::sync::mpsc::Sender<Bytes>>,
+    input: Arc<crate::write::dq::Input>,
+    /// The write; taken once it has ended.
+    task: Option<tokio::task::JoinHandle<Result<WriteOutcome>>>,
+}
+
+/// Blocks a streamed write may put on one server: its staged copy is sized for them (sparse),
+/// and a stream that puts more fails, naming the server.
+pub const STREAM_BLOCKS_PER_SERVER: u64 = 1 << 16;
+
+impl DqStream {
+    /// Start writing `name` in blocks of `block_bytes`, holding `records`.
+    pub fn start(
+        client: &Arc<Client>,
+        name: DatasetName,
+        block_bytes: u32,
+        writers: u32,
+        records: RecordFormat,
+    ) -> DqStream {
+        let writers = writers.max(1);
+        let (input, tx) = crate::write::dq::Input::new(block_bytes, 2 * writers as usize);
+        let (client, fed) = (client.clone(), input.clone());
+        let task = tokio::spawn(async move {
+            use crate::write::dq::DqWriter;
+            use ganges_core::dq::DqSettings;
+            let nodes = client.nodes();
+            let capacity = Shape::uniform(nodes, STREAM_BLOCKS_PER_SERVER * u64::from(block_bytes), block_bytes)?;
+            let content = Content::Imported { source: "a stream".into() };
+            let manifest = draft(Layout::chained(nodes, 1)?, name, capacity, records, content)?;
+            let (staging, live) = begin_live(&client, &manifest).await?;
+            let settings = DqSettings::for_consumers(nodes).with_slow_start(ganges_core::dq::START_CREDITS);
+            let ws: Vec<_> = (0..writers)
+                .map(|i| {
+                    let seed = manifest.id ^ u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                    DqWriter::streaming(
+                        client.clone(),
+                        manifest.name.clone(),
+                        staging.txid,
+                        fed.clone(),
+                        settings,
+                        seed,
+                    )
+                })
+                .collect();
+            let ws = match ws.into_iter().collect::<Result<Vec<_>>>() {
+                Ok(ws) => ws,
+                Err(e) => {
+                    staging.abort().await;
+                    return Err(e);
+                }
+            };
+            let source: Arc<dyn crate::scan::BlockSource> = fed.clone();
+            let tail = || fed.tail();
+            let logs = Logs { run_blocks: 1, source: &source, tail: &tail, progress: &None };
+            conclude_dq(&client, manifest, staging, &live, ws, logs).await
+        });
+        DqStream { tx: Some(tx), input, task: Some(task) }
+    }
+
+    /// Put the next block (every one but the last is the stream's block size). When the
+    /// write has failed, its error (and every later call fails).
+    pub async fn put(&mut self, block: Bytes) -> Result<()> {
+        let (Some(tx), Some(task)) = (self.tx.as_ref(), self.task.as_mut()) else {
+            return Err(ClientError::Invalid("the stream's write has failed".into()));
+        };
+        // The write may fail while its queue is full: its end is watched too.
+        let ended = tokio::select! {
+            sent = tx.send(block) => match sent {
+                Ok(()) => return Ok(()),
+                Err(_) => None,
+            },
+            ended = task => Some(ended),
+        };
+        self.tx = None;
+        let task = self.task.take().expect("held until it ends");
+        let ended = match ended {
+            Some(e) => e,
+            None => task.await,
+        };
+        Err(match ended {
+            Ok(Err(e)) => e,
+            Ok(Ok(_)) => ClientError::Invalid("the stream's write ended before its data did".into()),
+            Err(e) => ClientError::Invalid(format!("the stream's write stopped: {e}")),
+        })
+    }
+
+    /// Give the write up: once this returns, nothing of it is visible.
+    pub async fn abort(mut self) {
+        self.tx = None;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Everything is put: `tail` (shorter than a block) ends the data. Commits the dataset.
+    pub async fn finish(mut self, tail: Option<Bytes>) -> Result<WriteOutcome> {
+        self.input.finish(tail);
+        self.tx = None;
+        let task = self.task.take().ok_or_else(|| ClientError::Invalid("the stream's write has failed".into()))?;
+        task.await.map_err(|e| ClientError::Invalid(format!("the stream's write stopped: {e}")))?
+    }
 }
 
 /// The final manifest of a DQ write from each server's log (empty for those that died):
@@ -481,16 +639,12 @@ type LogEntry = (u32, u32, u32, u64);
 /// server died sends what it had put there again (`DqWriter::lose`), until no server is
 /// found dead; then the short `tail` block ends a live log. Returns each server's log (empty
 /// for those that died), the writers' reports and the servers that died.
-#[allow(clippy::too_many_arguments)]
 async fn write_logs(
     client: &Arc<Client>,
     manifest: &Manifest,
     txid: u64,
     mut writers: Vec<(usize, crate::write::dq::DqWriter, f64)>,
-    tail: Option<(u64, u32)>,
-    run_blocks: u32,
-    source: &Arc<dyn crate::scan::BlockSource>,
-    progress: &Option<ProgressFn>,
+    Logs { run_blocks, source, tail, progress }: Logs<'_>,
 ) -> Result<(Vec<Vec<LogEntry>>, Vec<ReadReport>, Vec<NodeId>)> {
     let nodes = client.nodes();
     let run_blocks = run_blocks.max(1) as usize;
@@ -534,7 +688,7 @@ async fn write_logs(
         if !todo.is_empty() {
             continue;
         }
-        let Some((offset, len)) = tail else { break None };
+        let Some((offset, len)) = tail() else { break None };
         // Every other block is on disk: this one ends the log it goes to, the log of the
         // rest of its run if runs are the unit.
         let stream_len = writers[last].1.landed().len();
