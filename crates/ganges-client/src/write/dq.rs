@@ -171,12 +171,6 @@ impl Input {
         let start = self.taken.lock().unwrap_or_else(|e| e.into_inner()).len() as u64 * u64::from(self.block);
         self.tail.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|t| (start, t.len() as u32))
     }
-
-    /// Bytes taken so far, and the tail's.
-    pub fn bytes(&self) -> u64 {
-        let full: u64 = self.taken.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|b| b.len() as u64).sum();
-        full + self.tail.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |t| t.len() as u64)
-    }
 }
 
 impl BlockSource for Input {
