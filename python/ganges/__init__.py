@@ -426,6 +426,38 @@ class Cluster:
         result: list[dict[str, Any] | None] = self._inner.stats()
         return result
 
+    def run(
+        self,
+        primitive: str,
+        *datasets: str,
+        workers: int | None = None,
+        robust: bool = True,
+        seed: int = 1,
+        keep: float = 0.1,
+        n: int = 10,
+        key_bytes: int = 3,
+        records: int | None = None,
+        data_seed: int = 1,
+    ) -> dict[str, Any]:
+        """One of River's query primitives on records datasets, as `ganges run` runs them
+        (every worker a thread of this process; a worker per server by default): `scan IN`,
+        `generate OUT` (`records=`), `filter IN OUT` (`keep=` share of the keys), `topn IN
+        RUNS` (`n=`; the records in `"top"`), `join LEFT RIGHT OUT` (`key_bytes=`), `sort IN
+        OUT`, `check NAME` (is it in key order). `robust=False` runs the static version."""
+        result: dict[str, Any] = self._inner.run(
+            primitive,
+            *datasets,
+            workers=workers,
+            robust=robust,
+            seed=seed,
+            keep=keep,
+            n=n,
+            key_bytes=key_bytes,
+            records=records,
+            data_seed=data_seed,
+        )
+        return result
+
     def metrics_urls(self) -> list[str | None]:
         """Each server's Prometheus endpoint (None: it serves none, or did not answer)."""
         return [

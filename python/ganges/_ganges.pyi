@@ -149,6 +149,19 @@ class Cluster:
         written_order: bool = False,
     ) -> Reader: ...
     def random_reader(self, name: str, policy: str = "gd") -> RandomReader: ...
+    def run(
+        self,
+        primitive: str,
+        *datasets: str,
+        workers: int | None = None,
+        robust: bool = True,
+        seed: int = 1,
+        keep: float = 0.1,
+        n: int = 10,
+        key_bytes: int = 3,
+        records: int | None = None,
+        data_seed: int = 1,
+    ) -> Json: ...
 
 def launcher_rank() -> tuple[int, int] | None: ...
 def serve_metrics(addr: str = "127.0.0.1:0") -> str: ...

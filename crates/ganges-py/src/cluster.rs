@@ -489,6 +489,29 @@ impl Cluster {
         Scan::open(client, manifest, consumer, consumers, opts)
     }
 
+    /// One of River's query primitives, as `ganges run PRIMITIVE DATASETS...` runs it (every
+    /// worker a task of this process): what it did, as a dict.
+    #[pyo3(signature = (primitive, *datasets, workers=None, robust=true, seed=1, keep=0.1, n=10, key_bytes=3, records=None, data_seed=1))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        primitive: &str,
+        datasets: Vec<String>,
+        workers: Option<usize>,
+        robust: bool,
+        seed: u64,
+        keep: f64,
+        n: usize,
+        key_bytes: u32,
+        records: Option<u64>,
+        data_seed: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        let names = datasets.iter().map(|d| dataset_name(d)).collect::<PyResult<Vec<_>>>()?;
+        let o = crate::run::Options { workers, robust, seed, keep, n, key_bytes, records, data_seed };
+        crate::run::run(py, client, primitive, names, o)
+    }
+
     /// An ordered reader of `length` bytes at `offset` (default: to the end), at most
     /// `buffer_blocks` blocks read ahead; `written_order` reads a dq write in its writers' order.
     #[pyo3(signature = (name, offset=0, length=None, policy="gd", buffer_blocks=32, written_order=false))]

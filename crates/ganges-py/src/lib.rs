@@ -4,6 +4,7 @@
 //! - [`cluster`]: `Cluster`, a cluster's connections and every operation on it.
 //! - [`array`]: collective array writes (each process its chunk), reads of any layout, Zarr.
 //! - [`read`]: scans, ordered and random-access readers, blocks as zero-copy buffers.
+//! - [`run`]: River's query primitives (`Cluster.run`), every worker a task of this process.
 //! - [`metrics`]: this process's client metrics for Prometheus.
 //! - [`errors`]: Rust errors as a small Python exception hierarchy.
 //! - [`runtime`]: one tokio runtime per process (again after `fork`), the GIL released
@@ -18,6 +19,7 @@ mod convert;
 mod errors;
 mod metrics;
 mod read;
+mod run;
 mod runtime;
 
 use pyo3::prelude::*;

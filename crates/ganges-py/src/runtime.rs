@@ -44,9 +44,21 @@ where
     F: Future + Send,
     F::Output: Send,
 {
+    wait_made(py, move || fut)
+}
+
+/// As [`wait`], for a future that cannot cross threads (a flow's): `make` builds it on the
+/// thread that runs it.
+pub fn wait_made<M, F>(py: Python<'_>, make: M) -> PyResult<F::Output>
+where
+    M: FnOnce() -> F + Send,
+    F: Future,
+    F::Output: Send,
+{
     let rt = runtime()?;
     py.detach(|| {
         rt.block_on(async move {
+            let fut = make();
             let mut tick = tokio::time::interval(SIGNAL_POLL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tokio::pin!(fut);
