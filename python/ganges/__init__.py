@@ -435,15 +435,18 @@ class Cluster:
         seed: int = 1,
         keep: float = 0.1,
         n: int = 10,
+        after: int | None = None,
         key_bytes: int = 3,
         records: int | None = None,
         data_seed: int = 1,
+        check: bool = False,
     ) -> dict[str, Any]:
         """One of River's query primitives on records datasets, as `ganges run` runs them
         (every worker a thread of this process; a worker per server by default): `scan IN`,
         `generate OUT` (`records=`), `filter IN OUT` (`keep=` share of the keys), `topn IN
-        RUNS` (`n=`; the records in `"top"`), `join LEFT RIGHT OUT` (`key_bytes=`), `sort IN
-        OUT`, `check NAME` (is it in key order). `robust=False` runs the static version."""
+        RUNS` (`n=`; the records in `"top"`; `after=K` continues from the runs), `join LEFT
+        RIGHT OUT` (`key_bytes=`), `sort IN OUT` (`check=True`: read back, `"sorted"`),
+        `check NAME` (is it in key order). `robust=False` runs the static version."""
         result: dict[str, Any] = self._inner.run(
             primitive,
             *datasets,
@@ -452,9 +455,11 @@ class Cluster:
             seed=seed,
             keep=keep,
             n=n,
+            after=after,
             key_bytes=key_bytes,
             records=records,
             data_seed=data_seed,
+            check=check,
         )
         return result
 

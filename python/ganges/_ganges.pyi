@@ -158,9 +158,11 @@ class Cluster:
         seed: int = 1,
         keep: float = 0.1,
         n: int = 10,
+        after: int | None = None,
         key_bytes: int = 3,
         records: int | None = None,
         data_seed: int = 1,
+        check: bool = False,
     ) -> Json: ...
 
 def launcher_rank() -> tuple[int, int] | None: ...

@@ -11,14 +11,16 @@ def test_sort_filter_topn_and_join_give_what_the_records_hold(cluster: ganges.Cl
     ds = cluster.create_dataset(name, size="4MB", fragments=4, records=100)
     keys = sorted(ds.read_arrow(columns=["key"]).column("key").to_pylist())
 
-    r = cluster.run("sort", name, f"{name}-s")
-    assert r["summary"]["records"] == len(keys) == r["input"]["records"]
+    r = cluster.run("sort", name, f"{name}-s", check=True)
+    assert r["summary"]["records"] == len(keys) == r["input"]["records"] and r["sorted"]
     check = cluster.run("check", f"{name}-s")
     assert check["sorted"] and check["checksum"] == r["input"]["checksum"]
     assert cluster.dataset(f"{name}-s").read_arrow(columns=["key"]).column("key").to_pylist() == keys
 
     top = cluster.run("topn", name, f"{name}-t", n=7, robust=False)["top"]
     assert [bytes(t[:10]) for t in top] == keys[:7]
+    more = cluster.run("topn", name, f"{name}-t", n=5, after=7)["top"]
+    assert [bytes(t[:10]) for t in more] == keys[7:12], "the merge continued from the runs"
 
     kept = cluster.run("filter", name, f"{name}-f", keep=0.25)
     below = sum(1 for k in keys if int.from_bytes(k[:8], "big") < 0.25 * 2**64)

@@ -567,21 +567,22 @@ async fn array_cmd(cmd: ArrayCmd) -> CliResult<()> {
 
 /// `ganges run` (`worker`: `ganges worker`, one rank of a launched run).
 fn run_cmd(cmd: RunCmd, worker: bool) -> CliResult<()> {
-    use ganges_cli::run::{App, RunArgs, Workers, default_runs, worker_place};
+    use ganges_cli::run::{RunArgs, Workers, default_runs, worker_place};
+    use ganges_flow::apps::Primitive;
     let (app, flow) = match cmd {
-        RunCmd::Scan { input, flow } => (App::Scan { input: name(&input)? }, flow),
+        RunCmd::Scan { input, flow } => (Primitive::Scan { input: name(&input)? }, flow),
         RunCmd::Generate { output, size, data_seed, flow } => {
             let records = size.0 / 100;
             if records == 0 {
                 return fail("--size holds no whole 100-byte record");
             }
-            (App::Generate { output: name(&output)?, records, seed: data_seed }, flow)
+            (Primitive::Generate { output: name(&output)?, records, seed: data_seed }, flow)
         }
         RunCmd::Filter { input, output, keep, flow } => {
             if !(0.0..=1.0).contains(&keep) {
                 return fail("--keep is a share of the key space, between 0 and 1");
             }
-            (App::Filter { input: name(&input)?, output: name(&output)?, keep }, flow)
+            (Primitive::Filter { input: name(&input)?, output: name(&output)?, keep }, flow)
         }
         RunCmd::Topn { input, n, runs, after, flow } => {
             let input = name(&input)?;
@@ -589,17 +590,17 @@ fn run_cmd(cmd: RunCmd, worker: bool) -> CliResult<()> {
                 Some(r) => name(&r)?,
                 None => default_runs(&input)?,
             };
-            (App::TopN { input, runs, n, after }, flow)
+            (Primitive::TopN { input, runs, n, after }, flow)
         }
         RunCmd::Join { left, right, output, key_bytes, flow } => {
-            (App::Join { left: name(&left)?, right: name(&right)?, output: name(&output)?, key_bytes }, flow)
+            (Primitive::Join { left: name(&left)?, right: name(&right)?, output: name(&output)?, key_bytes }, flow)
         }
         RunCmd::Sort { input, output, check, flow } => {
-            (App::Sort { input: name(&input)?, output: name(&output)?, check }, flow)
+            (Primitive::Sort { input: name(&input)?, output: name(&output)?, check }, flow)
         }
         RunCmd::Check { name: n, cluster } => {
             let args = RunArgs {
-                app: App::Check { name: name(&n)? },
+                app: Primitive::Check { name: name(&n)? },
                 workers: Some(1),
                 robust: true,
                 seed: 1,
@@ -610,7 +611,7 @@ fn run_cmd(cmd: RunCmd, worker: bool) -> CliResult<()> {
     };
     let placement = if worker {
         worker_place(flow.run_id.as_deref())?
-    } else if flow.in_process || matches!(app, App::TopN { after: Some(_), .. }) {
+    } else if flow.in_process || matches!(app, Primitive::TopN { after: Some(_), .. }) {
         Workers::InProcess
     } else {
         // The others run what this one was asked: the command line after `run`.

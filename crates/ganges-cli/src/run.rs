@@ -6,50 +6,10 @@ use bytes::Bytes;
 use ganges_bench::util::Table;
 use ganges_core::units::{ByteSize, mb_per_sec};
 use ganges_flow::Mesh;
-use ganges_flow::apps::{self, AppReport, Setup};
+use ganges_flow::apps::{AppReport, Primitive, Ran, Setup};
 use ganges_flow::records::Summary;
 use ganges_proto::manifest::DatasetName;
 use std::path::Path;
-
-/// Which primitive, on what.
-#[derive(Clone, Debug)]
-pub enum App {
-    Scan {
-        input: DatasetName,
-    },
-    Generate {
-        output: DatasetName,
-        records: u64,
-        seed: u64,
-    },
-    Filter {
-        input: DatasetName,
-        output: DatasetName,
-        keep: f64,
-    },
-    /// `after`: records already seen, to continue the merge from the runs alone.
-    TopN {
-        input: DatasetName,
-        runs: DatasetName,
-        n: usize,
-        after: Option<usize>,
-    },
-    Join {
-        left: DatasetName,
-        right: DatasetName,
-        output: DatasetName,
-        key_bytes: u32,
-    },
-    /// `check`: read the output back in written order and check it as valsort does.
-    Sort {
-        input: DatasetName,
-        output: DatasetName,
-        check: bool,
-    },
-    Check {
-        name: DatasetName,
-    },
-}
 
 /// Where the workers run.
 #[derive(Clone, Debug)]
@@ -70,7 +30,7 @@ pub const RUN_ENV: &str = "GANGES_RUN_ID";
 
 #[derive(Clone, Debug)]
 pub struct RunArgs {
-    pub app: App,
+    pub app: Primitive,
     /// Workers per stage [default: one per server].
     pub workers: Option<usize>,
     pub robust: bool,
@@ -195,7 +155,7 @@ pub async fn run(cluster: &Path, a: RunArgs) -> CliResult<()> {
     };
     let workers = mesh.as_ref().map_or(workers, |m| m.size() as usize);
     let setup = Setup { client: client.clone(), workers, robust: a.robust, seed: a.seed, mesh: mesh.clone() };
-    let result = run_app(&setup, &client, &a).await;
+    let result = run_app(&setup, &a).await;
     if let Some(m) = &mesh
         && result.is_ok()
     {
@@ -208,62 +168,42 @@ pub async fn run(cluster: &Path, a: RunArgs) -> CliResult<()> {
     }
 }
 
-async fn run_app(setup: &Setup, client: &std::sync::Arc<ganges_client::Client>, a: &RunArgs) -> CliResult<()> {
+async fn run_app(setup: &Setup, a: &RunArgs) -> CliResult<()> {
     let workers = setup.workers;
-    let leads = setup.leads();
-    let client = client.clone();
     let version = if a.robust { "robust" } else { "static" };
-    let report = match &a.app {
-        App::Scan { input } => apps::scan(setup, input).await?,
-        App::Generate { output, records, seed } => apps::generate(setup, output, *records, *seed).await?,
-        App::Filter { input, output, keep } => apps::filter(setup, input, output, apps::key_below(*keep)).await?,
-        App::TopN { runs, n, after: Some(after), .. } => {
-            if leads {
-                let top = apps::topn_next(&client, runs, *after, *n).await?;
-                print_records(&top, *after);
-            }
-            return Ok(());
-        }
-        App::TopN { input, runs, n, after: None } => {
-            let r = apps::topn(setup, input, runs, *n).await?;
-            if leads {
-                print_records(&r.top, 0);
-                println!("(the next {n}: ganges run topn {input} --runs {runs} --n {n} --after {})", r.top.len());
-            }
-            r
-        }
-        App::Join { left, right, output, key_bytes } => apps::join(setup, left, right, output, *key_bytes).await?,
-        App::Sort { input, output, check } => {
-            let r = apps::sort(setup, input, output).await?;
-            if !leads {
-                return Ok(());
-            }
+    let leads = setup.leads();
+    let ran = a.app.run(setup).await?;
+    if !leads {
+        return Ok(());
+    }
+    match (&a.app, ran) {
+        (Primitive::TopN { after, .. }, Ran::Top(top)) => print_records(&top, after.unwrap_or(0)),
+        (Primitive::TopN { input, runs, n, .. }, Ran::Report(r, _)) => {
+            print_records(&r.top, 0);
+            println!("(the next {n}: ganges run topn {input} --runs {runs} --n {n} --after {})", r.top.len());
             print_report(version, workers, &r);
-            if !check {
-                return Ok(());
-            }
-            let s = apps::check(&client, output).await?;
-            print_check(output, &s);
-            if !s.same_records(&r.input) || s.unordered != 0 {
-                return fail(format!(
-                    "`{output}` is not `{input}` sorted: {} records in, checksum {:x}",
-                    r.input.records, r.input.checksum
-                ));
-            }
-            println!("valid: the records of `{input}`, in key order");
-            return Ok(());
         }
-        App::Check { name } => {
-            if !leads {
-                return Ok(());
+        (Primitive::Sort { input, output, .. }, Ran::Report(r, read_back)) => {
+            print_report(version, workers, &r);
+            if let Some(s) = read_back {
+                print_check(output, &s);
+                if !s.same_records(&r.input) || s.unordered != 0 {
+                    return fail(format!(
+                        "`{output}` is not `{input}` sorted: {} records in, checksum {:x}",
+                        r.input.records, r.input.checksum
+                    ));
+                }
+                println!("valid: the records of `{input}`, in key order");
             }
-            let s = apps::check(&client, name).await?;
+        }
+        (Primitive::Check { name }, Ran::Check(s)) => {
             print_check(name, &s);
-            return if s.unordered == 0 { Ok(()) } else { fail(format!("`{name}` is not in key order")) };
+            if s.unordered != 0 {
+                return fail(format!("`{name}` is not in key order"));
+            }
         }
-    };
-    if leads {
-        print_report(version, workers, &report);
+        (_, Ran::Report(r, _)) => print_report(version, workers, &r),
+        (_, _) => {}
     }
     Ok(())
 }

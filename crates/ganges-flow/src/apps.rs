@@ -87,6 +87,83 @@ pub struct AppReport {
     pub stages: Vec<StageReport>,
 }
 
+/// One of the primitives, on what (what `ganges run` and Python's `Cluster.run` run).
+#[derive(Clone, Debug)]
+pub enum Primitive {
+    Scan {
+        input: DatasetName,
+    },
+    /// `records` 100-byte records from the record generator seeded `seed`.
+    Generate {
+        output: DatasetName,
+        records: u64,
+        seed: u64,
+    },
+    /// The records whose key is in the lowest `keep` share of the key space.
+    Filter {
+        input: DatasetName,
+        output: DatasetName,
+        keep: f64,
+    },
+    /// `after`: records already seen, to continue the merge from the runs alone.
+    TopN {
+        input: DatasetName,
+        runs: DatasetName,
+        n: usize,
+        after: Option<usize>,
+    },
+    Join {
+        left: DatasetName,
+        right: DatasetName,
+        output: DatasetName,
+        key_bytes: u32,
+    },
+    /// `check`: read the output back in written order and check it as valsort does.
+    Sort {
+        input: DatasetName,
+        output: DatasetName,
+        check: bool,
+    },
+    Check {
+        name: DatasetName,
+    },
+}
+
+/// What running a primitive gave.
+#[derive(Debug)]
+pub enum Ran {
+    /// What it did; for a sort asked to check, its output read back (on the leader).
+    Report(Box<AppReport>, Option<Summary>),
+    /// A top-N continued from its runs.
+    Top(Vec<Bytes>),
+    Check(Summary),
+}
+
+impl Primitive {
+    pub async fn run(&self, setup: &Setup) -> Result<Ran, AppError> {
+        let report = match self {
+            Primitive::Scan { input } => scan(setup, input).await?,
+            Primitive::Generate { output, records, seed } => generate(setup, output, *records, *seed).await?,
+            Primitive::Filter { input, output, keep } => filter(setup, input, output, key_below(*keep)).await?,
+            Primitive::TopN { runs, n, after: Some(after), .. } => {
+                return Ok(Ran::Top(topn_next(&setup.client, runs, *after, *n).await?));
+            }
+            Primitive::TopN { input, runs, n, after: None } => topn(setup, input, runs, *n).await?,
+            Primitive::Join { left, right, output, key_bytes } => join(setup, left, right, output, *key_bytes).await?,
+            Primitive::Sort { input, output, check: wanted } => {
+                let r = sort(setup, input, output).await?;
+                let read_back = match *wanted && setup.leads() {
+                    true => Some(check(&setup.client, output).await?),
+                    false => None,
+                };
+                return Ok(Ran::Report(Box::new(r), read_back));
+            }
+            Primitive::Check { name } => return Ok(Ran::Check(check(&setup.client, name).await?)),
+        };
+        Ok(Ran::Report(Box::new(report), None))
+    }
+}
+
 impl Setup {
     /// Every instance a task of this process.
     pub fn in_process(client: Arc<Client>, workers: usize, robust: bool, seed: u64) -> Setup {
@@ -487,6 +564,10 @@ struct Table {
 
 const EMPTY: u32 = u32::MAX;
 
+/// Mixed into a join key before it is hashed for a table: a worker's keys all went to it by
+/// the hash partition's hash (`RecordLayout::hash_of`), so a table's hash must not follow it.
+const TABLE_SALT: u64 = 0x6a09_e667_f3bc_c908;
+
 impl Table {
     /// A table expecting about `expected` records.
     fn new(expected: u64, layout: RecordLayout, key_bytes: usize) -> Table {
@@ -504,12 +585,16 @@ impl Table {
         join_key(rec, self.key_bytes)
     }
 
+    fn hash(key: u64) -> u64 {
+        ganges_core::datagen::mix64(key ^ TABLE_SALT)
+    }
+
     fn add(&mut self, batch: &Batch) -> Result<(), String> {
         if self.hashes.len() + batch.len() >= EMPTY as usize {
             return Err(format!("more than {EMPTY} records on one worker's side of a join: use more workers"));
         }
         for rec in batch.records() {
-            self.hashes.push(ganges_core::datagen::mix64(self.key(rec)));
+            self.hashes.push(Table::hash(self.key(rec)));
         }
         self.data.extend_from_slice(batch.bytes());
         Ok(())
@@ -532,7 +617,7 @@ impl Table {
     /// The records whose join key is the key of `rec`.
     fn matching<'a>(&'a self, rec: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
         let key = self.key(rec);
-        let h = ganges_core::datagen::mix64(key);
+        let h = Table::hash(key);
         let mask = self.slots.len() - 1;
         let mut s = h as usize & mask;
         std::iter::from_fn(move || {
@@ -616,7 +701,8 @@ pub async fn join(
             Ok(())
         }
     }
-    let tp = tables.clone();
+    // The tables go when the probe's last instance does, before the output is written.
+    let tp = tables;
     let probed = Flow::source(hashed, "read right", setup.workers, Setup::stage(sources))
         .then(Edge::Hash, "probe", setup.workers, move |i| Box::new(Probe(tp.clone(), i, joined, 0.0)))
         .with_seed(setup.seed);
@@ -630,7 +716,6 @@ pub async fn join(
             report
         })
         .await?;
-    drop(tables);
     report.seconds = t.elapsed().as_secs_f64();
     Ok(report)
 }

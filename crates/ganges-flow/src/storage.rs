@@ -31,6 +31,12 @@ const STITCHED_BATCH_BYTES: usize = 256 << 10;
 /// Blocks of a written flow output: about 1 MiB, in whole records.
 const OUTPUT_BLOCK_BYTES: u32 = 1 << 20;
 
+/// The whole records of `layout` that fill about [`OUTPUT_BLOCK_BYTES`] (at least one).
+fn output_block(layout: RecordLayout) -> u64 {
+    let r = u64::from(layout.record_bytes);
+    (u64::from(OUTPUT_BLOCK_BYTES) / r).max(1) * r
+}
+
 /// The record layout a dataset's manifest gives.
 pub fn layout_of(manifest: &Manifest) -> Result<RecordLayout, ClientError> {
     match manifest.records {
@@ -216,8 +222,7 @@ pub struct Streaming {
 impl Streaming {
     /// Start writing `name`, of records of `layout`, with `writers` DQ writers.
     pub fn start(client: &Arc<Client>, name: DatasetName, layout: RecordLayout, writers: u32) -> Streaming {
-        let r = layout.record_bytes as usize;
-        let block = (OUTPUT_BLOCK_BYTES as usize / r).max(1) * r;
+        let block = output_block(layout) as usize;
         let records = RecordFormat::Fixed { record_bytes: layout.record_bytes, key_bytes: layout.key_bytes };
         let mut stream = DqStream::start(client, name.clone(), block as u32, writers, records);
         let (sink, mut batches) = mpsc::channel::<Batch>(2 * writers.max(1) as usize);
@@ -227,11 +232,17 @@ impl Streaming {
             let mut buf = BytesMut::with_capacity(block);
             while let Some(b) = batches.recv().await {
                 summary.add(&b);
-                let mut data = &b.bytes()[..];
-                while !data.is_empty() {
-                    let n = (block - buf.len()).min(data.len());
-                    buf.extend_from_slice(&data[..n]);
-                    data = &data[n..];
+                let (bytes, mut at) = (b.bytes(), 0);
+                while at < bytes.len() {
+                    // Whole blocks of a batch, when none is half gathered, go as they are.
+                    if buf.is_empty() && bytes.len() - at >= block {
+                        stream.put(bytes.slice(at..at + block)).await?;
+                        at += block;
+                        continue;
+                    }
+                    let n = (block - buf.len()).min(bytes.len() - at);
+                    buf.extend_from_slice(&bytes[at..at + n]);
+                    at += n;
                     if buf.len() == block {
                         stream.put(buf.split().freeze()).await?;
                         buf.reserve(block);
@@ -314,8 +325,8 @@ pub async fn write_records(
         return Err(ClientError::Invalid(format!("{total} bytes are not whole {r}-byte records")));
     }
     // Whole records to a block, and every server at least one block (a DQ log is never empty).
-    let per_server = (total / r / u64::from(client.nodes())).max(1);
-    let block = (u64::from(OUTPUT_BLOCK_BYTES) / r).clamp(1, per_server) * r;
+    let per_server = (total / r / u64::from(client.nodes())).max(1) * r;
+    let block = output_block(layout).min(per_server);
     let blocks = total.div_ceil(block);
     let (policy, run_blocks) = match sink {
         Sink::Static => (WritePolicyKind::Static, 1),

@@ -491,7 +491,7 @@ impl Cluster {
 
     /// One of River's query primitives, as `ganges run PRIMITIVE DATASETS...` runs it (every
     /// worker a task of this process): what it did, as a dict.
-    #[pyo3(signature = (primitive, *datasets, workers=None, robust=true, seed=1, keep=0.1, n=10, key_bytes=3, records=None, data_seed=1))]
+    #[pyo3(signature = (primitive, *datasets, workers=None, robust=true, seed=1, keep=0.1, n=10, after=None, key_bytes=3, records=None, data_seed=1, check=false))]
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -502,13 +502,15 @@ impl Cluster {
         seed: u64,
         keep: f64,
         n: usize,
+        after: Option<usize>,
         key_bytes: u32,
         records: Option<u64>,
         data_seed: u64,
+        check: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.client(py)?;
         let names = datasets.iter().map(|d| dataset_name(d)).collect::<PyResult<Vec<_>>>()?;
-        let o = crate::run::Options { workers, robust, seed, keep, n, key_bytes, records, data_seed };
+        let o = crate::run::Options { workers, robust, seed, keep, n, after, key_bytes, records, data_seed, check };
         crate::run::run(py, client, primitive, names, o)
     }
 

@@ -4,7 +4,7 @@
 use crate::errors::{self, invalid};
 use crate::runtime::wait_made;
 use ganges_client::Client;
-use ganges_flow::apps::{self, AppError, AppReport, Setup};
+use ganges_flow::apps::{AppError, Primitive, Ran, Setup};
 use ganges_flow::records::Summary;
 use ganges_proto::manifest::DatasetName;
 use pyo3::prelude::*;
@@ -20,24 +20,50 @@ pub struct Options {
     pub seed: u64,
     pub keep: f64,
     pub n: usize,
+    pub after: Option<usize>,
     pub key_bytes: u32,
     pub records: Option<u64>,
     pub data_seed: u64,
+    pub check: bool,
 }
 
-/// The dataset names each primitive takes, in order.
-fn datasets_of(primitive: &str) -> PyResult<&'static [&'static str]> {
-    Ok(match primitive {
-        "scan" => &["input"],
+/// `primitive` on `names`, in the order `ganges run` takes them.
+fn primitive(name: &str, names: Vec<DatasetName>, o: Options) -> PyResult<Primitive> {
+    let want: &[&str] = match name {
+        "scan" | "check" => &["input"],
         "generate" => &["output"],
         "filter" | "sort" => &["input", "output"],
         "topn" => &["input", "runs"],
         "join" => &["left", "right", "output"],
-        "check" => &["name"],
         _ => {
             return Err(invalid(format!(
-                "no primitive `{primitive}`: one of scan, generate, filter, topn, join, sort, check"
+                "no primitive `{name}`: one of scan, generate, filter, topn, join, sort, check"
             )));
+        }
+    };
+    let [a, b, c]: [Option<DatasetName>; 3] = match names.len() == want.len() {
+        true => {
+            let mut it = names.into_iter();
+            [it.next(), it.next(), it.next()]
+        }
+        false => {
+            return Err(invalid(format!("`{name}` takes {} ({}), got {}", want.len(), want.join(", "), names.len())));
+        }
+    };
+    let (a, b, c) = (a.expect("counted"), b, c);
+    Ok(match name {
+        "scan" => Primitive::Scan { input: a },
+        "check" => Primitive::Check { name: a },
+        "generate" => Primitive::Generate {
+            output: a,
+            records: o.records.ok_or_else(|| invalid("`generate` needs records=N (how many 100-byte records)"))?,
+            seed: o.data_seed,
+        },
+        "filter" => Primitive::Filter { input: a, output: b.expect("counted"), keep: o.keep },
+        "sort" => Primitive::Sort { input: a, output: b.expect("counted"), check: o.check },
+        "topn" => Primitive::TopN { input: a, runs: b.expect("counted"), n: o.n, after: o.after },
+        _ => {
+            Primitive::Join { left: a, right: b.expect("counted"), output: c.expect("counted"), key_bytes: o.key_bytes }
         }
     })
 }
@@ -58,50 +84,36 @@ fn app_error(e: AppError) -> PyErr {
     }
 }
 
-/// Run `primitive` on `names` (as `ganges run PRIMITIVE NAMES...`) and report what it did.
+fn records<'py>(py: Python<'py>, top: &[bytes::Bytes]) -> Vec<Bound<'py, PyBytes>> {
+    top.iter().map(|b| PyBytes::new(py, b)).collect()
+}
+
+/// Run `name` on `names` (as `ganges run NAME NAMES...`) and report what it did.
 pub fn run<'py>(
     py: Python<'py>,
     client: Arc<Client>,
-    primitive: &str,
+    name: &str,
     names: Vec<DatasetName>,
     o: Options,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let want = datasets_of(primitive)?;
-    if names.len() != want.len() {
-        return Err(invalid(format!("`{primitive}` takes {} ({}), got {}", want.len(), want.join(", "), names.len())));
-    }
-    if primitive == "generate" && o.records.is_none() {
-        return Err(invalid("`generate` needs records=N (how many 100-byte records)"));
-    }
+    let p = primitive(name, names, o)?;
     let setup = Setup::in_process(client.clone(), o.workers.unwrap_or(client.nodes() as usize), o.robust, o.seed);
-    let p = primitive.to_string();
-    let done = wait_made(py, move || async move {
-        let n = &names;
-        let r = match p.as_str() {
-            "scan" => apps::scan(&setup, &n[0]).await,
-            "generate" => apps::generate(&setup, &n[0], o.records.unwrap_or(0), o.data_seed).await,
-            "filter" => apps::filter(&setup, &n[0], &n[1], apps::key_below(o.keep)).await,
-            "topn" => apps::topn(&setup, &n[0], &n[1], o.n).await,
-            "join" => apps::join(&setup, &n[0], &n[1], &n[2], o.key_bytes).await,
-            "sort" => apps::sort(&setup, &n[0], &n[1]).await,
-            _ => {
-                let s = apps::check(&client, &n[0]).await?;
-                return Ok(Err(s));
-            }
-        };
-        r.map(Ok)
-    })?
-    .map_err(app_error)?;
-    let report: AppReport = match done {
-        Ok(r) => r,
-        Err(check) => {
-            let mut v = summary(&check);
-            v["sorted"] = json!(check.unordered == 0);
+    let ran = wait_made(py, move || async move { p.run(&setup).await })?.map_err(app_error)?;
+    let (report, read_back) = match ran {
+        Ran::Report(r, read_back) => (r, read_back),
+        Ran::Top(top) => {
+            let out = crate::convert::to_python(py, &json!({ "primitive": name }))?;
+            out.set_item("top", records(py, &top))?;
+            return Ok(out);
+        }
+        Ran::Check(s) => {
+            let mut v = summary(&s);
+            v["sorted"] = json!(s.unordered == 0);
             return crate::convert::to_python(py, &v);
         }
     };
-    let v = json!({
-        "primitive": primitive,
+    let mut v = json!({
+        "primitive": name,
         "seconds": report.seconds,
         "write_seconds": report.write_seconds,
         "bytes_read": report.bytes_read,
@@ -110,13 +122,15 @@ pub fn run<'py>(
         "output": report.output.as_ref().map(|m| m.name.to_string()),
         "summary": summary(&report.summary),
     });
-    let out = crate::convert::to_python(py, &v)?;
-    if primitive == "topn" {
-        let top: Vec<Bound<'py, PyBytes>> = report.top.iter().map(|b| PyBytes::new(py, b)).collect();
-        out.set_item("top", top)?;
+    if name == "sort" {
+        v["input"] = summary(&report.input);
     }
-    if primitive == "sort" {
-        out.set_item("input", crate::convert::to_python(py, &summary(&report.input))?)?;
+    if let Some(s) = read_back {
+        v["sorted"] = json!(s.unordered == 0 && s.same_records(&report.input));
+    }
+    let out = crate::convert::to_python(py, &v)?;
+    if name == "topn" {
+        out.set_item("top", records(py, &report.top))?;
     }
     Ok(out)
 }
