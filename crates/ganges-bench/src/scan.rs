@@ -909,6 +909,7 @@ fn simulate(spec: &ScanBenchSpec, run: &Run<'_>) -> BenchResult<ganges_sim::scan
         seed: spec.seed,
         chaos: vec![],
         check: false,
+        write: false,
     };
     ganges_sim::scan::run_scan(&sim).map_err(|e| BenchError::Failed(format!("simulating {}: {e}", run.policy)))
 }

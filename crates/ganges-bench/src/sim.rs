@@ -240,6 +240,8 @@ struct HuntSummary {
     failed: Vec<HuntFailure>,
     /// Seeds that ran a DQ write (the others, a scan).
     dq_writes: usize,
+    /// Writes into a replicated layout, each followed by replica completion.
+    replicated_writes: usize,
     crashes: usize,
     restarts: usize,
     lost_connections: usize,
@@ -279,6 +281,7 @@ pub fn hunt(from: u64, count: u64, json: Option<&PathBuf>) -> BenchResult<()> {
         from,
         seeds: count,
         dq_writes: verdicts.iter().filter(|v| matches!(v.case.work, Work::DqWrite(_))).count(),
+        replicated_writes: verdicts.iter().filter(|v| matches!(v.case.work, Work::Write(_))).count(),
         crashes: sum(|f| f.crashes),
         restarts: sum(|f| f.restarts),
         lost_connections: sum(|f| f.lost_connections),
@@ -296,11 +299,12 @@ pub fn hunt(from: u64, count: u64, json: Option<&PathBuf>) -> BenchResult<()> {
         );
     }
     println!(
-        "hunt: {} seeds from {} ({} dq writes, the rest scans): {} failed; {} crashes ({} restarted), {} lost \
+        "hunt: {} seeds from {} ({} dq writes, {} replicated writes and their completion, the rest scans): {} failed; {} crashes ({} restarted), {} lost \
          connections, {} corrupt blocks; {} events checked; slowest at {:.0}% of its progress bound; {wall:.1} s",
         count,
         from,
         summary.dq_writes,
+        summary.replicated_writes,
         summary.failed.len(),
         summary.crashes,
         summary.restarts,

@@ -457,7 +457,10 @@ fn sim_lists_runs_a_scenario_and_writes_json_and_a_plot() {
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!((doc["bench"].as_str(), doc["seeds"].as_u64()), (Some("sim-hunt"), Some(40)));
     let count = |k: &str| doc[k].as_u64().unwrap();
-    assert!(count("crashes") > 0 && count("events") > 0 && count("dq_writes") > 0, "{doc}");
+    assert!(
+        count("crashes") > 0 && count("events") > 0 && count("dq_writes") > 0 && count("replicated_writes") > 0,
+        "{doc}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("fig10.json");
     let svg = dir.path().join("fig10.svg");

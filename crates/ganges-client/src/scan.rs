@@ -23,7 +23,7 @@ use crate::conn::Event;
 use crate::error::{ClientError, Result};
 use bytes::Bytes;
 use ganges_core::digest::{BlockFolder, Digest};
-use ganges_core::ids::{FragmentId, NodeId};
+use ganges_core::ids::NodeId;
 use ganges_core::route::{Delivery, Failure, ReadConfig, ReadEngine, ReadPolicyKind, ReadStats, STALL_TIMEOUT_DEFAULT};
 use ganges_core::route::{PolicySettings, ServerState};
 use ganges_core::shape::{Partition, Piece};
@@ -165,9 +165,9 @@ struct WriteOp {
     placed: PlacedLog,
 }
 
-/// (fragment, block, node) of every block a server said it wrote, by all the writers
-/// sharing it, duplicates included (a block written twice is on both copies).
-pub type PlacedLog = Arc<std::sync::Mutex<Vec<(FragmentId, u32, NodeId)>>>;
+/// Where the blocks of one write landed, fed every acknowledgement by all its writers
+/// (a block written twice is on both copies).
+pub type PlacedLog = Arc<std::sync::Mutex<ganges_core::write::Landing>>;
 
 #[derive(Debug)]
 pub struct ReadStream {
@@ -428,7 +428,7 @@ impl ReadStream {
                     self.engine.on_service(o.node, p.len as u64, service_us);
                     let w = self.write.as_mut().expect("a writer");
                     let crc = w.crcs[&o.piece];
-                    w.placed.lock().unwrap_or_else(|e| e.into_inner()).push((p.fragment, p.block, o.node));
+                    w.placed.lock().unwrap_or_else(|e| e.into_inner()).on_acked(p.fragment, p.block, o.node);
                     if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
                         self.fold(&p, crc);
                         crate::metrics::block_written(u64::from(p.len));

@@ -93,6 +93,20 @@ impl Placement {
         Placement { replicas, masks }
     }
 
+    /// Nothing placed yet, for the same dataset as `other`.
+    pub fn empty_like(other: &Placement) -> Placement {
+        let masks = other.masks.iter().map(|f| vec![0; f.len()]).collect();
+        Placement { replicas: other.replicas, masks }
+    }
+
+    pub fn fragments(&self) -> u32 {
+        self.masks.len() as u32
+    }
+
+    pub fn blocks_in(&self, fragment: FragmentId) -> u32 {
+        self.masks[fragment.index()].len() as u32
+    }
+
     /// Copy `copy` of `fragment` holds `block`.
     pub fn add(&mut self, fragment: FragmentId, block: u32, copy: u32) {
         assert!(copy < self.replicas, "copy {copy} of a {}-copy placement", self.replicas);
@@ -122,6 +136,15 @@ impl Placement {
         let bit = 1 << copy;
         (0..self.masks[fragment.index()].len() as u32)
             .filter(|&b| self.masks[fragment.index()][b as usize] & bit == 0)
+            .collect()
+    }
+
+    /// What replica completion brings copy `copy` of `fragment`: each block it lacks, with
+    /// the copy to read it from (the lowest that holds it).
+    pub fn fills(&self, fragment: FragmentId, copy: u32) -> Vec<(u32, u32)> {
+        self.missing(fragment, copy)
+            .into_iter()
+            .filter_map(|b| self.copies(fragment, b).next().map(|source| (b, source)))
             .collect()
     }
 
@@ -256,6 +279,9 @@ mod tests {
         assert_eq!(p.missing(FragmentId(0), 1), vec![0]);
         assert_eq!(p.copies(FragmentId(0), 2).collect::<Vec<_>>(), vec![0, 1]);
         assert_eq!(p.present(FragmentId(1), 1), 1);
+        // Completion brings copy 0 block 1 from copy 1, and copy 1 block 0 from copy 0.
+        assert_eq!(p.fills(FragmentId(0), 0), vec![(1, 1)]);
+        assert_eq!(p.fills(FragmentId(0), 1), vec![(0, 0)]);
         assert!(!p.is_complete());
         for b in [0, 1] {
             p.add(FragmentId(0), b, 0);

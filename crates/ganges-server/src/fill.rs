@@ -58,9 +58,8 @@ pub async fn fill(
         let (DatasetState::Incomplete, Some(placement)) = (m.state, &m.placement) else {
             return Ok(ControlReply::Filled { blocks: 0, bytes: 0 });
         };
-        for b in placement.missing(fragment, copy) {
-            let src = placement.copies(fragment, b).next().expect("a validated placement holds every block");
-            by_source.entry(m.layout.node_of(fragment, src)).or_default().push(b);
+        for (b, source) in placement.fills(fragment, copy) {
+            by_source.entry(m.layout.node_of(fragment, source)).or_default().push(b);
         }
     } else {
         for &b in repair {

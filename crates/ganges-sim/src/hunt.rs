@@ -1,5 +1,5 @@
-//! Hunts: seeded random schedules of faults against scans and DQ writes, checked after
-//! every event.
+//! Hunts: seeded random schedules of faults against scans, DQ writes, replicated writes and
+//! replica completion, checked after every event.
 //!
 //! A quarter of the seeds draw a DQ write ([`crate::dq`]): 1 to 8 writers, 3 to 8 servers,
 //! slow disks, and one or two servers that die mid-write (at least one is left). After every
@@ -7,6 +7,20 @@
 //! and a server takes only what its writer has sent it; at the end every block is held by
 //! exactly one live server. The write must finish within three times the time the
 //! survivors' disks need for all of it, plus the last death.
+//!
+//! A quarter draw a write into a replicated layout (`static`, `gd`, `ceft`, `ceft-adaptive`;
+//! chained with 2 or 3 copies, or mirrored groups for CEFT), with slow disks and up to one
+//! server fewer than the copies crashing mid-write (restarted or not). The writers are read
+//! engines in write mode (`ScanSpec::write`), and the run keeps the write's
+//! [`ganges_core::write::Landing`] as the client does. After every event, every block
+//! acknowledged once is held by a live server or is being written again to one; at the end
+//! the commit's placement holds every block, on live servers only, and the write finished
+//! within the scans' progress bound plus the last crash. Then replica completion runs from
+//! that placement ([`Placement::fills`], as the servers do), with one server crashing part
+//! way through when the seed says so: that completion fails, a copy whose fill did not
+//! finish gives back what it wrote, and the manifest (still the placement) names only
+//! copies that hold their blocks; with the server back, completion runs again and every copy
+//! holds every block.
 //!
 //! The others draw a cluster (3 to 8 servers, chained declustering with two copies), a
 //! dataset, a read policy, and a schedule: slow disks (a quarter or half speed, for a window
@@ -33,6 +47,7 @@ use ganges_core::layout::Layout;
 use ganges_core::route::{PolicySettings, ReadPolicyKind};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::shape::Shape;
+use ganges_core::write::WritePolicyKind;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
@@ -53,6 +68,18 @@ pub struct Case {
 pub enum Work {
     Scan(Box<ScanSpec>),
     DqWrite(DqSpec),
+    Write(Box<WriteCase>),
+}
+
+/// A replicated write, then replica completion.
+#[derive(Clone, Debug)]
+pub struct WriteCase {
+    pub policy: WritePolicyKind,
+    /// The write, run as writers in write mode.
+    pub spec: ScanSpec,
+    /// A server that crashes during the first completion, and how far into it (a fraction of
+    /// its time); the completion then fails, and runs again once the server is back.
+    pub completion_crash: Option<(NodeId, f64)>,
 }
 
 /// How many of each fault a case holds.
@@ -68,6 +95,15 @@ impl Case {
     pub fn faults(&self) -> Faults {
         match &self.work {
             Work::DqWrite(d) => Faults { crashes: d.crashes.len(), ..Faults::default() },
+            Work::Write(w) => {
+                let s = &w.spec;
+                let count = |f: fn(&Chaos) -> bool| s.chaos.iter().filter(|(_, c)| f(c)).count();
+                Faults {
+                    crashes: count(|c| matches!(c, Chaos::Crash(_))) + w.completion_crash.iter().count(),
+                    restarts: count(|c| matches!(c, Chaos::Restart(_))),
+                    ..Faults::default()
+                }
+            }
             Work::Scan(s) => {
                 let count = |f: fn(&Chaos) -> bool| s.chaos.iter().filter(|(_, c)| f(c)).count();
                 Faults {
@@ -82,53 +118,69 @@ impl Case {
 
     /// A line saying what the seed drew.
     pub fn describe(&self) -> String {
-        let s = match &self.work {
-            Work::Scan(s) => s,
+        match &self.work {
+            Work::Scan(s) => describe_scan(s),
+            Work::Write(w) => {
+                let completion = match w.completion_crash {
+                    Some((n, at)) => format!("; completion: {n} crashes {:.0}% into it", at * 100.0),
+                    None => String::new(),
+                };
+                format!(
+                    "{} write, {} copies: {}{completion}",
+                    w.policy,
+                    w.spec.layout.replicas(),
+                    describe_scan(&w.spec)
+                )
+            }
             Work::DqWrite(d) => {
                 let rates: Vec<String> = d.consumer_rates.iter().map(|r| format!("{:.2}", r / RATE)).collect();
                 let deaths: Vec<String> =
                     d.crashes.iter().map(|(t, c)| format!("node{c} dies at {:.2} s", t.as_secs_f64())).collect();
-                return format!(
+                format!(
                     "dq write: {} writers x {} blocks to {} servers (speeds [{}]); {}",
                     d.producers,
                     d.blocks_per_producer,
                     d.consumers,
                     rates.join(", "),
                     deaths.join(", ")
-                );
+                )
             }
-        };
-        let slow: Vec<String> = s
-            .faults
-            .iter()
-            .map(|(n, f)| match f {
-                Fault::Factor { factor } => format!("{n} x{factor}"),
-                other => format!("{n} {other:?}"),
-            })
-            .collect();
-        let chaos: Vec<String> = s
-            .chaos
-            .iter()
-            .map(|(at, c)| {
-                let what = match c {
-                    Chaos::Crash(n) => format!("{n} crashes"),
-                    Chaos::Restart(n) => format!("{n} restarts"),
-                    Chaos::Disconnect { consumer, node } => format!("consumer {consumer} loses {node}"),
-                    Chaos::Corrupt { node, fragment, block } => format!("{node}'s {fragment} block {block} corrupt"),
-                };
-                format!("{what} at {:.2} s", at.as_secs_f64())
-            })
-            .collect();
-        format!(
-            "{} servers, {} MiB, {}; slow: [{}]{}; {}",
-            s.layout.nodes(),
-            s.shape.total_bytes() >> 20,
-            s.policy,
-            slow.join(", "),
-            if s.schedule.is_empty() { "" } else { " (a window)" },
-            if chaos.is_empty() { "no chaos".into() } else { chaos.join(", ") }
-        )
+        }
     }
+}
+
+/// A scan's (or a replicated write's) cluster and schedule, in words.
+fn describe_scan(s: &ScanSpec) -> String {
+    let slow: Vec<String> = s
+        .faults
+        .iter()
+        .map(|(n, f)| match f {
+            Fault::Factor { factor } => format!("{n} x{factor}"),
+            other => format!("{n} {other:?}"),
+        })
+        .collect();
+    let chaos: Vec<String> = s
+        .chaos
+        .iter()
+        .map(|(at, c)| {
+            let what = match c {
+                Chaos::Crash(n) => format!("{n} crashes"),
+                Chaos::Restart(n) => format!("{n} restarts"),
+                Chaos::Disconnect { consumer, node } => format!("consumer {consumer} loses {node}"),
+                Chaos::Corrupt { node, fragment, block } => format!("{node}'s {fragment} block {block} corrupt"),
+            };
+            format!("{what} at {:.2} s", at.as_secs_f64())
+        })
+        .collect();
+    format!(
+        "{} servers, {} MiB, {}; slow: [{}]{}; {}",
+        s.layout.nodes(),
+        s.shape.total_bytes() >> 20,
+        s.policy,
+        slow.join(", "),
+        if s.schedule.is_empty() { "" } else { " (a window)" },
+        if chaos.is_empty() { "no chaos".into() } else { chaos.join(", ") }
+    )
 }
 
 /// The schedule `seed` draws.
@@ -136,6 +188,9 @@ pub fn case(seed: u64) -> Case {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     if rng.random_bool(0.25) {
         return dq_case(seed, &mut rng);
+    }
+    if rng.random_bool(1.0 / 3.0) {
+        return write_case(seed, &mut rng);
     }
     let n: u32 = rng.random_range(3..=8);
     let layout = Layout::chained(n, 2).expect("2 copies on 3 or more nodes");
@@ -146,18 +201,7 @@ pub fn case(seed: u64) -> Case {
         ReadPolicyKind::ALL.into_iter().filter(|p| *p != ReadPolicyKind::Mirror).collect();
     let policy = policies[rng.random_range(0..policies.len())];
     let fragment_secs = shape.fragment_bytes(FragmentId(0)) as f64 / RATE;
-    // Slow disks.
-    let mut faults = vec![];
-    let mut slowest: f64 = 1.0;
-    for _ in 0..rng.random_range(0..=2) {
-        let node = NodeId(rng.random_range(0..n));
-        if faults.iter().any(|(m, _)| *m == node) {
-            continue;
-        }
-        let factor = [0.25, 0.5][rng.random_range(0..2)];
-        slowest = slowest.min(factor);
-        faults.push((node, Fault::Factor { factor }));
-    }
+    let (faults, slowest) = slow_disks(&mut rng, n);
     let schedule = if !faults.is_empty() && rng.random_bool(0.5) {
         let start = Duration::from_secs_f64(rng.random_range(0.0..fragment_secs));
         vec![FaultWindow { start, end: Some(start + Duration::from_secs_f64(fragment_secs)) }]
@@ -202,12 +246,18 @@ pub fn case(seed: u64) -> Case {
     }
     chaos.sort_by_key(|(t, _)| *t);
     let bound = 3.0 * fragment_secs / slowest + outage + 1.0;
-    let spec = ScanSpec {
+    let spec = ScanSpec { faults, schedule, chaos, ..hunted(seed, layout, shape, policy, bound) };
+    Case { seed, work: Work::Scan(Box::new(spec)), bound }
+}
+
+/// A hunted scan of `shape` with `policy` and no faults yet, checked after every event.
+fn hunted(seed: u64, layout: Layout, shape: Shape, policy: ReadPolicyKind, bound: f64) -> ScanSpec {
+    ScanSpec {
         partitions: shape.fragment_partitions(),
         layout,
         disk: DiskParams { rate_bytes_per_sec: RATE, seek: Duration::from_millis(4), queue_depth: 1 },
-        faults,
-        schedule,
+        faults: vec![],
+        schedule: vec![],
         consumer_rate: None,
         net: NetParams::LOCAL,
         policy,
@@ -218,11 +268,157 @@ pub fn case(seed: u64) -> Case {
         sample_every: None,
         time_limit: Duration::from_secs_f64(bound * 10.0),
         seed,
-        chaos,
+        chaos: vec![],
         check: true,
+        write: false,
         shape,
+    }
+}
+
+/// Slow disks for `n` servers: none, one or two, at a quarter or half speed; and the
+/// slowest factor.
+fn slow_disks(rng: &mut rand_chacha::ChaCha8Rng, n: u32) -> (Vec<(NodeId, Fault)>, f64) {
+    let mut faults = vec![];
+    let mut slowest: f64 = 1.0;
+    for _ in 0..rng.random_range(0..=2) {
+        let node = NodeId(rng.random_range(0..n));
+        if faults.iter().any(|(m, _)| *m == node) {
+            continue;
+        }
+        let factor = [0.25, 0.5][rng.random_range(0..2)];
+        slowest = slowest.min(factor);
+        faults.push((node, Fault::Factor { factor }));
+    }
+    (faults, slowest)
+}
+
+/// A write into a replicated layout with slow disks and fewer crashes than copies, then
+/// replica completion, perhaps with a crash.
+fn write_case(seed: u64, rng: &mut rand_chacha::ChaCha8Rng) -> Case {
+    let policies = [WritePolicyKind::Static, WritePolicyKind::Gd, WritePolicyKind::Ceft, WritePolicyKind::CeftAdaptive];
+    let policy = policies[rng.random_range(0..policies.len())];
+    let (n, layout) = if policy.default_mirrored() {
+        let n = 2 * rng.random_range(2..=4);
+        (n, Layout::mirrored(n).expect("an even count of nodes"))
+    } else {
+        let n = rng.random_range(3..=8);
+        (n, Layout::chained(n, rng.random_range(2..=3)).expect("2 or 3 copies on 3 or more nodes"))
     };
-    Case { seed, work: Work::Scan(Box::new(spec)), bound }
+    let blocks: u64 = rng.random_range(8..=40);
+    let shape = Shape::uniform(n, blocks * BLOCK as u64, BLOCK).expect("a valid shape");
+    let fragment_secs = shape.fragment_bytes(FragmentId(0)) as f64 / RATE;
+    let (faults, slowest) = slow_disks(rng, n);
+    // Fewer crashes than copies, so every fragment keeps a live copy.
+    let mut chaos = vec![];
+    let mut last: f64 = 0.0;
+    let mut crashed = vec![];
+    for _ in 0..rng.random_range(1..layout.replicas()) {
+        let victim = NodeId(rng.random_range(0..n));
+        if crashed.contains(&victim) {
+            continue;
+        }
+        crashed.push(victim);
+        let t = Duration::from_secs_f64(rng.random_range(0.0..fragment_secs * 1.5));
+        last = last.max(t.as_secs_f64());
+        chaos.push((t, Chaos::Crash(victim)));
+        if rng.random_bool(0.5) {
+            chaos.push((t + Duration::from_secs_f64(rng.random_range(0.05..2.0)), Chaos::Restart(victim)));
+        }
+    }
+    chaos.sort_by_key(|(t, _)| *t);
+    let completion_crash = rng.random_bool(0.5).then(|| (NodeId(rng.random_range(0..n)), rng.random_range(0.0..1.0)));
+    let route = policy.route().expect("a replicated write routes its blocks");
+    // The writers' time, plus the last crash and the blocks it makes the writers send again.
+    let bound = 3.0 * fragment_secs / slowest * 2.0 + last + 1.0;
+    let spec = ScanSpec { faults, chaos, write: true, ..hunted(seed, layout, shape, route, bound) };
+    Case { seed, work: Work::Write(Box::new(WriteCase { policy, spec, completion_crash })), bound }
+}
+
+/// Run a replicated write and its completion; the write's virtual time.
+fn run_write(w: &WriteCase) -> Result<Ran, SimError> {
+    let spec = &w.spec;
+    let o = run_scan(spec)?;
+    let broken = |why: String| Err(SimError::Invariant(why));
+    let landing = o.landing.expect("a write keeps its landing");
+    let down = landing.down().to_vec();
+    let placement = landing.placement().map_err(|e| SimError::Invariant(format!("the commit: {e}")))?;
+    let (layout, shape) = (&spec.layout, &spec.shape);
+    let fragments = || (0..shape.fragment_count()).map(FragmentId);
+    // What each server's disk holds of the dataset, as (node, fragment, block).
+    let mut held = std::collections::BTreeSet::new();
+    for f in fragments() {
+        for block in 0..shape.blocks_in(f) {
+            for c in placement.copies(f, block) {
+                let node = layout.node_of(f, c);
+                if down.contains(&node) {
+                    return broken(format!("the commit places {f} block {block} on {node}, which went down"));
+                }
+                held.insert((node, f, block));
+            }
+        }
+    }
+    // Replica completion, from the committed placement, with every server back. Each copy
+    // fills its missing blocks one after another, each at the slower of the two disks.
+    let rate = |node: NodeId| {
+        spec.faults.iter().find(|(n, _)| *n == node).map_or(1.0, |(_, f)| match f {
+            Fault::Factor { factor } => *factor,
+            _ => 1.0,
+        }) * spec.disk.rate_bytes_per_sec
+    };
+    let mut fills = vec![];
+    for f in fragments() {
+        for copy in 0..layout.replicas() {
+            let target = layout.node_of(f, copy);
+            let mut t = 0.0;
+            let mut blocks = vec![];
+            for (block, source) in placement.fills(f, copy) {
+                let from = layout.node_of(f, source);
+                t += shape.block_len(f, block) as f64 / rate(from).min(rate(target));
+                blocks.push((block, from));
+            }
+            if blocks.len() != placement.missing(f, copy).len() {
+                return broken(format!("completion has no source for some block copy {copy} of {f} lacks"));
+            }
+            fills.push((f, target, blocks, t));
+        }
+    }
+    if let Some((victim, at)) = w.completion_crash {
+        // Several copies fill on one server at once: the crash comes at `at` of the longest.
+        let end = fills.iter().map(|x| x.3).fold(0.0, f64::max);
+        let crash = at * end;
+        for (f, target, blocks, t) in &fills {
+            // A fill done before the crash, or one the victim plays no part in, is synced; one
+            // the crash cuts short gives back what it wrote.
+            if *t <= crash || (*target != victim && blocks.iter().all(|b| b.1 != victim)) {
+                held.extend(blocks.iter().map(|&(b, _)| (*target, *f, b)));
+            }
+        }
+        // The completion failed: the manifest is still the placement, and every copy it
+        // names holds its blocks.
+        for f in fragments() {
+            for block in 0..shape.blocks_in(f) {
+                for c in placement.copies(f, block) {
+                    if !held.contains(&(layout.node_of(f, c), f, block)) {
+                        return broken(format!("after a failed completion, copy {c} of {f} lacks block {block}"));
+                    }
+                }
+            }
+        }
+    }
+    // With every server back, completion runs (again) to the end: fills are idempotent.
+    for (f, target, blocks, _) in &fills {
+        held.extend(blocks.iter().map(|&(b, _)| (*target, *f, b)));
+    }
+    for f in fragments() {
+        for block in 0..shape.blocks_in(f) {
+            for node in layout.holders(f) {
+                if !held.contains(&(node, f, block)) {
+                    return broken(format!("after completion, {node} lacks {f} block {block}"));
+                }
+            }
+        }
+    }
+    Ok(Ran { seconds: o.seconds, events: o.events })
 }
 
 /// A DQ write with slow disks and one or two servers dying mid-write.
@@ -302,6 +498,7 @@ pub fn run(seed: u64) -> Verdict {
             Ok(Ran { seconds: o.seconds, events: o.events })
         }),
         Work::DqWrite(spec) => run_dq(spec).map(|o| Ran { seconds: o.seconds, events: o.events }),
+        Work::Write(w) => run_write(w),
     })
     .unwrap_or_else(|p| {
         let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
@@ -345,6 +542,8 @@ mod tests {
         // The schedules reach what they are for.
         let with = |f: fn(&Verdict) -> bool| verdicts.iter().filter(|v| f(v)).count();
         assert!(with(|v| matches!(v.case.work, Work::DqWrite(_))) >= 50);
+        assert!(with(|v| matches!(&v.case.work, Work::Write(w) if w.completion_crash.is_some())) >= 25);
+        assert!(with(|v| matches!(&v.case.work, Work::Write(w) if w.spec.layout.replicas() == 3)) >= 15);
         assert!(with(|v| matches!(v.case.work, Work::Scan(_)) && v.case.faults().crashes > 0) >= 50);
         assert!(with(|v| v.case.faults().restarts > 0) >= 25);
         assert!(with(|v| v.case.faults().lost_connections > 0) >= 50);
@@ -357,6 +556,21 @@ mod tests {
         let Work::DqWrite(mut spec) = case(seed).work else { unreachable!() };
         spec.crashes = (0..spec.consumers as usize).map(|c| (Duration::from_millis(10), c)).collect();
         assert!(run_dq(&spec).is_err(), "no server left to write to: an error, not a hang");
+    }
+
+    #[test]
+    fn a_write_that_loses_every_copy_of_a_fragment_is_caught() {
+        let seed = (1..).find(|&s| matches!(case(s).work, Work::Write(_))).unwrap();
+        let Work::Write(mut w) = case(seed).work else { unreachable!() };
+        w.spec.chaos = vec![];
+        let took = run_write(&w).unwrap().seconds;
+        // Before the writers are done their engines fail; after, the landing does.
+        for (at, says) in [(0.0, "no live server holds fragment0"), (0.95, "every copy of fragment0 is on a server")] {
+            let at = Duration::from_secs_f64(at * took);
+            w.spec.chaos = w.spec.layout.holders(FragmentId(0)).into_iter().map(|n| (at, Chaos::Crash(n))).collect();
+            let e = run_write(&w).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@ use ganges_core::sched::{Job, Progress, SchedulerKind, Service, StreamKey};
 use ganges_core::serve::{ReadContext, ServerQueue};
 use ganges_core::shape::{Partition, Shape};
 use ganges_core::time::Time;
+use ganges_core::write::{Landing, Rewrite};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -92,6 +93,13 @@ pub struct ScanSpec {
     /// Check every consumer's engine and exactly-once delivery after every event (hunts):
     /// a broken invariant is an error naming the event.
     pub check: bool,
+    /// The consumers are writers of a replicated write (`static`, `gd`, `ceft`), each
+    /// writing its partition's blocks to the copy its policy picks, and the run keeps the
+    /// write's [`Landing`] as the client does: a server that crashes loses what it staged
+    /// (a restart does not bring it back into the write), and what no live server holds is
+    /// written again to a live copy through that server's queue. The run ends when every
+    /// block is held by a live server.
+    pub write: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -125,6 +133,8 @@ pub struct ScanOutcome {
     pub events: u64,
     /// Per consumer, bytes its application had taken at each sample (`sample_every`).
     pub delivered: Vec<Vec<u64>>,
+    /// A write's landing at the end (`ScanSpec::write`): what its commit records.
+    pub landing: Option<Landing>,
 }
 
 /// A read's context at a server.
@@ -136,25 +146,52 @@ struct Ctx {
     fragment: FragmentId,
     /// The server a handed-over read came from.
     origin: Option<usize>,
+    /// A block a write sends again (`ScanSpec::write`), not a consumer's piece.
+    rewrite: Option<Rewrite>,
 }
+
+/// The connection a write's rewrites come on, apart from every consumer's.
+const REWRITER: u64 = u64::MAX;
 
 impl ReadContext for Ctx {
     fn conn(&self) -> u64 {
-        self.consumer as u64
+        if self.rewrite.is_some() { REWRITER } else { self.consumer as u64 }
     }
     fn request_id(&self) -> Option<u64> {
-        self.origin.is_none().then_some(self.request)
+        (self.origin.is_none() && self.rewrite.is_none()).then_some(self.request)
     }
 }
 
 #[derive(Debug)]
 enum ToServer {
-    Read { c: usize, piece: usize, request: u64, progress: Progress, service: Service },
-    Cancel { c: usize, request: u64 },
-    Progress { c: usize, progress: Progress },
-    Probe { c: usize },
-    HandoffAsk { from: usize, rate: f64 },
-    Handed { from: usize, jobs: Vec<(Job, Ctx)> },
+    Read {
+        c: usize,
+        piece: usize,
+        request: u64,
+        progress: Progress,
+        service: Service,
+    },
+    Cancel {
+        c: usize,
+        request: u64,
+    },
+    Progress {
+        c: usize,
+        progress: Progress,
+    },
+    Probe {
+        c: usize,
+    },
+    HandoffAsk {
+        from: usize,
+        rate: f64,
+    },
+    /// A write sends a block again (`ScanSpec::write`).
+    Rewrite(Rewrite),
+    Handed {
+        from: usize,
+        jobs: Vec<(Job, Ctx)>,
+    },
 }
 
 #[derive(Debug)]
@@ -201,6 +238,10 @@ enum Ev {
     AskRetry(usize),
     /// A disk that waited for a stream's next request decides again.
     Wake(usize),
+    /// The writing client notices that servers died (`ScanSpec::write`).
+    Watch,
+    /// A rewritten block's acknowledgement reaches the writing client.
+    Rewritten(Rewrite),
 }
 
 #[derive(Debug)]
@@ -249,6 +290,7 @@ struct Sim<'a> {
     unfinished: usize,
     delivered: Vec<Vec<u64>>,
     corrupt: std::collections::BTreeSet<(usize, FragmentId, u32)>,
+    landing: Option<Landing>,
 }
 
 /// A start phase drawn from `seed`: a point of a second, the same for the same seed. Started
@@ -346,6 +388,7 @@ impl<'a> Sim<'a> {
             delivered: vec![vec![]; consumers.len()],
             consumers,
             corrupt: Default::default(),
+            landing: spec.write.then(|| Landing::new(&spec.layout, &spec.shape)),
         };
         sim.schedule_faults()?;
         for &(at, chaos) in &spec.chaos {
@@ -422,11 +465,11 @@ impl<'a> Sim<'a> {
     fn run(&mut self) -> Result<(), SimError> {
         let limit = self.epoch() + self.spec.time_limit;
         let mut instant = (self.epoch(), 0u64);
-        while self.unfinished > 0 {
+        while self.unfinished > 0 || !self.landed()? {
             let Some((now, e)) = self.ev.pop() else {
                 let left: Vec<usize> =
                     (0..self.consumers.len()).filter(|&c| self.consumers[c].finished.is_none()).collect();
-                return Err(SimError::Stalled(format!("consumers {left:?} unfinished")));
+                return Err(SimError::Stalled(format!("consumers {left:?} unfinished, or rewrites unanswered")));
             };
             if now > limit {
                 return Err(SimError::TimeLimit(self.spec.time_limit));
@@ -477,6 +520,10 @@ impl<'a> Sim<'a> {
                 Ev::AskRetry(s) => {
                     self.servers[s].retry_at = None;
                     self.kick(s);
+                }
+                Ev::Watch => self.watch()?,
+                Ev::Rewritten(r) => {
+                    self.landing.as_mut().expect("a write").on_acked(r.fragment, r.block, r.node);
                 }
             }
             if self.spec.check {
@@ -573,6 +620,10 @@ impl<'a> Sim<'a> {
             ToConsumer::ReadOk { request, state, bytes } => {
                 let Some(o) = cons.outstanding.remove(&request) else { return Ok(()) };
                 cons.request_of.remove(&(o.piece, o.node));
+                if let Some(l) = self.landing.as_mut() {
+                    let p = cons.engine.piece(o.piece);
+                    l.on_acked(p.fragment, p.block, o.node);
+                }
                 cons.engine.on_state(now, o.node, state);
                 cons.engine.on_service(o.node, bytes, state.service_us);
                 if cons.engine.on_data(now, o.piece, o.node) == Delivery::New {
@@ -656,7 +707,26 @@ impl<'a> Sim<'a> {
                 if copy == 0 {
                     q.note_primary_stream(stream, DATASET, progress, now);
                 }
-                q.enqueue(job, Ctx { consumer: c, piece, request, fragment: p.fragment, origin: None });
+                q.enqueue(job, Ctx { consumer: c, piece, request, fragment: p.fragment, origin: None, rewrite: None });
+                self.kick(s);
+            }
+            ToServer::Rewrite(r) => {
+                let job = Job {
+                    id: 0,
+                    stream: StreamKey { conn: REWRITER, stream: 0 },
+                    file: r.fragment.0 as u64,
+                    bytes: self.spec.shape.block_len(r.fragment, r.block) as u64,
+                    progress: Progress {
+                        done_bytes: 0,
+                        total_bytes: 1,
+                        metric: ganges_core::sched::ProgressMetric::Bytes,
+                    },
+                    service: Service::FURTHEST_BEHIND,
+                    arrival: now,
+                };
+                let ctx =
+                    Ctx { consumer: 0, piece: 0, request: 0, fragment: r.fragment, origin: None, rewrite: Some(r) };
+                self.servers[s].q.enqueue(job, ctx);
                 self.kick(s);
             }
             ToServer::Cancel { c, request } => {
@@ -737,7 +807,8 @@ impl<'a> Sim<'a> {
         let spec = self.spec;
         let layout = &spec.layout;
         let asker = NodeId(from as u32);
-        let eligible = |_: &Job, c: &Ctx| c.origin.is_none() && layout.copy_on(c.fragment, asker).is_some();
+        let eligible =
+            |_: &Job, c: &Ctx| c.origin.is_none() && c.rewrite.is_none() && layout.copy_on(c.fragment, asker).is_some();
         let mine = self.rate_of(s, now);
         let q = &mut self.servers[s].q;
         let n = share(q.count_eligible(eligible), rate_idle, mine);
@@ -763,6 +834,13 @@ impl<'a> Sim<'a> {
             primary_progress: r.primary_progress,
             node_load: None,
         };
+        if let Some(r) = ctx.rewrite {
+            // Acknowledged to the writing client (consumer 0's host).
+            let at = self.net.send(now, self.server_endpoint(s), self.consumer_endpoint(0), HEADER_BYTES);
+            self.ev.at(at, Ev::Rewritten(r));
+            self.kick(s);
+            return;
+        }
         let p = *self.consumers[ctx.consumer].engine.piece(ctx.piece);
         if self.corrupt.contains(&(s, p.fragment, p.block)) {
             // Checked before it is sent, as the server does: an error, no data.
@@ -793,6 +871,10 @@ impl<'a> Sim<'a> {
                 for c in 0..self.consumers.len() {
                     self.close(s, c);
                 }
+                if self.landing.is_some() {
+                    let latency = self.spec.net.latency;
+                    self.ev.after(latency, Ev::Watch);
+                }
             }
             Chaos::Restart(node) => {
                 let srv = &mut self.servers[node.0 as usize];
@@ -816,12 +898,46 @@ impl<'a> Sim<'a> {
         self.ev.after(latency, Ev::Consumer(c, ToConsumer::Down { node: NodeId(s as u32) }));
     }
 
-    /// The invariants of every consumer's engine and of delivery (hunts).
+    // ---- a write's landing: the client's watcher and last pass, in virtual time ----
+
+    /// The writing client marks every dead server down and sends again what no live
+    /// server holds (`ganges-client`'s watcher; at the end, its last pass).
+    fn watch(&mut self) -> Result<(), SimError> {
+        let Some(l) = self.landing.as_mut() else { return Ok(()) };
+        for (s, srv) in self.servers.iter().enumerate() {
+            if srv.down || srv.generation > 0 {
+                l.on_down(NodeId(s as u32));
+            }
+        }
+        let todo = l.rewrites().map_err(|e| SimError::Invariant(format!("the write failed: {e}")))?;
+        let me = self.consumer_endpoint(0);
+        for r in todo {
+            let bytes = self.spec.shape.block_len(r.fragment, r.block) as u64 + HEADER_BYTES;
+            self.send_server(me, r.node.0 as usize, bytes, ToServer::Rewrite(r));
+        }
+        Ok(())
+    }
+
+    /// Whether a write (if this is one) has every block on a live server, once its writers
+    /// are done: the last pass sends what is still missing, and the run goes on for it.
+    fn landed(&mut self) -> Result<bool, SimError> {
+        if self.landing.as_ref().is_none_or(|l| !l.is_settled()) {
+            return Ok(self.landing.is_none());
+        }
+        self.watch()?;
+        Ok(self.landing.as_ref().is_some_and(|l| l.is_settled()))
+    }
+
+    /// The invariants of every consumer's engine and of delivery (hunts), and a write's
+    /// landing.
     fn check(&self, now: Time) -> Result<(), SimError> {
         for (c, cons) in self.consumers.iter().enumerate() {
             let engine = &cons.engine;
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.assert_invariants()))
                 .map_err(|_| SimError::Invariant(format!("consumer {c}'s read engine at {now:?}")))?;
+        }
+        if let Some(l) = &self.landing {
+            l.check().map_err(|e| SimError::Invariant(format!("the write's landing at {now:?}: {e}")))?;
         }
         Ok(())
     }
@@ -850,6 +966,7 @@ impl<'a> Sim<'a> {
             requests: stats(|s| s.requests),
             events: self.ev.processed(),
             delivered: self.delivered.clone(),
+            landing: self.landing.clone(),
         }
     }
 }
@@ -883,6 +1000,7 @@ mod tests {
             seed: 1,
             chaos: vec![],
             check: true,
+            write: false,
         }
     }
 

@@ -525,6 +525,7 @@ impl GdCase {
             seed,
             chaos: vec![],
             check: false,
+            write: false,
         })
     }
 

@@ -16,12 +16,11 @@ use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
-use ganges_core::placement::Placement;
 use ganges_core::route::PolicySettings;
 use ganges_core::route::ceft::CeftSettings;
 use ganges_core::sched::{Progress, ProgressMetric, Service};
 use ganges_core::shape::Shape;
-use ganges_core::write::WritePolicyKind;
+use ganges_core::write::{Landing, Rewrite, WritePolicyKind};
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::manifest::{Content, DatasetName, DatasetState, Manifest, RecordFormat};
 use ganges_proto::msg::{Message, WriteReq};
@@ -236,7 +235,8 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     let draft_manifest = Arc::new(manifest.clone());
     let opts = ReadOptions::new(route).with_window(spec.window).with_settings(settings);
     let started = std::time::Instant::now();
-    let log = crate::scan::PlacedLog::default();
+    let log: crate::scan::PlacedLog =
+        Arc::new(std::sync::Mutex::new(Landing::new(&draft_manifest.layout, &draft_manifest.shape)));
     let (stop_watching, stop) = tokio::sync::oneshot::channel();
     let watcher = tokio::spawn(rewrite_as_servers_die(
         client.clone(),
@@ -264,31 +264,34 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
                 (r, w)
             });
         }
-        let mut placement = Placement::empty(&draft_manifest.shape, draft_manifest.layout.replicas());
-        let mut digest = Digest::default();
-        let mut reports = vec![];
         let writers = join_writers(tasks).await;
         let _ = stop_watching.send(());
         let _ = watcher.await;
         let writers = writers?;
-        // Servers that died during the write took the blocks they held with them: those
-        // count nowhere, and a block held by none of the others (nor written again while
-        // the writers ran) is written again now.
-        let down = unanswering(client).await;
-        for &(f, block, node) in log.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|p| !down.contains(&p.2)) {
-            let copy = draft_manifest.layout.copy_on(f, node).expect("written to a holder");
-            placement.add(f, block, copy);
+        // Servers down now took what they staged with them: write again what no live server
+        // holds, until every block is on one (or some has no live copy left).
+        for n in unanswering(client).await {
+            landing(&log).on_down(n);
         }
+        loop {
+            let todo = landing(&log).rewrites().map_err(|e| no_live_copy(&draft_manifest, e))?;
+            if todo.is_empty() {
+                break;
+            }
+            for r in rewrite(client, &draft_manifest, staging.txid, &*source, todo).await? {
+                landing(&log).on_acked(r.fragment, r.block, r.node);
+            }
+        }
+        let (placement, down) = {
+            let l = landing(&log);
+            (l.placement().map_err(|e| no_live_copy(&draft_manifest, e))?, l.down().to_vec())
+        };
+        let mut digest = Digest::default();
+        let mut reports = vec![];
         for w in writers {
             let report = w.report();
             digest.merge(report.digest);
             reports.push(report);
-        }
-        if !down.is_empty() {
-            let lost = lost_blocks(&draft_manifest, &placement, &down)?;
-            for (f, block, copy, _) in rewrite(client, &draft_manifest, staging.txid, &*source, lost).await? {
-                placement.add(f, block, copy);
-            }
         }
         Ok((placement, digest, reports, down))
     };
@@ -782,31 +785,13 @@ async fn unanswering(client: &Client) -> Vec<NodeId> {
     join_all(asks).await.into_iter().filter(|(_, ok)| !ok).map(|(n, _)| n).collect()
 }
 
-/// A block to write again: fragment, block, and the copy and server it goes to.
-type Rewrite = (FragmentId, u32, u32, NodeId);
-
-/// The blocks `placement` has on no copy (they were only on servers that went down), each
-/// with the live copy it goes to. Fails if some block has no copy on a live server.
-fn lost_blocks(manifest: &Manifest, placement: &Placement, down: &[NodeId]) -> Result<Vec<Rewrite>> {
-    let mut lost = vec![];
-    for f in (0..manifest.shape.fragment_count()).map(FragmentId) {
-        for block in placement.unplaced(f) {
-            lost.push(rewrite_target(manifest, f, block, down)?);
-        }
-    }
-    Ok(lost)
+/// The write's landing, locked (a writer that panicked leaves it as it was).
+fn landing(log: &crate::scan::PlacedLog) -> std::sync::MutexGuard<'_, Landing> {
+    log.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Where block `block` of `f` goes again (`ganges_core::write::rewrite_target`).
-fn rewrite_target(manifest: &Manifest, f: FragmentId, block: u32, down: &[NodeId]) -> Result<Rewrite> {
-    match ganges_core::write::rewrite_target(&manifest.layout, f, down) {
-        Some((copy, node)) => Ok((f, block, copy, node)),
-        None => Err(ClientError::Invalid(format!(
-            "every copy of {f} is on a server that went down ({}); nothing of `{}` is visible",
-            manifest.layout.holders(f).iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
-            manifest.name
-        ))),
-    }
+fn no_live_copy(manifest: &Manifest, e: ganges_core::write::LandingError) -> ClientError {
+    ClientError::Invalid(format!("{e}; nothing of `{}` is visible", manifest.name))
 }
 
 /// Write `blocks` again, 16 at a time (each server queues its share behind its disk).
@@ -820,7 +805,8 @@ async fn rewrite(
     use futures_util::stream::{self, StreamExt, TryStreamExt};
     const IN_FLIGHT: usize = 16;
     let shape = &manifest.shape;
-    let write = |(f, block, copy, node): Rewrite| async move {
+    let write = |r: Rewrite| async move {
+        let (f, block, node) = (r.fragment, r.block, r.node);
         let len = shape.block_len(f, block);
         let piece = ganges_core::shape::Piece {
             fragment: f,
@@ -847,7 +833,7 @@ async fn rewrite(
             Message::Error(err, _) => return Err(ClientError::Server { node, err }),
             other => return Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
         }
-        Ok((f, block, copy, node))
+        Ok(r)
     };
     stream::iter(blocks).map(write).buffer_unordered(IN_FLIGHT).try_collect().await
 }
@@ -864,39 +850,46 @@ async fn rewrite_as_servers_die(
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     const EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-    let mut dead: Vec<NodeId> = vec![];
     loop {
         tokio::select! {
             _ = &mut stop => return,
             () = tokio::time::sleep(EVERY) => {}
         }
-        let newly: Vec<NodeId> =
-            (0..client.nodes()).map(NodeId).filter(|&n| client.conn(n).is_err() && !dead.contains(&n)).collect();
+        let newly: Vec<NodeId> = (0..client.nodes())
+            .map(NodeId)
+            .filter(|&n| client.conn(n).is_err() && !landing(&log).down().contains(&n))
+            .collect();
         if newly.is_empty() {
             continue;
         }
-        dead.extend(newly);
-        let mut safe = std::collections::HashSet::new();
-        let mut orphans = std::collections::BTreeSet::new();
-        for &(f, b, n) in log.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            if dead.contains(&n) {
-                orphans.insert((f, b));
-            } else {
-                safe.insert((f, b));
+        let todo = {
+            let mut l = landing(&log);
+            for n in newly {
+                l.on_down(n);
             }
-        }
-        let todo: Result<Vec<Rewrite>> = orphans
-            .into_iter()
-            .filter(|k| !safe.contains(k))
-            .map(|(f, b)| rewrite_target(&manifest, f, b, &dead))
-            .collect();
-        let written = match todo {
-            Ok(todo) => rewrite(&client, &manifest, txid, &*source, todo).await,
-            Err(e) => Err(e),
+            l.rewrites()
         };
-        match written {
-            Ok(w) => log.lock().unwrap_or_else(|e| e.into_inner()).extend(w.into_iter().map(|(f, b, _, n)| (f, b, n))),
-            Err(e) => tracing::warn!(%e, "writing again what a dead server held; the write's last pass tries again"),
+        let todo = match todo {
+            Ok(todo) => todo,
+            Err(e) => {
+                tracing::warn!(%e, "a block has no live copy left; the write's last pass fails it");
+                continue;
+            }
+        };
+        match rewrite(&client, &manifest, txid, &*source, todo.clone()).await {
+            Ok(w) => {
+                let mut l = landing(&log);
+                for r in w {
+                    l.on_acked(r.fragment, r.block, r.node);
+                }
+            }
+            Err(e) => {
+                let mut l = landing(&log);
+                for r in todo {
+                    l.on_rewrite_failed(r);
+                }
+                tracing::warn!(%e, "writing again what a dead server held; the write's last pass tries again");
+            }
         }
     }
 }
