@@ -7,6 +7,9 @@
 //! it, and each frame it sends until the link is free for it: a throttle in the I/O path, and
 //! through TCP's flow control a real one for the peer. Flows share it in the order their
 //! frames come, so two busy connections get about half each.
+//!
+//! The simulator's network is built of the same model: one each way per endpoint (a full
+//! duplex link), with the wire's latency between them (`ganges-sim/src/net.rs`).
 
 use crate::time::Time;
 use std::time::Duration;
@@ -31,11 +34,18 @@ impl LinkModel {
 
     /// Carry `bytes` that are ready at `now`; returns when the link has carried them.
     pub fn carry(&mut self, now: Time, bytes: u64) -> Time {
+        self.carry_span(now, bytes).1
+    }
+
+    /// Carry `bytes` that are ready at `now`; returns when the link starts and finishes
+    /// carrying them (the simulator's network starts a message across the wire when it
+    /// starts on the sender's link).
+    pub fn carry_span(&mut self, now: Time, bytes: u64) -> (Time, Time) {
         let start = now.max(self.busy_until);
         let took = Duration::from_secs_f64(bytes as f64 / self.rate_bytes_per_sec);
-        self.busy_until = Time(start.0 + took.as_nanos() as u64);
+        self.busy_until = start + took;
         self.bytes += bytes;
-        self.busy_until
+        (start, self.busy_until)
     }
 }
 

@@ -1,18 +1,28 @@
-//! A storage server's read queue: the scheduler, the disk model and the bookkeeping around
-//! them, shared by the real server (`ganges-server`) and the simulator (`ganges-sim`) so
-//! that both make every decision the same way.
+//! A storage server's decisions as a state machine ([`ServerNode`]): what its disk runs
+//! next, what it reports, what it hands an idle peer and when it asks peers for work. The
+//! real server (`ganges-server`) and the simulator (`ganges-sim`) both drive it, so that
+//! both make every decision the same way; each only carries the I/O out (reading a file or
+//! advancing virtual time, sending the replies).
 //!
-//! Each queued read carries a context `C` of the driver's choosing (the real server's holds
-//! the connection to answer on; the simulator's names the consumer). The queue keeps:
-//! - the [`Scheduler`] that picks the next read, and the [`DiskModel`] that says when the
+//! Events in: a request ([`ServerNode::enqueue_request`]), a cancel, a progress notice, a
+//! closed connection, a disk that finished, a peer's handoff ask ([`ServerNode::give`]) and
+//! its answer, the passing of time. Decisions out: the job the disk runs next with the
+//! modelled disk's timeline for it ([`ServerNode::pop`]), the report replies carry, the jobs
+//! handed to a peer, whether to ask a peer for work and when to look again
+//! ([`ServerNode::poll_ask`], [`ServerNode::wake_at`]).
+//!
+//! Each queued job carries a context `C` of the driver's choosing (the real server's holds
+//! the connection to answer on; the simulator's names the consumer). The node keeps:
+//! - the [`Scheduler`] that picks the next job, and the [`DiskModel`] that says when the
 //!   modelled disk finishes it;
 //! - the progress of the consumers reading this server's primary copies (GD-3), and the
 //!   server's measured bandwidth (GD-4 reports it, GD-6 trades it);
-//! - which reads may be cancelled by (connection, request id), and which may be handed to
-//!   another server (GD-6).
+//! - which jobs may be cancelled by (connection, request id), which may be handed to
+//!   another server, and the handoff [`Asker`]'s back-offs (GD-6).
 
 use crate::disk::{DiskModel, FileKey, Service as DiskService};
-use crate::handoff::{RateMeter, select};
+use crate::handoff::{Asker, RateMeter, select, share};
+use crate::ids::NodeId;
 use crate::sched::{Job, JobId, PrimaryTracker, Progress, Scheduler, StreamKey};
 use crate::time::Time;
 use std::collections::BTreeMap;
@@ -24,7 +34,7 @@ use std::time::Duration;
 pub const HANDOFF_ACTIVE_FOR: Duration = Duration::from_secs(2);
 
 /// The longest pause between reads on a real disk that still counts as busy
-/// (`ServerQueue::finished_real`): longer than the round trip for a consumer's next request
+/// (`ServerNode::finished_real`): longer than the round trip for a consumer's next request
 /// on a network, far shorter than any stretch with nothing to read.
 pub const REAL_GAP_MAX: Duration = Duration::from_millis(10);
 
@@ -35,6 +45,20 @@ pub trait ReadContext {
     /// The request id a cancel names, or `None` for a read handed over by a peer (its id
     /// belongs to the peer's connection, so it cannot be cancelled here).
     fn request_id(&self) -> Option<u64>;
+    /// The client whose own read this is, if a peer may serve it instead (GD-6); `None` for
+    /// what only this server runs: a read handed over already, a write.
+    fn client(&self) -> Option<u64>;
+}
+
+/// Whether to ask a peer for work ([`ServerNode::poll_ask`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// Ask this peer now.
+    Peer(NodeId),
+    /// Every peer is backed off: look again then.
+    At(Time),
+    /// Nothing to ask for: the queue has work, or no scan that allows handoff is about.
+    Idle,
 }
 
 /// A read taken off the queue, with when the modelled disk runs it (if modelled).
@@ -59,7 +83,7 @@ pub struct Report {
 }
 
 #[derive(Debug)]
-pub struct ServerQueue<C> {
+pub struct ServerNode<C> {
     pub sched: Box<dyn Scheduler>,
     pub model: Option<DiskModel>,
     /// Progress of the consumers reading this server's primary copies (GD-3).
@@ -81,13 +105,14 @@ pub struct ServerQueue<C> {
     expecting: Option<(u64, Time)>,
     /// Streams reading one of this server's primary copies, and of which dataset.
     primary_streams: BTreeMap<StreamKey, u64>,
-    /// When a request on the real disk last finished (see [`ServerQueue::finished_real`]).
+    /// When a request on the real disk last finished (see [`ServerNode::finished_real`]).
     last_finish: Option<Time>,
+    asker: Asker,
 }
 
-impl<C: ReadContext> ServerQueue<C> {
-    pub fn new(sched: Box<dyn Scheduler>, model: Option<DiskModel>) -> ServerQueue<C> {
-        ServerQueue {
+impl<C: ReadContext> ServerNode<C> {
+    pub fn new(sched: Box<dyn Scheduler>, model: Option<DiskModel>) -> ServerNode<C> {
+        ServerNode {
             sched,
             model,
             primaries: PrimaryTracker::default(),
@@ -101,12 +126,22 @@ impl<C: ReadContext> ServerQueue<C> {
             expecting: None,
             primary_streams: BTreeMap::new(),
             last_finish: None,
+            asker: Asker::default(),
         }
+    }
+
+    /// A consumer's request (a read, or a write's block). `primary_of` names the dataset when
+    /// it is for this server's primary copy: the stream's progress then counts for GD-3.
+    pub fn enqueue_request(&mut self, job: Job, ctx: C, primary_of: Option<u64>, now: Time) -> JobId {
+        if let Some(dataset) = primary_of {
+            self.note_primary_stream(job.stream, dataset, job.progress, now);
+        }
+        self.enqueue(job, ctx)
     }
 
     /// A stream read one of this server's primary copies of `dataset` (GD-3 reports how far
     /// such streams are to consumers reading its backup copies).
-    pub fn note_primary_stream(&mut self, stream: StreamKey, dataset: u64, progress: Progress, now: Time) {
+    fn note_primary_stream(&mut self, stream: StreamKey, dataset: u64, progress: Progress, now: Time) {
         self.primary_streams.insert(stream, dataset);
         self.primaries.note(dataset, stream, progress, now);
     }
@@ -125,7 +160,8 @@ impl<C: ReadContext> ServerQueue<C> {
         self.by_request.contains_key(&(conn, request_id))
     }
 
-    /// Queue a read (its `id` is assigned here). Returns the job id.
+    /// Queue a job (its `id` is assigned here): one the server makes itself (replica
+    /// completion's writes, a handed-over read). Returns the job id.
     pub fn enqueue(&mut self, mut job: Job, ctx: C) -> JobId {
         let id = self.next_job;
         self.next_job += 1;
@@ -178,12 +214,12 @@ impl<C: ReadContext> ServerQueue<C> {
             && !self.expecting.is_some_and(|(upto, until)| self.enqueued < upto && now < until)
     }
 
-    /// Requests queued here so far (a count to pass to [`ServerQueue::expect`]).
+    /// Requests queued here so far (a count to pass to [`ServerNode::expect`]).
     pub fn enqueued(&self) -> u64 {
         self.enqueued
     }
 
-    /// `n` appends were redirected here by an ask made when [`ServerQueue::enqueued`] was
+    /// `n` appends were redirected here by an ask made when [`ServerNode::enqueued`] was
     /// `asked_at`; until `n` requests have come since (any count: a redirected append may
     /// arrive before the answer to the ask) or `until`, the queue does not ask for more.
     pub fn expect(&mut self, n: u32, asked_at: u64, until: Time) {
@@ -218,6 +254,62 @@ impl<C: ReadContext> ServerQueue<C> {
     /// Reads queued that could be handed to a server passing `eligible`.
     pub fn count_eligible(&self, eligible: impl Fn(&Job, &C) -> bool) -> usize {
         self.jobs.values().filter(|(j, c)| j.service.handoff && eligible(j, c)).count()
+    }
+
+    /// The busy side of a handoff (GD-6): an idle peer reading at `rate_idle` asks for work.
+    /// It may take a client's own read that allows handoff, of a client it serves too
+    /// (`serves`: the client then hears from the server it will read from), of a block it
+    /// holds a copy of (`holds`); it gets the share of those that makes both servers finish
+    /// together at `rate_idle` and `my_rate` ([`share`]), the newest first.
+    pub fn give(
+        &mut self,
+        serves: impl Fn(u64) -> bool,
+        holds: impl Fn(&C) -> bool,
+        rate_idle: f64,
+        my_rate: f64,
+    ) -> Vec<(Job, C)> {
+        let eligible = |_: &Job, c: &C| c.client().is_some_and(&serves) && holds(c);
+        let n = share(self.count_eligible(eligible), rate_idle, my_rate);
+        self.hand_off(n, eligible)
+    }
+
+    /// Whether to ask one of `peers` for work now (GD-6): while the queue is empty and reads
+    /// that allow handoff were about ([`ServerNode::wants_work`]), the next peer not backed
+    /// off; when every one is, the instant to look again.
+    pub fn poll_ask(&mut self, now: Time, peers: &[NodeId]) -> Ask {
+        if !self.wants_work(now) {
+            return Ask::Idle;
+        }
+        match self.asker.on_idle(now, peers) {
+            Some(peer) => Ask::Peer(peer),
+            None => self.asker.next_retry(now).map_or(Ask::Idle, Ask::At),
+        }
+    }
+
+    /// `peer` answered an ask from [`ServerNode::poll_ask`] with `given` jobs (0 if the ask
+    /// failed): a peer with nothing to give is backed off.
+    pub fn on_ask_answer(&mut self, now: Time, peer: NodeId, given: usize) {
+        self.asker.on_answer(now, peer, given);
+    }
+
+    /// The node's invariants (the simulator checks them after every event): every queued
+    /// job has its context and is in the scheduler, and every cancellable one is found by
+    /// its (connection, request id).
+    pub fn check(&self) -> Result<(), String> {
+        if self.jobs.len() != self.sched.len() {
+            return Err(format!("{} jobs with contexts, {} in the scheduler", self.jobs.len(), self.sched.len()));
+        }
+        for (&(conn, request), id) in &self.by_request {
+            match self.jobs.get(id) {
+                Some((_, c)) if c.conn() == conn && c.request_id() == Some(request) => {}
+                _ => return Err(format!("request {request} of connection {conn} names job {id}, not queued as it")),
+            }
+        }
+        let cancellable = self.jobs.values().filter(|(_, c)| c.request_id().is_some()).count();
+        if cancellable != self.by_request.len() {
+            return Err(format!("{cancellable} cancellable jobs, {} found by request", self.by_request.len()));
+        }
+        Ok(())
     }
 
     /// The read the disk runs next, with the modelled disk's timeline for it: computed here,
@@ -303,6 +395,9 @@ mod tests {
         fn request_id(&self) -> Option<u64> {
             self.request
         }
+        fn client(&self) -> Option<u64> {
+            self.request.map(|_| self.conn)
+        }
     }
 
     fn job(stream: u64, arrival_ms: u64, handoff: bool) -> Job {
@@ -317,18 +412,36 @@ mod tests {
         }
     }
 
-    fn queue<C: ReadContext>() -> ServerQueue<C> {
+    fn queue<C: ReadContext>() -> ServerNode<C> {
         let model = DiskModel::new(DiskParams {
             rate_bytes_per_sec: 1_000_000.0,
             seek: Duration::from_millis(4),
             queue_depth: 1,
         });
-        ServerQueue::new(SchedulerKind::Auto.build(), Some(model))
+        ServerNode::new(SchedulerKind::Auto.build(), Some(model))
+    }
+
+    #[test]
+    fn an_idle_node_asks_each_peer_in_turn_and_backs_off_those_with_nothing() {
+        let mut q: ServerNode<Ctx> = queue();
+        let peers = [NodeId(1), NodeId(2)];
+        assert_eq!(q.poll_ask(Time::ZERO, &peers), Ask::Idle, "no scan that allows handoff yet");
+        q.enqueue_request(job(1, 0, true), Ctx { conn: 1, request: Some(1) }, Some(7), Time::ZERO);
+        assert_eq!(q.poll_ask(Time::ZERO, &peers), Ask::Idle, "work queued");
+        assert!(q.report(7, Time::ZERO).primary_progress.is_some(), "a primary copy's reader counts (GD-3)");
+        let now = Time::ZERO + Duration::from_millis(10);
+        q.pop(now).unwrap();
+        assert_eq!(q.poll_ask(now, &peers), Ask::Peer(NodeId(1)));
+        q.on_ask_answer(now, NodeId(1), 0);
+        assert_eq!(q.poll_ask(now, &peers), Ask::Peer(NodeId(2)));
+        q.on_ask_answer(now, NodeId(2), 0);
+        assert_eq!(q.poll_ask(now, &peers), Ask::At(now + crate::handoff::ASK_BACKOFF));
+        q.check().unwrap();
     }
 
     #[test]
     fn overlapping_real_reads_are_charged_the_disk_s_busy_time_once() {
-        let mut q: ServerQueue<Ctx> = ServerQueue::new(SchedulerKind::Fifo.build(), None);
+        let mut q: ServerNode<Ctx> = ServerNode::new(SchedulerKind::Fifo.build(), None);
         let ms = |m: u64| Time(m * 1_000_000);
         // Two reads of 1 MiB at once, 0-10 ms and 1-11 ms: the disk was busy 11 ms for 2 MiB.
         q.finished_real(1 << 20, ms(0), ms(10));
@@ -473,6 +586,9 @@ mod tests {
             fn request_id(&self) -> Option<u64> {
                 self.request
             }
+            fn client(&self) -> Option<u64> {
+                self.request.map(|_| self.conn)
+            }
         }
 
         /// Each stream's service, fixed for the run: its discipline and options from `seed`.
@@ -489,7 +605,7 @@ mod tests {
         }
 
         fn run(ops: &[Op], seeds: &[u16]) {
-            let mut q: ServerQueue<Tagged> = queue();
+            let mut q: ServerNode<Tagged> = queue();
             let mut now = Time::ZERO;
             let mut next_request = 0u64;
             // Reads queued (connection, request): each must leave exactly once.
@@ -539,8 +655,9 @@ mod tests {
                         assert_eq!(dropped, before - live.len(), "every read of connection {conn}");
                     }
                     4 => {
-                        for (job, ctx) in q.hand_off(n as usize % 4, |j, _| j.service.handoff) {
-                            assert!(job.service.handoff);
+                        // A peer serving the clients below `conn` asks, as fast as this one.
+                        for (job, ctx) in q.give(|c| c < conn, |_| true, 1.0, 1.0) {
+                            assert!(job.service.handoff && ctx.request.is_some() && ctx.conn < conn);
                             assert!(live.remove(&(ctx.conn, ctx.tag)), "handed off once");
                         }
                     }
@@ -557,6 +674,7 @@ mod tests {
                     }
                 }
                 assert_eq!(q.len(), live.len());
+                q.check().unwrap();
             }
             // The rest is served, in bounded time.
             for _ in 0..10 * live.len() + 10 {

@@ -427,10 +427,7 @@ fn enqueue_read(
                 format!("request id {id} is already in flight on this connection"),
             ));
         }
-        if primary {
-            d.note_primary_stream(stream, dataset_id, r.progress, now);
-        }
-        d.enqueue(job, Ctx::Read(ctx));
+        d.enqueue_request(job, Ctx::Read(ctx), primary.then_some(dataset_id), now);
     }
     shared.disk_wake.notify_one();
     Ok(())
@@ -460,7 +457,6 @@ fn enqueue_write(
         service: Service { handoff: w.service.handoff && staged.appends(), ..w.service },
         arrival: now,
     };
-    let progress = w.progress;
     let ctx = WriteCtx {
         conn,
         request_id: id,
@@ -478,11 +474,8 @@ fn enqueue_write(
                 format!("request id {id} is already in flight on this connection"),
             ));
         }
-        if copy == 0 {
-            // Writers of this server's primary copies report progress as readers do (GD-3).
-            d.note_primary_stream(stream, dataset, progress, now);
-        }
-        d.enqueue(job, Ctx::Write(ctx));
+        // Writers of this server's primary copies report progress as readers do (GD-3).
+        d.enqueue_request(job, Ctx::Write(ctx), (copy == 0).then_some(dataset), now);
     }
     shared.disk_wake.notify_one();
     Ok(())

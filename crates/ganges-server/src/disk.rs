@@ -24,7 +24,7 @@ use crate::store::{Dataset, FillFiles, StagedWrite, StoreError};
 use bytes::Bytes;
 use ganges_core::ids::FragmentId;
 use ganges_core::sched::Job;
-use ganges_core::serve::{Popped, ReadContext, ServerQueue};
+use ganges_core::serve::{Popped, ReadContext, ServerNode};
 use ganges_proto::msg::{ErrorCode, Message, Origin, ReadOk, WireError, WriteOk};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -58,6 +58,9 @@ impl ReadContext for JobCtx {
     /// server's connection.
     fn request_id(&self) -> Option<u64> {
         self.origin.is_none().then_some(self.request_id)
+    }
+    fn client(&self) -> Option<u64> {
+        self.origin.is_none().then_some(self.client_id)
     }
 }
 
@@ -114,6 +117,13 @@ impl ReadContext for Ctx {
             Ctx::Write(w) => matches!(w.reply, WriteReply::Conn { .. }).then_some(w.request_id),
         }
     }
+    /// Only reads move to a peer; a DQ append goes back to its writer instead (`handoff.rs`).
+    fn client(&self) -> Option<u64> {
+        match self {
+            Ctx::Read(r) => r.client(),
+            Ctx::Write(_) => None,
+        }
+    }
 }
 
 impl Ctx {
@@ -131,9 +141,9 @@ impl Ctx {
     }
 }
 
-/// The scheduler, the model and the bookkeeping (ganges-core's `ServerQueue`, which the
+/// The scheduler, the model and the bookkeeping (ganges-core's `ServerNode`, which the
 /// simulator drives too).
-pub type DiskState = ServerQueue<Ctx>;
+pub type DiskState = ServerNode<Ctx>;
 
 /// The driver task. Runs until the server shuts down (the task is aborted).
 pub async fn run(shared: Arc<Shared>, queue_depth: u32) {
@@ -181,7 +191,7 @@ async fn serve(shared: &Arc<Shared>, p: Popped<Ctx>) {
 
 /// Hold the answer until the modelled disk would have finished, and charge the disk's
 /// meter; returns the request's time on the disk (on a real disk that runs several at once,
-/// its share of the disk's busy time: `ServerQueue::finished_real`).
+/// its share of the disk's busy time: `ServerNode::finished_real`).
 async fn disk_time(
     shared: &Shared,
     modelled: Option<ganges_core::disk::Service>,

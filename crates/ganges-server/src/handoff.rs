@@ -23,15 +23,16 @@
 //! (as a moved read's would from the busy server). Taken out of the queue under the disk
 //! lock, an append is written by neither server until the writer resends it, and the writer
 //! holds it until some server acknowledges it: nothing is written twice or lost. The asker
-//! waits for the appends it was given (`ServerQueue::expect`) before it asks again. This
+//! waits for the appends it was given (`ServerNode::expect`) before it asks again. This
 //! evens out the end of a DQ write, which River's credits alone leave to chance: the last
 //! blocks queued at each disk are whatever was there when the writers ran out.
 
 use crate::Shared;
 use crate::disk::{Ctx, JobCtx, WriteCtx, WriteReply, WriteTarget};
-use ganges_core::handoff::{APPEND_HANDOFF_MIN, Asker, REDIRECT_WAIT, share, share_at_least};
+use ganges_core::handoff::{APPEND_HANDOFF_MIN, REDIRECT_WAIT, share_at_least};
 use ganges_core::ids::NodeId;
 use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
+use ganges_core::serve::Ask;
 use ganges_net::transport::{BoxRead, BoxWrite};
 use ganges_proto::control::{ControlReply, ControlRequest, HandedJob, Peer};
 use ganges_proto::io::{read_frame, write_frame};
@@ -125,7 +126,6 @@ fn neighbours(shared: &Shared, appending: bool) -> Vec<Peer> {
 /// driver reports an empty queue, then asks peers for work for as long as the queue stays
 /// empty and some peer is worth asking, sleeping out back-offs; it never spins.
 pub async fn run_asker(shared: Arc<Shared>) {
-    let mut asker = Asker::default();
     let mut conns: HashMap<NodeId, PeerConn> = HashMap::new();
     loop {
         shared.idle.notified().await;
@@ -137,14 +137,14 @@ pub async fn run_asker(shared: Arc<Shared>) {
             let appends = shared.store.append_txids();
             let peers = neighbours(&shared, !appends.is_empty());
             let nodes: Vec<NodeId> = peers.iter().map(|p| p.node).collect();
-            let Some(node) = asker.on_idle(now, &nodes) else {
-                match asker.next_retry(now) {
-                    Some(t) => {
-                        tokio::time::sleep_until(shared.instant(t)).await;
-                        continue;
-                    }
-                    None => break,
+            let next = shared.disk.lock().expect("disk lock").poll_ask(now, &nodes);
+            let node = match next {
+                Ask::Peer(node) => node,
+                Ask::At(t) => {
+                    tokio::time::sleep_until(shared.instant(t)).await;
+                    continue;
                 }
+                Ask::Idle => break,
             };
             let addr = &peers.iter().find(|p| p.node == node).expect("asked a listed peer").addr;
             let given = match ask(&shared, &mut conns, (node, addr), appends).await {
@@ -155,7 +155,7 @@ pub async fn run_asker(shared: Arc<Shared>) {
                     0
                 }
             };
-            asker.on_answer(shared.now(), node, given);
+            shared.disk.lock().expect("disk lock").on_ask_answer(shared.now(), node, given);
             if given > 0 {
                 shared.disk_wake.notify_one();
                 break;
@@ -267,17 +267,9 @@ pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64],
         return ControlReply::HandoffGive { jobs: vec![], redirected: 0 };
     }
     let clients: BTreeSet<u64> = clients.iter().copied().collect();
-    let eligible = |_: &Job, c: &Ctx| {
-        matches!(c, Ctx::Read(c) if c.origin.is_none()
-            && clients.contains(&c.client_id)
-            && c.dataset.manifest.layout.copy_on(c.fragment, from).is_some())
-    };
+    let holds = |c: &Ctx| matches!(c, Ctx::Read(c) if c.dataset.manifest.layout.copy_on(c.fragment, from).is_some());
     let my_rate = shared.rate_bytes_per_sec();
-    let taken = {
-        let mut d = shared.disk.lock().expect("disk lock");
-        let n = share(d.count_eligible(eligible), rate_idle, my_rate);
-        d.hand_off(n, eligible)
-    };
+    let taken = shared.disk.lock().expect("disk lock").give(|c| clients.contains(&c), holds, rate_idle, my_rate);
     let me = shared.config.node;
     let jobs: Vec<HandedJob> = taken
         .into_iter()

@@ -6,6 +6,7 @@
 //! order, so messages between two endpoints arrive in the order sent. A link with no rate
 //! limit (`rate_bytes_per_sec = None`) only adds the latency.
 
+use ganges_core::link::LinkModel;
 use ganges_core::time::Time;
 use std::time::Duration;
 
@@ -24,46 +25,31 @@ impl NetParams {
     pub const LOCAL: NetParams = NetParams { rate_bytes_per_sec: None, latency: Duration::from_micros(50) };
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-struct Link {
-    out_free: Time,
-    in_free: Time,
-}
-
 #[derive(Debug)]
 pub struct Network {
     params: NetParams,
-    links: Vec<Link>,
+    /// Each endpoint's link out and in (`ganges-core`'s link model each way), or none for a
+    /// network with no rate limit.
+    links: Option<Vec<[LinkModel; 2]>>,
     bytes: u64,
 }
 
 impl Network {
     pub fn new(endpoints: usize, params: NetParams) -> Network {
-        if let Some(r) = params.rate_bytes_per_sec {
+        let links = params.rate_bytes_per_sec.map(|r| {
             assert!(r > 0.0, "a link needs a positive rate");
-        }
-        Network { params, links: vec![Link::default(); endpoints], bytes: 0 }
-    }
-
-    fn transfer(&self, bytes: u64) -> Duration {
-        match self.params.rate_bytes_per_sec {
-            Some(r) => Duration::from_secs_f64(bytes as f64 / r),
-            None => Duration::ZERO,
-        }
+            vec![[LinkModel::new(r), LinkModel::new(r)]; endpoints]
+        });
+        Network { params, links, bytes: 0 }
     }
 
     /// Send `bytes` from `from` to `to` at `now`; returns when the message has arrived.
     pub fn send(&mut self, now: Time, from: usize, to: usize, bytes: u64) -> Time {
-        let tx = self.transfer(bytes);
-        let lat = self.params.latency;
-        let out_start = now.max(self.links[from].out_free);
-        let out_done = out_start + tx;
-        self.links[from].out_free = out_done;
-        let in_start = (out_start + lat).max(self.links[to].in_free);
-        let arrive = (in_start + tx).max(out_done + lat);
-        self.links[to].in_free = arrive;
         self.bytes += bytes;
-        arrive
+        let latency = self.params.latency;
+        let Some(links) = self.links.as_mut() else { return now + latency };
+        let (left, _) = links[from][0].carry_span(now, bytes);
+        links[to][1].carry(left + latency, bytes)
     }
 
     /// Bytes sent so far.

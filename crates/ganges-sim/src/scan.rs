@@ -2,8 +2,8 @@
 //! baseline, with the very objects the real system runs.
 //!
 //! Each consumer is a [`ReadEngine`] with its read policy, exactly as in `ganges-client`;
-//! each server is a [`ServerQueue`] (scheduler, disk model, primary tracker, rate meter) and a
-//! handoff [`Asker`], exactly as in `ganges-server`. What this module adds is only what the
+//! each server is a [`ServerNode`] (scheduler, disk model, primary tracker, rate meter,
+//! handoff), exactly as in `ganges-server`. What this module adds is only what the
 //! real system gets from tokio and TCP: when each message arrives ([`Network`]), when the
 //! modelled disk finishes (the model's own timeline), and when a consumer's application has
 //! taken a block (a sink at the consumer's rate). Consumers ask for more blocks only while
@@ -13,12 +13,11 @@
 use crate::event::Events;
 use crate::net::{HEADER_BYTES, NetParams, Network};
 use ganges_core::disk::{DiskModel, DiskParams, Fault, Service as DiskService};
-use ganges_core::handoff::{Asker, share};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
 use ganges_core::route::{Delivery, Failure, PolicySettings, ReadConfig, ReadEngine, ReadPolicyKind, ServerState};
 use ganges_core::sched::{Job, Progress, SchedulerKind, Service, StreamKey};
-use ganges_core::serve::{ReadContext, ServerQueue};
+use ganges_core::serve::{Ask, ReadContext, ServerNode};
 use ganges_core::shape::{Partition, Shape};
 use ganges_core::time::Time;
 use ganges_core::write::{Landing, Rewrite};
@@ -160,6 +159,9 @@ impl ReadContext for Ctx {
     fn request_id(&self) -> Option<u64> {
         (self.origin.is_none() && self.rewrite.is_none()).then_some(self.request)
     }
+    fn client(&self) -> Option<u64> {
+        (self.origin.is_none() && self.rewrite.is_none()).then_some(self.consumer as u64)
+    }
 }
 
 #[derive(Debug)]
@@ -182,9 +184,11 @@ enum ToServer {
     Probe {
         c: usize,
     },
+    /// An idle server asks for work; `clients`: the consumers connected to it.
     HandoffAsk {
         from: usize,
         rate: f64,
+        clients: Vec<u64>,
     },
     /// A write sends a block again (`ScanSpec::write`).
     Rewrite(Rewrite),
@@ -246,10 +250,13 @@ enum Ev {
 
 #[derive(Debug)]
 struct Server {
-    q: ServerQueue<Ctx>,
+    q: ServerNode<Ctx>,
     busy: Option<(Job, Ctx, DiskService)>,
-    asker: Asker,
+    /// An ask for work is on its way (one at a time, as the server's asker task).
     asking: bool,
+    /// The consumers connected to it: all at the start, none after a crash (they keep it
+    /// for dead), less those whose connection was lost.
+    clients: std::collections::BTreeSet<u64>,
     retry_at: Option<Time>,
     peers: Vec<NodeId>,
     handed_off: u64,
@@ -346,10 +353,10 @@ impl<'a> Sim<'a> {
                 peers.sort();
                 peers.dedup();
                 Server {
-                    q: ServerQueue::new(SchedulerKind::Auto.build(), Some(DiskModel::new(spec.disk))),
+                    q: ServerNode::new(SchedulerKind::Auto.build(), Some(DiskModel::new(spec.disk))),
                     busy: None,
-                    asker: Asker::default(),
                     asking: false,
+                    clients: (0..spec.partitions.len() as u64).collect(),
                     retry_at: None,
                     peers,
                     handed_off: 0,
@@ -703,11 +710,8 @@ impl<'a> Sim<'a> {
                     service,
                     arrival: now,
                 };
-                let q = &mut self.servers[s].q;
-                if copy == 0 {
-                    q.note_primary_stream(stream, DATASET, progress, now);
-                }
-                q.enqueue(job, Ctx { consumer: c, piece, request, fragment: p.fragment, origin: None, rewrite: None });
+                let ctx = Ctx { consumer: c, piece, request, fragment: p.fragment, origin: None, rewrite: None };
+                self.servers[s].q.enqueue_request(job, ctx, (copy == 0).then_some(DATASET), now);
                 self.kick(s);
             }
             ToServer::Rewrite(r) => {
@@ -748,7 +752,7 @@ impl<'a> Sim<'a> {
                 let msg = ToConsumer::State { node: NodeId(s as u32), state, rate };
                 self.send_consumer(s, c, HEADER_BYTES, msg);
             }
-            ToServer::HandoffAsk { from, rate } => self.give(s, from, rate),
+            ToServer::HandoffAsk { from, rate, clients } => self.give(s, from, rate, &clients),
             ToServer::Handed { from, jobs } => {
                 let given = jobs.len();
                 for (mut job, mut ctx) in jobs {
@@ -758,7 +762,7 @@ impl<'a> Sim<'a> {
                 }
                 let srv = &mut self.servers[s];
                 srv.asking = false;
-                srv.asker.on_answer(now, NodeId(from as u32), given);
+                srv.q.on_ask_answer(now, NodeId(from as u32), given);
                 self.kick(s);
             }
         }
@@ -781,19 +785,22 @@ impl<'a> Sim<'a> {
             return;
         }
         let srv = &mut self.servers[s];
-        if srv.asking || !srv.q.wants_work(now) {
+        if srv.asking {
             return;
         }
-        if let Some(peer) = srv.asker.on_idle(now, &srv.peers) {
-            srv.asking = true;
-            let rate = self.rate_of(s, now);
-            let msg = ToServer::HandoffAsk { from: s, rate };
-            self.send_server(self.server_endpoint(s), peer.0 as usize, HEADER_BYTES, msg);
-        } else if let Some(t) = srv.asker.next_retry(now)
-            && srv.retry_at.is_none()
-        {
-            srv.retry_at = Some(t);
-            self.ev.at(t, Ev::AskRetry(s));
+        match srv.q.poll_ask(now, &srv.peers) {
+            Ask::Peer(peer) => {
+                srv.asking = true;
+                let clients = srv.clients.iter().copied().collect();
+                let rate = self.rate_of(s, now);
+                let msg = ToServer::HandoffAsk { from: s, rate, clients };
+                self.send_server(self.server_endpoint(s), peer.0 as usize, HEADER_BYTES, msg);
+            }
+            Ask::At(t) if srv.retry_at.is_none() => {
+                srv.retry_at = Some(t);
+                self.ev.at(t, Ev::AskRetry(s));
+            }
+            Ask::At(_) | Ask::Idle => {}
         }
     }
 
@@ -801,18 +808,14 @@ impl<'a> Sim<'a> {
         self.servers[s].q.report(DATASET, now).disk_bytes_per_sec.unwrap_or(self.spec.disk.rate_bytes_per_sec)
     }
 
-    /// The busy side of a handoff: the share `ganges-core` computes, the newest first.
-    fn give(&mut self, s: usize, from: usize, rate_idle: f64) {
+    /// The busy side of a handoff: the node's decision.
+    fn give(&mut self, s: usize, from: usize, rate_idle: f64, clients: &[u64]) {
         let now = self.ev.now();
-        let spec = self.spec;
-        let layout = &spec.layout;
+        let layout = &self.spec.layout;
         let asker = NodeId(from as u32);
-        let eligible =
-            |_: &Job, c: &Ctx| c.origin.is_none() && c.rewrite.is_none() && layout.copy_on(c.fragment, asker).is_some();
         let mine = self.rate_of(s, now);
-        let q = &mut self.servers[s].q;
-        let n = share(q.count_eligible(eligible), rate_idle, mine);
-        let taken = q.hand_off(n, eligible);
+        let holds = |c: &Ctx| layout.copy_on(c.fragment, asker).is_some();
+        let taken = self.servers[s].q.give(|c| clients.contains(&c), holds, rate_idle, mine);
         self.servers[s].handed_off += taken.len() as u64;
         for (_, ctx) in &taken {
             self.send_consumer(s, ctx.consumer, HEADER_BYTES, ToConsumer::Moved { request: ctx.request, to: asker });
@@ -866,8 +869,9 @@ impl<'a> Sim<'a> {
                 srv.generation += 1;
                 srv.busy = None;
                 srv.asking = false;
+                srv.clients.clear();
                 let model = srv.q.model.take();
-                srv.q = ServerQueue::new(SchedulerKind::Auto.build(), model);
+                srv.q = ServerNode::new(SchedulerKind::Auto.build(), model);
                 for c in 0..self.consumers.len() {
                     self.close(s, c);
                 }
@@ -877,13 +881,12 @@ impl<'a> Sim<'a> {
                 }
             }
             Chaos::Restart(node) => {
-                let srv = &mut self.servers[node.0 as usize];
-                srv.down = false;
-                srv.asker = Asker::default();
+                self.servers[node.0 as usize].down = false;
             }
             Chaos::Disconnect { consumer, node } => {
                 let s = node.0 as usize;
                 self.servers[s].q.drop_connection(consumer as u64);
+                self.servers[s].clients.remove(&(consumer as u64));
                 self.close(s, consumer);
             }
             Chaos::Corrupt { node, fragment, block } => {
@@ -935,6 +938,9 @@ impl<'a> Sim<'a> {
             let engine = &cons.engine;
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.assert_invariants()))
                 .map_err(|_| SimError::Invariant(format!("consumer {c}'s read engine at {now:?}")))?;
+        }
+        for (s, srv) in self.servers.iter().enumerate().filter(|(_, srv)| !srv.down) {
+            srv.q.check().map_err(|e| SimError::Invariant(format!("node{s} at {now:?}: {e}")))?;
         }
         if let Some(l) = &self.landing {
             l.check().map_err(|e| SimError::Invariant(format!("the write's landing at {now:?}: {e}")))?;
