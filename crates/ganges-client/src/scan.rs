@@ -141,14 +141,14 @@ pub(crate) fn span_secs(started: Option<Instant>, finished: Option<Instant>) -> 
 }
 
 #[derive(Debug)]
-struct Outstanding {
-    piece: usize,
-    /// The server that owes the answer (changes when a server hands the request off).
-    node: NodeId,
-    /// The server the request was sent to, and its id there (for cancels).
-    sent_to: NodeId,
+struct Sent {
+    /// The server the request was sent to, and its id on that connection (for cancels).
+    to: NodeId,
     request_id: u64,
 }
+
+/// Probes' tags, apart from the engine's request ids (which count up from 1).
+const PROBE_TAGS: u64 = 1 << 63;
 
 /// The bytes a writer writes: asked for one block-sized piece at a time, as it is sent.
 pub trait BlockSource: Send + Sync + std::fmt::Debug {
@@ -178,11 +178,12 @@ pub struct ReadStream {
     stream_id: u64,
     tx: mpsc::UnboundedSender<Event>,
     rx: mpsc::UnboundedReceiver<Event>,
-    outstanding: HashMap<u64, Outstanding>,
-    tag_of: HashMap<(usize, NodeId), u64>,
-    /// Probes in flight (GD-3), by tag, with the server asked.
+    /// Requests sent, by the engine's request id (their tag): the piece and the server that
+    /// owes the answer are the engine's (`ReadEngine::in_flight`).
+    sent: HashMap<u64, Sent>,
+    /// Probes in flight (GD-3), by tag (from `PROBE_TAGS`), with the server asked.
     probes: HashMap<u64, NodeId>,
-    next_tag: u64,
+    next_probe: u64,
     epoch: Instant,
     stall_timeout: Duration,
     started: Option<Instant>,
@@ -220,10 +221,9 @@ impl ReadStream {
             stream_id: rand::random(),
             tx,
             rx,
-            outstanding: HashMap::new(),
-            tag_of: HashMap::new(),
+            sent: HashMap::new(),
             probes: HashMap::new(),
-            next_tag: 1,
+            next_probe: PROBE_TAGS,
             epoch: Instant::now(),
             stall_timeout: opts.stall_timeout,
             started: None,
@@ -311,14 +311,9 @@ impl ReadStream {
                     })
                 }
             };
-            let tag = self.next_tag;
-            self.next_tag += 1;
-            let sent = self.client.conn(d.node).and_then(|c| c.send_tagged(&msg, &self.tx, tag));
-            match sent {
+            match self.client.conn(d.node).and_then(|c| c.send_tagged(&msg, &self.tx, d.request)) {
                 Ok(request_id) => {
-                    let o = Outstanding { piece: d.piece, node: d.node, sent_to: d.node, request_id };
-                    self.outstanding.insert(tag, o);
-                    self.tag_of.insert((d.piece, d.node), tag);
+                    self.sent.insert(d.request, Sent { to: d.node, request_id });
                 }
                 Err(_) => self.node_down(d.node),
             }
@@ -335,8 +330,8 @@ impl ReadStream {
                 progress: self.engine.progress(),
                 dataset: self.manifest.name.clone(),
             });
-            let tag = self.next_tag;
-            self.next_tag += 1;
+            let tag = self.next_probe;
+            self.next_probe += 1;
             if let Ok(conn) = self.client.conn(node)
                 && conn.send_tagged(&probe, &self.tx, tag).is_ok()
             {
@@ -344,11 +339,11 @@ impl ReadStream {
             }
         }
         while let Some(c) = self.engine.poll_cancel() {
-            if let Some(tag) = self.tag_of.get(&(c.piece, c.node))
-                && let Some(o) = self.outstanding.get(tag)
+            // A request handed to another server has its id at the first: not cancellable.
+            if let Some(sent) = self.sent.get(&c.request).filter(|s| s.to == c.node)
                 && let Ok(conn) = self.client.conn(c.node)
             {
-                conn.cancel(o.request_id);
+                conn.cancel(sent.request_id);
             }
         }
         Ok(())
@@ -384,88 +379,77 @@ impl ReadStream {
                 }
                 continue;
             }
-            let Some(mut o) = self.outstanding.remove(&ev.tag) else { continue };
             if let Ok(Message::Moved { to }) = ev.result {
                 // A server handed this request to another (GD-6): expect the answer there.
-                if ev.node == o.node && self.engine.on_moved(now, o.piece, o.node, to) {
-                    self.tag_of.remove(&(o.piece, o.node));
-                    o.node = to;
-                    self.tag_of.insert((o.piece, to), ev.tag);
+                if let Some((piece, node)) = self.engine.in_flight(ev.tag)
+                    && ev.node == node
+                {
+                    self.engine.on_moved(now, piece, node, to);
                 }
-                self.outstanding.insert(ev.tag, o);
                 continue;
             }
-            self.tag_of.remove(&(o.piece, o.node));
+            self.sent.remove(&ev.tag);
+            let Some((piece, node)) = self.engine.take(ev.tag) else { continue };
             match ev.result {
                 Ok(Message::ReadOk(ReadOk { crc, data, queue_len, service_us, primary_progress, .. })) => {
                     let state = ServerState { queue_len, service_us, primary_progress, node_load: None };
-                    self.engine.on_state(now, o.node, state);
-                    self.engine.on_service(o.node, data.len() as u64, service_us);
-                    let p = *self.engine.piece(o.piece);
+                    self.engine.on_state(now, node, state);
+                    self.engine.on_service(node, data.len() as u64, service_us);
+                    let p = *self.engine.piece(piece);
                     if data.len() != p.len as usize || crc32c::crc32c(&data) != crc {
-                        tracing::warn!(node = %o.node, offset = p.dataset_offset, "block damaged in transit; reading it again");
-                        self.engine.on_failure(now, o.piece, o.node, Failure::Corrupt);
+                        tracing::warn!(node = %node, offset = p.dataset_offset, "block damaged in transit; reading it again");
+                        self.engine.on_failure(now, piece, node, Failure::Corrupt);
                         continue;
                     }
-                    if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
+                    if self.engine.on_data(now, piece, node) == Delivery::New {
                         self.fold(&p, crc);
-                        let copy = self.manifest.layout.copy_on(p.fragment, o.node).unwrap_or(0);
+                        let copy = self.manifest.layout.copy_on(p.fragment, node).unwrap_or(0);
                         crate::metrics::block_read(copy, data.len() as u64);
-                        return Ok(Some(Block {
-                            dataset_offset: p.dataset_offset,
-                            data,
-                            node: o.node,
-                            piece: o.piece,
-                        }));
+                        return Ok(Some(Block { dataset_offset: p.dataset_offset, data, node, piece }));
                     }
                 }
                 Ok(Message::WriteOk(WriteOk { queue_len, service_us, primary_progress, .. }))
                     if self.write.is_some() =>
                 {
                     let state = ServerState { queue_len, service_us, primary_progress, node_load: None };
-                    self.engine.on_state(now, o.node, state);
-                    let p = *self.engine.piece(o.piece);
-                    self.engine.on_service(o.node, p.len as u64, service_us);
+                    self.engine.on_state(now, node, state);
+                    let p = *self.engine.piece(piece);
+                    self.engine.on_service(node, p.len as u64, service_us);
                     let w = self.write.as_mut().expect("a writer");
-                    let crc = w.crcs[&o.piece];
-                    w.placed.lock().unwrap_or_else(|e| e.into_inner()).on_acked(p.fragment, p.block, o.node);
-                    if self.engine.on_data(now, o.piece, o.node) == Delivery::New {
+                    let crc = w.crcs[&piece];
+                    w.placed.lock().unwrap_or_else(|e| e.into_inner()).on_acked(p.fragment, p.block, node);
+                    if self.engine.on_data(now, piece, node) == Delivery::New {
                         self.fold(&p, crc);
                         crate::metrics::block_written(u64::from(p.len));
-                        return Ok(Some(Block {
-                            dataset_offset: p.dataset_offset,
-                            data: Bytes::new(),
-                            node: o.node,
-                            piece: o.piece,
-                        }));
+                        return Ok(Some(Block { dataset_offset: p.dataset_offset, data: Bytes::new(), node, piece }));
                     }
                 }
                 Ok(Message::Error(e, _)) if self.write.is_some() && e.code != ErrorCode::Cancelled => {
                     // A write refused (disk full, a checksum, a lost transaction) fails the
                     // write whole: the staging is aborted, nothing becomes visible.
-                    return Err(ClientError::Server { node: o.node, err: e });
+                    return Err(ClientError::Server { node, err: e });
                 }
                 Ok(Message::Error(e, _)) => {
                     let why = match e.code {
                         ErrorCode::Cancelled => Failure::Cancelled,
                         ErrorCode::Corrupt => {
-                            tracing::warn!(node = %o.node, dataset = %self.manifest.name, "{}", e.message);
+                            tracing::warn!(node = %node, dataset = %self.manifest.name, "{}", e.message);
                             Failure::Corrupt
                         }
                         _ => {
-                            tracing::warn!(node = %o.node, dataset = %self.manifest.name, "{e}; using other copies");
+                            tracing::warn!(node = %node, dataset = %self.manifest.name, "{e}; using other copies");
                             Failure::Unavailable
                         }
                     };
-                    self.engine.on_failure(now, o.piece, o.node, why);
+                    self.engine.on_failure(now, piece, node, why);
                 }
                 Ok(other) => {
                     return Err(ClientError::Protocol {
-                        node: o.node,
+                        node,
                         why: format!("unexpected reply kind {:#04x} to a read", other.kind()),
                     });
                 }
-                Err(_) => self.node_down(o.node),
+                Err(_) => self.node_down(node),
             }
         }
     }
@@ -520,9 +504,11 @@ impl ReadStream {
 
     /// Stop reading: cancel what is still queued at servers. Returns the report.
     pub fn close(self) -> ReadReport {
-        for o in self.outstanding.values().filter(|o| o.sent_to == o.node) {
-            if let Ok(c) = self.client.conn(o.node) {
-                c.cancel(o.request_id);
+        for (request, sent) in &self.sent {
+            if self.engine.in_flight(*request).is_some_and(|(_, node)| node == sent.to)
+                && let Ok(c) = self.client.conn(sent.to)
+            {
+                c.cancel(sent.request_id);
             }
         }
         self.report()

@@ -22,7 +22,6 @@ use ganges_core::shape::{Partition, Shape};
 use ganges_core::time::Time;
 use ganges_core::write::{Landing, Rewrite};
 use rand::{Rng, SeedableRng};
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The only dataset of a simulated scan.
@@ -264,21 +263,10 @@ struct Server {
     generation: u32,
 }
 
-/// A read outstanding at a server, as the consumer's driver tracks it.
-#[derive(Clone, Copy, Debug)]
-struct Outstanding {
-    piece: usize,
-    /// The server expected to answer (changes when the read is handed over).
-    node: NodeId,
-}
-
 #[derive(Debug)]
 struct Consumer {
     engine: ReadEngine,
     started: bool,
-    outstanding: BTreeMap<u64, Outstanding>,
-    request_of: BTreeMap<(usize, NodeId), u64>,
-    next_request: u64,
     /// Blocks delivered that the application has not taken yet, and their bytes in order.
     sink: std::collections::VecDeque<u64>,
     sink_busy: bool,
@@ -375,9 +363,6 @@ impl<'a> Sim<'a> {
             consumers.push(Consumer {
                 engine,
                 started: false,
-                outstanding: BTreeMap::new(),
-                request_of: BTreeMap::new(),
-                next_request: 1,
                 sink: Default::default(),
                 sink_busy: false,
                 taken: 0,
@@ -571,14 +556,10 @@ impl<'a> Sim<'a> {
                 Ok(None) => break,
                 Err(e) => return Err(SimError::Stalled(e.to_string())),
             };
-            let request = cons.next_request;
-            cons.next_request += 1;
-            cons.outstanding.insert(request, Outstanding { piece: d.piece, node: d.node });
-            cons.request_of.insert((d.piece, d.node), request);
             let msg = ToServer::Read {
                 c,
                 piece: d.piece,
-                request,
+                request: d.request,
                 progress: cons.engine.progress(),
                 service: cons.engine.service(d.piece, d.node),
             };
@@ -592,9 +573,7 @@ impl<'a> Sim<'a> {
             self.send_server(me, node.0 as usize, HEADER_BYTES, ToServer::Probe { c });
         }
         while let Some(d) = self.consumers[c].engine.poll_cancel() {
-            if let Some(&request) = self.consumers[c].request_of.get(&(d.piece, d.node)) {
-                self.send_server(me, d.node.0 as usize, HEADER_BYTES, ToServer::Cancel { c, request });
-            }
+            self.send_server(me, d.node.0 as usize, HEADER_BYTES, ToServer::Cancel { c, request: d.request });
         }
         Ok(())
     }
@@ -610,51 +589,43 @@ impl<'a> Sim<'a> {
                 }
             }
             ToConsumer::Moved { request, to } => {
-                if let Some(o) = cons.outstanding.get_mut(&request)
-                    && cons.engine.on_moved(now, o.piece, o.node, to)
-                {
-                    cons.request_of.remove(&(o.piece, o.node));
-                    o.node = to;
-                    cons.request_of.insert((o.piece, to), request);
+                if let Some((piece, node)) = cons.engine.in_flight(request) {
+                    cons.engine.on_moved(now, piece, node, to);
                 }
             }
             ToConsumer::Cancelled { request } => {
-                if let Some(o) = cons.outstanding.remove(&request) {
-                    cons.request_of.remove(&(o.piece, o.node));
-                    cons.engine.on_failure(now, o.piece, o.node, Failure::Cancelled);
+                if let Some((piece, node)) = cons.engine.take(request) {
+                    cons.engine.on_failure(now, piece, node, Failure::Cancelled);
                 }
             }
             ToConsumer::ReadOk { request, state, bytes } => {
-                let Some(o) = cons.outstanding.remove(&request) else { return Ok(()) };
-                cons.request_of.remove(&(o.piece, o.node));
+                let Some((piece, node)) = cons.engine.take(request) else { return Ok(()) };
                 if let Some(l) = self.landing.as_mut() {
-                    let p = cons.engine.piece(o.piece);
-                    l.on_acked(p.fragment, p.block, o.node);
+                    let p = cons.engine.piece(piece);
+                    l.on_acked(p.fragment, p.block, node);
                 }
-                cons.engine.on_state(now, o.node, state);
-                cons.engine.on_service(o.node, bytes, state.service_us);
-                if cons.engine.on_data(now, o.piece, o.node) == Delivery::New {
+                cons.engine.on_state(now, node, state);
+                cons.engine.on_service(node, bytes, state.service_us);
+                if cons.engine.on_data(now, piece, node) == Delivery::New {
                     // The engine may cut pieces finer as it goes (planned request sizes).
-                    if cons.got.len() <= o.piece {
+                    if cons.got.len() <= piece {
                         cons.got.resize(cons.engine.pieces().len(), false);
                     }
-                    if std::mem::replace(&mut cons.got[o.piece], true) {
-                        return Err(SimError::Invariant(format!("consumer {c} was given piece {} twice", o.piece)));
+                    if std::mem::replace(&mut cons.got[piece], true) {
+                        return Err(SimError::Invariant(format!("consumer {c} was given piece {piece} twice")));
                     }
                     cons.sink.push_back(bytes);
                     self.feed_sink(c);
                 }
             }
             ToConsumer::Corrupt { request } => {
-                if let Some(o) = cons.outstanding.remove(&request) {
-                    cons.request_of.remove(&(o.piece, o.node));
-                    cons.engine.on_failure(now, o.piece, o.node, Failure::Corrupt);
+                if let Some((piece, node)) = cons.engine.take(request) {
+                    cons.engine.on_failure(now, piece, node, Failure::Corrupt);
                 }
             }
             ToConsumer::Down { node } => {
-                // Replies still on their way from it are lost with the connection.
-                cons.outstanding.retain(|_, o| o.node != node);
-                cons.request_of.retain(|(_, n), _| *n != node);
+                // Replies still on their way from it are lost with the connection (the
+                // engine forgets its requests there).
                 cons.engine.on_node_down(now, node);
             }
         }

@@ -148,11 +148,15 @@ impl Default for ReadConfig {
     }
 }
 
-/// A request the driver must send.
+/// A request the driver must send, or cancel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dispatch {
     pub piece: usize,
     pub node: NodeId,
+    /// The engine's id for the request: the driver tags what it sends with it, and looks a
+    /// reply's piece and server up by it ([`ReadEngine::in_flight`]), which follow a
+    /// request a server hands to another. A cancel names the request it cancels.
+    pub request: u64,
 }
 
 /// Why a request did not bring data.
@@ -278,7 +282,7 @@ pub struct ReadEngine {
     moved: BTreeSet<usize>,
     /// Steals and hedges to send, whatever the window: a steal replaces a request whose cancel
     /// is on its way, and a hedge is a last piece's second copy, sent when nothing else is.
-    steals: VecDeque<Dispatch>,
+    steals: VecDeque<(usize, NodeId)>,
     /// Pieces hedged at the end of the scan: in flight at two servers until one answers.
     hedged: BTreeSet<usize>,
     /// The policy's drop epoch requests were last checked against, and the requests being
@@ -286,8 +290,16 @@ pub struct ReadEngine {
     /// server confirms).
     checked_epoch: u64,
     withdrawing: BTreeSet<(usize, NodeId)>,
-    cancels: VecDeque<Dispatch>,
+    cancels: VecDeque<(usize, NodeId)>,
     notify: BTreeSet<NodeId>,
+    /// Every request in flight, by its id: its piece, and the server that owes the answer.
+    requests: BTreeMap<u64, (usize, NodeId)>,
+    /// Requests at servers given up for a stall, whose connections stay open: a late answer
+    /// still names its piece, and is dropped as a duplicate.
+    written_off: BTreeMap<u64, (usize, NodeId)>,
+    /// Requests whose answer the driver took ([`ReadEngine::take`]) and has yet to report.
+    taken: Vec<(usize, NodeId)>,
+    next_request: u64,
     nodes: BTreeMap<NodeId, NodeView>,
     /// When each server holding our requests last answered (or was first sent one).
     heard: BTreeMap<NodeId, Time>,
@@ -348,6 +360,10 @@ impl ReadEngine {
             withdrawing: BTreeSet::new(),
             cancels: VecDeque::new(),
             notify: BTreeSet::new(),
+            requests: BTreeMap::new(),
+            written_off: BTreeMap::new(),
+            taken: vec![],
+            next_request: 1,
             nodes: BTreeMap::new(),
             heard: BTreeMap::new(),
             down: BTreeSet::new(),
@@ -498,7 +514,33 @@ impl ReadEngine {
         self.nodes.get(&node).map_or(0, |v| v.outstanding)
     }
 
-    fn mark_sent(&mut self, now: Time, piece: usize, node: NodeId) {
+    /// What request `request` asks for now, as (piece, server): `None` once it is answered,
+    /// failed or written off (a late reply is then ignored).
+    pub fn in_flight(&self, request: u64) -> Option<(usize, NodeId)> {
+        self.requests.get(&request).or_else(|| self.written_off.get(&request)).copied()
+    }
+
+    /// The answer to `request` came (data, an error or a cancel's confirmation): its piece
+    /// and server, for the driver to report it with ([`ReadEngine::on_data`],
+    /// [`ReadEngine::on_failure`]); `None` once answered (a late copy to ignore).
+    pub fn take(&mut self, request: u64) -> Option<(usize, NodeId)> {
+        if let Some(r) = self.requests.remove(&request) {
+            self.taken.push(r);
+            return Some(r);
+        }
+        self.written_off.remove(&request)
+    }
+
+    /// The id of a request in flight for `piece` at `node`.
+    fn request_at(&self, piece: usize, node: NodeId) -> Option<u64> {
+        self.requests.iter().find(|(_, r)| **r == (piece, node)).map(|(id, _)| *id)
+    }
+
+    /// Mark `piece` sent to `node`; returns the request's id.
+    fn mark_sent(&mut self, now: Time, piece: usize, node: NodeId) -> u64 {
+        let request = self.next_request;
+        self.next_request += 1;
+        self.requests.insert(request, (piece, node));
         if self.outstanding(node) == 0 {
             self.heard.insert(node, now);
         }
@@ -510,6 +552,7 @@ impl ReadEngine {
         self.nodes.entry(node).or_default().outstanding += 1;
         self.inflight += 1;
         self.stats.requests += 1;
+        request
     }
 
     /// Forget one outstanding request of `piece` at `node`; returns when it was sent, or
@@ -535,6 +578,13 @@ impl ReadEngine {
         if !was_there {
             return None;
         }
+        // The request answered, if the driver took it; else the first for the piece there (a
+        // piece is at a server twice only when a request handed over met its hedge).
+        if let Some(i) = self.taken.iter().position(|r| *r == (piece, node)) {
+            self.taken.swap_remove(i);
+        } else if let Some(id) = self.request_at(piece, node) {
+            self.requests.remove(&id);
+        }
         let v = self.nodes.get_mut(&node).expect("counted when sent");
         v.outstanding -= 1;
         self.inflight -= 1;
@@ -544,9 +594,9 @@ impl ReadEngine {
     /// The next request to send, if the window has room and the policy wants one sent.
     pub fn poll_send(&mut self, now: Time) -> Result<Option<Dispatch>, RouteError> {
         self.withdraw_dropped();
-        if let Some(s) = self.steals.pop_front() {
-            self.mark_sent(now, s.piece, s.node);
-            return Ok(Some(s));
+        if let Some((piece, node)) = self.steals.pop_front() {
+            let request = self.mark_sent(now, piece, node);
+            return Ok(Some(Dispatch { piece, node, request }));
         }
         if self.inflight >= self.config.window {
             return Ok(None);
@@ -589,8 +639,8 @@ impl ReadEngine {
         } else {
             self.cursor += 1;
         }
-        self.mark_sent(now, piece, node);
-        Ok(Some(Dispatch { piece, node }))
+        let request = self.mark_sent(now, piece, node);
+        Ok(Some(Dispatch { piece, node, request }))
     }
 
     /// The policy dropped holders: take back every request queued at a holder the plan now
@@ -616,14 +666,20 @@ impl ReadEngine {
             if elsewhere {
                 self.withdrawing.insert((i, node));
                 self.stats.withdrawn += 1;
-                self.cancels.push_back(Dispatch { piece: i, node });
+                self.cancels.push_back((i, node));
             }
         }
     }
 
     /// The next cancel to send (a stolen request's old copy).
     pub fn poll_cancel(&mut self) -> Option<Dispatch> {
-        self.cancels.pop_front()
+        while let Some((piece, node)) = self.cancels.pop_front() {
+            // One answered meanwhile needs no cancel.
+            if let Some(request) = self.request_at(piece, node) {
+                return Some(Dispatch { piece, node, request });
+            }
+        }
+        None
     }
 
     /// The next server to send this consumer's current progress to. Servers learn progress
@@ -705,7 +761,7 @@ impl ReadEngine {
         if self.hedged.remove(&piece)
             && let PieceState::InFlight(others) = &self.state[piece]
         {
-            self.cancels.extend(others.iter().map(|&(n, _)| Dispatch { piece, node: n }));
+            self.cancels.extend(others.iter().map(|&(n, _)| (piece, n)));
         }
         self.state[piece] = PieceState::Done;
         let p = self.pieces[piece];
@@ -778,6 +834,9 @@ impl ReadEngine {
         let PieceState::InFlight(nodes) = &mut self.state[piece] else { return false };
         let Some(entry) = nodes.iter_mut().find(|(n, _)| *n == from) else { return false };
         entry.0 = to;
+        if let Some(id) = self.request_at(piece, from) {
+            self.requests.insert(id, (piece, to));
+        }
         self.nodes.get_mut(&from).expect("counted when sent").outstanding -= 1;
         if self.outstanding(to) == 0 {
             self.heard.insert(to, now);
@@ -807,8 +866,10 @@ impl ReadEngine {
             self.inflight -= v.outstanding;
             v.outstanding = 0;
         }
-        self.steals.retain(|s| s.node != node);
-        self.cancels.retain(|s| s.node != node);
+        self.steals.retain(|s| s.1 != node);
+        self.cancels.retain(|s| s.1 != node);
+        self.requests.retain(|_, r| r.1 != node);
+        self.taken.retain(|r| r.1 != node);
         self.notify.remove(&node);
     }
 
@@ -833,7 +894,10 @@ impl ReadEngine {
             .map(|(n, _)| *n)
             .collect();
         for &n in &stalled {
+            let there: Vec<(u64, (usize, NodeId))> =
+                self.requests.iter().filter(|(_, r)| r.1 == n).map(|(i, r)| (*i, *r)).collect();
             self.on_node_down(now, n);
+            self.written_off.extend(there);
         }
         stalled
     }
@@ -876,8 +940,8 @@ impl ReadEngine {
         if load >= 2 {
             // The other server still has a queue of ours behind this piece: move it.
             self.stats.steals += 1;
-            self.cancels.push_back(Dispatch { piece, node: from });
-            self.steals.push_back(Dispatch { piece, node });
+            self.cancels.push_back((piece, from));
+            self.steals.push_back((piece, node));
             return;
         }
         // Our last piece there: hedge when it is expected back later than this server, which
@@ -894,7 +958,7 @@ impl ReadEngine {
         if worth {
             self.stats.hedges += 1;
             self.hedged.insert(piece);
-            self.steals.push_back(Dispatch { piece, node });
+            self.steals.push_back((piece, node));
         }
     }
 
@@ -911,6 +975,8 @@ impl ReadEngine {
     pub fn assert_invariants(&self) {
         let counted: u32 = self.nodes.values().map(|v| v.outstanding).sum();
         assert_eq!(counted, self.inflight);
+        assert!(self.taken.is_empty(), "every answer taken is reported");
+        assert_eq!(self.requests.len() as u32, self.inflight, "every request in flight has its id");
         let listed: usize = self.state.iter().map(|s| if let PieceState::InFlight(n) = s { n.len() } else { 0 }).sum();
         assert!(listed as u32 <= self.inflight);
         let done = self.state.iter().filter(|s| **s == PieceState::Done).count();

@@ -39,7 +39,17 @@ fn static_reads_only_the_primary() {
 fn sends_pending(e: &mut ReadEngine) -> Dispatch {
     let i = (0..e.pieces.len()).find(|&i| matches!(e.state[i], PieceState::InFlight(_))).expect("something in flight");
     let PieceState::InFlight(n) = &e.state[i] else { unreachable!() };
-    Dispatch { piece: i, node: n[0].0 }
+    let node = n[0].0;
+    Dispatch { piece: i, node, request: e.request_at(i, node).expect("in flight") }
+}
+
+/// Test helper: a request's piece and server.
+fn pn(d: Dispatch) -> (usize, NodeId) {
+    (d.piece, d.node)
+}
+
+fn pns(ds: Vec<Dispatch>) -> Vec<(usize, NodeId)> {
+    ds.into_iter().map(pn).collect()
 }
 
 #[test]
@@ -127,7 +137,7 @@ fn a_corrupt_block_is_read_from_another_copy() {
     let sends = drain(&mut e);
     e.on_failure(Time::ZERO, sends[0].piece, NodeId(0), Failure::Corrupt);
     let again = drain(&mut e);
-    assert_eq!(again, vec![Dispatch { piece: sends[0].piece, node: NodeId(1) }]);
+    assert_eq!(pns(again), vec![(sends[0].piece, NodeId(1))]);
     assert_eq!(e.stats().corrupt.len(), 1);
 }
 
@@ -153,14 +163,45 @@ fn the_end_of_a_scan_steals_from_a_loaded_server_and_drops_the_duplicate() {
     e.on_data(Time::ZERO, sends[1].piece, NodeId(1));
     e.on_data(Time::ZERO, sends[3].piece, NodeId(1));
     let steal = drain(&mut e);
-    assert_eq!(steal, vec![Dispatch { piece: 2, node: NodeId(1) }]);
-    assert_eq!(e.poll_cancel(), Some(Dispatch { piece: 2, node: NodeId(0) }));
+    assert_eq!(pns(steal), vec![(2, NodeId(1))]);
+    assert_eq!(e.poll_cancel().map(pn), Some((2, NodeId(0))));
     // The cancel lost the race: node 0 sends piece 2 anyway, then node 1 does too.
     assert_eq!(e.on_data(Time::ZERO, 2, NodeId(0)), Delivery::New);
     assert_eq!(e.on_data(Time::ZERO, 2, NodeId(1)), Delivery::Duplicate);
     e.on_data(Time::ZERO, 0, NodeId(0));
     assert!(e.is_done());
     assert_eq!(e.stats().duplicates, 1);
+    assert_eq!(e.inflight(), 0);
+    e.assert_invariants();
+}
+
+/// Replies are reported by the engine's request ids, even when one piece is asked of one
+/// server twice (a stolen request that its first server handed to the thief).
+#[test]
+fn replies_taken_by_request_id_release_the_request_they_answer() {
+    let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 4);
+    let sends = drain(&mut e); // pieces 0..4 on nodes 0,1,0,1
+    for d in &sends {
+        assert_eq!(e.in_flight(d.request), Some((d.piece, d.node)));
+    }
+    for d in [sends[1], sends[3]] {
+        assert_eq!(e.take(d.request), Some((d.piece, NodeId(1))));
+        e.on_data(Time::ZERO, d.piece, NodeId(1));
+    }
+    let steal = drain(&mut e)[0];
+    assert_eq!((steal.piece, steal.node), (2, NodeId(1)));
+    // Node 0 hands its request for piece 2 to node 1 too: node 1 owes two answers.
+    assert!(e.on_moved(Time::ZERO, 2, NodeId(0), NodeId(1)));
+    assert_eq!(e.in_flight(sends[2].request), Some((2, NodeId(1))));
+    for (d, delivery) in [(steal, Delivery::New), (sends[2], Delivery::Duplicate)] {
+        assert_eq!(e.take(d.request), Some((2, NodeId(1))));
+        assert_eq!(e.on_data(Time::ZERO, 2, NodeId(1)), delivery);
+        e.assert_invariants();
+    }
+    assert_eq!(e.take(sends[2].request), None, "answered once");
+    assert_eq!(e.take(sends[0].request), Some((0, NodeId(0))));
+    e.on_data(Time::ZERO, 0, NodeId(0));
+    assert!(e.is_done());
     assert_eq!(e.inflight(), 0);
     e.assert_invariants();
 }
@@ -213,7 +254,7 @@ fn the_end_of_a_scan_hedges_a_last_piece_only_when_it_would_come_sooner() {
     // Node 1 answers first: node 0 is told to drop its copy, which is no retry.
     assert_eq!(e.on_data(at(0.6), 4, NodeId(1)), Delivery::New);
     assert!(e.is_done());
-    assert_eq!(e.poll_cancel(), Some(Dispatch { piece: 4, node: NodeId(0) }));
+    assert_eq!(e.poll_cancel().map(pn), Some((4, NodeId(0))));
     assert_eq!(e.poll_cancel(), None);
     e.on_failure(at(0.61), 4, NodeId(0), Failure::Cancelled);
     assert_eq!((e.inflight(), e.stats().retries, e.stats().duplicates), (0, 0, 0));
@@ -222,7 +263,7 @@ fn the_end_of_a_scan_hedges_a_last_piece_only_when_it_would_come_sooner() {
     // duplicate, dropped.
     let (mut e, _) = run_to_the_end(0.55);
     assert_eq!(e.on_data(at(0.58), 4, NodeId(0)), Delivery::New);
-    assert_eq!(e.poll_cancel(), Some(Dispatch { piece: 4, node: NodeId(1) }));
+    assert_eq!(e.poll_cancel().map(pn), Some((4, NodeId(1))));
     assert_eq!(e.on_data(at(0.6), 4, NodeId(1)), Delivery::Duplicate);
     assert_eq!((e.inflight(), e.stats().duplicates), (0, 1));
     e.assert_invariants();
@@ -242,8 +283,8 @@ fn the_end_of_a_scan_hedges_a_piece_late_at_its_server() {
     // pulls the next piece to it. Returns what node 1's last answer hedges.
     let end = |pieces: u64| {
         let mut e = gd_window_of_two(pieces);
-        assert_eq!(e.poll_send(at(0.0)).unwrap(), Some(Dispatch { piece: 0, node: NodeId(0) }));
-        assert_eq!(e.poll_send(at(0.0)).unwrap(), Some(Dispatch { piece: 1, node: NodeId(1) }));
+        assert_eq!(e.poll_send(at(0.0)).unwrap().map(pn), Some((0, NodeId(0))));
+        assert_eq!(e.poll_send(at(0.0)).unwrap().map(pn), Some((1, NodeId(1))));
         let mut stolen = vec![];
         for piece in 1..pieces as usize {
             let t = 0.05 * piece as f64;
@@ -285,8 +326,8 @@ fn a_plan_that_stops_reading_a_backup_takes_its_queued_requests_back() {
     e.on_data(Time::ZERO, first.piece, NodeId(0));
     assert!(drain(&mut e).iter().all(|d| d.node == NodeId(0)));
     let cancels: Vec<Dispatch> = std::iter::from_fn(|| e.poll_cancel()).collect();
-    let expected: Vec<Dispatch> = at_backup.iter().map(|&piece| Dispatch { piece, node: NodeId(1) }).collect();
-    assert_eq!(cancels, expected);
+    let expected: Vec<(usize, NodeId)> = at_backup.iter().map(|&piece| (piece, NodeId(1))).collect();
+    assert_eq!(pns(cancels), expected);
     // Node 1 confirms: the pieces go to node 0, and none of it is a retry.
     for &p in &at_backup {
         e.on_failure(Time::ZERO, p, NodeId(1), Failure::Cancelled);
@@ -308,10 +349,11 @@ fn the_end_of_a_scan_never_steals_a_handed_over_request() {
     assert_eq!(sends.iter().map(|d| d.node.0).collect::<Vec<_>>(), vec![0, 1, 2, 0]);
     // Node 0 hands piece 3 to node 2, which now holds pieces 2 and 3.
     assert!(e.on_moved(Time::ZERO, 3, NodeId(0), NodeId(2)));
+    assert_eq!(e.in_flight(sends[3].request), Some((3, NodeId(2))), "the request follows the move");
     // Node 1 answers and is idle: it steals piece 2, not the moved piece 3.
     e.on_data(Time::ZERO, 1, NodeId(1));
-    assert_eq!(drain(&mut e), vec![Dispatch { piece: 2, node: NodeId(1) }]);
-    assert_eq!(e.poll_cancel(), Some(Dispatch { piece: 2, node: NodeId(2) }));
+    assert_eq!(pns(drain(&mut e)), vec![(2, NodeId(1))]);
+    assert_eq!(e.poll_cancel().map(pn), Some((2, NodeId(2))));
     assert_eq!(e.poll_cancel(), None);
     e.assert_invariants();
 }
@@ -322,7 +364,8 @@ fn the_end_of_a_scan_never_steals_a_handed_over_request() {
 fn a_hung_server_is_given_up_after_the_stall_timeout() {
     let mut e = engine(ReadPolicyKind::Static, 4, 2, 0, 3);
     let t0 = Time::from_secs_f64(1.0);
-    while e.poll_send(t0).unwrap().is_some() {}
+    let first: Vec<Dispatch> = std::iter::from_fn(|| e.poll_send(t0).unwrap()).collect();
+    assert_eq!(pns(first.clone()), vec![(0, NodeId(0)), (1, NodeId(0)), (2, NodeId(0))]);
     let deadline = e.stall_deadline().unwrap();
     assert_eq!(deadline, t0 + STALL_TIMEOUT_DEFAULT);
     // An answer moves the deadline on.
@@ -331,8 +374,12 @@ fn a_hung_server_is_given_up_after_the_stall_timeout() {
     assert_eq!(e.stall_deadline(), Some(t1 + STALL_TIMEOUT_DEFAULT));
     assert!(e.check_stalls(t1 + Duration::from_secs(29)).is_empty());
     assert_eq!(e.check_stalls(t1 + STALL_TIMEOUT_DEFAULT), vec![NodeId(0)]);
+    // Its connection is open: a late answer still names its piece.
+    assert_eq!(e.in_flight(first[1].request), Some((1, NodeId(0))));
+    assert_eq!(e.take(first[1].request), Some((1, NodeId(0))));
+    assert_eq!(e.take(first[1].request), None, "taken once");
     let again: Vec<Dispatch> = std::iter::from_fn(|| e.poll_send(t1).unwrap()).collect();
-    assert_eq!(again, vec![Dispatch { piece: 1, node: NodeId(1) }, Dispatch { piece: 2, node: NodeId(1) }]);
+    assert_eq!(pns(again), vec![(1, NodeId(1)), (2, NodeId(1))]);
     assert_eq!(e.stall_deadline(), Some(t1 + STALL_TIMEOUT_DEFAULT));
     e.assert_invariants();
     // The hung server answers after all (a stopped process resumed): dropped, not delivered
@@ -344,6 +391,7 @@ fn a_hung_server_is_given_up_after_the_stall_timeout() {
     assert_eq!(e.on_data(t2, 2, NodeId(0)), Delivery::Duplicate);
     assert!(e.is_done());
     assert_eq!((e.inflight(), e.stats().duplicates), (0, 2));
+    assert_eq!(e.in_flight(first[1].request), None, "answered: forgotten");
     e.assert_invariants();
 }
 
