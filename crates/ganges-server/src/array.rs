@@ -33,8 +33,9 @@ use ganges_proto::DatasetName;
 use ganges_proto::array::{ArrayOutcome, ArrayPlan, ArrayWritten};
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::msg::{APPEND, Message, PieceReq, WriteReq};
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
@@ -91,7 +92,7 @@ fn bad(why: impl Into<String>) -> StoreError {
 
 impl Arrays {
     fn get(&self, name: &DatasetName) -> Option<Arc<Session>> {
-        self.sessions.lock().expect("arrays lock").get(name).cloned()
+        self.sessions.lock().get(name).cloned()
     }
 
     /// The session of `name`, waiting a while for it to open (processes may ask before the
@@ -153,7 +154,7 @@ pub fn open(shared: &Arc<Shared>, plan: ArrayPlan) -> Result<ControlReply, Store
         outcome: watch::channel(None).0,
     });
     {
-        let mut all = shared.arrays.sessions.lock().expect("arrays lock");
+        let mut all = shared.arrays.sessions.lock();
         if let Some(old) = all.get(&session.plan.spec.name)
             && old.outcome.borrow().is_none()
         {
@@ -178,7 +179,7 @@ pub fn open(shared: &Arc<Shared>, plan: ArrayPlan) -> Result<ControlReply, Store
         let mut outcome = s.outcome.subscribe();
         let _ = tokio::time::timeout(STALL * 10, outcome.wait_for(Option::is_some)).await;
         tokio::time::sleep(LINGER).await;
-        let mut all = shared.arrays.sessions.lock().expect("arrays lock");
+        let mut all = shared.arrays.sessions.lock();
         if all.get(&s.plan.spec.name).is_some_and(|cur| Arc::ptr_eq(cur, &s)) {
             all.remove(&s.plan.spec.name);
         }
@@ -219,7 +220,7 @@ pub async fn wants(shared: &Arc<Shared>, name: &DatasetName, txid: u64, rank: u3
 /// A `Piece` frame: copy it into its subchunk's assembly.
 pub fn piece(shared: &Arc<Shared>, p: PieceReq) -> Result<(), StoreError> {
     let s = {
-        let all = shared.arrays.sessions.lock().expect("arrays lock");
+        let all = shared.arrays.sessions.lock();
         all.values().find(|s| s.plan.txid == p.txid).cloned()
     };
     let s = s.ok_or_else(|| bad(format!("no collective write {:016x} is open on this server", p.txid)))?;
@@ -231,7 +232,7 @@ pub fn piece(shared: &Arc<Shared>, p: PieceReq) -> Result<(), StoreError> {
     };
     let part = chunk.intersect(sub);
     let elem = s.plan.spec.schema.dtype.size();
-    let mut assembly = s.assembly.lock().expect("assembly lock");
+    let mut assembly = s.assembly.lock();
     let Some(a) = assembly.get_mut(&p.subchunk) else {
         return Err(bad(format!("subchunk {} was not asked for", p.subchunk)));
     };
@@ -290,7 +291,7 @@ pub async fn grant(
     let Some(manager) = &s.manager else {
         return Err(bad(format!("{} does not manage the write of `{name}`", shared.config.node)));
     };
-    let r = manager.lock().expect("manager lock").grant(from.0, rate);
+    let r = manager.lock().grant(from.0, rate);
     Ok(ControlReply::ArrayGranted { from: r.start, to: r.end })
 }
 
@@ -305,9 +306,9 @@ pub async fn steal(
 ) -> Result<ControlReply, StoreError> {
     let s = peer_session(shared, name, txid, from).await?;
     let me = shared.config.node.0 as usize;
-    let mine = s.meter.lock().expect("meter lock").rate().unwrap_or(s.plan.rates[me]);
+    let mine = s.meter.lock().rate().unwrap_or(s.plan.rates[me]);
     let thief = rate.unwrap_or(s.plan.rates[from.0 as usize]);
-    let mut queue = s.queue.lock().expect("queue lock");
+    let mut queue = s.queue.lock();
     let n = Thief::share(queue.len(), thief, mine);
     let at = queue.len() - n;
     let subchunks: Vec<u32> = queue.split_off(at).into();
@@ -354,7 +355,7 @@ async fn gather(
         AllocKind::Static | AllocKind::Steal => static_alloc(&s.subs.sizes(), &plan.rates),
         AllocKind::Dynamic => vec![],
     };
-    s.queue.lock().expect("queue lock").extend(mine(planned, me));
+    s.queue.lock().extend(mine(planned, me));
     let mut work = match plan.spec.alloc {
         AllocKind::RoundRobin | AllocKind::Static => Work::Fixed,
         AllocKind::Dynamic => Work::Managed { conn: None, batch: 0..0 },
@@ -405,7 +406,7 @@ async fn gather(
     drop(senders);
     drop(tx);
     let (placed, fragment_bytes) = writer.await.map_err(|e| format!("the writer failed: {e}"))??;
-    let m = *s.meter.lock().expect("meter lock");
+    let m = *s.meter.lock();
     Ok(ArrayWritten { placed, fragment_bytes, bytes: m.bytes, disk_secs: m.secs })
 }
 
@@ -416,14 +417,14 @@ fn mine(alloc: Vec<u32>, me: NodeId) -> impl Iterator<Item = u32> {
 /// The next subchunk this server is to write, asking the manager when a batch runs out.
 async fn next(shared: &Arc<Shared>, s: &Arc<Session>, work: &mut Work) -> Result<Option<u32>, String> {
     let meter = &s.meter;
-    let own = || s.queue.lock().expect("queue lock").pop_front();
+    let own = || s.queue.lock().pop_front();
     match work {
         Work::Fixed => Ok(own()),
         Work::Steal { thief, conns } => {
             if let Some(i) = own() {
                 return Ok(Some(i));
             }
-            let rate = meter.lock().expect("meter lock").rate();
+            let rate = meter.lock().rate();
             let (me, servers) = (shared.config.node, s.plan.rates.len() as u32);
             while let Some(victim) = thief.victim() {
                 let peer = s
@@ -455,7 +456,7 @@ async fn next(shared: &Arc<Shared>, s: &Arc<Session>, work: &mut Work) -> Result
                 thief.on_reply(got.len());
                 debug_assert!(victim < servers);
                 if !got.is_empty() {
-                    let mut q = s.queue.lock().expect("queue lock");
+                    let mut q = s.queue.lock();
                     q.extend(got);
                     return Ok(q.pop_front());
                 }
@@ -466,7 +467,7 @@ async fn next(shared: &Arc<Shared>, s: &Arc<Session>, work: &mut Work) -> Result
             if let Some(i) = batch.next() {
                 return Ok(Some(i));
             }
-            let rate = meter.lock().expect("meter lock").rate();
+            let rate = meter.lock().rate();
             let (name, txid, me) = (s.plan.spec.name.clone(), s.plan.txid, shared.config.node);
             let reply = if s.plan.manager.node == me {
                 grant(shared, &name, txid, me, rate).await.map_err(|e| e.to_string())?
@@ -506,7 +507,7 @@ fn ask(
         (0..s.chunks.len() as u32).filter(|&r| !s.chunks[r as usize].intersect(sub).is_empty()).collect();
     let (done, rx) = oneshot::channel();
     let assembly = Assembly { buf: None, waiting: holders.clone(), done: Some(done) };
-    s.assembly.lock().expect("assembly lock").insert(i, assembly);
+    s.assembly.lock().insert(i, assembly);
     for r in &holders {
         let _ = senders[*r as usize].send(i);
     }
@@ -564,7 +565,7 @@ async fn write_all(
         if pending.is_empty() && buf.len() == block_bytes {
             // A subchunk of exactly a block, at a block's start: written as it came.
             w.write(buf, offset).await?;
-            progress.send_replace(meter.lock().expect("meter lock").bytes);
+            progress.send_replace(meter.lock().bytes);
             continue;
         }
         let mut rest = &buf[..];
@@ -575,7 +576,7 @@ async fn write_all(
             if pending.len() == block_bytes {
                 let block = std::mem::replace(&mut pending, Vec::with_capacity(block_bytes));
                 w.write(Bytes::from(block), offset).await?;
-                progress.send_replace(meter.lock().expect("meter lock").bytes);
+                progress.send_replace(meter.lock().bytes);
             }
         }
     }
@@ -589,7 +590,7 @@ async fn write_all(
     if !pending.is_empty() {
         w.write(Bytes::from(pending), offset).await?;
     }
-    meter.lock().expect("meter lock").bytes -= padding;
+    meter.lock().bytes -= padding;
     Ok((placed, offset))
 }
 
@@ -649,7 +650,7 @@ impl BlockWriter<'_> {
             reply: WriteReply::Local(tx),
         };
         let began = Instant::now();
-        shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
+        shared.disk.lock().enqueue(job, Ctx::Write(ctx));
         shared.disk_wake.notify_one();
         let local = async {
             match rx.await {
@@ -685,7 +686,7 @@ impl BlockWriter<'_> {
             }
         }
         self.slots += 1;
-        let mut m = self.s.meter.lock().expect("meter lock");
+        let mut m = self.s.meter.lock();
         m.bytes += len;
         m.secs += began.elapsed().as_secs_f64();
         Ok(())
@@ -769,7 +770,7 @@ pub async fn probe(shared: &Arc<Shared>, bytes: u32, count: u32) -> Result<Contr
             data: data.clone(),
             reply: WriteReply::Local(tx),
         };
-        shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
+        shared.disk.lock().enqueue(job, Ctx::Write(ctx));
         shared.disk_wake.notify_one();
         result = rx.await.unwrap_or_else(|_| Err(bad("the disk driver dropped a write"))).map(drop);
         if result.is_err() {

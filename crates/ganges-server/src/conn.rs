@@ -164,12 +164,12 @@ pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, conn: u64) {
     // Writes still queued from this connection are dropped with it: their writer is gone,
     // and its transaction will never be committed.
     if client_id != 0 {
-        let mut clients = shared.clients.lock().expect("clients lock");
+        let mut clients = shared.clients.lock();
         if clients.get(&client_id).is_some_and(|(c, _)| *c == conn) {
             clients.remove(&client_id);
         }
     }
-    let dropped = shared.disk.lock().expect("disk lock").drop_connection(conn);
+    let dropped = shared.disk.lock().drop_connection(conn);
     shared.counters.connections.fetch_sub(1, Ordering::Relaxed);
     if let Err(e) = result {
         tracing::debug!(?peer, %e, dropped, "closing connection");
@@ -197,7 +197,7 @@ impl Drop for AbortOnDrop {
 /// With a modelled link, wait until it has carried a frame of `bytes` (sent or received).
 async fn cross_link(shared: &Shared, bytes: usize) {
     let Some(link) = &shared.link else { return };
-    let done = link.lock().expect("link lock").carry(shared.now(), bytes as u64);
+    let done = link.lock().carry(shared.now(), bytes as u64);
     tokio::time::sleep_until(shared.instant(done)).await;
 }
 
@@ -255,7 +255,7 @@ async fn read_loop(
             Message::Hello(h) if !greeted => {
                 greeted = true;
                 if h.client_id != 0 {
-                    shared.clients.lock().expect("clients lock").insert(h.client_id, (conn, outbox.clone()));
+                    shared.clients.lock().insert(h.client_id, (conn, outbox.clone()));
                     *client_id = h.client_id;
                 }
                 let hello = HelloOk { node: shared.config.node, server_version: crate::VERSION.to_string() };
@@ -268,7 +268,7 @@ async fn read_loop(
                 return Err(ConnError::Violation("a handshake frame after hello".into()));
             }
             Message::Cancel => {
-                let ctx = shared.disk.lock().expect("disk lock").cancel(conn, id);
+                let ctx = shared.disk.lock().cancel(conn, id);
                 if let Some(ctx) = ctx {
                     shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
                     ctx.answer_now(disk::cancelled());
@@ -281,19 +281,19 @@ async fn read_loop(
             Message::Progress(p) => {
                 let stream = StreamKey { conn, stream: p.stream };
                 let now = shared.now();
-                shared.disk.lock().expect("disk lock").note_progress(stream, p.progress, now);
+                shared.disk.lock().note_progress(stream, p.progress, now);
             }
             Message::Probe(p) => {
                 let reply = match shared.store.dataset_id(&p.dataset) {
                     Ok(id) => {
-                        let r = shared.disk.lock().expect("disk lock").report(id, shared.now());
+                        let r = shared.disk.lock().report(id, shared.now());
                         let (queue_len, primary_progress) = (r.queue_len, r.primary_progress);
                         Message::State(State {
                             queue_len,
                             primary_progress,
                             disk_bytes_per_sec: r.disk_bytes_per_sec,
                             disk_measured: r.disk_measured,
-                            node_load: *shared.node_load.lock().expect("node lock"),
+                            node_load: *shared.node_load.lock(),
                         })
                     }
                     Err(e) => store_error(e),
@@ -420,7 +420,7 @@ fn enqueue_read(
         outbox: outbox.clone(),
     };
     {
-        let mut d = shared.disk.lock().expect("disk lock");
+        let mut d = shared.disk.lock();
         if d.has_request(conn, id) {
             return Err(WireError::new(
                 ErrorCode::BadRequest,
@@ -467,7 +467,7 @@ fn enqueue_write(
         reply: WriteReply::Conn { outbox: outbox.clone(), _permit: permit },
     };
     {
-        let mut d = shared.disk.lock().expect("disk lock");
+        let mut d = shared.disk.lock();
         if d.has_request(conn, id) {
             return Err(WireError::new(
                 ErrorCode::BadRequest,
@@ -493,7 +493,7 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
         ControlRequest::SetRealFaults { faults } => {
             let s = shared.clone();
             let set = move || {
-                let mut st = s.real_faults.lock().expect("faults lock");
+                let mut st = s.real_faults.lock();
                 let r = if faults.is_none() {
                     st.clear(&s.fault_env);
                     Ok(())
@@ -533,18 +533,18 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
             }
         }
         ControlRequest::ForgetRate => {
-            shared.disk.lock().expect("disk lock").rate = RateMeter::default();
+            shared.disk.lock().rate = RateMeter::default();
             Message::ControlOk(Box::new(ControlReply::Done))
         }
         ControlRequest::Meet { run, rank, size, addr } => {
-            let met = shared.meetings.lock().expect("meetings lock").meet(run, rank, size, &addr, shared.now());
+            let met = shared.meetings.lock().meet(run, rank, size, &addr, shared.now());
             match met {
                 Ok(addrs) => Message::ControlOk(Box::new(ControlReply::Met { addrs })),
                 Err(e) => Message::Error(WireError::new(ErrorCode::BadRequest, e.to_string()), None),
             }
         }
         ControlRequest::SetPeers { peers } => {
-            *shared.peers.lock().expect("peers lock") = peers;
+            *shared.peers.lock() = peers;
             Message::ControlOk(Box::new(ControlReply::Done))
         }
         ControlRequest::HandoffAsk { from, rate_bytes_per_sec, clients, appends } => {
@@ -596,7 +596,7 @@ async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
 }
 
 fn set_fault(shared: &Arc<Shared>, fault: Option<Fault>) -> Message {
-    let mut d = shared.disk.lock().expect("disk lock");
+    let mut d = shared.disk.lock();
     let Some(model) = d.model.as_mut() else {
         if fault.is_none() {
             // Nothing modelled, nothing to clear.

@@ -152,7 +152,7 @@ pub async fn run(shared: Arc<Shared>, queue_depth: u32) {
         let slot = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
         let popped = loop {
             let (idle, wake_at) = {
-                let mut d = shared.disk.lock().expect("disk lock");
+                let mut d = shared.disk.lock();
                 if let Some(p) = d.pop(shared.now()) {
                     break p;
                 }
@@ -202,12 +202,12 @@ async fn disk_time(
         Some(svc) => {
             tokio::time::sleep_until(shared.instant(svc.done)).await;
             let service = svc.done.since(svc.start);
-            shared.disk.lock().expect("disk lock").finished(len, service);
+            shared.disk.lock().finished(len, service);
             service
         }
         None => {
             let now = shared.now();
-            shared.disk.lock().expect("disk lock").finished_real(len, began, now)
+            shared.disk.lock().finished_real(len, began, now)
         }
     }
 }
@@ -246,7 +246,7 @@ async fn serve_write(shared: &Arc<Shared>, ctx: WriteCtx, modelled: Option<gange
     let written = written.unwrap_or_else(|e| Err(StoreError::BadRequest(format!("write task failed: {e}"))));
     let service = disk_time(shared, modelled, began, len).await;
     let (queue_len, primary_progress) = {
-        let mut d = shared.disk.lock().expect("disk lock");
+        let mut d = shared.disk.lock();
         let r = d.report(dataset_id, shared.now());
         (r.queue_len, r.primary_progress)
     };
@@ -282,7 +282,7 @@ async fn serve_read(shared: &Arc<Shared>, ctx: JobCtx, job: &Job, modelled: Opti
         .unwrap_or_else(|e| Err(StoreError::BadRequest(format!("read task failed: {e}"))));
     let service = disk_time(shared, modelled, began, len as u64).await;
     let (queue_len, primary_progress) = {
-        let mut d = shared.disk.lock().expect("disk lock");
+        let mut d = shared.disk.lock();
         let r = d.report(ctx.dataset.manifest.id, shared.now());
         (r.queue_len, r.primary_progress)
     };

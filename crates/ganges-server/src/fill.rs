@@ -223,7 +223,7 @@ impl Copying<'_> {
             };
             let target = WriteTarget::Fill { dataset: self.ds.clone(), files: self.files.clone() };
             let ctx = WriteCtx { conn: 0, request_id: 0, target, block, crc, data, reply: WriteReply::Local(tx) };
-            self.shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Write(ctx));
+            self.shared.disk.lock().enqueue(job, Ctx::Write(ctx));
             self.shared.disk_wake.notify_one();
             self.writes.push_back(rx);
             if self.writes.len() >= FILL_WINDOW {

@@ -109,7 +109,7 @@ impl PeerConn {
 /// (`appending`), since every server of such a write holds its queued appends' home.
 fn neighbours(shared: &Shared, appending: bool) -> Vec<Peer> {
     if appending {
-        return shared.peers.lock().expect("peers lock").clone();
+        return shared.peers.lock().clone();
     }
     let me = shared.config.node;
     let mut near = BTreeSet::new();
@@ -119,7 +119,7 @@ fn neighbours(shared: &Shared, appending: bool) -> Vec<Peer> {
             near.extend(m.layout.holders(f).into_iter().filter(|n| *n != me));
         }
     }
-    shared.peers.lock().expect("peers lock").iter().filter(|p| near.contains(&p.node)).cloned().collect()
+    shared.peers.lock().iter().filter(|p| near.contains(&p.node)).cloned().collect()
 }
 
 /// The asker task: runs until the server shuts down (aborted). It sleeps until the disk
@@ -131,13 +131,13 @@ pub async fn run_asker(shared: Arc<Shared>) {
         shared.idle.notified().await;
         loop {
             let now = shared.now();
-            if !shared.disk.lock().expect("disk lock").wants_work(now) {
+            if !shared.disk.lock().wants_work(now) {
                 break;
             }
             let appends = shared.store.append_txids();
             let peers = neighbours(&shared, !appends.is_empty());
             let nodes: Vec<NodeId> = peers.iter().map(|p| p.node).collect();
-            let next = shared.disk.lock().expect("disk lock").poll_ask(now, &nodes);
+            let next = shared.disk.lock().poll_ask(now, &nodes);
             let node = match next {
                 Ask::Peer(node) => node,
                 Ask::At(t) => {
@@ -155,7 +155,7 @@ pub async fn run_asker(shared: Arc<Shared>) {
                     0
                 }
             };
-            shared.disk.lock().expect("disk lock").on_ask_answer(shared.now(), node, given);
+            shared.disk.lock().on_ask_answer(shared.now(), node, given);
             if given > 0 {
                 shared.disk_wake.notify_one();
                 break;
@@ -176,9 +176,9 @@ async fn ask(
     }
     let conn = conns.get_mut(&node).expect("inserted above");
     let rate = shared.rate_bytes_per_sec();
-    let clients: Vec<u64> = shared.clients.lock().expect("clients lock").keys().copied().collect();
+    let clients: Vec<u64> = shared.clients.lock().keys().copied().collect();
     let req = ControlRequest::HandoffAsk { from: shared.config.node, rate_bytes_per_sec: rate, clients, appends };
-    let asked_at = shared.disk.lock().expect("disk lock").enqueued();
+    let asked_at = shared.disk.lock().enqueued();
     let reply = tokio::time::timeout(ASK_TIMEOUT, conn.control(req))
         .await
         .map_err(|_| std::io::Error::other("handoff ask timed out"))??;
@@ -186,7 +186,7 @@ async fn ask(
         ControlReply::HandoffGive { jobs, redirected } => {
             if redirected > 0 {
                 let until = shared.now() + REDIRECT_WAIT;
-                shared.disk.lock().expect("disk lock").expect(redirected, asked_at, until);
+                shared.disk.lock().expect(redirected, asked_at, until);
                 shared.counters.redirected_in.fetch_add(redirected as u64, Ordering::Relaxed);
             }
             Ok(take_over(shared, jobs) + redirected as usize)
@@ -201,7 +201,7 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
     let mut taken = 0;
     for hj in jobs {
         let origin = Origin { node: hj.origin_node, request_id: hj.origin_request };
-        let client = shared.clients.lock().expect("clients lock").get(&hj.client_id).cloned();
+        let client = shared.clients.lock().get(&hj.client_id).cloned();
         let Some((conn, outbox)) = client else {
             // The client left between the ask and the answer: nobody to answer.
             continue;
@@ -253,7 +253,7 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
             outbox,
             origin: Some(origin),
         };
-        shared.disk.lock().expect("disk lock").enqueue(job, Ctx::Read(ctx));
+        shared.disk.lock().enqueue(job, Ctx::Read(ctx));
         taken += 1;
     }
     shared.counters.taken_over.fetch_add(taken as u64, Ordering::Relaxed);
@@ -269,7 +269,7 @@ pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64],
     let clients: BTreeSet<u64> = clients.iter().copied().collect();
     let holds = |c: &Ctx| matches!(c, Ctx::Read(c) if c.dataset.manifest.layout.copy_on(c.fragment, from).is_some());
     let my_rate = shared.rate_bytes_per_sec();
-    let taken = shared.disk.lock().expect("disk lock").give(|c| clients.contains(&c), holds, rate_idle, my_rate);
+    let taken = shared.disk.lock().give(|c| clients.contains(&c), holds, rate_idle, my_rate);
     let me = shared.config.node;
     let jobs: Vec<HandedJob> = taken
         .into_iter()
@@ -317,7 +317,7 @@ fn redirect_appends(shared: &Arc<Shared>, to: NodeId, rate_idle: f64, appends: &
     };
     let my_rate = shared.rate_bytes_per_sec();
     let taken = {
-        let mut d = shared.disk.lock().expect("disk lock");
+        let mut d = shared.disk.lock();
         let n = share_at_least(APPEND_HANDOFF_MIN, d.count_eligible(eligible), rate_idle, my_rate);
         d.hand_off(n, eligible)
     };

@@ -41,10 +41,11 @@ use ganges_core::link::LinkModel;
 use ganges_core::sched::SchedulerKind;
 use ganges_core::time::Time;
 use ganges_proto::control::{Peer, ServerStats};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -204,7 +205,7 @@ impl Shared {
 
     /// This server's bandwidth as measured, else its model's rate, else a fast disk's.
     pub fn rate_bytes_per_sec(&self) -> f64 {
-        let measured = self.disk.lock().expect("disk lock").rate.rate();
+        let measured = self.disk.lock().rate.rate();
         measured.or(self.config.disk.map(|d| d.rate_bytes_per_sec)).unwrap_or(1e9)
     }
 
@@ -216,7 +217,7 @@ impl Shared {
         // File I/O first: the disk lock is held only to copy the scheduler's figures.
         let datasets = self.store.list(false).map_or(0, |l| l.len() as u64);
         let (rss, peak) = sys::rss_bytes();
-        let d = self.disk.lock().expect("disk lock");
+        let d = self.disk.lock();
         let c = &self.counters;
         ServerStats {
             node: self.config.node,
@@ -238,7 +239,7 @@ impl Shared {
             protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
             handshake_failures: c.handshake_failures.load(Ordering::Relaxed),
             refused_connections: c.refused_connections.load(Ordering::Relaxed),
-            real_faults: self.real_faults.lock().expect("faults lock").faults().clone(),
+            real_faults: self.real_faults.lock().faults().clone(),
             direct_io: self.config.direct_io,
             secret: self.config.transport.has_secret(),
             tls: self.config.transport.has_tls(),
@@ -251,7 +252,7 @@ impl Shared {
             rss_bytes: rss,
             peak_rss_bytes: peak,
             datasets,
-            node_load: *self.node_load.lock().expect("node lock"),
+            node_load: *self.node_load.lock(),
             metrics_addr: self.metrics_addr.map(|a| a.to_string()),
         }
     }
@@ -367,7 +368,7 @@ pub async fn run(
     }
     let cleared = shared.clone();
     let _ = tokio::task::spawn_blocking(move || {
-        cleared.real_faults.lock().expect("faults lock").clear(&cleared.fault_env);
+        cleared.real_faults.lock().clear(&cleared.fault_env);
     })
     .await;
     result

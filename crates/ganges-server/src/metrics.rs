@@ -15,9 +15,9 @@ use ganges_core::time::Time;
 use ganges_net::prom::{self, Text, number};
 use ganges_proto::control::{ConsumerActivity, ServerStats};
 use ganges_proto::manifest::DatasetName;
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -74,7 +74,7 @@ impl Metrics {
         let class = usize::from(r.copy > 0);
         self.served_by_copy[class].fetch_add(r.bytes, Ordering::Relaxed);
         {
-            let mut map = self.served.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = self.served.lock();
             if !map.contains_key(&r.stream) && map.len() >= CONSUMERS_KEPT {
                 let oldest = map.iter().min_by_key(|(_, s)| s.last).map(|(k, _)| *k);
                 if let Some(k) = oldest {
@@ -107,7 +107,7 @@ impl Metrics {
 
     /// The consumers served within `window` before `now`, most recent first.
     pub fn consumers(&self, now: Time, window: Duration) -> Vec<ConsumerActivity> {
-        let map = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.served.lock();
         let mut list: Vec<(Time, ConsumerActivity)> = map
             .iter()
             .filter(|(_, s)| now.since(s.last) <= window)
@@ -167,7 +167,7 @@ pub fn render(stats: &ServerStats, m: &Metrics) -> String {
         "Bytes served to each consumer stream (the most recent 256), by copy.",
     );
     {
-        let guard = m.served.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = m.served.lock();
         let mut consumers: Vec<_> = guard.iter().collect();
         consumers.sort_by_key(|(k, _)| **k);
         for (stream, s) in consumers {
@@ -278,7 +278,7 @@ mod tests {
         m.read_served(read(7, 1, 50, 100, 200, 30), true);
         m.read_served(read(9, 2, 10, 0, 20_300, 20_000), true);
         m.read_served(read(11, 0, 10, 0, 20_350, 20_000), false);
-        let served = m.served.lock().unwrap();
+        let served = m.served.lock();
         assert_eq!(served[&7].bytes, [100, 50]);
         assert_eq!(served[&9].bytes, [0, 10]);
         drop(served);
@@ -304,7 +304,7 @@ mod tests {
         for s in 0..(CONSUMERS_KEPT as u64 + 10) {
             m.read_served(read(1000 + s, 0, 1, 0, 30_000, 0), false);
         }
-        let served = m.served.lock().unwrap();
+        let served = m.served.lock();
         assert_eq!(served.len(), CONSUMERS_KEPT);
         assert!(!served.contains_key(&7), "the least recently served consumer goes first");
     }

@@ -187,7 +187,7 @@ fn runnable(tasks: &[String]) -> usize {
 /// The node's capacity now: the link's rate, and the disk model's rate with its fault.
 fn capacity(shared: &Shared) -> (NodeCapacity, f64) {
     let model = {
-        let d = shared.disk.lock().expect("disk lock");
+        let d = shared.disk.lock();
         d.model.as_ref().map(|m| (m.effective_rate(), m.stats().busy_secs))
     };
     // Without a model: the measured rate, never busy (taking the disk lock again, not nested).
@@ -200,7 +200,7 @@ fn capacity(shared: &Shared) -> (NodeCapacity, f64) {
 /// for a cgroup node (no interface of its own) its data bytes; `None`: the interfaces'.
 fn traffic(shared: &Shared) -> Option<u64> {
     if let Some(l) = &shared.link {
-        return Some(l.lock().expect("link lock").bytes());
+        return Some(l.lock().bytes());
     }
     let c = &shared.counters;
     shared
@@ -231,7 +231,7 @@ pub async fn run(shared: Arc<Shared>) {
         };
         sampler = s;
         if let Some(b) = &before {
-            *shared.node_load.lock().expect("node lock") = Some(ceft::node_load(b, &after, &cap));
+            *shared.node_load.lock() = Some(ceft::node_load(b, &after, &cap));
         }
         before = Some(after);
     }

@@ -35,14 +35,15 @@ use ganges_core::shape::Shape;
 use ganges_proto::control::{BadBlock, DatasetEntry, VerifyReport};
 use ganges_proto::manifest::{Content, DatasetName, DatasetState, MANIFEST_FORMAT, Manifest};
 use ganges_proto::msg::{APPEND, ErrorCode};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -478,18 +479,18 @@ impl Store {
 
     /// The staging transactions this server appends to (DQ writes being written).
     pub fn append_txids(&self) -> Vec<u64> {
-        let inner = self.inner.lock().expect("store lock");
+        let inner = self.inner.lock();
         inner.txns.iter().filter(|(_, t)| t.append.is_some()).map(|((_, txid), _)| *txid).collect()
     }
 
     /// The datasets opened so far (those being read).
     pub fn open_datasets(&self) -> Vec<Arc<Dataset>> {
-        self.inner.lock().expect("store lock").open.values().cloned().collect()
+        self.inner.lock().open.values().cloned().collect()
     }
 
     /// A committed dataset, opened once and cached (opened again after a repair).
     pub fn dataset(&self, name: &DatasetName) -> Result<Arc<Dataset>> {
-        if let Some(d) = self.inner.lock().expect("store lock").open.get(name) {
+        if let Some(d) = self.inner.lock().open.get(name) {
             return Ok(d.clone());
         }
         let dir = self.root.join("datasets").join(name.as_str());
@@ -518,7 +519,7 @@ impl Store {
             copies.insert(fragment, files);
         }
         let d = Arc::new(Dataset { manifest, copies });
-        self.inner.lock().expect("store lock").open.insert(name.clone(), d.clone());
+        self.inner.lock().open.insert(name.clone(), d.clone());
         Ok(d)
     }
 
@@ -627,10 +628,10 @@ impl Store {
                 let (Ok(name), Ok(txid)) = (name.parse::<DatasetName>(), u64::from_str_radix(txid, 16)) else {
                     continue;
                 };
-                let txn = self.inner.lock().expect("store lock").txns.get(&(name.clone(), txid)).cloned();
+                let txn = self.inner.lock().txns.get(&(name.clone(), txid)).cloned();
                 if let Some(logs) = txn.as_ref().and_then(|t| t.append.as_ref()) {
                     // A log being appended to: its size is what it holds so far.
-                    let held: u64 = logs.lock().expect("txn lock").values().map(|l| l.bytes).sum();
+                    let held: u64 = logs.lock().values().map(|l| l.bytes).sum();
                     let t = txn.as_ref().expect("checked");
                     out.push(DatasetEntry {
                         local_bytes: held,
@@ -701,7 +702,7 @@ impl Store {
             OpenOptions::new().create(true).append(true).open(&path).map_err(self.map_write_err(what.clone()))?;
         f.write_all(lines.as_bytes()).map_err(self.map_write_err(what.clone()))?;
         f.sync_all().map_err(self.map_write_err(what))?;
-        self.inner.lock().expect("store lock").open.remove(&ds.manifest.name);
+        self.inner.lock().open.remove(&ds.manifest.name);
         Ok(())
     }
 
@@ -744,7 +745,7 @@ impl Store {
         let touched = AtomicU64::new(self.millis());
         let prepared = std::sync::OnceLock::new();
         let txn = Txn { manifest, dir, copies, crcs: Mutex::new(crcs), append, touched, prepared };
-        self.inner.lock().expect("store lock").txns.insert((name, txid), Arc::new(txn));
+        self.inner.lock().txns.insert((name, txid), Arc::new(txn));
         Ok(())
     }
 
@@ -753,7 +754,6 @@ impl Store {
         let txn = self
             .inner
             .lock()
-            .expect("store lock")
             .txns
             .get(&(name.clone(), txid))
             .cloned()
@@ -778,7 +778,7 @@ impl Store {
         let what = || format!("writing {} block {block}", copy.fragment);
         self.write_data(&copy.data, copy.direct.as_ref(), data, shape.block_offset(block))
             .map_err(self.map_write_err(what()))?;
-        txn.crcs.lock().expect("txn lock").get_mut(&copy.fragment).expect("local copy")[block as usize] = Some(sums);
+        txn.crcs.lock().get_mut(&copy.fragment).expect("local copy")[block as usize] = Some(sums);
         Ok(())
     }
 
@@ -792,7 +792,7 @@ impl Store {
         to: impl Fn(&FragmentId) -> FragmentId,
         blocks: impl Fn(FragmentId) -> u32,
     ) -> Result<()> {
-        let crcs = txn.crcs.lock().expect("txn lock");
+        let crcs = txn.crcs.lock();
         for (f, c) in &txn.copies {
             let mut raw: Vec<u8> = Vec::with_capacity(shape.checks_upto(to(f), blocks(*f)) * 4);
             for (b, sums) in crcs[f][..blocks(*f) as usize].iter().enumerate() {
@@ -861,7 +861,7 @@ impl Store {
         }
         if let Some(logs) = &txn.append {
             let slot = {
-                let mut logs = logs.lock().expect("txn lock");
+                let mut logs = logs.lock();
                 let log = logs.get_mut(&fragment).expect("a local copy");
                 if log.short.is_some() {
                     return Err(StoreError::BadRequest(format!(
@@ -892,7 +892,7 @@ impl Store {
         match self.dataset(name) {
             Ok(d) => Ok(d.manifest.id),
             Err(StoreError::UnknownDataset(_)) => {
-                let inner = self.inner.lock().expect("store lock");
+                let inner = self.inner.lock();
                 inner
                     .txns
                     .iter()
@@ -979,7 +979,7 @@ impl Store {
         let what = format!("filling {fragment} block {block}");
         self.write_data(&files.data, files.direct.as_ref(), data, shape.block_offset(block))
             .map_err(self.map_write_err(what))?;
-        files.filled.lock().expect("fill lock").push((block, units));
+        files.filled.lock().push((block, units));
         Ok(())
     }
 
@@ -988,7 +988,7 @@ impl Store {
     pub fn sync_fill(&self, ds: &Dataset, files: &FillFiles) -> Result<()> {
         let f = files.fragment;
         let mut crcs = read_crcs(&files.crc).map_err(io_err(format!("reading the checksums of {f}")))?;
-        for (b, sums) in files.filled.lock().expect("fill lock").iter() {
+        for (b, sums) in files.filled.lock().iter() {
             let Some(slots) = crcs.get_mut(ds.manifest.shape.checks_of(f, *b)) else {
                 return Err(StoreError::Corrupt { fragment: f, block: *b, why: "the checksum file is short".into() });
             };
@@ -1007,7 +1007,7 @@ impl Store {
     pub fn abandon_fill(&self, ds: &Dataset, files: &FillFiles) {
         use rustix::fs::{FallocateFlags, fallocate};
         let shape = &ds.manifest.shape;
-        for (b, _) in files.filled.lock().expect("fill lock").iter() {
+        for (b, _) in files.filled.lock().iter() {
             let (at, len) = (shape.block_offset(*b), u64::from(shape.block_len(files.fragment, *b)));
             if let Err(e) = fallocate(&files.data, FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, at, len) {
                 tracing::warn!(fragment = %files.fragment, block = b, %e, "could not give back a failed fill's block");
@@ -1034,7 +1034,7 @@ impl Store {
         }
         let dir = self.root.join("datasets").join(manifest.name.as_str());
         self.write_manifest(&dir, manifest)?;
-        self.inner.lock().expect("store lock").open.remove(&manifest.name);
+        self.inner.lock().open.remove(&manifest.name);
         Ok(())
     }
 
@@ -1061,8 +1061,8 @@ impl Store {
                 let txn = self.txn(name, txid)?;
                 self.txn_copy(&txn, fragment)?;
                 // An append-mode copy: the slots handed out so far.
-                let slots = txn.append.as_ref().map(|l| l.lock().expect("txn lock")[&fragment].slots as usize);
-                let crcs = txn.crcs.lock().expect("txn lock");
+                let slots = txn.append.as_ref().map(|l| l.lock()[&fragment].slots as usize);
+                let crcs = txn.crcs.lock();
                 let crcs = &crcs[&fragment];
                 crcs[..slots.unwrap_or(crcs.len()).min(crcs.len())]
                     .iter()
@@ -1094,7 +1094,7 @@ impl Store {
     pub fn prepare(&self, txid: u64, manifest: &Manifest, coordinator: NodeId) -> Result<()> {
         let txn = self.txn(&manifest.name, txid)?;
         let prepared = match &txn.append {
-            Some(logs) => self.prepare_logs(&txn, &logs.lock().expect("txn lock"), manifest),
+            Some(logs) => self.prepare_logs(&txn, &logs.lock(), manifest),
             None => self.prepare_blocks(&txn, manifest),
         };
         prepared?;
@@ -1115,7 +1115,7 @@ impl Store {
         }
         check_placement(manifest)?;
         {
-            let crcs = txn.crcs.lock().expect("txn lock");
+            let crcs = txn.crcs.lock();
             for (f, blocks) in crcs.iter() {
                 let copy = txn.copies[f].copy;
                 let unwritten =
@@ -1147,7 +1147,7 @@ impl Store {
         check_placement(manifest)?;
         let to = |f: &FragmentId| renumber[f];
         {
-            let crcs = txn.crcs.lock().expect("txn lock");
+            let crcs = txn.crcs.lock();
             for (f, log) in logs {
                 let want = manifest.shape.fragment_bytes(to(f));
                 if log.bytes != want || log.slots != manifest.shape.blocks_in(to(f)) {
@@ -1205,7 +1205,7 @@ impl Store {
         }
         ganges_net::failpoint::hit("server.commit.renamed");
         sync_dir(&self.root.join("datasets")).map_err(io_err("syncing datasets/"))?;
-        self.inner.lock().expect("store lock").txns.remove(&(name.clone(), txid));
+        self.inner.lock().txns.remove(&(name.clone(), txid));
         Ok(())
     }
 
@@ -1233,8 +1233,7 @@ impl Store {
         let now = self.millis();
         let mut out = vec![];
         let mut seen = std::collections::BTreeSet::new();
-        let txns: Vec<_> =
-            self.inner.lock().expect("store lock").txns.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
+        let txns: Vec<_> = self.inner.lock().txns.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
         for ((name, txid), txn) in txns {
             let idle = Duration::from_millis(now.saturating_sub(txn.touched.load(Ordering::Relaxed)));
             let phase = txn.prepared.get().map_or(Phase::Staged, |&coordinator| Phase::Prepared { coordinator });
@@ -1269,7 +1268,7 @@ impl Store {
 
     /// Drop a staging folder.
     pub fn abort(&self, txid: u64, name: &DatasetName) -> Result<()> {
-        self.inner.lock().expect("store lock").txns.remove(&(name.clone(), txid));
+        self.inner.lock().txns.remove(&(name.clone(), txid));
         let dir = self.root.join("staging").join(staging_dir_name(name, txid));
         if dir.exists() {
             self.discard(&dir)?;
@@ -1293,7 +1292,7 @@ impl Store {
     /// dataset was removed and how many staging folders were.
     pub fn remove(&self, name: &DatasetName) -> Result<(bool, u32)> {
         {
-            let mut inner = self.inner.lock().expect("store lock");
+            let mut inner = self.inner.lock();
             inner.open.remove(name);
             inner.txns.retain(|(n, _), _| n != name);
         }

@@ -57,7 +57,7 @@ pub async fn run_janitor(shared: Arc<Shared>) {
 
 /// The coordinator's verdict on a write.
 async fn ask(shared: &Shared, coordinator: NodeId, name: &DatasetName, txid: u64) -> Verdict {
-    let addr = shared.peers.lock().expect("peers lock").iter().find(|p| p.node == coordinator).map(|p| p.addr.clone());
+    let addr = shared.peers.lock().iter().find(|p| p.node == coordinator).map(|p| p.addr.clone());
     let Some(addr) = addr else { return Verdict::Unreachable };
     let asked = async {
         let mut conn = PeerConn::connect(shared, &addr).await?;
