@@ -64,10 +64,12 @@ impl std::fmt::Display for App {
 }
 
 impl std::str::FromStr for App {
-    type Err = String;
-    fn from_str(s: &str) -> Result<App, String> {
-        serde_json::from_value(serde_json::Value::String(s.to_string()))
-            .map_err(|_| format!("{s:?}: one of scan, generate, filter, topn, join, sort"))
+    type Err = ganges_core::parse::ParseError;
+    fn from_str(s: &str) -> Result<App, Self::Err> {
+        App::ALL
+            .into_iter()
+            .find(|a| a.to_string() == s)
+            .ok_or_else(|| ganges_core::parse::ParseError::unknown("app", s, App::ALL))
     }
 }
 

@@ -36,6 +36,8 @@ pub enum CliError {
     App(#[from] ganges_flow::apps::AppError),
     #[error(transparent)]
     Mesh(#[from] ganges_flow::mesh::MeshError),
+    #[error(transparent)]
+    Parse(#[from] ganges_core::parse::ParseError),
 }
 
 impl CliError {

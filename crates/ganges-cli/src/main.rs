@@ -189,9 +189,7 @@ fn run(cli: Cli) -> CliResult<()> {
                 all.into_iter().filter(|&s| s <= nodes).collect()
             });
             let apps = match apps {
-                Some(v) => {
-                    v.iter().map(|a| a.parse::<App>()).collect::<Result<Vec<_>, _>>().map_err(CliError::Failed)?
-                }
+                Some(v) => v.iter().map(|a| a.parse::<App>()).collect::<Result<Vec<_>, _>>()?,
                 None => App::ALL.to_vec(),
             };
             let spec = bench_apps::AppsBenchSpec {

@@ -620,6 +620,12 @@ fn bench_write_memory_and_network_stress_load_one_node_and_the_load_aware_polici
 }
 
 #[test]
+fn bench_apps_names_an_unknown_primitive_and_the_choices() {
+    let err = fails(&["bench", "apps", "--apps", "sort,grep"], 1);
+    assert!(err.contains("unknown app `grep` (use scan, generate, filter, topn, join or sort)"), "{err}");
+}
+
+#[test]
 fn help_has_examples_everywhere() {
     for args in [
         vec!["serve"],
