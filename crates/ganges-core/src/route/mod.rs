@@ -560,8 +560,10 @@ impl ReadEngine {
     fn release(&mut self, piece: usize, node: NodeId) -> Option<Option<Time>> {
         self.moved.remove(&piece);
         self.withdrawing.remove(&(piece, node));
+        // A request the driver took an answer for by its id was counted, whatever else holds.
+        let taken = self.taken.iter().position(|r| *r == (piece, node)).map(|i| self.taken.swap_remove(i)).is_some();
         let mut sent = None;
-        let mut was_there = false;
+        let mut was_there = taken;
         if let PieceState::InFlight(nodes) = &mut self.state[piece] {
             if let Some(i) = nodes.iter().position(|(n, _)| *n == node) {
                 sent = Some(nodes.swap_remove(i).1);
@@ -573,16 +575,14 @@ impl ReadEngine {
         } else if self.state[piece] == PieceState::Done {
             // A late duplicate, or a late cancel of a delivered piece: it was counted, unless
             // the server was given up since (`on_node_down` wrote its late copies off).
-            was_there = !self.down.contains(&node);
+            was_there |= !self.down.contains(&node);
         }
         if !was_there {
             return None;
         }
-        // The request answered, if the driver took it; else the first for the piece there (a
-        // piece is at a server twice only when a request handed over met its hedge).
-        if let Some(i) = self.taken.iter().position(|r| *r == (piece, node)) {
-            self.taken.swap_remove(i);
-        } else if let Some(id) = self.request_at(piece, node) {
+        // Not taken by its id: the first request for the piece there (a piece is at a server
+        // twice only when a request handed over met its hedge).
+        if !taken && let Some(id) = self.request_at(piece, node) {
             self.requests.remove(&id);
         }
         let v = self.nodes.get_mut(&node).expect("counted when sent");

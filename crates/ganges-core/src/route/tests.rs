@@ -206,6 +206,30 @@ fn replies_taken_by_request_id_release_the_request_they_answer() {
     e.assert_invariants();
 }
 
+/// A server that refused a read is avoided, but its late copy of a delivered piece still
+/// answers: taken by its id, it frees its place in the window.
+#[test]
+fn a_late_copy_from_a_server_that_refused_a_read_is_released_by_its_id() {
+    let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 4);
+    let sends = drain(&mut e); // pieces 0..4 on nodes 0,1,0,1
+    for d in [sends[1], sends[3]] {
+        e.take(d.request);
+        e.on_data(Time::ZERO, d.piece, NodeId(1));
+    }
+    let steal = drain(&mut e)[0]; // piece 2 to node 1 as well
+    e.take(steal.request);
+    assert_eq!(e.on_data(Time::ZERO, 2, NodeId(1)), Delivery::New);
+    // Node 0 refuses piece 0, then sends its copy of piece 2 after all.
+    e.take(sends[0].request);
+    e.on_failure(Time::ZERO, 0, NodeId(0), Failure::Unavailable);
+    assert_eq!(e.take(sends[2].request), Some((2, NodeId(0))));
+    assert_eq!(e.on_data(Time::ZERO, 2, NodeId(0)), Delivery::Duplicate);
+    assert_eq!(e.inflight(), 0, "nothing is left counted at node 0");
+    e.assert_invariants();
+    let again = drain(&mut e);
+    assert_eq!(pns(again), vec![(0, NodeId(1))]);
+}
+
 /// A gd read of fragment 0 (of four, two copies) in `blocks` pieces, two in flight.
 fn gd_window_of_two(blocks: u64) -> ReadEngine {
     let shape = Shape::uniform(4, blocks * 4096, 4096).unwrap();
