@@ -878,10 +878,9 @@ impl<'a> Sim<'a> {
     /// server holds (`ganges-client`'s watcher; at the end, its last pass).
     fn watch(&mut self) -> Result<(), SimError> {
         let Some(l) = self.landing.as_mut() else { return Ok(()) };
-        for (s, srv) in self.servers.iter().enumerate() {
-            if srv.down || srv.generation > 0 {
-                l.on_down(NodeId(s as u32));
-            }
+        // A server that ever crashed lost its staging, restarted or not.
+        for (s, _) in self.servers.iter().enumerate().filter(|(_, srv)| srv.generation > 0) {
+            l.on_down(NodeId(s as u32));
         }
         let todo = l.rewrites().map_err(|e| SimError::Invariant(format!("the write failed: {e}")))?;
         let me = self.consumer_endpoint(0);

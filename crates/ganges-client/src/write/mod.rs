@@ -225,13 +225,7 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     };
     let mut manifest = draft(layout, spec.name.clone(), shape, spec.records, content)?;
     manifest.state = DatasetState::Incomplete;
-    // A server down already is written around from the start, as one that dies mid-write.
-    let live = client.live_nodes();
-    let staging = if live.len() == client.nodes() as usize {
-        Staging::begin(client, &manifest).await?
-    } else {
-        Staging::begin_on(client, &manifest, &live, false).await?
-    };
+    let (staging, _) = begin_live(client, &manifest, false).await?;
     let draft_manifest = Arc::new(manifest.clone());
     let opts = ReadOptions::new(route).with_window(spec.window).with_settings(settings);
     let started = std::time::Instant::now();
@@ -384,7 +378,7 @@ async fn write_dq(
     }
     let capacity = Shape::uniform(nodes, blocks_total * block, spec.block_bytes)?;
     let manifest = draft(Layout::chained(nodes, 1)?, spec.name.clone(), capacity, spec.records, content)?;
-    let (staging, live) = begin_live(client, &manifest).await?;
+    let (staging, live) = begin_live(client, &manifest, true).await?;
     let mut writers = vec![];
     for (i, blocks) in streams.into_iter().enumerate() {
         let settings = DqSettings::for_consumers(nodes).with_slow_start(ganges_core::dq::START_CREDITS);
@@ -413,14 +407,14 @@ async fn write_dq(
     conclude_dq(client, manifest, staging, &live, writers, logs).await
 }
 
-/// Stage a DQ write on the live servers (one down already is written around from the
-/// start, as one that dies mid-write); and which they are.
-async fn begin_live<'c>(client: &'c Client, manifest: &Manifest) -> Result<(Staging<'c>, Vec<NodeId>)> {
+/// Stage a write on the live servers (one down already is written around from the start,
+/// as one that dies mid-write), `append` for a DQ write's logs; and which they are.
+async fn begin_live<'c>(client: &'c Client, manifest: &Manifest, append: bool) -> Result<(Staging<'c>, Vec<NodeId>)> {
     let live = client.live_nodes();
     let staging = if live.len() == client.nodes() as usize {
-        Staging::begin_with(client, manifest, true).await?
+        Staging::begin_with(client, manifest, append).await?
     } else {
-        Staging::begin_on(client, manifest, &live, true).await?
+        Staging::begin_on(client, manifest, &live, append).await?
     };
     Ok((staging, live))
 }
@@ -524,7 +518,7 @@ impl DqStream {
             let capacity = Shape::uniform(nodes, STREAM_BLOCKS_PER_SERVER * u64::from(block_bytes), block_bytes)?;
             let content = Content::Imported { source: "a stream".into() };
             let manifest = draft(Layout::chained(nodes, 1)?, name, capacity, records, content)?;
-            let (staging, live) = begin_live(&client, &manifest).await?;
+            let (staging, live) = begin_live(&client, &manifest, true).await?;
             let settings = DqSettings::for_consumers(nodes).with_slow_start(ganges_core::dq::START_CREDITS);
             let ws: Vec<_> = (0..writers)
                 .map(|i| {
