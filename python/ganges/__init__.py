@@ -72,6 +72,7 @@ __all__ = [
     "client_metrics",
     "connect",
     "local_cluster",
+    "part_time",
     "serve_metrics",
 ]
 
@@ -107,6 +108,39 @@ def connect(path: PathLike | None = None) -> Cluster:
     """Connect to the cluster a cluster file lists (default: $GANGES_CLUSTER, else the file of
     the local cluster `ganges local up` started)."""
     return Cluster(_ganges.Cluster.connect(path))
+
+
+def part_time(
+    path: PathLike,
+    node: int | None = None,
+    *,
+    data_dir: PathLike | None = None,
+    wait_for: float | str = "60s",
+    disk_rate: float | str | None = None,
+    seek: float | str | None = None,
+) -> Cluster:
+    """Make this process a part-time I/O node (Panda's): it serves node `node` of the cluster
+    file `path` (its address and, unless `data_dir` is given, its data directory from the
+    file) while it computes, and connects once every node of the file answers (within
+    `wait_for`: the other processes of the job start too). `node` defaults to the MPI or
+    Slurm launcher's rank. In a collective array write (`write_array_part`) the pieces of this
+    process's chunk that its own server writes are handed over in memory, not sent. Use as a
+    context manager, or call `stop()`, to stop serving. `disk_rate` gives the server the disk
+    model, as in `local_cluster`."""
+    if node is None:
+        launched = _ganges.launcher_rank()
+        if launched is None:
+            raise InvalidArgument("no node given and no MPI or Slurm launcher's rank in the environment")
+        node = launched[0]
+    inner = _ganges.Cluster.part_time(
+        os.fspath(path),
+        node,
+        data_dir=None if data_dir is None else os.fspath(data_dir),
+        wait_for=wait_for,
+        disk_rate=disk_rate,
+        seek=seek,
+    )
+    return Cluster(inner)
 
 
 def local_cluster(
@@ -188,6 +222,12 @@ class Cluster:
     @property
     def nodes(self) -> int:
         return self._inner.nodes
+
+    @property
+    def local_traffic(self) -> tuple[int, int] | None:
+        """For a part-time I/O node (`ganges.part_time`): the frames and bytes this process
+        handed its own server in memory so far; None for any other cluster."""
+        return self._inner.local_traffic
 
     def dataset(self, name: str) -> Dataset:
         """A dataset of this cluster by name (checked when first used)."""

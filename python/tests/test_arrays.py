@@ -102,3 +102,73 @@ def test_array_errors(cluster: ganges.Cluster, name: str) -> None:
     cluster.create_dataset(name, size="1MiB")
     with pytest.raises(ganges.InvalidArgument, match="not an array"):
         cluster.read_array(name)
+
+
+def _part_time_rank(path: str, data_dir: str, name: str, rank: int, q: mp.Queue) -> None:  # type: ignore[type-arg]
+    """Process `rank` of 4: it serves node `rank` and writes its quarter of the cube."""
+    a = cube()
+    i, j = divmod(rank, 2)
+    chunk = a[i * 24 : (i + 1) * 24, j * 20 : (j + 1) * 20, :]
+    try:
+        with ganges.part_time(path, rank, data_dir=data_dir, wait_for="30s") as node:
+            report = node.write_array_part(
+                name,
+                chunk,
+                shape=SHAPE,
+                memory_mesh=[2, 2],
+                memory_dist=["BLOCK", "BLOCK", "*"],
+                disk_mesh=[2, 2],
+                disk_dist=["BLOCK", "BLOCK", "*"],
+                rank=rank,
+                alloc="round-robin",
+                subchunk="8KiB",
+            )
+            traffic = node.local_traffic
+            # Keep serving until every process has written and the test has read the array.
+            q.put((rank, report is not None, traffic))
+            q_done.wait(60)
+    except ganges.GangesError as e:
+        q.put((rank, str(e), None))
+
+
+q_done: Any = None
+
+
+def test_part_time_io_nodes_serve_their_own_disks_while_writing(tmp_path: Path, name: str) -> None:
+    """Four processes, each serving one node of the cluster file (Panda's part-time I/O
+    nodes), write a cube collectively; the pieces each one's own server writes stay in
+    memory, and a plain client reads the cube back from the four."""
+    import socket
+
+    global q_done
+    ports = []
+    for _ in range(4):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        "".join(f'[[server]]\nnode = {k}\naddr = "127.0.0.1:{p}"\n\n' for k, p in enumerate(ports))
+    )
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    q_done = ctx.Event()
+    procs = [
+        ctx.Process(target=_part_time_rank, args=(str(path), str(tmp_path / f"node-{r}"), name, r, q))
+        for r in range(4)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        results = {r: (ok, traffic) for r, ok, traffic in (q.get(timeout=120) for _ in procs)}
+        assert {r: ok for r, (ok, _) in results.items()} == {0: True, 1: False, 2: False, 3: False}, results
+        # Each process's own server took some of its pieces in memory, never all of the cube.
+        for r, (_, traffic) in results.items():
+            assert traffic is not None and 0 < traffic[1] < cube().nbytes, (r, traffic)
+        back = ganges.connect(path).read_array(name)
+        assert np.array_equal(back, cube())
+    finally:
+        q_done.set()
+        for p in procs:
+            p.join(30)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]

@@ -13,6 +13,11 @@
 //!   only) and `gd` (graduated declustering), one server slow; against the layout-aware
 //!   ideal of that read.
 //!
+//! - **Part-time I/O nodes** (Panda §2): Figure 4's write where the servers run inside the
+//!   writing processes (the first `servers` of the 8, the rest compute only), each process's
+//!   client handing its own server its pieces in memory; beside the same write to servers of
+//!   their own (full-time), on the same disks, in the same run.
+//!
 //! With `--real` the servers write the real disk with direct I/O, each capped by the kernel at
 //! an equal share of what the disk gives them all at once, and a slow server is one the kernel
 //! caps at half of that (the scan and write benches' real faults, `crate::real`); the peak is
@@ -31,10 +36,12 @@ use crate::util::{BenchResult, Table, fail, git_commit, steps_bar};
 use bytes::Bytes;
 use ganges_client::Client;
 use ganges_client::array::{self as arr, ArraySpec, Rates};
+use ganges_client::cluster::{ClusterFile, ServerEntry};
 use ganges_core::array::{AllocKind, ArrayLayout, DType, Dist, Schema, generated};
 use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::ids::NodeId;
 use ganges_core::route::ReadPolicyKind;
+use ganges_harness::PartTime;
 use ganges_proto::control::ControlRequest;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -53,6 +60,8 @@ pub enum Figure {
     Iterations,
     /// Reads of an array with two copies, a server slow.
     Reads,
+    /// Figure 4's write to part-time I/O nodes, beside full-time ones.
+    PartTime,
 }
 
 #[derive(Clone, Debug)]
@@ -65,6 +74,8 @@ pub struct ArrayBenchSpec {
     pub read_servers: Vec<u32>,
     /// Read policies of the reads figure.
     pub read_policies: Vec<ReadPolicyKind>,
+    /// Server counts of the part-time figure (at most the 8 writing processes).
+    pub part_time_servers: Vec<u32>,
     pub shape: Vec<u64>,
     pub allocs: Vec<AllocKind>,
     pub disk: DiskParams,
@@ -104,6 +115,12 @@ pub struct Row {
     pub calls: Vec<f64>,
     /// Bytes each server wrote in the last call.
     pub server_bytes: Vec<u64>,
+    /// Part-time figure: the servers ran in the writing processes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub part_time: bool,
+    /// Part-time figure: bytes of the last call that went to a process's own server in memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -144,6 +161,7 @@ fn layouts(figure: Figure, servers: u32, rank: usize) -> BenchResult<(ArrayLayou
         Figure::RowMajor => (layout(&mesh(&[4, 4, 2]), &block)?, layout(&[servers], &rows)?),
         Figure::Iterations => (layout(&mesh(&[4, 2, 2]), &block)?, layout(&[servers], &rows)?),
         Figure::Reads => (layout(&mesh(&[2, 2, 2]), &block)?, layout(&[servers], &rows)?),
+        Figure::PartTime => (layout(&mesh(&[2, 2, 2]), &block)?, layout(&mesh(&[2, 2, 2]), &block)?),
     })
 }
 
@@ -160,6 +178,19 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
     if spec.figures.contains(&Figure::Reads) {
         counts.extend(&spec.read_servers);
     }
+    let part_time = spec.figures.contains(&Figure::PartTime);
+    if part_time && spec.real.is_some() {
+        return fail(
+            "the part-time figure runs its servers inside the bench's own process, which the kernel's \
+             per-process throttles cannot make one slow: leave it out with --real",
+        );
+    }
+    if part_time {
+        if let Some(&s) = spec.part_time_servers.iter().find(|&&s| s == 0 || s > PROCESSES) {
+            return fail(format!("{s} part-time I/O nodes among {PROCESSES} writing processes: give 1 to {PROCESSES}"));
+        }
+        counts.extend(&spec.part_time_servers);
+    }
     counts.sort_unstable();
     counts.dedup();
     let steps: usize = spec
@@ -168,6 +199,7 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
         .map(|f| match f {
             Figure::Iterations => spec.iteration_servers.len() * spec.allocs.len(),
             Figure::Reads => spec.read_servers.len(),
+            Figure::PartTime => spec.part_time_servers.len() * spec.allocs.len() * 2,
             _ => spec.servers.iter().map(|&s| slow_counts(s).len() * spec.allocs.len()).sum(),
         })
         .sum();
@@ -200,6 +232,7 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
             let wanted = match figure {
                 Figure::Iterations => spec.iteration_servers.contains(&servers),
                 Figure::Reads => spec.read_servers.contains(&servers),
+                Figure::PartTime => spec.part_time_servers.contains(&servers),
                 _ => spec.servers.contains(&servers),
             };
             if !wanted {
@@ -208,8 +241,10 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
             let (memory, disk) = layouts(figure, servers, schema.rank())?;
             let chunks: Vec<Bytes> =
                 (0..memory.positions()).map(|r| Bytes::from(generated(&schema, &memory.chunk(&schema, r)))).collect();
+            let clients = [client.clone()];
             let run_of = |spec_w| Run {
-                client: &client,
+                clients: &clients,
+                parts: &[],
                 spec: spec_w,
                 chunks: &chunks,
                 disk: spec.disk,
@@ -229,6 +264,43 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
                 bar.set_message(format!("reads: {servers} servers"));
                 rows.extend(started.block_on(run.reads(&spec.read_policies))?);
                 bar.inc(1);
+                continue;
+            }
+            if figure == Figure::PartTime {
+                let parts = started.block_on(part_time_nodes(servers, spec.disk, &schema))?;
+                let plain: Vec<std::sync::Arc<Client>> = started.block_on(async {
+                    let file = parts[0].0.client().cluster().clone();
+                    let mut v = vec![];
+                    for _ in servers..PROCESSES {
+                        v.push(Client::connect(file.clone()).await?);
+                    }
+                    BenchResult::Ok(v)
+                })?;
+                let nodes: Vec<&PartTime> = parts.iter().map(|(p, _)| p).collect();
+                let part_clients: Vec<_> =
+                    nodes.iter().map(|p| p.client().clone()).chain(plain.iter().cloned()).collect();
+                for &alloc in &spec.allocs {
+                    let mut spec_w =
+                        ArraySpec::new("bench-array".parse()?, schema.clone(), memory.clone(), disk.clone(), alloc);
+                    spec_w.generated = true;
+                    for (clients, parts) in [(&clients[..], &[][..]), (&part_clients[..], &nodes[..])] {
+                        bar.set_message(format!(
+                            "part-time: {alloc}, {servers} servers{}",
+                            if parts.is_empty() { " (full-time)" } else { "" }
+                        ));
+                        let run = Run { clients, parts, ..run_of(spec_w.clone()) };
+                        for slow in [0, 1] {
+                            rows.push(started.block_on(run.calls(figure, slow, spec.repeat))?);
+                        }
+                        bar.inc(1);
+                    }
+                }
+                started.block_on(async {
+                    for (p, _) in parts {
+                        p.stop().await?;
+                    }
+                    BenchResult::Ok(())
+                })?;
                 continue;
             }
             for &alloc in &spec.allocs {
@@ -263,8 +335,45 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
     })
 }
 
+/// Processes of the part-time figure (Figure 4's 2×2×2).
+const PROCESSES: u32 = 8;
+
+/// `servers` part-time I/O nodes in this process, with the disk model, each with the folder
+/// that holds its data (removed when dropped).
+async fn part_time_nodes(
+    servers: u32,
+    disk: DiskParams,
+    schema: &Schema,
+) -> BenchResult<Vec<(PartTime, tempfile::TempDir)>> {
+    let dirs: Vec<tempfile::TempDir> = (0..servers)
+        .map(|_| tempfile::Builder::new().prefix("ganges-bench-part-").tempdir_in(scratch(schema.bytes())))
+        .collect::<Result<_, _>>()?;
+    let mut entries = vec![];
+    for (k, d) in dirs.iter().enumerate() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut e = ServerEntry::new(NodeId(k as u32), format!("127.0.0.1:{port}"));
+        e.data_dir = Some(d.path().to_path_buf());
+        entries.push(e);
+    }
+    let file = ClusterFile::new(entries)?;
+    let starts = (0..servers).map(|k| {
+        PartTime::start(file.clone(), NodeId(k), None, std::time::Duration::from_secs(30), move |mut c| {
+            c.disk = Some(disk);
+            c
+        })
+    });
+    let mut nodes = vec![];
+    for (p, d) in futures_util::future::join_all(starts).await.into_iter().zip(dirs) {
+        nodes.push((p?, d));
+    }
+    Ok(nodes)
+}
+
 struct Run<'a> {
-    client: &'a std::sync::Arc<Client>,
+    /// Process `r` writes through `clients[r % len]`; the first also coordinates.
+    clients: &'a [std::sync::Arc<Client>],
+    /// The part-time I/O nodes the clients are of, if any.
+    parts: &'a [&'a PartTime],
     spec: ArraySpec,
     chunks: &'a [Bytes],
     disk: DiskParams,
@@ -274,15 +383,24 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    fn client(&self) -> &std::sync::Arc<Client> {
+        &self.clients[0]
+    }
+
+    /// Bytes handed to part-time I/O nodes in memory so far.
+    fn local_bytes(&self) -> u64 {
+        self.parts.iter().map(|p| p.local_traffic().1).sum()
+    }
+
     /// Make the first `slow` servers slow, the rest healthy.
     async fn set_slow(&self, slow: u32) -> BenchResult<()> {
         if let Some((spec, rates)) = self.real {
             let faulty: Vec<NodeId> = (0..slow).map(NodeId).collect();
-            return crate::real::apply(self.client, spec, rates, &faulty).await;
+            return crate::real::apply(self.client(), spec, rates, &faulty).await;
         }
         for n in 0..self.servers {
             let fault = (n < slow).then_some(Fault::Factor { factor: SLOW_FACTOR });
-            self.client.control(NodeId(n), ControlRequest::SetFault { fault }).await?;
+            self.client().control(NodeId(n), ControlRequest::SetFault { fault }).await?;
         }
         Ok(())
     }
@@ -303,9 +421,9 @@ impl Run<'_> {
 
     /// One collective write; its fraction of peak and the rates it measured.
     async fn call(&self, slow: u32, rates: &mut Rates) -> BenchResult<(f64, Vec<u64>)> {
-        let report = arr::write_all(self.client, &self.spec, rates, self.chunks.to_vec()).await?;
+        let report = arr::write_ranks(self.clients, &self.spec, rates, self.chunks.to_vec()).await?;
         rates.0 = Some(report.rates.clone());
-        ganges_client::dataset::remove(self.client, &self.spec.name).await?;
+        ganges_client::dataset::remove(self.client(), &self.spec.name).await?;
         let rate = self.spec.schema.bytes() as f64 / report.seconds;
         Ok((rate / self.peak(slow), report.server_bytes))
     }
@@ -315,8 +433,11 @@ impl Run<'_> {
         let mut rates = Rates::default();
         let mut calls = vec![];
         let mut server_bytes = vec![];
+        let mut local_bytes = 0;
         for _ in 0..repeat.max(1) {
+            let before = self.local_bytes();
             let (frac, bytes) = self.call(slow, &mut rates).await?;
+            local_bytes = self.local_bytes() - before;
             calls.push(frac);
             server_bytes = bytes;
         }
@@ -334,6 +455,8 @@ impl Run<'_> {
             frac_peak,
             calls,
             server_bytes,
+            part_time: !self.parts.is_empty(),
+            local_bytes: (figure == Figure::PartTime).then_some(local_bytes),
         })
     }
 
@@ -342,7 +465,7 @@ impl Run<'_> {
     async fn reads(&self, policies: &[ReadPolicyKind]) -> BenchResult<Vec<Row>> {
         self.set_slow(0).await?;
         let mut rates = Rates::default();
-        let report = arr::write_all(self.client, &self.spec, &rates, self.chunks.to_vec()).await?;
+        let report = arr::write_all(self.client(), &self.spec, &rates, self.chunks.to_vec()).await?;
         rates.0 = Some(report.rates);
         let manifest = std::sync::Arc::new(report.manifest);
         let schema = &self.spec.schema;
@@ -361,12 +484,12 @@ impl Run<'_> {
             let bytes: u64 = reads.iter().flatten().map(|p| p.len).sum();
             for &policy in policies {
                 for n in 0..self.servers {
-                    self.client.control(NodeId(n), ControlRequest::ForgetRate).await?;
+                    self.client().control(NodeId(n), ControlRequest::ForgetRate).await?;
                 }
                 let t0 = std::time::Instant::now();
                 let tasks: Vec<_> = (0..memory.positions())
                     .map(|r| {
-                        let (client, manifest, memory) = (self.client.clone(), manifest.clone(), memory.clone());
+                        let (client, manifest, memory) = (self.client().clone(), manifest.clone(), memory.clone());
                         tokio::spawn(async move { arr::read_chunk_with(&client, &manifest, &memory, r, policy).await })
                     })
                     .collect();
@@ -394,11 +517,13 @@ impl Run<'_> {
                     frac_peak: frac,
                     calls: vec![frac],
                     server_bytes: vec![],
+                    part_time: false,
+                    local_bytes: None,
                 });
             }
         }
         self.set_slow(0).await?;
-        ganges_client::dataset::remove(self.client, &self.spec.name).await?;
+        ganges_client::dataset::remove(self.client(), &self.spec.name).await?;
         Ok(rows)
     }
 
@@ -423,6 +548,8 @@ impl Run<'_> {
                 frac_peak: frac,
                 calls: vec![frac],
                 server_bytes,
+                part_time: false,
+                local_bytes: None,
             });
         }
         self.set_slow(0).await?;
@@ -476,6 +603,45 @@ pub fn render(report: &Report) -> String {
                 r.policy.clone().unwrap_or_default(),
                 format!("{:.1}% ({:.0})", 100.0 * r.frac_peak, r.mb_per_sec),
             ]);
+        }
+        out.push_str(&t.render());
+        out.push('\n');
+    }
+    let parts: Vec<&Row> = report.rows.iter().filter(|r| r.figure == Figure::PartTime).collect();
+    if !parts.is_empty() {
+        out.push_str(
+            "Part-time I/O nodes: Figure 4's write, servers inside the first processes of 8 or of their own; \
+             fraction of peak (share of bytes handed over in memory)\n",
+        );
+        let mut header = vec!["slow/servers".to_string()];
+        for a in &allocs {
+            header.push(format!("{a} full-time"));
+            header.push(format!("{a} part-time"));
+        }
+        let mut t = Table::new(&header.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut keys: Vec<(u32, u32)> = parts.iter().map(|r| (r.servers, r.slow)).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let bytes = report.shape.iter().product::<u64>() as f64 * 4.0;
+        for (servers, slow) in keys {
+            let mut cells = vec![format!("{slow}/{servers}")];
+            for a in &allocs {
+                for part_time in [false, true] {
+                    let r = parts
+                        .iter()
+                        .find(|r| (r.servers, r.slow, r.alloc, r.part_time) == (servers, slow, *a, part_time));
+                    cells.push(match r {
+                        Some(r) if part_time => format!(
+                            "{:.1}% ({:.0}% local)",
+                            100.0 * r.frac_peak,
+                            100.0 * r.local_bytes.unwrap_or(0) as f64 / bytes
+                        ),
+                        Some(r) => format!("{:.1}%", 100.0 * r.frac_peak),
+                        None => "-".into(),
+                    });
+                }
+            }
+            t.row(cells);
         }
         out.push_str(&t.render());
         out.push('\n');

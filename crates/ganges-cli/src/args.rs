@@ -1005,8 +1005,9 @@ pub(crate) enum BenchCmd {
 #[derive(Args, Debug)]
 pub(crate) struct BenchArrayArgs {
     /// Which figures: natural (Figure 4), row-major (Figure 5), iterations (Figures 6 and 7),
-    /// reads (two copies read back with static and gd, a server slow)
-    #[arg(long, value_delimiter = ',', default_value = "natural,row-major,iterations,reads")]
+    /// reads (two copies read back with static and gd, a server slow), part-time (Figure 4
+    /// with the servers inside the writing processes, beside servers of their own)
+    #[arg(long, value_delimiter = ',', default_value = "natural,row-major,iterations,reads,part-time")]
     pub(crate) figures: Vec<ArrayFigure>,
     /// Server counts of Figures 4 and 5
     #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
@@ -1020,6 +1021,9 @@ pub(crate) struct BenchArrayArgs {
     /// Read policies of the reads
     #[arg(long, value_delimiter = ',', default_value = "static,gd")]
     pub(crate) read_policies: Vec<ReadPolicyKind>,
+    /// Part-time I/O nodes among the 8 writing processes, per run of the part-time figure
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+    pub(crate) part_time_servers: Vec<u32>,
     /// The array's shape (f32 elements)
     #[arg(long, value_delimiter = ',', default_value = "512,512,512")]
     pub(crate) shape: Vec<u64>,
@@ -1058,6 +1062,7 @@ pub(crate) enum ArrayFigure {
     RowMajor,
     Iterations,
     Reads,
+    PartTime,
 }
 
 #[derive(Args, Debug)]

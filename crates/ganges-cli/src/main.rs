@@ -677,6 +677,17 @@ fn bench_array(a: BenchArrayArgs) -> CliResult<()> {
             ArrayFigure::RowMajor => Figure::RowMajor,
             ArrayFigure::Iterations => Figure::Iterations,
             ArrayFigure::Reads => Figure::Reads,
+            ArrayFigure::PartTime => Figure::PartTime,
+        })
+        .filter(|f| {
+            let keep = !(a.real && *f == Figure::PartTime);
+            if !keep {
+                eprintln!(
+                    "leaving out the part-time figure: its servers run in the bench's own process, which \
+                     --real's per-process kernel throttles cannot make one of slow"
+                );
+            }
+            keep
         })
         .collect();
     let mut spec = bench_arr::ArrayBenchSpec {
@@ -685,6 +696,7 @@ fn bench_array(a: BenchArrayArgs) -> CliResult<()> {
         iteration_servers: a.iteration_servers,
         read_servers: a.read_servers,
         read_policies: a.read_policies,
+        part_time_servers: a.part_time_servers,
         shape: a.shape,
         allocs: a.allocs,
         disk: DiskParams { rate_bytes_per_sec: a.disk_rate.0, seek: a.seek.0, queue_depth: 1 },
@@ -705,6 +717,7 @@ fn bench_array(a: BenchArrayArgs) -> CliResult<()> {
         spec.servers = vec![2, 4, 8];
         spec.iteration_servers = vec![2, 8];
         spec.read_servers = vec![4];
+        spec.part_time_servers = vec![4];
         spec.repeat = 1;
         spec.iterations = 6;
     }

@@ -102,8 +102,10 @@ fn bench_array_writes_json_and_a_plot() {
         "bench",
         "array",
         "--figures",
-        "row-major,iterations",
+        "row-major,iterations,part-time",
         "--servers",
+        "2",
+        "--part-time-servers",
         "2",
         "--iteration-servers",
         "2",
@@ -122,11 +124,24 @@ fn bench_array_writes_json_and_a_plot() {
         "--plot",
         plot.to_str().unwrap(),
     ]);
-    assert!(out.contains("Figure 5") && out.contains("Figures 6-7"), "{out}");
+    assert!(out.contains("Figure 5") && out.contains("Figures 6-7") && out.contains("Part-time"), "{out}");
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let rows = report["rows"].as_array().unwrap();
-    // Figure 5 at 2 servers: 0, 1 and 2 slow, for each allocation; then 5 calls each.
-    assert_eq!(rows.len(), 2 * 3 + 2 * 5, "{report}");
+    // Figure 5 at 2 servers: 0, 1 and 2 slow, for each allocation; then 5 calls each; then
+    // part-time and full-time, 0 and 1 slow, for each allocation.
+    assert_eq!(rows.len(), 2 * 3 + 2 * 5 + 2 * 2 * 2, "{report}");
+    let part: Vec<&serde_json::Value> = rows.iter().filter(|r| r["figure"] == "part-time").collect();
+    assert_eq!(part.iter().filter(|r| r["part_time"] == true).count(), 4, "{report}");
+    for r in &part {
+        // Two of the 8 processes serve: what they hand their own servers in memory is at most
+        // their quarter of the array, and only the part-time rows hand any.
+        let local = r["local_bytes"].as_u64().unwrap();
+        if r["part_time"] == true {
+            assert!(local > 0 && local <= 64 * 64 * 128 * 4 / 4, "{r}");
+        } else {
+            assert_eq!(local, 0, "{r}");
+        }
+    }
     for r in rows {
         let f = r["frac_peak"].as_f64().unwrap();
         // A sanity bound, not a target (the bench measures those): on a loaded 2-core

@@ -5,11 +5,12 @@ use crate::conn::{Connection, Registry};
 use crate::error::{ClientError, Result};
 use futures_util::future::join_all;
 use ganges_core::ids::NodeId;
+use ganges_net::local::LocalServer;
 use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::manifest::{DatasetName, Manifest};
-use ganges_proto::msg::ErrorCode;
+use ganges_proto::msg::{ErrorCode, Message};
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Debug)]
 pub struct Client {
@@ -18,12 +19,81 @@ pub struct Client {
     conns: Vec<Option<Arc<Connection>>>,
     /// Nodes a stream of this client has found down and said so (`first_seen_down`).
     said_down: Mutex<BTreeSet<NodeId>>,
+    /// The server running in this process, if it is one of the cluster's (a part-time I/O
+    /// node): frames for it go to it in memory.
+    local: OnceLock<Arc<dyn LocalServer>>,
+}
+
+/// Where a frame for one server goes: over its connection, or straight to it when it runs in
+/// this process.
+#[derive(Clone, Copy, Debug)]
+pub enum Route<'a> {
+    Conn(&'a Arc<Connection>),
+    Local(NodeId, &'a Arc<dyn LocalServer>),
+}
+
+impl Route<'_> {
+    /// One request and its reply.
+    pub async fn call(&self, msg: Message) -> Result<Message> {
+        match self {
+            Route::Conn(c) => c.call(&msg).await,
+            Route::Local(_, server) => Ok(server.call(msg).await),
+        }
+    }
+
+    /// A control request, as `Connection::control` makes it.
+    pub async fn control(&self, req: ControlRequest) -> Result<ControlReply> {
+        let (node, server) = match self {
+            Route::Conn(c) => return c.control(req).await,
+            Route::Local(node, server) => (*node, server),
+        };
+        let (op, limit) = (req.op(), req.timeout());
+        let reply = tokio::time::timeout(limit, server.call(Message::Control(req)))
+            .await
+            .map_err(|_| ClientError::Timeout { node, op, secs: limit.as_secs() })?;
+        match reply {
+            Message::ControlOk(reply) => Ok(*reply),
+            Message::Error(err, _) => Err(ClientError::Server { node, err }),
+            other => Err(ClientError::Protocol {
+                node,
+                why: format!("unexpected reply kind {:#04x} to a control request", other.kind()),
+            }),
+        }
+    }
 }
 
 impl Client {
     /// Connect to every server of the cluster. Servers that cannot be reached are left out
     /// (reads fail over around them); if none can be reached, that is an error.
     pub async fn connect(cluster: ClusterFile) -> Result<Arc<Client>> {
+        let (client, unreachable) = Client::open(cluster).await?;
+        for e in unreachable {
+            tracing::warn!(%e, "server unreachable");
+        }
+        if client.conns.iter().all(Option::is_none) {
+            return Err(ClientError::NoServers {
+                cluster: client.cluster.path.display().to_string(),
+                tried: client.cluster.servers.len(),
+            });
+        }
+        Ok(Arc::new(client))
+    }
+
+    /// Connect to every server of the cluster, or say which could not be reached (quietly:
+    /// a process waiting for the other processes of its job tries again).
+    pub async fn connect_every(cluster: ClusterFile) -> Result<std::result::Result<Arc<Client>, Vec<NodeId>>> {
+        let (client, unreachable) = Client::open(cluster).await?;
+        if unreachable.is_empty() {
+            return Ok(Ok(Arc::new(client)));
+        }
+        Ok(Err((0..client.nodes())
+            .map(NodeId)
+            .filter(|n| !matches!(client.conns.get(n.index()), Some(Some(_))))
+            .collect()))
+    }
+
+    /// A connection to every server that answers, and why the others did not.
+    async fn open(cluster: ClusterFile) -> Result<(Client, Vec<ClientError>)> {
         // Random and non-zero: servers use it to find this client's connection when they take
         // over one of its requests from another server (GD-6).
         let client_id = rand::random::<u64>() | 1;
@@ -35,6 +105,7 @@ impl Client {
             .map(|s| Connection::connect(&transport, s.node, &s.addr, client_id, registry.clone()));
         let results = join_all(attempts).await;
         let mut conns = Vec::with_capacity(results.len());
+        let mut unreachable = vec![];
         for r in results {
             match r {
                 Ok(c) => conns.push(Some(c)),
@@ -42,18 +113,12 @@ impl Client {
                 // retry too: say so now, instead of reading around it as if it were down.
                 Err(e @ ClientError::Refused { .. }) => return Err(e),
                 Err(e) => {
-                    tracing::warn!(%e, "server unreachable");
+                    unreachable.push(e);
                     conns.push(None);
                 }
             }
         }
-        if conns.iter().all(Option::is_none) {
-            return Err(ClientError::NoServers {
-                cluster: cluster.path.display().to_string(),
-                tried: cluster.servers.len(),
-            });
-        }
-        Ok(Arc::new(Client { cluster, conns, said_down: Mutex::default() }))
+        Ok((Client { cluster, conns, said_down: Mutex::default(), local: OnceLock::new() }, unreachable))
     }
 
     pub fn cluster(&self) -> &ClusterFile {
@@ -62,6 +127,33 @@ impl Client {
 
     pub fn nodes(&self) -> u32 {
         self.cluster.nodes()
+    }
+
+    /// Tell the client that `server`, one of its cluster's, runs in this process (a part-time
+    /// I/O node): a collective array write then hands that server this process's pieces in
+    /// memory. Once per client.
+    pub fn attach_local(&self, server: Arc<dyn LocalServer>) -> Result<()> {
+        let node = NodeId(server.node());
+        if node.0 >= self.nodes() {
+            return Err(ClientError::Invalid(format!("{node} is not in the cluster file")));
+        }
+        self.local
+            .set(server)
+            .map_err(|_| ClientError::Invalid("this client already has a server in its process".into()))
+    }
+
+    /// The node of the server in this process, if there is one.
+    pub fn local_node(&self) -> Option<NodeId> {
+        self.local.get().map(|s| NodeId(s.node()))
+    }
+
+    /// Where frames for `node` go: to the server in this process if it is `node`, else over
+    /// the connection, if it is up.
+    pub fn route(&self, node: NodeId) -> Result<Route<'_>> {
+        match self.local.get() {
+            Some(server) if server.node() == node.0 => Ok(Route::Local(node, server)),
+            _ => self.conn(node).map(Route::Conn),
+        }
     }
 
     /// The connection to `node`, if it is up.
@@ -91,7 +183,12 @@ impl Client {
             return self.clone();
         }
         match Client::connect(self.cluster.clone()).await {
-            Ok(c) if c.live_nodes().len() > self.live_nodes().len() => c,
+            Ok(c) if c.live_nodes().len() > self.live_nodes().len() => {
+                if let Some(local) = self.local.get() {
+                    let _ = c.local.set(local.clone());
+                }
+                c
+            }
             _ => self.clone(),
         }
     }
@@ -111,7 +208,7 @@ impl Client {
 
     /// A control request to one node.
     pub async fn control(&self, node: NodeId, req: ControlRequest) -> Result<ControlReply> {
-        self.conn(node)?.control(req).await
+        self.route(node)?.control(req).await
     }
 
     /// The same control request to many nodes at once; results in the order of `nodes`.

@@ -225,6 +225,19 @@ impl ClusterFile {
         Ok(t)
     }
 
+    /// The server side of the cluster's transport for `node`: its secret and, with `[tls]`,
+    /// its certificate (and the CA, to reach its peers).
+    pub fn server_transport(&self, node: NodeId) -> Result<Transport> {
+        let mut t = Transport::plain().with_secret(self.secret()?);
+        if let (Some((cert, key)), Some(tls)) = (self.tls_files(node)?, &self.tls) {
+            let bad = |e: ganges_net::tls::TlsError| self.bad(e.to_string());
+            t = t
+                .with_tls_server(ganges_net::tls::server_config(&cert, &key).map_err(bad)?)
+                .with_tls_client(ganges_net::tls::client_config(&self.resolve(&tls.ca)).map_err(bad)?);
+        }
+        Ok(t)
+    }
+
     /// The certificate and key `node` serves with, if the cluster has TLS.
     pub fn tls_files(&self, node: NodeId) -> Result<Option<(PathBuf, PathBuf)>> {
         let Some(tls) = &self.tls else { return Ok(None) };

@@ -12,6 +12,8 @@
 //!   certificates (`ganges cluster init --tls`).
 //! - [`limit`]: the failed-handshake limiter.
 //! - [`transport`]: connect and accept, carrying out all of the above.
+//! - [`local`]: a server in the caller's own process, reached without a socket (part-time
+//!   I/O nodes).
 //! - [`failpoint`]: tests' named crash and stop points (`GANGES_FAIL_AT`).
 //! - [`http`]: the little HTTP the metrics endpoints and the dashboard speak, and
 //!   [`prom`], the Prometheus text format they serve.
@@ -20,6 +22,7 @@ pub mod auth;
 pub mod failpoint;
 pub mod http;
 pub mod limit;
+pub mod local;
 pub mod prom;
 pub mod secret;
 pub mod tls;

@@ -17,6 +17,7 @@ use ganges_core::ids::NodeId;
 use ganges_core::layout::Layout;
 use ganges_core::route::{ReadPolicyKind, WINDOW_DEFAULT};
 use ganges_core::write::WritePolicyKind;
+use ganges_harness::PartTime;
 use ganges_harness::local::{LocalCluster, LocalSpec};
 use ganges_proto::control::RealFaults;
 use ganges_proto::manifest::RecordFormat;
@@ -26,15 +27,21 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A local cluster, stopped by the process that started it and by no other: a forked child
-/// that inherits the handle leaves the servers alone.
+/// Servers this process runs (a local cluster, or its own part-time I/O node), stopped by
+/// that process and by no other: a forked child that inherits the handle leaves them alone.
 #[derive(Debug)]
-struct Local {
+struct Owned<T> {
     owner: u32,
-    servers: Option<LocalCluster>,
+    servers: Option<T>,
 }
 
-impl Drop for Local {
+impl<T> Owned<T> {
+    fn new(servers: T) -> Owned<T> {
+        Owned { owner: std::process::id(), servers: Some(servers) }
+    }
+}
+
+impl<T> Drop for Owned<T> {
     fn drop(&mut self) {
         if self.owner != std::process::id() {
             std::mem::forget(self.servers.take());
@@ -49,6 +56,9 @@ pub enum SourceArg {
     Buffers(Vec<pyo3_bytes::PyBytes>),
 }
 
+/// How long a part-time I/O node waits for the other processes of its job, unless told.
+const PART_TIME_WAIT: Duration = Duration::from_secs(60);
+
 /// While a server is down, how often the connections are made afresh.
 const RECONNECT_EVERY: Duration = Duration::from_secs(2);
 
@@ -58,13 +68,19 @@ pub struct Cluster {
     file: ClusterFile,
     /// This process's connections (made again in a forked child), and when they were made.
     client: Mutex<Option<(u32, Arc<Client>, Instant)>>,
-    local: Mutex<Option<Local>>,
+    local: Mutex<Option<Owned<LocalCluster>>>,
+    /// This process's own server, when it is a part-time I/O node of the cluster.
+    part_time: Mutex<Option<Owned<PartTime>>>,
 }
 
 impl Cluster {
     fn new(file: ClusterFile, local: Option<LocalCluster>) -> Cluster {
-        let local = local.map(|servers| Local { owner: std::process::id(), servers: Some(servers) });
-        Cluster { file, client: Mutex::new(None), local: Mutex::new(local) }
+        Cluster {
+            file,
+            client: Mutex::new(None),
+            local: Mutex::new(local.map(Owned::new)),
+            part_time: Mutex::new(None),
+        }
     }
 
     /// The connections for this process, made on first use in it.
@@ -91,6 +107,17 @@ impl Cluster {
     async fn manifest(client: &Client, name: &str) -> PyResult<Arc<ganges_proto::manifest::Manifest>> {
         Ok(Arc::new(client.manifest(&dataset_name(name)?).await.map_err(errors::client)?))
     }
+}
+
+/// The disk model from Python's `disk_rate` and `seek` (`None`: the real disk).
+fn disk_model(disk_rate: Option<RateArg>, seek: Option<DurArg>) -> PyResult<Option<DiskParams>> {
+    let Some(r) = disk_rate else { return Ok(None) };
+    let rate = r.bytes_per_sec("disk_rate")?;
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(invalid(format!("disk_rate {rate}: give a rate above 0, or None for the real disk")));
+    }
+    let seek = seek.map(|s| s.duration("seek")).transpose()?.unwrap_or(Duration::from_millis(5));
+    Ok(Some(DiskParams { rate_bytes_per_sec: rate, seek, queue_depth: 1 }))
 }
 
 fn read_options(policy: &str, window: Option<u32>) -> PyResult<ReadOptions> {
@@ -135,17 +162,7 @@ impl Cluster {
         secret: bool,
         metrics: bool,
     ) -> PyResult<Cluster> {
-        let disk = match disk_rate {
-            None => None,
-            Some(r) => {
-                let rate = r.bytes_per_sec("disk_rate")?;
-                if !(rate.is_finite() && rate > 0.0) {
-                    return Err(invalid(format!("disk_rate {rate}: give a rate above 0, or None for the real disk")));
-                }
-                let seek = seek.map(|s| s.duration("seek")).transpose()?.unwrap_or(Duration::from_millis(5));
-                Some(DiskParams { rate_bytes_per_sec: rate, seek, queue_depth: 1 })
-            }
-        };
+        let disk = disk_model(disk_rate, seek)?;
         let mut spec = LocalSpec::new(nodes, root, disk, binary);
         spec.direct_io = direct_io;
         spec.secret = secret;
@@ -162,11 +179,58 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Stop a local cluster's servers (nothing for a cluster this process did not start).
+    /// Serve node `node` of the cluster file at `path` in this process (a part-time I/O
+    /// node: Panda's), and connect once every node answers (within `wait_for`). A collective
+    /// array write from this process hands its own server its pieces in memory.
+    #[staticmethod]
+    #[pyo3(signature = (path, node, data_dir=None, wait_for=None, disk_rate=None, seek=None))]
+    fn part_time(
+        py: Python<'_>,
+        path: PathBuf,
+        node: u32,
+        data_dir: Option<PathBuf>,
+        wait_for: Option<DurArg>,
+        disk_rate: Option<RateArg>,
+        seek: Option<DurArg>,
+    ) -> PyResult<Cluster> {
+        let file = ClusterFile::load(&path).map_err(errors::client)?;
+        if node >= file.nodes() {
+            return Err(invalid(format!("node {node} is not in {} (nodes 0..{})", path.display(), file.nodes())));
+        }
+        let disk = disk_model(disk_rate, seek)?;
+        let wait_for = wait_for.map(|w| w.duration("wait_for")).transpose()?.unwrap_or(PART_TIME_WAIT);
+        let start = PartTime::start(file.clone(), NodeId(node), data_dir, wait_for, move |mut c| {
+            c.disk = disk;
+            c
+        });
+        let part = wait(py, start)?.map_err(errors::harness)?;
+        let cluster = Cluster::new(file, None);
+        *cluster.client.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((std::process::id(), part.client().clone(), Instant::now()));
+        *cluster.part_time.lock().unwrap_or_else(|e| e.into_inner()) = Some(Owned::new(part));
+        Ok(cluster)
+    }
+
+    /// For a part-time I/O node: the frames and bytes its own client handed it in memory.
+    #[getter]
+    fn local_traffic(&self) -> Option<(u64, u64)> {
+        let part = self.part_time.lock().unwrap_or_else(|e| e.into_inner());
+        part.as_ref().and_then(|p| p.servers.as_ref()).map(PartTime::local_traffic)
+    }
+
+    /// Stop a local cluster's servers, or this process's own server (nothing for a cluster
+    /// this process did not start).
     fn stop(&self, py: Python<'_>) {
         let local = self.local.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let part = self.part_time.lock().unwrap_or_else(|e| e.into_inner()).take();
         *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
         py.detach(move || drop(local));
+        if let Some(mut p) = part
+            && let Some(server) = p.servers.take()
+            && p.owner == std::process::id()
+        {
+            let _ = wait(py, server.stop());
+        }
     }
 
     /// The cluster file (other processes connect with it).

@@ -481,7 +481,7 @@ fn enqueue_write(
     Ok(())
 }
 
-async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
+pub(crate) async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Message {
     let op = req.op();
     match req {
         ControlRequest::Stats => Message::ControlOk(Box::new(ControlReply::Stats { stats: Box::new(shared.stats()) })),

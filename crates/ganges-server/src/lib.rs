@@ -11,6 +11,8 @@
 //! - [`direct`]: direct I/O (`--direct-io`): aligned reads and writes past the page cache.
 //! - [`array`]: collective array writes, server-directed (Panda): gather, assemble, append.
 //! - [`fill`]: GW-2 replica completion: a copy brings itself the blocks it lacks from peers.
+//! - [`local`]: frames from the process's own client, when the server is embedded in it
+//!   ([`Embedded`], Panda's part-time I/O nodes).
 //! - [`handoff`]: GD-6: an idle server asks its peers for queued requests; a busy one gives.
 //! - [`node`]: CW-1: the node's CPU, load, memory, network and disk, sampled once a second.
 //! - [`realfault`]: real faults (FI-2): kernel throttles, a competing reader, link shaping.
@@ -27,6 +29,7 @@ pub mod direct;
 pub mod disk;
 pub mod fill;
 pub mod handoff;
+pub mod local;
 pub mod metrics;
 pub mod node;
 pub mod realfault;
@@ -280,98 +283,171 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let local = listener.local_addr().map_err(ServeError::Accept)?;
-    if !local.ip().is_loopback() && !config.transport.has_secret() {
-        return Err(ServeError::NoSecret(local));
+    Opened::open(config, &listener).await?.serve(listener, shutdown).await
+}
+
+/// A server in the caller's process (Panda's part-time I/O node): it serves its listener as
+/// [`run`] does, and the process's own client reaches it without a socket through
+/// [`Embedded::local`]. Dropping it stops the server.
+#[derive(Debug)]
+pub struct Embedded {
+    local: Arc<local::InProcess>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
+}
+
+impl Embedded {
+    /// Open the server's store and start serving `listener` on the caller's runtime.
+    pub async fn start(config: ServerConfig, listener: TcpListener) -> Result<Embedded, ServeError> {
+        let opened = Opened::open(config, &listener).await?;
+        let local = Arc::new(local::InProcess::new(opened.shared.clone()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(opened.serve(listener, async {
+            let _ = stopped.await;
+        }));
+        Ok(Embedded { local, stop: Some(stop), task: Some(task) })
     }
-    let store = Arc::new(store::Store::open(&config.data_dir, config.node, config.direct_io)?);
-    realfault::recover(&config.data_dir);
-    let fault_env = realfault::FaultEnv {
-        node: config.node,
-        data_dir: config.data_dir.clone(),
-        listen_ip: local.ip(),
-        helper: config.helper.clone(),
-    };
-    let metrics_listener = match config.metrics_listen {
-        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| ServeError::Metrics(addr, e))?),
-        None => None,
-    };
-    let config_peers = config.peers.clone();
-    let model = config.disk.map(DiskModel::new);
-    let queue_depth = config.disk.map_or(config.queue_depth, |d| d.queue_depth);
-    let link = config.model_link.then(|| Mutex::new(LinkModel::new(config.node_sampling.net_bytes_per_sec)));
-    let shared = Arc::new(Shared {
-        disk: Mutex::new(disk::DiskState::new(config.scheduler.build(), model)),
-        config,
-        store,
-        disk_wake: Notify::new(),
-        idle: Notify::new(),
-        peers: Mutex::new(config_peers),
-        clients: Mutex::new(HashMap::new()),
-        counters: Counters::default(),
-        node_load: Mutex::new(None),
-        link,
-        real_faults: Mutex::new(realfault::RealFaultState::default()),
-        fault_env,
-        arrays: array::Arrays::default(),
-        meetings: Mutex::default(),
-        metrics: metrics::Metrics::default(),
-        metrics_addr: metrics_listener.as_ref().and_then(|l| l.local_addr().ok()),
-        epoch: second_aligned_epoch(),
-        started: Instant::now(),
-    });
-    let driver = tokio::spawn(disk::run(shared.clone(), queue_depth));
-    let asker = tokio::spawn(handoff::run_asker(shared.clone()));
-    let sampler = tokio::spawn(node::run(shared.clone()));
-    let janitor = tokio::spawn(txn::run_janitor(shared.clone()));
-    let metrics = metrics_listener.map(|l| tokio::spawn(metrics::serve(l, shared.clone())));
-    let next_conn = AtomicU64::new(1);
-    // Every connection's task: when the server stops, they stop with it (dropping the set
-    // aborts them), so its clients see their connections close as they would at a crash.
-    let mut conns = tokio::task::JoinSet::new();
-    tokio::pin!(shutdown);
-    let result = loop {
-        tokio::select! {
-            _ = &mut shutdown => break Ok(()),
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) if conns.len() >= shared.config.max_connections => {
-                    shared.counters.refused_connections.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%peer, max = shared.config.max_connections, "refused a connection: too many open");
-                    let why = format!(
-                        "{} has {} connections open, as many as it takes (--max-connections); try again later",
-                        shared.config.node, shared.config.max_connections
-                    );
-                    let err = ganges_proto::msg::WireError::new(ganges_proto::msg::ErrorCode::TooManyConnections, why);
-                    tokio::spawn(ganges_net::transport::refuse_tcp(stream, err));
-                }
-                Ok((stream, _)) => {
-                    let conn = next_conn.fetch_add(1, Ordering::Relaxed);
-                    conns.spawn(conn::handle(shared.clone(), stream, conn));
-                }
-                // Out of file descriptors and the like: back off instead of spinning.
-                Err(e) if is_transient(&e) => {
-                    tracing::warn!(%e, "accept failed; retrying");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-                Err(e) => break Err(ServeError::Accept(e)),
-            }
+
+    /// The server as this process's client reaches it (`Client::attach_local`).
+    pub fn local(&self) -> Arc<dyn ganges_net::local::LocalServer> {
+        self.local.clone()
+    }
+
+    /// What the process's own client handed this server in memory: frames and payload bytes.
+    pub fn local_traffic(&self) -> (u64, u64) {
+        self.local.traffic()
+    }
+
+    /// Stop serving; what the server's loop returned.
+    pub async fn stop(mut self) -> Result<(), ServeError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
         }
-    };
-    conns.abort_all();
-    driver.abort();
-    asker.abort();
-    sampler.abort();
-    janitor.abort();
-    if let Some(m) = metrics {
-        m.abort();
+        match self.task.take() {
+            Some(task) => task.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())),
+            None => Ok(()),
+        }
     }
-    let cleared = shared.clone();
-    let _ = tokio::task::spawn_blocking(move || {
-        cleared.real_faults.lock().clear(&cleared.fault_env);
-    })
-    .await;
-    result
+}
+
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A server whose store is open and whose tasks run, not yet accepting connections.
+struct Opened {
+    shared: Arc<Shared>,
+    metrics_listener: Option<TcpListener>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Opened {
+    async fn open(config: ServerConfig, listener: &TcpListener) -> Result<Opened, ServeError> {
+        let local = listener.local_addr().map_err(ServeError::Accept)?;
+        if !local.ip().is_loopback() && !config.transport.has_secret() {
+            return Err(ServeError::NoSecret(local));
+        }
+        let store = Arc::new(store::Store::open(&config.data_dir, config.node, config.direct_io)?);
+        realfault::recover(&config.data_dir);
+        let fault_env = realfault::FaultEnv {
+            node: config.node,
+            data_dir: config.data_dir.clone(),
+            listen_ip: local.ip(),
+            helper: config.helper.clone(),
+        };
+        let metrics_listener = match config.metrics_listen {
+            Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| ServeError::Metrics(addr, e))?),
+            None => None,
+        };
+        let config_peers = config.peers.clone();
+        let model = config.disk.map(DiskModel::new);
+        let queue_depth = config.disk.map_or(config.queue_depth, |d| d.queue_depth);
+        let link = config.model_link.then(|| Mutex::new(LinkModel::new(config.node_sampling.net_bytes_per_sec)));
+        let shared = Arc::new(Shared {
+            disk: Mutex::new(disk::DiskState::new(config.scheduler.build(), model)),
+            config,
+            store,
+            disk_wake: Notify::new(),
+            idle: Notify::new(),
+            peers: Mutex::new(config_peers),
+            clients: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            node_load: Mutex::new(None),
+            link,
+            real_faults: Mutex::new(realfault::RealFaultState::default()),
+            fault_env,
+            arrays: array::Arrays::default(),
+            meetings: Mutex::default(),
+            metrics: metrics::Metrics::default(),
+            metrics_addr: metrics_listener.as_ref().and_then(|l| l.local_addr().ok()),
+            epoch: second_aligned_epoch(),
+            started: Instant::now(),
+        });
+        let tasks = vec![
+            tokio::spawn(disk::run(shared.clone(), queue_depth)),
+            tokio::spawn(handoff::run_asker(shared.clone())),
+            tokio::spawn(node::run(shared.clone())),
+            tokio::spawn(txn::run_janitor(shared.clone())),
+        ];
+        Ok(Opened { shared, metrics_listener, tasks })
+    }
+
+    /// Accept connections until `shutdown` resolves, then stop every task and clear real faults.
+    async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<(), ServeError> {
+        let Opened { shared, metrics_listener, mut tasks } = self;
+        tasks.extend(metrics_listener.map(|l| tokio::spawn(metrics::serve(l, shared.clone()))));
+        let next_conn = AtomicU64::new(1);
+        // Every connection's task: when the server stops, they stop with it (dropping the set
+        // aborts them), so its clients see their connections close as they would at a crash.
+        let mut conns = tokio::task::JoinSet::new();
+        tokio::pin!(shutdown);
+        let result = loop {
+            tokio::select! {
+                _ = &mut shutdown => break Ok(()),
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) if conns.len() >= shared.config.max_connections => {
+                        shared.counters.refused_connections.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%peer, max = shared.config.max_connections, "refused a connection: too many open");
+                        let why = format!(
+                            "{} has {} connections open, as many as it takes (--max-connections); try again later",
+                            shared.config.node, shared.config.max_connections
+                        );
+                        let err = ganges_proto::msg::WireError::new(ganges_proto::msg::ErrorCode::TooManyConnections, why);
+                        tokio::spawn(ganges_net::transport::refuse_tcp(stream, err));
+                    }
+                    Ok((stream, _)) => {
+                        let conn = next_conn.fetch_add(1, Ordering::Relaxed);
+                        conns.spawn(conn::handle(shared.clone(), stream, conn));
+                    }
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    Err(e) if is_transient(&e) => {
+                        tracing::warn!(%e, "accept failed; retrying");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                    Err(e) => break Err(ServeError::Accept(e)),
+                }
+            }
+        };
+        conns.abort_all();
+        for t in tasks {
+            t.abort();
+        }
+        let cleared = shared.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            cleared.real_faults.lock().clear(&cleared.fault_env);
+        })
+        .await;
+        result
+    }
 }
 
 fn is_transient(e: &std::io::Error) -> bool {

@@ -352,7 +352,8 @@ async fn serve(
     chunk: &Bytes,
     node: NodeId,
 ) -> Result<(ArrayOutcome, usize)> {
-    let conn = client.conn(node)?;
+    // This process's own server (a part-time I/O node) takes its pieces in memory.
+    let conn = client.route(node)?;
     let elem = spec.schema.dtype.size();
     let mut last_heard = Instant::now();
     let mut served = 0;
@@ -396,7 +397,7 @@ async fn serve(
             };
             let msg = Message::Piece(PieceReq { txid: call.0, subchunk: i, rank, data });
             sends.push(async move {
-                match conn.call(&msg).await? {
+                match conn.call(msg).await? {
                     Message::ControlOk(_) => Ok(()),
                     Message::Error(err, _) => Err(ClientError::Server { node, err }),
                     other => {
@@ -424,13 +425,28 @@ pub async fn write_all(
     rates: &Rates,
     chunks: Vec<Bytes>,
 ) -> Result<ArrayWriteReport> {
+    write_ranks(std::slice::from_ref(client), spec, rates, chunks).await
+}
+
+/// As [`write_all`], with process `r` writing through `clients[r % clients.len()]`: each
+/// process its own client, as when part-time I/O nodes each reach their own server in memory.
+/// The first client coordinates.
+pub async fn write_ranks(
+    clients: &[Arc<Client>],
+    spec: &ArraySpec,
+    rates: &Rates,
+    chunks: Vec<Bytes>,
+) -> Result<ArrayWriteReport> {
     if chunks.len() as u32 != spec.ranks() {
         return Err(ClientError::Invalid(format!("{} chunks for {} processes", chunks.len(), spec.ranks())));
     }
+    let Some(client) = clients.first() else {
+        return Err(ClientError::Invalid("a collective write with no client".into()));
+    };
     let call = CallId::random();
     let coordinator = Coordinator::begin(client, spec.clone(), call, rates).await?;
     let ranks = chunks.into_iter().enumerate().map(|(r, c)| {
-        let client = client.clone();
+        let client = clients[r % clients.len()].clone();
         let spec = spec.clone();
         tokio::spawn(async move { write_rank(&client, &spec, call, r as u32, c).await })
     });
