@@ -94,6 +94,24 @@ async fn part_time_nodes_take_their_own_pieces_in_memory_and_the_array_reads_bac
             assert!(back == generated(&schema, &other.chunk(&schema, r)), "{alloc}: chunk {r} differs");
         }
     }
+    // Natural chunking, one process per node: static allocation keeps every subchunk in its
+    // process; stealing plans the same, and a server that runs out first may take a few at
+    // the end; round-robin moves three quarters.
+    for (alloc, local) in
+        [(AllocKind::Static, 1.0..=1.0), (AllocKind::Steal, 0.5..=1.0), (AllocKind::RoundRobin, 0.25..=0.25)]
+    {
+        let before: u64 = nodes.iter().map(|p| p.local_traffic().1).sum();
+        let rows = layout(&[4], "BLOCK,*");
+        let mut spec =
+            ArraySpec::new(format!("natural-{alloc}").parse().unwrap(), schema.clone(), rows.clone(), rows, alloc);
+        spec.threshold = 128 << 10;
+        let chunks: Vec<Bytes> =
+            (0..4).map(|r| Bytes::from(generated(&schema, &spec.memory.chunk(&schema, r)))).collect();
+        let report = array::write_ranks(&clients, &spec, &Rates(Some(vec![1e8; 4])), chunks).await.expect("write");
+        let got = nodes.iter().map(|p| p.local_traffic().1).sum::<u64>() - before;
+        let share = got as f64 / schema.bytes() as f64;
+        assert!(local.contains(&share), "{alloc}: {share} in memory, {:?} by server", report.server_bytes);
+    }
     for p in nodes {
         p.stop().await.unwrap();
     }

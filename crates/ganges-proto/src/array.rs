@@ -71,6 +71,11 @@ pub struct ArraySpec {
     /// The elements are `ganges_core::array::generated`'s (each its own index), so a reader
     /// can check every one; the manifest's content says so.
     pub generated: bool,
+    /// Ours, for part-time I/O nodes: the server running in each process (`homes[r]` for
+    /// process `r`; `None` where it serves nothing), or empty when none is known. Static and
+    /// steal allocation keep a process's subchunks on its own server where balance allows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub homes: Vec<Option<u32>>,
 }
 
 impl ArraySpec {
@@ -93,6 +98,7 @@ impl ArraySpec {
             per_round: DYNAMIC_PER_ROUND,
             replicas: 1,
             generated: false,
+            homes: vec![],
         }
     }
 
@@ -111,6 +117,13 @@ impl ArraySpec {
         self.memory.check(&self.schema)?;
         if self.threshold == 0 {
             return Err(ArrayError::BadLayout("the subchunk size must be at least 1 byte".into()));
+        }
+        if !self.homes.is_empty() && self.homes.len() != self.ranks() as usize {
+            return Err(ArrayError::BadLayout(format!(
+                "{} homes for a write by {} processes: give one per process, or none",
+                self.homes.len(),
+                self.ranks()
+            )));
         }
         Subchunks::new(&self.schema, &self.disk, self.style, self.threshold)
     }

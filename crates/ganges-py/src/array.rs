@@ -104,6 +104,13 @@ pub fn array_write_part<'py>(
         replicas,
         subchunk,
     )?;
+    let mut spec = spec;
+    // Part-time I/O nodes started the default way serve the node of their rank: rank 0's own
+    // server being node 0 says so, and static allocation then keeps each process's subchunks
+    // on its own server where balance allows.
+    if rank == 0 && client.local_node() == Some(ganges_core::ids::NodeId(0)) {
+        spec.homes = (0..spec.ranks()).map(|r| (r < client.nodes()).then_some(r)).collect();
+    }
     let chunk: Bytes = chunk.into_inner();
     let call = CallId::derive(&spec.name, call);
     if rank != 0 {

@@ -10,7 +10,9 @@
 //! ([`GATHER_AHEAD`]), so memory stays bounded and the disk never waits for the network.
 //!
 //! **Who writes what.** Round-robin and static allocation are computed by every server alike
-//! from the plan (ganges-core's `round_robin`, `static_alloc`). Dynamic allocation asks the
+//! from the plan (ganges-core's `round_robin`, `static_alloc`; with part-time I/O nodes, the
+//! plan says which server runs in which process, and static allocation keeps each process's
+//! subchunks on its own server where balance allows). Dynamic allocation asks the
 //! manager, a `Dynamic` state machine on the plan's manager server, with `ArrayGrant` each time
 //! a batch is gathered, reporting the rate its disk wrote the last batch at.
 //!
@@ -25,7 +27,7 @@ use crate::handoff::PeerConn;
 use crate::store::StoreError;
 use bytes::Bytes;
 use ganges_core::array::{
-    AllocKind, Dynamic, HELD_AHEAD, Region, Subchunks, Thief, copy_overlap, round_robin, static_alloc,
+    AllocKind, Dynamic, HELD_AHEAD, Region, Subchunks, Thief, copy_overlap, round_robin, static_alloc, subchunk_homes,
 };
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
@@ -352,7 +354,10 @@ async fn gather(
     let servers = plan.rates.len() as u32;
     let planned = match plan.spec.alloc {
         AllocKind::RoundRobin => round_robin(s.subs.len(), servers),
-        AllocKind::Static | AllocKind::Steal => static_alloc(&s.subs.sizes(), &plan.rates),
+        AllocKind::Static | AllocKind::Steal => {
+            let homes = subchunk_homes(&s.subs.boxes, &s.chunks, &plan.spec.homes);
+            static_alloc(&s.subs.sizes(), &plan.rates, &homes)
+        }
         AllocKind::Dynamic => vec![],
     };
     s.queue.lock().extend(mine(planned, me));

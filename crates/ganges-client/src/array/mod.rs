@@ -430,7 +430,8 @@ pub async fn write_all(
 
 /// As [`write_all`], with process `r` writing through `clients[r % clients.len()]`: each
 /// process its own client, as when part-time I/O nodes each reach their own server in memory.
-/// The first client coordinates.
+/// The first client coordinates. Unless `spec` says otherwise, a process's home is its
+/// client's own server.
 pub async fn write_ranks(
     clients: &[Arc<Client>],
     spec: &ArraySpec,
@@ -443,6 +444,11 @@ pub async fn write_ranks(
     let Some(client) = clients.first() else {
         return Err(ClientError::Invalid("a collective write with no client".into()));
     };
+    let mut spec = spec.clone();
+    if spec.homes.is_empty() && clients.iter().any(|c| c.local_node().is_some()) {
+        spec.homes = (0..spec.ranks() as usize).map(|r| clients[r % clients.len()].local_node().map(|n| n.0)).collect();
+    }
+    let spec = &spec;
     let call = CallId::random();
     let coordinator = Coordinator::begin(client, spec.clone(), call, rates).await?;
     let ranks = chunks.into_iter().enumerate().map(|(r, c)| {

@@ -1,6 +1,7 @@
 //! Which I/O node writes each subchunk (panda §3.2): round-robin (AR-5, the baseline), static
 //! allocation by measured speed (AR-3) and dynamic allocation by a manager (AR-4).
 
+use super::Region;
 use crate::parse::ParseError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -59,16 +60,61 @@ pub fn round_robin(subchunks: usize, servers: u32) -> Vec<u32> {
 /// AR-3: each subchunk, in order, to the server that would finish writing it earliest at
 /// its rate (bytes per second; a rate that is not positive counts as the slowest given).
 /// Ties go to the lower server, so the plan is the same wherever it is computed.
-pub fn static_alloc(sizes: &[u64], rates: &[f64]) -> Vec<u32> {
+///
+/// Ours, for part-time I/O nodes: `homes[i]`, where given, is the server running in the
+/// process that holds subchunk `i` (see [`subchunk_homes`]). Before anything else, each
+/// server takes the subchunks homed on it, in order, while they fit in its share of the bytes
+/// by rate; the rest then go by earliest finish, as above. So balance costs at most what the
+/// paper's rule costs, and every subchunk that can stay in its process does. With no homes
+/// this is the paper's allocation exactly.
+pub fn static_alloc(sizes: &[u64], rates: &[f64], homes: &[Option<u32>]) -> Vec<u32> {
     let rates = usable(rates);
-    let mut busy_until = vec![0.0f64; rates.len()];
-    sizes
+    let total: u64 = sizes.iter().sum();
+    let sum: f64 = rates.iter().sum();
+    let quota: Vec<f64> = rates.iter().map(|r| total as f64 * r / sum).collect();
+    let mut held = vec![0u64; rates.len()];
+    let mut plan: Vec<Option<u32>> = sizes
         .iter()
-        .map(|&bytes| {
-            let finish = |s: usize| busy_until[s] + bytes as f64 / rates[s];
-            let best = (0..rates.len()).min_by(|&a, &b| finish(a).total_cmp(&finish(b))).expect("at least one server");
-            busy_until[best] = finish(best);
-            best as u32
+        .enumerate()
+        .map(|(i, &bytes)| {
+            let h = homes.get(i).copied().flatten().filter(|&h| (h as usize) < rates.len())? as usize;
+            ((held[h] + bytes) as f64 <= quota[h]).then(|| {
+                held[h] += bytes;
+                h as u32
+            })
+        })
+        .collect();
+    let mut busy_until: Vec<f64> = held.iter().zip(&rates).map(|(&b, r)| b as f64 / r).collect();
+    for (slot, &bytes) in plan.iter_mut().zip(sizes).filter(|(slot, _)| slot.is_none()) {
+        let finish = |s: usize| busy_until[s] + bytes as f64 / rates[s];
+        let best = (0..rates.len()).min_by(|&a, &b| finish(a).total_cmp(&finish(b))).expect("at least one server");
+        busy_until[best] = finish(best);
+        *slot = Some(best as u32);
+    }
+    plan.into_iter().map(|s| s.expect("every subchunk placed")).collect()
+}
+
+/// Ours, for part-time I/O nodes: the home of each subchunk, the server running in the
+/// process that holds most of its elements, given each process's chunk and the server in
+/// its process (`rank_home[r]`, `None` for a process that serves nothing).
+pub fn subchunk_homes(boxes: &[Region], chunks: &[Region], rank_home: &[Option<u32>]) -> Vec<Option<u32>> {
+    if rank_home.iter().all(Option::is_none) {
+        return vec![None; boxes.len()];
+    }
+    boxes
+        .iter()
+        .map(|b| {
+            let mut held: Vec<(u32, u64)> = vec![];
+            for (c, &home) in chunks.iter().zip(rank_home) {
+                let Some(h) = home else { continue };
+                let n = c.intersect(b).elements();
+                match held.iter_mut().find(|(k, _)| *k == h) {
+                    Some((_, m)) => *m += n,
+                    None => held.push((h, n)),
+                }
+            }
+            // Most elements wins; a tie goes to the lower server, the same everywhere.
+            held.into_iter().filter(|&(_, n)| n > 0).max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0))).map(|(h, _)| h)
         })
         .collect()
 }

@@ -22,7 +22,7 @@ mod subchunk;
 #[cfg(test)]
 mod tests;
 
-pub use alloc::{AllocKind, DYNAMIC_PER_ROUND, Dynamic, HELD_AHEAD, Thief, round_robin, static_alloc};
+pub use alloc::{AllocKind, DYNAMIC_PER_ROUND, Dynamic, HELD_AHEAD, Thief, round_robin, static_alloc, subchunk_homes};
 pub use copy::{contiguous, copy_overlap, gather};
 pub use generate::generated;
 pub use subchunk::{SUBCHUNK_MAX, SUBCHUNKS_MAX, SubchunkStyle, Subchunks, find_submesh};

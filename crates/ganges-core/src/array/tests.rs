@@ -62,7 +62,7 @@ fn subchunks_too_large_or_too_many_are_refused_with_advice() {
 fn static_allocation_follows_the_paper_s_worked_example() {
     // 128 subchunks of 1 MB, nodes at 5 and 2 MB/s (panda §3.2).
     let sizes = vec![1_000_000u64; 128];
-    let plan = static_alloc(&sizes, &[5e6, 2e6]);
+    let plan = static_alloc(&sizes, &[5e6, 2e6], &[]);
     assert_eq!(&plan[..3], &[0, 0, 1]);
     let fast = plan.iter().filter(|&&s| s == 0).count();
     // Both finish within one subchunk's time of each other: 5:2 of 128 is 91.4.
@@ -233,12 +233,15 @@ proptest! {
         prop_assert_eq!(back, local);
     }
 
+    /// With or without homes (part-time I/O nodes), static allocation's makespan is within
+    /// the largest subchunk at the slowest rate of the best.
     #[test]
     fn static_allocation_finishes_within_one_subchunk_of_the_best(
         sizes in prop::collection::vec(1u64..4, 1..200),
         rates in prop::collection::vec(1.0f64..10.0, 1..9),
+        homes in prop::collection::vec(prop::option::of(0u32..10), 0..200),
     ) {
-        let plan = static_alloc(&sizes, &rates);
+        let plan = static_alloc(&sizes, &rates, &homes);
         let mut t = vec![0.0; rates.len()];
         for (&s, &b) in plan.iter().zip(&sizes) {
             t[s as usize] += b as f64 / rates[s as usize];
@@ -248,4 +251,38 @@ proptest! {
         let slack = 3.0 / rates.iter().cloned().fold(f64::INFINITY, f64::min);
         prop_assert!(makespan <= ideal + slack, "{makespan} vs {ideal}");
     }
+}
+
+#[test]
+fn homed_static_allocation_keeps_each_process_s_subchunks_on_its_own_server() {
+    // Natural chunking: 8 chunks of 8 subchunks, each chunk held by a process serving the
+    // disk of the same number.
+    let sizes = vec![MIB; 64];
+    let homes: Vec<Option<u32>> = (0..64).map(|i| Some(i / 8)).collect();
+    assert_eq!(static_alloc(&sizes, &[1.0; 8], &homes), homes.iter().map(|h| h.unwrap()).collect::<Vec<_>>());
+    // Server 0 at half speed keeps what fits its share (64 × 0.5/7.5 = 4.3 subchunks: 4), in
+    // order; its other 4 go where they finish first; every other server keeps all of its own.
+    let mut rates = [1.0; 8];
+    rates[0] = 0.5;
+    let plan = static_alloc(&sizes, &rates, &homes);
+    assert_eq!(&plan[..4], &[0, 0, 0, 0]);
+    assert!(plan[4..8].iter().all(|&s| s != 0), "{plan:?}");
+    for i in 8..64 {
+        assert_eq!(plan[i], (i / 8) as u32, "subchunk {i}: {plan:?}");
+    }
+    // Without homes, the paper's allocation.
+    assert_eq!(static_alloc(&sizes, &rates, &[]), static_alloc(&sizes, &rates, &vec![None; 64]));
+}
+
+#[test]
+fn a_subchunk_s_home_is_the_server_of_the_process_holding_most_of_it() {
+    let schema = Schema::new(vec![8, 8], DType::U8).unwrap();
+    let mem = layout(&[2, 1], "BLOCK,*");
+    let chunks: Vec<Region> = (0..2).map(|r| mem.chunk(&schema, r)).collect();
+    // Subchunks of 3 rows: rows 0-2 (process 0), 3-5 (1 of process 0, 2 of process 1), 6-7.
+    let boxes: Vec<Region> = [(0, 3), (3, 6), (6, 8)].iter().map(|&(a, b)| Region::boxed(vec![a..b, 0..8])).collect();
+    assert_eq!(subchunk_homes(&boxes, &chunks, &[Some(5), Some(2)]), vec![Some(5), Some(2), Some(2)]);
+    // Process 1 serves nothing: its rows have no home, shared ones go to process 0's server.
+    assert_eq!(subchunk_homes(&boxes, &chunks, &[Some(5), None]), vec![Some(5), Some(5), None]);
+    assert_eq!(subchunk_homes(&boxes, &chunks, &[None, None]), vec![None, None, None]);
 }
