@@ -6,6 +6,11 @@ its chunk of another layout and checks every element.
 
 (`-m mpi4py` aborts every rank when one raises, instead of leaving them waiting.)
 
+With `--part-time DIR` every rank is also a part-time I/O node (Panda's): rank K serves node K
+of the cluster file (one node per rank; data under DIR/node-K), and the pieces of its chunk
+that its own server writes are handed over in memory. With natural chunking and `--alloc
+static`, that is all of them.
+
 The servers gather 1 MiB subchunks from the ranks holding them and write each where the
 allocation says: `dynamic` (the default) hands subchunks out as servers ask, so a slow
 server takes fewer; `round-robin` waits on it.
@@ -35,12 +40,16 @@ def main() -> None:
     p.add_argument("--name", default="checkpoint")
     p.add_argument("--shape", default="128,128,128")
     p.add_argument("--alloc", default="dynamic")
+    p.add_argument("--part-time", metavar="DIR", help="serve node RANK of the cluster file, data under DIR")
     args = p.parse_args()
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     shape = tuple(int(x) for x in args.shape.split(","))
-    cluster = ganges.connect(args.cluster)
+    if args.part_time:
+        cluster = ganges.part_time(args.cluster, rank, data_dir=f"{args.part_time}/node-{rank}")
+    else:
+        cluster = ganges.connect(args.cluster)
 
     # The global array's elements are their own indices, so every rank can check any part.
     mine = block(shape[0], size, rank)
@@ -75,6 +84,10 @@ def main() -> None:
         shape[2]
     )
     ok = comm.allreduce(int(np.array_equal(back, expect)), op=MPI.SUM)
+    local = comm.reduce((cluster.local_traffic or (0, 0))[1], op=MPI.SUM, root=0)
+    if args.part_time:
+        comm.Barrier()  # every rank has read: the servers may stop
+        cluster.stop()
     if rank == 0:
         assert report is not None
         total = int(np.prod(shape)) * 8
@@ -83,6 +96,8 @@ def main() -> None:
             f"wrote {total >> 20} MiB from {size} ranks in {seconds:.2f} s ({total / seconds / 1e6:.1f} MB/s)"
         )
         print(f"{args.alloc}: per server {per}")
+        if args.part_time:
+            print(f"part-time: {100 * (local or 0) / total:.0f}% of the bytes handed over in memory")
         print(f"{ok} of {size} ranks read their CYCLIC chunk back exactly")
         if ok != size:
             raise SystemExit(1)

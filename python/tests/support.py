@@ -1,10 +1,12 @@
 """Helpers the test modules (and scripts/dashboard-shot) share: a test that cannot run here
-says why; how to start Debian's Chromium here."""
+says why; a cluster file for part-time I/O nodes; how to start Debian's Chromium here."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import socket
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,20 @@ def need(ok: bool, why: str) -> None:
 
 def has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+def loopback_cluster_file(dir: Path, nodes: int) -> Path:
+    """A cluster file of `nodes` loopback addresses free a moment ago, for processes that
+    each serve one node (part-time I/O nodes)."""
+    ports = []
+    for _ in range(nodes):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    path = dir / "cluster.toml"
+    servers = (f'[[server]]\nnode = {k}\naddr = "127.0.0.1:{p}"\n' for k, p in enumerate(ports))
+    path.write_text("\n".join(servers))
+    return path
 
 
 CHROMIUM = "/usr/bin/chromium"

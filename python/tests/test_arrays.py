@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support import loopback_cluster_file
 
 import ganges
 
@@ -104,7 +105,7 @@ def test_array_errors(cluster: ganges.Cluster, name: str) -> None:
         cluster.read_array(name)
 
 
-def _part_time_rank(path: str, data_dir: str, name: str, rank: int, q: mp.Queue) -> None:  # type: ignore[type-arg]
+def _part_time_rank(path: str, data_dir: str, name: str, rank: int, q: mp.Queue, done: Any) -> None:  # type: ignore[type-arg]
     """Process `rank` of 4: it serves node `rank` and writes its quarter of the cube."""
     a = cube()
     i, j = divmod(rank, 2)
@@ -126,35 +127,21 @@ def _part_time_rank(path: str, data_dir: str, name: str, rank: int, q: mp.Queue)
             traffic = node.local_traffic
             # Keep serving until every process has written and the test has read the array.
             q.put((rank, report is not None, traffic))
-            q_done.wait(60)
+            done.wait(60)
     except ganges.GangesError as e:
         q.put((rank, str(e), None))
-
-
-q_done: Any = None
 
 
 def test_part_time_io_nodes_serve_their_own_disks_while_writing(tmp_path: Path, name: str) -> None:
     """Four processes, each serving one node of the cluster file (Panda's part-time I/O
     nodes), write a cube collectively; the pieces each one's own server writes stay in
     memory, and a plain client reads the cube back from the four."""
-    import socket
-
-    global q_done
-    ports = []
-    for _ in range(4):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    path = tmp_path / "cluster.toml"
-    path.write_text(
-        "".join(f'[[server]]\nnode = {k}\naddr = "127.0.0.1:{p}"\n\n' for k, p in enumerate(ports))
-    )
+    path = loopback_cluster_file(tmp_path, 4)
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    q_done = ctx.Event()
+    done = ctx.Event()
     procs = [
-        ctx.Process(target=_part_time_rank, args=(str(path), str(tmp_path / f"node-{r}"), name, r, q))
+        ctx.Process(target=_part_time_rank, args=(str(path), str(tmp_path / f"node-{r}"), name, r, q, done))
         for r in range(4)
     ]
     for p in procs:
@@ -168,7 +155,7 @@ def test_part_time_io_nodes_serve_their_own_disks_while_writing(tmp_path: Path, 
         back = ganges.connect(path).read_array(name)
         assert np.array_equal(back, cube())
     finally:
-        q_done.set()
+        done.set()
         for p in procs:
             p.join(30)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import has, need
+from support import has, loopback_cluster_file, need
 
 import ganges
 
@@ -64,6 +64,16 @@ def test_mpi_array_checkpoint_under_mpirun(slow_cluster: ganges.Cluster) -> None
         out = mpirun(3, "mpi_array.py", *args)
         assert "3 of 3 ranks read their CYCLIC chunk back exactly" in out, out
     assert slow_cluster.read_array("checkpoint").shape == (96, 64, 64)
+
+
+def test_mpi_array_ranks_as_part_time_io_nodes(tmp_path: Path) -> None:
+    """Every rank serves its own node; natural chunking with static allocation hands every
+    piece over in memory."""
+    path = loopback_cluster_file(tmp_path, 3)
+    args = ["--cluster", str(path), "--shape", "96,64,64", "--alloc", "static", "--part-time", str(tmp_path)]
+    out = mpirun(3, "mpi_array.py", *args)
+    assert "part-time: 100% of the bytes handed over in memory" in out, out
+    assert "3 of 3 ranks read their CYCLIC chunk back exactly" in out, out
 
 
 def test_dask_counts_every_record(slow_cluster: ganges.Cluster) -> None:

@@ -151,7 +151,8 @@ impl Client {
     /// the connection, if it is up.
     pub fn route(&self, node: NodeId) -> Result<Route<'_>> {
         match self.local.get() {
-            Some(server) if server.node() == node.0 => Ok(Route::Local(node, server)),
+            Some(server) if server.node() == node.0 && server.is_up() => Ok(Route::Local(node, server)),
+            Some(server) if server.node() == node.0 => Err(ClientError::NodeDown { node }),
             _ => self.conn(node).map(Route::Conn),
         }
     }

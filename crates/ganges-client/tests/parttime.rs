@@ -112,6 +112,13 @@ async fn part_time_nodes_take_their_own_pieces_in_memory_and_the_array_reads_bac
         let share = got as f64 / schema.bytes() as f64;
         assert!(local.contains(&share), "{alloc}: {share} in memory, {:?} by server", report.server_bytes);
     }
+    // A stopped part-time node is down to its own client too, in memory as over sockets.
+    let own = clients[1].clone();
+    let mut nodes = nodes;
+    nodes.remove(1).stop().await.unwrap();
+    let err = own.control(NodeId(1), ganges_proto::control::ControlRequest::Stats).await.expect_err("stopped");
+    assert!(matches!(err, ganges_client::ClientError::NodeDown { node: NodeId(1) }), "{err}");
+    own.control(NodeId(2), ganges_proto::control::ControlRequest::Stats).await.expect("the others serve");
     for p in nodes {
         p.stop().await.unwrap();
     }

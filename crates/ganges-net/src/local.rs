@@ -18,6 +18,8 @@ pub type Answer = Pin<Box<dyn Future<Output = Message> + Send>>;
 pub trait LocalServer: Send + Sync + std::fmt::Debug {
     /// The node it is in its cluster.
     fn node(&self) -> u32;
+    /// Whether it still serves; once stopped, its clients find it down, as over a socket.
+    fn is_up(&self) -> bool;
     /// Handle one request frame as the server handles it from a connection, and answer it.
     /// Only a client's control requests and array pieces come this way; anything else is
     /// answered with an error frame.

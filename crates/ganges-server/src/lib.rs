@@ -320,6 +320,7 @@ impl Embedded {
 
     /// Stop serving; what the server's loop returned.
     pub async fn stop(mut self) -> Result<(), ServeError> {
+        self.local.stop();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -332,6 +333,7 @@ impl Embedded {
 
 impl Drop for Embedded {
     fn drop(&mut self) {
+        self.local.stop();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -8,18 +8,24 @@ use ganges_net::local::{Answer, LocalServer};
 use ganges_proto::control::ControlReply;
 use ganges_proto::msg::{ErrorCode, Message, WireError};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[derive(Debug)]
 pub struct InProcess {
     shared: Arc<Shared>,
     frames: AtomicU64,
     bytes: AtomicU64,
+    stopped: AtomicBool,
 }
 
 impl InProcess {
     pub(crate) fn new(shared: Arc<Shared>) -> InProcess {
-        InProcess { shared, frames: AtomicU64::new(0), bytes: AtomicU64::new(0) }
+        InProcess { shared, frames: AtomicU64::new(0), bytes: AtomicU64::new(0), stopped: AtomicBool::new(false) }
+    }
+
+    /// The server has stopped: its clients in this process find it down from now on.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
     }
 
     /// Frames, and pieces' payload bytes, handed over in memory so far.
@@ -31,6 +37,10 @@ impl InProcess {
 impl LocalServer for InProcess {
     fn node(&self) -> u32 {
         self.shared.config.node.0
+    }
+
+    fn is_up(&self) -> bool {
+        !self.stopped.load(Ordering::Relaxed)
     }
 
     fn call(&self, msg: Message) -> Answer {
