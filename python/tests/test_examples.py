@@ -67,12 +67,14 @@ def test_mpi_array_checkpoint_under_mpirun(slow_cluster: ganges.Cluster) -> None
 
 
 def test_mpi_array_ranks_as_part_time_io_nodes(tmp_path: Path) -> None:
-    """Every rank serves its own node; natural chunking with static allocation hands every
-    piece over in memory."""
+    """Every rank serves its own node; natural chunking with static allocation hands each
+    rank's piece to its own server in memory (unless the empirical test of the page cache
+    measured that server at under half the others' rate, which moves its subchunk away)."""
     path = loopback_cluster_file(tmp_path, 3)
     args = ["--cluster", str(path), "--shape", "96,64,64", "--alloc", "static", "--part-time", str(tmp_path)]
     out = mpirun(3, "mpi_array.py", *args)
-    assert "part-time: 100% of the bytes handed over in memory" in out, out
+    found = re.search(r"part-time: (\d+)% of the bytes handed over in memory", out)
+    assert found and int(found.group(1)) >= 66, out
     assert "3 of 3 ranks read their CYCLIC chunk back exactly" in out, out
 
 

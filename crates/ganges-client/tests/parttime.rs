@@ -95,11 +95,14 @@ async fn part_time_nodes_take_their_own_pieces_in_memory_and_the_array_reads_bac
         }
     }
     // Natural chunking, one process per node: static allocation keeps every subchunk in its
-    // process; stealing plans the same, and a server that runs out first may take a few at
-    // the end; round-robin moves three quarters.
-    for (alloc, local) in
-        [(AllocKind::Static, 1.0..=1.0), (AllocKind::Steal, 0.5..=1.0), (AllocKind::RoundRobin, 0.25..=0.25)]
-    {
+    // process; stealing plans the same, and dynamic hands each server its own first, but a
+    // server that runs out first may take a few at the end; round-robin moves three quarters.
+    for (alloc, local) in [
+        (AllocKind::Static, 1.0..=1.0),
+        (AllocKind::Steal, 0.5..=1.0),
+        (AllocKind::Dynamic, 0.5..=1.0),
+        (AllocKind::RoundRobin, 0.25..=0.25),
+    ] {
         let before: u64 = nodes.iter().map(|p| p.local_traffic().1).sum();
         let rows = layout(&[4], "BLOCK,*");
         let mut spec =

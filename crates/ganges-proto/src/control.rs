@@ -367,10 +367,9 @@ pub enum ControlReply {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         outcome: Option<ArrayOutcome>,
     },
-    /// Subchunks `from..to` are the asker's to write; none when `from == to`.
+    /// The subchunks that are the asker's to write; none when all are handed out.
     ArrayGranted {
-        from: u32,
-        to: u32,
+        subchunks: Vec<u32>,
     },
     ArrayWritten {
         written: ArrayWritten,

@@ -141,8 +141,10 @@ pub fn open(shared: &Arc<Shared>, plan: ArrayPlan) -> Result<ControlReply, Store
             (tx, tokio::sync::Mutex::new(rx))
         })
         .unzip();
-    let manager = (plan.spec.alloc == AllocKind::Dynamic && plan.manager.node == shared.config.node)
-        .then(|| Mutex::new(Dynamic::new(subs.sizes(), &plan.rates, plan.spec.per_round)));
+    let manager = (plan.spec.alloc == AllocKind::Dynamic && plan.manager.node == shared.config.node).then(|| {
+        let homes = subchunk_homes(&subs.boxes, &chunks, &plan.spec.homes);
+        Mutex::new(Dynamic::with_homes(subs.sizes(), &plan.rates, plan.spec.per_round, &homes))
+    });
     let session = Arc::new(Session {
         plan,
         subs,
@@ -293,8 +295,8 @@ pub async fn grant(
     let Some(manager) = &s.manager else {
         return Err(bad(format!("{} does not manage the write of `{name}`", shared.config.node)));
     };
-    let r = manager.lock().grant(from.0, rate);
-    Ok(ControlReply::ArrayGranted { from: r.start, to: r.end })
+    let subchunks = manager.lock().grant(from.0, rate);
+    Ok(ControlReply::ArrayGranted { subchunks })
 }
 
 /// `ArraySteal`, on any server of a `steal` write: give the thief its share of this
@@ -338,7 +340,7 @@ enum Work {
     /// The session's queue, planned at the start.
     Fixed,
     /// Batches from the manager.
-    Managed { conn: Option<PeerConn>, batch: std::ops::Range<u32> },
+    Managed { conn: Option<PeerConn>, batch: std::vec::IntoIter<u32> },
     /// The session's queue, then what other servers give.
     Steal { thief: Thief, conns: HashMap<u32, PeerConn> },
 }
@@ -363,7 +365,7 @@ async fn gather(
     s.queue.lock().extend(mine(planned, me));
     let mut work = match plan.spec.alloc {
         AllocKind::RoundRobin | AllocKind::Static => Work::Fixed,
-        AllocKind::Dynamic => Work::Managed { conn: None, batch: 0..0 },
+        AllocKind::Dynamic => Work::Managed { conn: None, batch: Vec::new().into_iter() },
         AllocKind::Steal => Work::Steal { thief: Thief::new(me.0, servers), conns: HashMap::new() },
     };
     // The writer holds back a partial block, so the bound is at least two blocks.
@@ -491,8 +493,8 @@ async fn next(shared: &Arc<Shared>, s: &Arc<Session>, work: &mut Work) -> Result
                     .map_err(|e| format!("asking the manager for work: {e}"))?
             };
             match reply {
-                ControlReply::ArrayGranted { from, to } => {
-                    *batch = from..to;
+                ControlReply::ArrayGranted { subchunks } => {
+                    *batch = subchunks.into_iter();
                     Ok(batch.next())
                 }
                 other => Err(format!("the manager answered {other:?}")),

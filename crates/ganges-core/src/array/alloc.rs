@@ -4,8 +4,8 @@
 use super::Region;
 use crate::parse::ParseError;
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::fmt;
-use std::ops::Range;
 use std::str::FromStr;
 
 /// The allocations ganges offers.
@@ -63,10 +63,11 @@ pub fn round_robin(subchunks: usize, servers: u32) -> Vec<u32> {
 ///
 /// Ours, for part-time I/O nodes: `homes[i]`, where given, is the server running in the
 /// process that holds subchunk `i` (see [`subchunk_homes`]). Before anything else, each
-/// server takes the subchunks homed on it, in order, while they fit in its share of the bytes
-/// by rate; the rest then go by earliest finish, as above. So balance costs at most what the
-/// paper's rule costs, and every subchunk that can stay in its process does. With no homes
-/// this is the paper's allocation exactly.
+/// server takes the subchunks homed on it, in order, while that leaves it under its share of
+/// the bytes by rate or over by less than half the subchunk; the rest then go by earliest
+/// finish, as above. The makespan stays within one subchunk of the best, as the paper's
+/// rule's does, and what can stay in its process does. With no homes this is the paper's
+/// allocation exactly.
 pub fn static_alloc(sizes: &[u64], rates: &[f64], homes: &[Option<u32>]) -> Vec<u32> {
     let rates = usable(rates);
     let total: u64 = sizes.iter().sum();
@@ -78,7 +79,7 @@ pub fn static_alloc(sizes: &[u64], rates: &[f64], homes: &[Option<u32>]) -> Vec<
         .enumerate()
         .map(|(i, &bytes)| {
             let h = homes.get(i).copied().flatten().filter(|&h| (h as usize) < rates.len())? as usize;
-            ((held[h] + bytes) as f64 <= quota[h]).then(|| {
+            ((held[h] as f64 + bytes as f64 / 2.0) <= quota[h]).then(|| {
                 held[h] += bytes;
                 h as u32
             })
@@ -138,10 +139,19 @@ fn usable(rates: &[f64]) -> Vec<f64> {
 /// the asker's proportional share of what is unassigned, so that on an array of few
 /// subchunks the first server to ask does not take them all; in the paper's worked example it
 /// never binds.)
+///
+/// Ours, for part-time I/O nodes ([`Dynamic::with_homes`]): a server's batch comes first from
+/// the subchunks homed on it, then from those with no home, then from the end of the longest
+/// queue of another server's own. How many it gets is the paper's rule either way. With no
+/// homes every batch is the next run of subchunks, as in the paper.
 #[derive(Clone, Debug)]
 pub struct Dynamic {
     sizes: Vec<u64>,
-    next: usize,
+    /// Unassigned subchunks homed on each server, in order.
+    homed: Vec<VecDeque<u32>>,
+    /// Unassigned subchunks with no home, in order.
+    rest: VecDeque<u32>,
+    left: usize,
     total: u64,
     unassigned: u64,
     per_round: u32,
@@ -164,10 +174,26 @@ pub const HELD_AHEAD: u64 = 2;
 
 impl Dynamic {
     pub fn new(sizes: Vec<u64>, rates: &[f64], per_round: u32) -> Dynamic {
+        Dynamic::with_homes(sizes, rates, per_round, &[])
+    }
+
+    /// As [`Dynamic::new`], `homes[i]` being the server in the process that holds subchunk
+    /// `i`, where there is one ([`subchunk_homes`]).
+    pub fn with_homes(sizes: Vec<u64>, rates: &[f64], per_round: u32, homes: &[Option<u32>]) -> Dynamic {
         let total = sizes.iter().sum();
+        let mut homed = vec![VecDeque::new(); rates.len()];
+        let mut rest = VecDeque::new();
+        for i in 0..sizes.len() {
+            match homes.get(i).copied().flatten().filter(|&h| (h as usize) < rates.len()) {
+                Some(h) => homed[h as usize].push_back(i as u32),
+                None => rest.push_back(i as u32),
+            }
+        }
         Dynamic {
+            left: sizes.len(),
             sizes,
-            next: 0,
+            homed,
+            rest,
             total,
             unassigned: total,
             per_round: per_round.max(1),
@@ -180,14 +206,14 @@ impl Dynamic {
 
     /// Server `server` asks for work, reporting the rate it measured on its last batch (if
     /// any). Returns the subchunks it is to write; empty when none are left.
-    pub fn grant(&mut self, server: u32, rate: Option<f64>) -> Range<u32> {
+    pub fn grant(&mut self, server: u32, rate: Option<f64>) -> Vec<u32> {
         let s = server as usize;
         if let Some(r) = rate.filter(|r| r.is_finite() && *r > 0.0) {
             self.rates[s] = r;
         }
-        let left = self.sizes.len() - self.next;
+        let left = self.left;
         if left == 0 {
-            return self.next as u32..self.next as u32;
+            return vec![];
         }
         let round = self.asks[s];
         self.asks[s] += 1;
@@ -206,16 +232,26 @@ impl Dynamic {
         let fair = (left as f64 * self.rates[s] / sum).ceil();
         let share = share.min(fair).max(1.0) as usize;
         let n = share.min(left);
-        let from = self.next;
-        self.next += n;
-        self.unassigned -= self.sizes[from..self.next].iter().sum::<u64>();
+        let batch: Vec<u32> = (0..n).map(|_| self.take(s)).collect();
+        self.left -= n;
+        self.unassigned -= batch.iter().map(|&i| self.sizes[i as usize]).sum::<u64>();
         self.granted[s] += n as u64;
-        from as u32..self.next as u32
+        batch
+    }
+
+    /// The next subchunk for server `s`: its own, else a homeless one, else the last of the
+    /// longest queue of another's own (the lower server on ties).
+    fn take(&mut self, s: usize) -> u32 {
+        if let Some(i) = self.homed[s].pop_front().or_else(|| self.rest.pop_front()) {
+            return i;
+        }
+        let longest = (0..self.homed.len()).rev().max_by_key(|&k| self.homed[k].len()).expect("at least one server");
+        self.homed[longest].pop_back().expect("a subchunk is left")
     }
 
     /// Whether every subchunk has been handed out.
     pub fn is_done(&self) -> bool {
-        self.next == self.sizes.len()
+        self.left == 0
     }
 
     pub fn granted(&self) -> &[u64] {

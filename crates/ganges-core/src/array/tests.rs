@@ -260,7 +260,7 @@ fn homed_static_allocation_keeps_each_process_s_subchunks_on_its_own_server() {
     let sizes = vec![MIB; 64];
     let homes: Vec<Option<u32>> = (0..64).map(|i| Some(i / 8)).collect();
     assert_eq!(static_alloc(&sizes, &[1.0; 8], &homes), homes.iter().map(|h| h.unwrap()).collect::<Vec<_>>());
-    // Server 0 at half speed keeps what fits its share (64 × 0.5/7.5 = 4.3 subchunks: 4), in
+    // Server 0 at half speed keeps its share, rounded (64 × 0.5/7.5 = 4.3 subchunks: 4), in
     // order; its other 4 go where they finish first; every other server keeps all of its own.
     let mut rates = [1.0; 8];
     rates[0] = 0.5;
@@ -285,4 +285,34 @@ fn a_subchunk_s_home_is_the_server_of_the_process_holding_most_of_it() {
     // Process 1 serves nothing: its rows have no home, shared ones go to process 0's server.
     assert_eq!(subchunk_homes(&boxes, &chunks, &[Some(5), None]), vec![Some(5), Some(5), None]);
     assert_eq!(subchunk_homes(&boxes, &chunks, &[None, None]), vec![None, None, None]);
+}
+
+#[test]
+fn homed_dynamic_allocation_hands_each_server_its_own_first_then_the_longest_tail() {
+    // 4 servers, 16 subchunks each homed on the server of their process.
+    let homes: Vec<Option<u32>> = (0..64).map(|i| Some(i / 16)).collect();
+    let mut m = Dynamic::with_homes(vec![MIB; 64], &[1.0; 4], 4, &homes);
+    let mut got: Vec<Vec<u32>> = vec![vec![]; 4];
+    // Servers 1-3 ask twice as often as server 0 (a slow disk).
+    let mut turn = 0;
+    while !m.is_done() {
+        let s = [1, 2, 3, 0, 1, 2, 3][turn % 7];
+        turn += 1;
+        got[s].extend(m.grant(s as u32, None));
+    }
+    let mut all: Vec<u32> = got.concat();
+    all.sort_unstable();
+    assert_eq!(all, (0..64).collect::<Vec<u32>>(), "every subchunk once");
+    // Each server wrote its own first; server 0 only its own, from the front; the others
+    // took the rest of server 0's from the back once theirs were gone.
+    for (s, g) in got.iter().enumerate() {
+        let own = g.iter().take_while(|&&i| i / 16 == s as u32).count();
+        assert!(own == 16.min(g.len()), "server {s}: {g:?}");
+    }
+    assert!(got[0].iter().all(|&i| i < 16) && got[0].windows(2).all(|w| w[0] < w[1]), "{:?}", got[0]);
+    assert!(got[0].len() < 16, "the slow server's tail was taken: {:?}", got[0]);
+    // Without homes, each batch is the next run, as in the paper.
+    let mut plain = Dynamic::new(vec![MIB; 8], &[1.0, 1.0], 2);
+    assert_eq!(plain.grant(1, None), vec![0, 1]);
+    assert_eq!(plain.grant(0, None), vec![2, 3]);
 }
