@@ -73,7 +73,8 @@ pub struct ArraySpec {
     pub generated: bool,
     /// Ours, for part-time I/O nodes: the server running in each process (`homes[r]` for
     /// process `r`; `None` where it serves nothing), or empty when none is known. Static and
-    /// steal allocation keep a process's subchunks on its own server where balance allows.
+    /// steal allocation keep a process's subchunks on its own server where balance allows;
+    /// dynamic allocation hands a server its own first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub homes: Vec<Option<u32>>,
 }

@@ -12,9 +12,10 @@
 //! **Who writes what.** Round-robin and static allocation are computed by every server alike
 //! from the plan (ganges-core's `round_robin`, `static_alloc`; with part-time I/O nodes, the
 //! plan says which server runs in which process, and static allocation keeps each process's
-//! subchunks on its own server where balance allows). Dynamic allocation asks the
-//! manager, a `Dynamic` state machine on the plan's manager server, with `ArrayGrant` each time
-//! a batch is gathered, reporting the rate its disk wrote the last batch at.
+//! subchunks on its own server where balance allows). Dynamic allocation asks the manager, a
+//! `Dynamic` state machine on the plan's manager server (which hands a part-time node its own
+//! subchunks first), with `ArrayGrant` each time a batch is gathered, reporting the rate its
+//! disk wrote the last batch at.
 //!
 //! **The end.** `ArrayFinish` waits for the server's last block and answers where each
 //! subchunk went; the first process builds the manifest and commits the dataset as for any
