@@ -56,9 +56,6 @@ pub enum SourceArg {
     Buffers(Vec<pyo3_bytes::PyBytes>),
 }
 
-/// How long a part-time I/O node waits for the other processes of its job, unless told.
-const PART_TIME_WAIT: Duration = Duration::from_secs(60);
-
 /// While a server is down, how often the connections are made afresh.
 const RECONNECT_EVERY: Duration = Duration::from_secs(2);
 
@@ -198,7 +195,8 @@ impl Cluster {
             return Err(invalid(format!("node {node} is not in {} (nodes 0..{})", path.display(), file.nodes())));
         }
         let disk = disk_model(disk_rate, seek)?;
-        let wait_for = wait_for.map(|w| w.duration("wait_for")).transpose()?.unwrap_or(PART_TIME_WAIT);
+        let wait_for =
+            wait_for.map(|w| w.duration("wait_for")).transpose()?.unwrap_or(ganges_harness::parttime::GATHER_WAIT);
         let start = PartTime::start(file.clone(), NodeId(node), data_dir, wait_for, move |mut c| {
             c.disk = disk;
             c
