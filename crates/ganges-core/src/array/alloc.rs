@@ -137,8 +137,10 @@ fn usable(rates: &[f64]) -> Vec<f64> {
 /// round `k`. A round's subchunks are shared in proportion to the servers' latest rates, so a
 /// slow server asks as often as a fast one but takes less each time. (Ours: no grant exceeds
 /// the asker's proportional share of what is unassigned, so that on an array of few
-/// subchunks the first server to ask does not take them all; in the paper's worked example it
-/// never binds.)
+/// subchunks the first server to ask does not take them all; and no round hands out more
+/// than half of the subchunks left, so that on many servers a server turned slow since the
+/// last call's rates does not get a twentieth of the array at once. In the paper's worked
+/// example neither binds.)
 ///
 /// Ours, for part-time I/O nodes ([`Dynamic::with_homes`]): a server's batch comes first from
 /// the subchunks homed on it, then from those with no home, then from the end of the longest
@@ -224,7 +226,10 @@ impl Dynamic {
                 let m = (self.total / self.unassigned.max(1)).max(1);
                 ((self.per_round as u64 / m).max(1)) as u32
             };
-            self.rounds.push(per_server);
+            // Ours: a round hands out at most half of what is left, so that on many servers
+            // the first round is not most of the array, given out on the last call's rates.
+            let half = (left / (2 * self.rates.len())).max(1) as u32;
+            self.rounds.push(per_server.min(half));
         }
         let round = self.rounds[round] as f64 * self.rates.len() as f64;
         let sum: f64 = self.rates.iter().sum();
