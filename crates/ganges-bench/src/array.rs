@@ -36,13 +36,13 @@ use crate::util::{BenchResult, Table, fail, git_commit, steps_bar};
 use bytes::Bytes;
 use ganges_client::Client;
 use ganges_client::array::{self as arr, ArraySpec, Rates};
-use ganges_client::cluster::{ClusterFile, ServerEntry};
 use ganges_core::array::{AllocKind, ArrayLayout, DType, Dist, Schema, generated};
 use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::ids::NodeId;
 use ganges_core::route::ReadPolicyKind;
 use ganges_harness::PartTime;
 use ganges_proto::control::ControlRequest;
+use ganges_server::ServerConfig;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -267,16 +267,16 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
                 continue;
             }
             if figure == Figure::PartTime {
-                let parts = started.block_on(part_time_nodes(servers, spec.disk, &schema))?;
+                let (parts, _dir) = started.block_on(part_time_nodes(servers, spec.disk, &schema))?;
                 let plain: Vec<std::sync::Arc<Client>> = started.block_on(async {
-                    let file = parts[0].0.client().cluster().clone();
+                    let file = parts[0].client().cluster().clone();
                     let mut v = vec![];
                     for _ in servers..PROCESSES {
                         v.push(Client::connect(file.clone()).await?);
                     }
                     BenchResult::Ok(v)
                 })?;
-                let nodes: Vec<&PartTime> = parts.iter().map(|(p, _)| p).collect();
+                let nodes: Vec<&PartTime> = parts.iter().collect();
                 let part_clients: Vec<_> =
                     nodes.iter().map(|p| p.client().clone()).chain(plain.iter().cloned()).collect();
                 for &alloc in &spec.allocs {
@@ -296,7 +296,7 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
                     }
                 }
                 started.block_on(async {
-                    for (p, _) in parts {
+                    for p in parts {
                         p.stop().await?;
                     }
                     BenchResult::Ok(())
@@ -338,35 +338,17 @@ pub fn run(spec: &ArrayBenchSpec) -> BenchResult<Report> {
 /// Processes of the part-time figure (Figure 4's 2×2×2).
 const PROCESSES: u32 = 8;
 
-/// `servers` part-time I/O nodes in this process, with the disk model, each with the folder
-/// that holds its data (removed when dropped).
+/// `servers` part-time I/O nodes in this process, with the disk model, and the folder that
+/// holds their data (removed when dropped).
 async fn part_time_nodes(
     servers: u32,
     disk: DiskParams,
     schema: &Schema,
-) -> BenchResult<Vec<(PartTime, tempfile::TempDir)>> {
-    let dirs: Vec<tempfile::TempDir> = (0..servers)
-        .map(|_| tempfile::Builder::new().prefix("ganges-bench-part-").tempdir_in(scratch(schema.bytes())))
-        .collect::<Result<_, _>>()?;
-    let mut entries = vec![];
-    for (k, d) in dirs.iter().enumerate() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let mut e = ServerEntry::new(NodeId(k as u32), format!("127.0.0.1:{port}"));
-        e.data_dir = Some(d.path().to_path_buf());
-        entries.push(e);
-    }
-    let file = ClusterFile::new(entries)?;
-    let starts = (0..servers).map(|k| {
-        PartTime::start(file.clone(), NodeId(k), None, std::time::Duration::from_secs(30), move |mut c| {
-            c.disk = Some(disk);
-            c
-        })
-    });
-    let mut nodes = vec![];
-    for (p, d) in futures_util::future::join_all(starts).await.into_iter().zip(dirs) {
-        nodes.push((p?, d));
-    }
-    Ok(nodes)
+) -> BenchResult<(Vec<PartTime>, tempfile::TempDir)> {
+    let dir = tempfile::Builder::new().prefix("ganges-bench-part-").tempdir_in(scratch(schema.bytes()))?;
+    let nodes =
+        ganges_harness::parttime::local_job(servers, dir.path(), |c| ServerConfig { disk: Some(disk), ..c }).await?;
+    Ok((nodes, dir))
 }
 
 struct Run<'a> {

@@ -340,24 +340,15 @@ fn serve_transport(a: &ServeArgs, file: Option<&ClusterFile>, node: NodeId) -> C
     let secret_path = a.secret_file.clone().or(env_secret).or_else(|| file.and_then(|f| f.secret_path()));
     let secret =
         secret_path.map(|p| ganges_net::Secret::load(&p)).transpose().map_err(|e| CliError::Failed(e.to_string()))?;
-    let mut t = ganges_net::Transport::plain().with_secret(secret);
+    let t = ganges_net::Transport::plain().with_secret(secret);
     let tls = match (&a.tls_cert, &a.tls_key, &a.tls_ca) {
         (Some(cert), Some(key), Some(ca)) => Some((cert.clone(), key.clone(), ca.clone())),
-        _ => match file {
-            Some(f) => match (f.tls_files(node)?, &f.tls) {
-                (Some((cert, key)), Some(section)) => Some((cert, key, f.resolve(&section.ca))),
-                _ => None,
-            },
-            None => None,
-        },
+        _ => file.map(|f| f.node_tls(node)).transpose()?.flatten(),
     };
-    if let Some((cert, key, ca)) = tls {
-        let tls_err = |e: ganges_net::tls::TlsError| CliError::Failed(e.to_string());
-        t = t
-            .with_tls_server(ganges_net::tls::server_config(&cert, &key).map_err(tls_err)?)
-            .with_tls_client(ganges_net::tls::client_config(&ca).map_err(tls_err)?);
+    match tls {
+        Some((cert, key, ca)) => t.with_tls_node(&cert, &key, &ca).map_err(|e| CliError::Failed(e.to_string())),
+        None => Ok(t),
     }
-    Ok(t)
 }
 
 fn local_spec(a: &LocalUpArgs, root: PathBuf) -> CliResult<LocalSpec> {

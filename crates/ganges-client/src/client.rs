@@ -29,7 +29,7 @@ pub struct Client {
 #[derive(Clone, Copy, Debug)]
 pub enum Route<'a> {
     Conn(&'a Arc<Connection>),
-    Local(NodeId, &'a Arc<dyn LocalServer>),
+    Local(&'a Arc<dyn LocalServer>),
 }
 
 impl Route<'_> {
@@ -37,28 +37,21 @@ impl Route<'_> {
     pub async fn call(&self, msg: Message) -> Result<Message> {
         match self {
             Route::Conn(c) => c.call(&msg).await,
-            Route::Local(_, server) => Ok(server.call(msg).await),
+            Route::Local(server) => Ok(server.call(msg).await),
         }
     }
 
     /// A control request, as `Connection::control` makes it.
     pub async fn control(&self, req: ControlRequest) -> Result<ControlReply> {
-        let (node, server) = match self {
+        let server = match self {
             Route::Conn(c) => return c.control(req).await,
-            Route::Local(node, server) => (*node, server),
+            Route::Local(server) => server,
         };
-        let (op, limit) = (req.op(), req.timeout());
+        let (node, op, limit) = (NodeId(server.node()), req.op(), req.timeout());
         let reply = tokio::time::timeout(limit, server.call(Message::Control(req)))
             .await
             .map_err(|_| ClientError::Timeout { node, op, secs: limit.as_secs() })?;
-        match reply {
-            Message::ControlOk(reply) => Ok(*reply),
-            Message::Error(err, _) => Err(ClientError::Server { node, err }),
-            other => Err(ClientError::Protocol {
-                node,
-                why: format!("unexpected reply kind {:#04x} to a control request", other.kind()),
-            }),
-        }
+        crate::conn::control_reply(node, reply)
     }
 }
 
@@ -151,7 +144,7 @@ impl Client {
     /// the connection, if it is up.
     pub fn route(&self, node: NodeId) -> Result<Route<'_>> {
         match self.local.get() {
-            Some(server) if server.node() == node.0 && server.is_up() => Ok(Route::Local(node, server)),
+            Some(server) if server.node() == node.0 && server.is_up() => Ok(Route::Local(server)),
             Some(server) if server.node() == node.0 => Err(ClientError::NodeDown { node }),
             _ => self.conn(node).map(Route::Conn),
         }

@@ -228,14 +228,19 @@ impl ClusterFile {
     /// The server side of the cluster's transport for `node`: its secret and, with `[tls]`,
     /// its certificate (and the CA, to reach its peers).
     pub fn server_transport(&self, node: NodeId) -> Result<Transport> {
-        let mut t = Transport::plain().with_secret(self.secret()?);
-        if let (Some((cert, key)), Some(tls)) = (self.tls_files(node)?, &self.tls) {
-            let bad = |e: ganges_net::tls::TlsError| self.bad(e.to_string());
-            t = t
-                .with_tls_server(ganges_net::tls::server_config(&cert, &key).map_err(bad)?)
-                .with_tls_client(ganges_net::tls::client_config(&self.resolve(&tls.ca)).map_err(bad)?);
+        let t = Transport::plain().with_secret(self.secret()?);
+        match self.node_tls(node)? {
+            Some((cert, key, ca)) => t.with_tls_node(&cert, &key, &ca).map_err(|e| self.bad(e.to_string())),
+            None => Ok(t),
         }
-        Ok(t)
+    }
+
+    /// With `[tls]`: the certificate and key `node` serves with, and the cluster's CA.
+    pub fn node_tls(&self, node: NodeId) -> Result<Option<(PathBuf, PathBuf, PathBuf)>> {
+        Ok(match (self.tls_files(node)?, &self.tls) {
+            (Some((cert, key)), Some(tls)) => Some((cert, key, self.resolve(&tls.ca))),
+            _ => None,
+        })
     }
 
     /// The certificate and key `node` serves with, if the cluster has TLS.

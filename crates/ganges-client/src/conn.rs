@@ -246,14 +246,19 @@ impl Connection {
                 return Err(ClientError::Timeout { node: self.node, op, secs: limit.as_secs() });
             }
         };
-        match reply {
-            Message::ControlOk(reply) => Ok(*reply),
-            Message::Error(err, _) => Err(ClientError::Server { node: self.node, err }),
-            other => Err(ClientError::Protocol {
-                node: self.node,
-                why: format!("unexpected reply kind {:#04x} to a control request", other.kind()),
-            }),
-        }
+        control_reply(self.node, reply)
+    }
+}
+
+/// A control request's answer from `node`: its reply, or the server's error.
+pub(crate) fn control_reply(node: NodeId, reply: Message) -> Result<ControlReply> {
+    match reply {
+        Message::ControlOk(reply) => Ok(*reply),
+        Message::Error(err, _) => Err(ClientError::Server { node, err }),
+        other => Err(ClientError::Protocol {
+            node,
+            why: format!("unexpected reply kind {:#04x} to a control request", other.kind()),
+        }),
     }
 }
 

@@ -5,7 +5,6 @@
 //! and reads back element for element.
 
 use bytes::Bytes;
-use futures_util::future::join_all;
 use ganges_client::Client;
 use ganges_client::array::{self, ArraySpec, Rates};
 use ganges_client::cluster::{ClusterFile, ServerEntry};
@@ -13,6 +12,7 @@ use ganges_core::array::{AllocKind, ArrayLayout, DType, Dist, Schema, generated}
 use ganges_core::disk::DiskParams;
 use ganges_core::ids::NodeId;
 use ganges_harness::PartTime;
+use ganges_harness::parttime::local_job;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,35 +20,22 @@ fn layout(mesh: &[u32], dist: &str) -> ArrayLayout {
     ArrayLayout::new(mesh.to_vec(), dist.split(',').map(|d| d.parse::<Dist>().unwrap()).collect()).unwrap()
 }
 
-/// A cluster file of `n` loopback addresses free a moment ago.
-fn cluster_file(n: u32, dir: &std::path::Path) -> ClusterFile {
-    let entries = (0..n)
-        .map(|k| {
-            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-            let mut e = ServerEntry::new(NodeId(k), format!("127.0.0.1:{port}"));
-            e.data_dir = Some(dir.join(format!("node-{k}")));
-            e
-        })
-        .collect();
-    ClusterFile::new(entries).unwrap()
-}
-
-async fn start(file: &ClusterFile) -> Vec<PartTime> {
+/// Four part-time nodes in this process, with a fast disk model.
+async fn start(dir: &std::path::Path) -> Vec<PartTime> {
     let disk = DiskParams { rate_bytes_per_sec: 200.0 * 1048576.0, seek: Duration::from_micros(200), queue_depth: 1 };
-    let nodes = (0..file.nodes()).map(|k| {
-        PartTime::start(file.clone(), NodeId(k), None, Duration::from_secs(20), move |mut c| {
-            c.disk = Some(disk);
-            c
-        })
-    });
-    join_all(nodes).await.into_iter().map(|p| p.expect("a part-time node starts")).collect()
+    local_job(4, dir, |mut c| {
+        c.disk = Some(disk);
+        c
+    })
+    .await
+    .expect("four part-time nodes start")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn part_time_nodes_take_their_own_pieces_in_memory_and_the_array_reads_back() {
     let dir = tempfile::tempdir().unwrap();
-    let file = cluster_file(4, dir.path());
-    let nodes = start(&file).await;
+    let nodes = start(dir.path()).await;
+    let file = nodes[0].client().cluster().clone();
     let clients: Vec<Arc<Client>> = nodes.iter().map(|p| p.client().clone()).collect();
     for (k, c) in clients.iter().enumerate() {
         assert_eq!(c.local_node(), Some(NodeId(k as u32)));
@@ -125,6 +112,19 @@ async fn part_time_nodes_take_their_own_pieces_in_memory_and_the_array_reads_bac
     for p in nodes {
         p.stop().await.unwrap();
     }
+}
+
+/// A cluster file of `n` loopback addresses free a moment ago, nobody serving them.
+fn cluster_file(n: u32, dir: &std::path::Path) -> ClusterFile {
+    let entries = (0..n)
+        .map(|k| {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let mut e = ServerEntry::new(NodeId(k), format!("127.0.0.1:{port}"));
+            e.data_dir = Some(dir.join(format!("node-{k}")));
+            e
+        })
+        .collect();
+    ClusterFile::new(entries).unwrap()
 }
 
 #[tokio::test]

@@ -11,10 +11,10 @@
 
 use crate::error::{HarnessError, HarnessResult};
 use ganges_client::Client;
-use ganges_client::cluster::ClusterFile;
+use ganges_client::cluster::{ClusterFile, ServerEntry};
 use ganges_core::ids::NodeId;
 use ganges_server::{Embedded, ServerConfig};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,19 +41,31 @@ impl PartTime {
         wait: Duration,
         configure: impl FnOnce(ServerConfig) -> ServerConfig,
     ) -> HarnessResult<PartTime> {
-        let entry = file.server(node)?.clone();
-        let data_dir = data_dir.or(entry.data_dir.clone()).ok_or_else(|| {
+        let entry = file.server(node)?;
+        let listen = entry.listen.clone().unwrap_or_else(|| entry.addr.clone());
+        let listener = tokio::net::TcpListener::bind(listen.as_str())
+            .await
+            .map_err(HarnessError::io(format!("{node} listening on {listen}")))?;
+        PartTime::start_on(listener, file, node, data_dir, wait, configure).await
+    }
+
+    /// As [`PartTime::start`], serving `listener` (bound already to the file's address).
+    async fn start_on(
+        listener: tokio::net::TcpListener,
+        file: ClusterFile,
+        node: NodeId,
+        data_dir: Option<PathBuf>,
+        wait: Duration,
+        configure: impl FnOnce(ServerConfig) -> ServerConfig,
+    ) -> HarnessResult<PartTime> {
+        let data_dir = data_dir.or(file.server(node)?.data_dir.clone()).ok_or_else(|| {
             HarnessError::Spec(format!("give a data directory, or a cluster file whose {node} has a data_dir"))
         })?;
-        let listen = entry.listen.clone().unwrap_or_else(|| entry.addr.clone());
         let config = configure(ServerConfig {
             peers: file.peers().into_iter().filter(|p| p.node != node).collect(),
             transport: file.server_transport(node)?,
             ..ServerConfig::new(node, data_dir)
         });
-        let listener = tokio::net::TcpListener::bind(listen.as_str())
-            .await
-            .map_err(HarnessError::io(format!("{node} listening on {listen}")))?;
         let server =
             Embedded::start(config, listener).await.map_err(|e| HarnessError::Start(format!("{node}: {e}")))?;
         let client = connect_all(&file, wait).await?;
@@ -80,6 +92,32 @@ impl PartTime {
         let node = self.node;
         self.server.stop().await.map_err(|e| HarnessError::Start(format!("{node} stopped with: {e}")))
     }
+}
+
+/// A job of `nodes` part-time I/O nodes in this process, on loopback ports of their own,
+/// their data under `dir/node-K`, each server's configuration passed through `configure`: what
+/// the bench and the tests run, where a job's ranks would each start one.
+pub async fn local_job(
+    nodes: u32,
+    dir: &Path,
+    configure: impl Fn(ServerConfig) -> ServerConfig,
+) -> HarnessResult<Vec<PartTime>> {
+    let mut listeners = vec![];
+    let mut entries = vec![];
+    for k in 0..nodes {
+        let l =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(HarnessError::io("binding a loopback port"))?;
+        let mut e = ServerEntry::new(NodeId(k), l.local_addr()?.to_string());
+        e.data_dir = Some(dir.join(format!("node-{k}")));
+        entries.push(e);
+        listeners.push(l);
+    }
+    let file = ClusterFile::new(entries)?;
+    let starts = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(k, l)| PartTime::start_on(l, file.clone(), NodeId(k as u32), None, GATHER_WAIT, &configure));
+    futures_util::future::join_all(starts).await.into_iter().collect()
 }
 
 /// A client of every node of `file`, trying again until all answer or `wait` has passed.

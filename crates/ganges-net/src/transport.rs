@@ -15,6 +15,7 @@ use ganges_proto::frame::{FrameHeader, HEADER_BYTES, ProtoError};
 use ganges_proto::io::{READ_BUFFER_BYTES, write_frame};
 use ganges_proto::msg::{ERROR_MESSAGE_MAX, ErrorCode, Message, WireError};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
@@ -138,6 +139,12 @@ impl Transport {
     pub fn with_tls_server(mut self, config: Arc<rustls::ServerConfig>) -> Transport {
         self.tls_server = Some(config);
         self
+    }
+
+    /// A server's TLS from its PEM files: present `cert` (with `key`), and trust `ca` when
+    /// reaching its peers.
+    pub fn with_tls_node(self, cert: &Path, key: &Path, ca: &Path) -> Result<Transport, tls::TlsError> {
+        Ok(self.with_tls_server(tls::server_config(cert, key)?).with_tls_client(tls::client_config(ca)?))
     }
 
     pub fn has_secret(&self) -> bool {

@@ -93,7 +93,7 @@ pub fn array_write_part<'py>(
     call: u64,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let client = cluster.client(py)?;
-    let spec = spec(
+    let mut spec = spec(
         &client,
         name,
         shape,
@@ -104,7 +104,6 @@ pub fn array_write_part<'py>(
         replicas,
         subchunk,
     )?;
-    let mut spec = spec;
     // Part-time I/O nodes started the default way serve the node of their rank: rank 0's own
     // server being node 0 says so, and static allocation then keeps each process's subchunks
     // on its own server where balance allows.

@@ -223,9 +223,10 @@ impl Cluster {
         let part = self.part_time.lock().unwrap_or_else(|e| e.into_inner()).take();
         *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
         py.detach(move || drop(local));
+        // Only the process that started it stops it (in a forked child, dropping forgets it).
         if let Some(mut p) = part
-            && let Some(server) = p.servers.take()
             && p.owner == std::process::id()
+            && let Some(server) = p.servers.take()
         {
             let _ = wait(py, server.stop());
         }

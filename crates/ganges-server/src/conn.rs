@@ -324,11 +324,7 @@ async fn read_loop(
                     outbox.send(id, too_many());
                     continue;
                 }
-                let reply = match crate::array::piece(shared, p) {
-                    Ok(()) => Message::ControlOk(Box::new(ControlReply::Done)),
-                    Err(e) => store_error(e),
-                };
-                outbox.reply(id, reply);
+                outbox.reply(id, piece(shared, p));
             }
             Message::Control(c) => {
                 if !outbox.admit() {
@@ -365,6 +361,14 @@ fn too_many() -> Message {
         ),
         None,
     )
+}
+
+/// A `Piece` frame's answer, from a connection or from the process's own client.
+pub(crate) fn piece(shared: &Arc<Shared>, p: ganges_proto::msg::PieceReq) -> Message {
+    match crate::array::piece(shared, p) {
+        Ok(()) => Message::ControlOk(Box::new(ControlReply::Done)),
+        Err(e) => store_error(e),
+    }
 }
 
 fn wire_error(e: StoreError) -> WireError {

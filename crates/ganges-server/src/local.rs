@@ -5,7 +5,6 @@
 
 use crate::Shared;
 use ganges_net::local::{Answer, LocalServer};
-use ganges_proto::control::ControlReply;
 use ganges_proto::msg::{ErrorCode, Message, WireError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,11 +49,7 @@ impl LocalServer for InProcess {
             Message::Control(c) => Box::pin(async move { crate::conn::control(&shared, c).await }),
             Message::Piece(p) => {
                 self.bytes.fetch_add(p.data.len() as u64, Ordering::Relaxed);
-                let reply = match crate::array::piece(&shared, p) {
-                    Ok(()) => Message::ControlOk(Box::new(ControlReply::Done)),
-                    Err(e) => Message::Error(WireError::new(e.code(), e.to_string()), None),
-                };
-                Box::pin(std::future::ready(reply))
+                Box::pin(std::future::ready(crate::conn::piece(&shared, p)))
             }
             other => {
                 let why = format!("frame kind {:#04x} does not go to a server in the same process", other.kind());

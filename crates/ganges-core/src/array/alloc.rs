@@ -153,7 +153,6 @@ pub struct Dynamic {
     homed: Vec<VecDeque<u32>>,
     /// Unassigned subchunks with no home, in order.
     rest: VecDeque<u32>,
-    left: usize,
     total: u64,
     unassigned: u64,
     per_round: u32,
@@ -192,7 +191,6 @@ impl Dynamic {
             }
         }
         Dynamic {
-            left: sizes.len(),
             sizes,
             homed,
             rest,
@@ -213,7 +211,7 @@ impl Dynamic {
         if let Some(r) = rate.filter(|r| r.is_finite() && *r > 0.0) {
             self.rates[s] = r;
         }
-        let left = self.left;
+        let left = self.left();
         if left == 0 {
             return vec![];
         }
@@ -238,7 +236,6 @@ impl Dynamic {
         let share = share.min(fair).max(1.0) as usize;
         let n = share.min(left);
         let batch: Vec<u32> = (0..n).map(|_| self.take(s)).collect();
-        self.left -= n;
         self.unassigned -= batch.iter().map(|&i| self.sizes[i as usize]).sum::<u64>();
         self.granted[s] += n as u64;
         batch
@@ -254,9 +251,14 @@ impl Dynamic {
         self.homed[longest].pop_back().expect("a subchunk is left")
     }
 
+    /// Subchunks not handed out yet.
+    fn left(&self) -> usize {
+        self.rest.len() + self.homed.iter().map(VecDeque::len).sum::<usize>()
+    }
+
     /// Whether every subchunk has been handed out.
     pub fn is_done(&self) -> bool {
-        self.left == 0
+        self.left() == 0
     }
 
     pub fn granted(&self) -> &[u64] {
