@@ -101,6 +101,11 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// Requests the disk serves at once: the model's, else the real disk's.
+    pub fn disk_depth(&self) -> u32 {
+        self.disk.map_or(self.queue_depth, |d| d.queue_depth)
+    }
+
     /// A server of `node` keeping its data in `data_dir`: the real disk (no model, page cache
     /// included), every request's own discipline, no peers, no secret. Set what differs.
     pub fn new(node: NodeId, data_dir: PathBuf) -> ServerConfig {
@@ -367,7 +372,7 @@ impl Opened {
         };
         let config_peers = config.peers.clone();
         let model = config.disk.map(DiskModel::new);
-        let queue_depth = config.disk.map_or(config.queue_depth, |d| d.queue_depth);
+        let queue_depth = config.disk_depth();
         let link = config.model_link.then(|| Mutex::new(LinkModel::new(config.node_sampling.net_bytes_per_sec)));
         let shared = Arc::new(Shared {
             disk: Mutex::new(disk::DiskState::new(config.scheduler.build(), model)),
