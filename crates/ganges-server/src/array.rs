@@ -546,9 +546,8 @@ impl Meter {
 }
 
 /// The writer: packs gathered subchunks into the fragment's blocks, in order through the disk
-/// queue (and, with more than one copy, to the servers holding the other
-/// copies, in the same order, so that every copy's log is the same), and records where each
-/// subchunk starts.
+/// queue (and, with more than one copy, to the servers holding the other copies, in the same
+/// order, so that every copy's log is the same), and records where each subchunk starts.
 async fn write_all(
     shared: Arc<Shared>,
     s: Arc<Session>,
