@@ -1034,7 +1034,7 @@ pub(crate) struct BenchArrayArgs {
     pub(crate) disk_rate: Rate,
     #[arg(long, default_value = "1ms")]
     pub(crate) seek: Dur,
-    /// Calls per configuration of Figures 4 and 5 (the mean is shown)
+    /// Calls per configuration of Figures 4 and 5, and reads per configuration of the reads (the mean is shown)
     #[arg(long, default_value_t = 2)]
     pub(crate) repeat: u32,
     /// Calls of Figures 6 and 7 (the server is slow in the fifth)
