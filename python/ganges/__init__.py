@@ -415,10 +415,13 @@ class Cluster:
         memory_mesh: Sequence[int] | None = None,
         memory_dist: Sequence[str] | None = None,
         rank: int = 0,
-        policy: str = "gd",
+        policy: str = "gd-plan",
     ) -> npt.NDArray[Any]:
         """Process `rank`'s chunk of an array in any memory layout (default: the whole
-        array), as a read-only NumPy array over the bytes read (no copy)."""
+        array), as a read-only NumPy array over the bytes read (no copy). Read by gd-plan
+        unless told otherwise: the processes of a collective read each read parts of many
+        fragments, which gd-plan's plan of every server's share balances and gd's progress
+        rule cannot."""
         data, shape, dtype = _ganges.array_read(
             self._inner, name, memory_mesh=memory_mesh, memory_dist=memory_dist, rank=rank, policy=policy
         )

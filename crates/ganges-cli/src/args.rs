@@ -500,7 +500,7 @@ pub(crate) enum ArrayCmd {
         #[command(flatten)]
         memory: MemoryLayoutArgs,
         /// Read policy, by the names `ganges scan --policy` takes (with one copy, all read alike)
-        #[arg(long, default_value = "gd")]
+        #[arg(long, default_value_t = ganges_client::array::ARRAY_READ_POLICY)]
         policy: ReadPolicyKind,
         /// Write the whole array here, row-major
         #[arg(long, value_name = "FILE")]
@@ -1005,7 +1005,7 @@ pub(crate) enum BenchCmd {
 #[derive(Args, Debug)]
 pub(crate) struct BenchArrayArgs {
     /// Which figures: natural (Figure 4), row-major (Figure 5), iterations (Figures 6 and 7),
-    /// reads (two copies read back with static and gd, a server slow), part-time (Figure 4
+    /// reads (two copies read back with static, gd and gd-plan, a server slow), part-time (Figure 4
     /// with the servers inside the writing processes, beside servers of their own)
     #[arg(long, value_delimiter = ',', default_value = "natural,row-major,iterations,reads,part-time")]
     pub(crate) figures: Vec<ArrayFigure>,
@@ -1019,7 +1019,7 @@ pub(crate) struct BenchArrayArgs {
     #[arg(long, value_delimiter = ',', default_value = "4,8")]
     pub(crate) read_servers: Vec<u32>,
     /// Read policies of the reads
-    #[arg(long, value_delimiter = ',', default_value = "static,gd")]
+    #[arg(long, value_delimiter = ',', default_value = "static,gd,gd-plan")]
     pub(crate) read_policies: Vec<ReadPolicyKind>,
     /// Part-time I/O nodes among the 8 writing processes, per run of the part-time figure
     #[arg(long, value_delimiter = ',', default_value = "2,4,8")]

@@ -152,7 +152,7 @@ pub fn array_write<'py>(
 /// Process `rank`'s chunk of the array in a memory layout (default: the whole array):
 /// (its bytes, row-major, and its shape).
 #[pyfunction]
-#[pyo3(signature = (cluster, name, memory_mesh=None, memory_dist=None, rank=0, policy="gd"))]
+#[pyo3(signature = (cluster, name, memory_mesh=None, memory_dist=None, rank=0, policy="gd-plan"))]
 pub fn array_read(
     py: Python<'_>,
     cluster: &Cluster,

@@ -325,3 +325,38 @@ fn homed_dynamic_allocation_hands_each_server_its_own_first_then_the_longest_tai
     assert_eq!(plain.grant(1, None), vec![0, 1]);
     assert_eq!(plain.grant(0, None), vec![2, 3]);
 }
+
+proptest! {
+    /// A read spread over fragments is a permutation that keeps each fragment's own order,
+    /// and at every point has read each fragment's share of the whole, within a piece and
+    /// half a piece for each fragment its share of the others may have run ahead by.
+    #[test]
+    fn a_read_spread_over_fragments_keeps_every_prefix_in_proportion(
+        fragments in prop::collection::vec(0u32..6, 0..200)
+    ) {
+        let order = spread_over_fragments(&fragments);
+        let mut seen = order.clone();
+        seen.sort_unstable();
+        prop_assert_eq!(seen, (0..fragments.len()).collect::<Vec<_>>());
+        let n = fragments.len() as f64;
+        let groups = fragments.iter().collect::<std::collections::BTreeSet<_>>().len() as f64;
+        for f in 0..6u32 {
+            let total = fragments.iter().filter(|&&x| x == f).count() as f64;
+            let mine: Vec<usize> = order.iter().copied().filter(|&i| fragments[i] == f).collect();
+            prop_assert!(mine.windows(2).all(|w| w[0] < w[1]), "fragment {} out of its order", f);
+            let mut got = 0.0;
+            for (m, &i) in order.iter().enumerate() {
+                got += f64::from(u8::from(fragments[i] == f));
+                let share = (m + 1) as f64 * total / n;
+                prop_assert!((got - share).abs() <= 1.0 + groups * total / n / 2.0 + 1e-9, "fragment {} at {}: {} of {}", f, m, got, share);
+            }
+        }
+    }
+}
+
+#[test]
+fn runs_on_one_fragment_are_interleaved() {
+    // Two runs, as an allocation leaves them: read alternately, not one after the other.
+    let order = spread_over_fragments(&[3, 3, 3, 5, 5, 5]);
+    assert_eq!(order, vec![0, 3, 1, 4, 2, 5]);
+}
