@@ -1005,8 +1005,8 @@ pub(crate) enum BenchCmd {
 #[derive(Args, Debug)]
 pub(crate) struct BenchArrayArgs {
     /// Which figures: natural (Figure 4), row-major (Figure 5), iterations (Figures 6 and 7),
-    /// reads (two copies read back with static, gd and gd-plan, a server slow), part-time (Figure 4
-    /// with the servers inside the writing processes, beside servers of their own)
+    /// reads (two copies read back with static, gd and gd-plan, a server slow), part-time
+    /// (Figure 4 with the servers inside the writing processes, beside servers of their own)
     #[arg(long, value_delimiter = ',', default_value = "natural,row-major,iterations,reads,part-time")]
     pub(crate) figures: Vec<ArrayFigure>,
     /// Server counts of Figures 4 and 5

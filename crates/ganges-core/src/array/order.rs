@@ -2,7 +2,9 @@
 
 /// The order to read pieces in, given the fragment (server group) each lives in: a
 /// permutation of `0..fragments.len()` in which every prefix holds each fragment's pieces in
-/// proportion to its share of the whole (within a piece or two), each fragment's pieces keeping their own order.
+/// proportion to its share of the whole (within a piece or two), each fragment's pieces in
+/// their own order. Piece `k` of a fragment of `n` goes at `(k + ½) / n` of the way through
+/// the read (stride scheduling); ties go to the lower fragment.
 ///
 /// Subchunks are placed as the allocation went, so a process's pieces come in runs on one
 /// fragment. Read in that order, a collective read asks only a few servers at any moment,
@@ -12,8 +14,6 @@
 /// 8 processes reading `BLOCK,*,*` chunks with gd-plan from 4 to 16 servers, 81-84% of the
 /// layout-aware ideal in the allocation's order with no fault and 65-91% with one server
 /// slow; spread out, 97-99% and 89-93%).
-/// Piece `k` of a fragment of `n` goes at `(k + ½) / n` of the way through the read (stride
-/// scheduling); ties go to the lower fragment.
 pub fn spread_over_fragments(fragments: &[u32]) -> Vec<usize> {
     let mut count: std::collections::HashMap<u32, (u64, u64)> = std::collections::HashMap::new();
     for &f in fragments {

@@ -328,8 +328,9 @@ fn homed_dynamic_allocation_hands_each_server_its_own_first_then_the_longest_tai
 
 proptest! {
     /// A read spread over fragments is a permutation that keeps each fragment's own order,
-    /// and at every point has read each fragment's share of the whole, within a piece and
-    /// half a piece for each fragment its share of the others may have run ahead by.
+    /// and every prefix holds each fragment's share of it within `1 + G·s/2` pieces (`G`
+    /// fragments, `s` this one's share): every fragment's count stays within half a piece
+    /// of its own schedule, so the prefix's length is off by at most `G/2`.
     #[test]
     fn a_read_spread_over_fragments_keeps_every_prefix_in_proportion(
         fragments in prop::collection::vec(0u32..6, 0..200)
