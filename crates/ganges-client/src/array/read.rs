@@ -22,8 +22,8 @@ fn invalid(e: ArrayError) -> ClientError {
 /// fragments at once, so plain GD's furthest-behind rule, which sees only a consumer's total
 /// progress, cannot see that its part of one fragment lags; it leaves the extra work of a
 /// slow disk on the slow disk's two neighbours instead of passing it around the chain (ours:
-/// 8 processes reading `BLOCK,*,*` chunks from 8 servers, one at half speed: gd 86-89% of the
-/// layout-aware ideal, gd-plan 91-93%; with no fault gd 94-96%, gd-plan 98-99%).
+/// 8 processes reading `BLOCK,*,*` chunks from 8 servers, one at half speed: gd 86-90% of the
+/// layout-aware ideal, gd-plan 93-95%; with no fault gd 94-96%, gd-plan 98-99%).
 pub const ARRAY_READ_POLICY: ReadPolicyKind = ReadPolicyKind::GdPlan;
 
 /// Read process `rank`'s chunk of `memory` (any layout) of the array in `manifest`, row-major
