@@ -10,8 +10,8 @@
 //!
 //! - **Reads** (ours, beyond Panda): the array written with two copies (chained declustering),
 //!   read back by 8 processes in another layout (`BLOCK,*,*`) with `static` (primary copies
-//!   only) and `gd` (graduated declustering), one server slow; against the layout-aware
-//!   ideal of that read, the mean of `repeat` reads.
+//!   only), `gd` and `gd-plan` (graduated declustering), one server slow; against the
+//!   layout-aware ideal of that read, the mean of `repeat` reads.
 //!
 //! - **Part-time I/O nodes** (Panda §2): Figure 4's write where the servers run inside the
 //!   writing processes (the first `servers` of the 8, the rest compute only), each process's

@@ -18,8 +18,9 @@
 mod read;
 mod zarr;
 
+pub use ganges_core::array::ARRAY_READ_POLICY;
 pub use ganges_proto::array::{ArraySpec, SUBCHUNK_BYTES};
-pub use read::{ARRAY_READ_POLICY, read_chunk, read_chunk_with, read_region, region_reads};
+pub use read::{read_chunk, read_chunk_with, read_region, region_reads};
 pub use zarr::{ZarrExport, export_zarr};
 
 use crate::client::Client;

@@ -6,7 +6,7 @@ use crate::client::Client;
 use crate::error::{ClientError, Result};
 use crate::scan::ReadOptions;
 use crate::stream::{AsyncReader, SUBMITTED_BYTES_MAX};
-use ganges_core::array::{ArrayError, ArrayLayout, Region, copy_overlap, spread_over_fragments};
+use ganges_core::array::{ARRAY_READ_POLICY, ArrayError, ArrayLayout, Region, copy_overlap, spread_over_fragments};
 use ganges_core::ids::FragmentId;
 use ganges_core::route::ReadPolicyKind;
 use ganges_proto::manifest::Manifest;
@@ -16,15 +16,6 @@ use std::sync::Arc;
 fn invalid(e: ArrayError) -> ClientError {
     ClientError::Invalid(e.to_string())
 }
-
-/// The read policy of array reads unless told otherwise: gd-plan, graduated declustering with
-/// a plan of every server's share. A process of a collective read reads parts of several
-/// fragments at once, so plain GD's furthest-behind rule, which sees only a consumer's total
-/// progress, cannot see that its part of one fragment lags; it leaves the extra work of a
-/// slow disk on the slow disk's two neighbours instead of passing it around the chain (ours:
-/// 8 processes reading `BLOCK,*,*` chunks from 8 servers, one at half speed: gd 86-90% of the
-/// layout-aware ideal, gd-plan 93-95%; with no fault gd 94-96%, gd-plan 98-99%).
-pub const ARRAY_READ_POLICY: ReadPolicyKind = ReadPolicyKind::GdPlan;
 
 /// Read process `rank`'s chunk of `memory` (any layout) of the array in `manifest`, row-major
 /// over the chunk, with graduated declustering over the subchunks' copies

@@ -26,7 +26,7 @@ mod tests;
 pub use alloc::{AllocKind, DYNAMIC_PER_ROUND, Dynamic, HELD_AHEAD, Thief, round_robin, static_alloc, subchunk_homes};
 pub use copy::{contiguous, copy_overlap, gather};
 pub use generate::generated;
-pub use order::spread_over_fragments;
+pub use order::{ARRAY_READ_POLICY, spread_over_fragments};
 pub use subchunk::{SUBCHUNK_MAX, SUBCHUNKS_MAX, SubchunkStyle, Subchunks, find_submesh};
 
 use crate::parse::ParseError;

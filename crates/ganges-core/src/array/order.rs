@@ -1,4 +1,16 @@
-//! The order a reader requests subchunks in.
+//! How an array is read: the policy unless told otherwise, and the order a reader requests
+//! subchunks in.
+
+use crate::route::ReadPolicyKind;
+
+/// The read policy of array reads unless told otherwise: gd-plan, graduated declustering with
+/// a plan of every server's share. A process of a collective read reads parts of several
+/// fragments at once, so plain GD's furthest-behind rule, which sees only a consumer's total
+/// progress, cannot see that its part of one fragment lags; it leaves the extra work of a
+/// slow disk on the slow disk's two neighbours instead of passing it around the chain (ours:
+/// 8 processes reading `BLOCK,*,*` chunks from 8 servers, one at half speed: gd 86-90% of the
+/// layout-aware ideal, gd-plan 93-95%; with no fault gd 94-96%, gd-plan 98-99%).
+pub const ARRAY_READ_POLICY: ReadPolicyKind = ReadPolicyKind::GdPlan;
 
 /// The order to read pieces in, given the fragment (server group) each lives in: a
 /// permutation of `0..fragments.len()` in which every prefix holds each fragment's pieces in

@@ -382,8 +382,11 @@ impl RoutePolicy for Planned {
         }
         Pick::To(self.pulls.next(view, allowed))
     }
-    fn on_reply(&mut self, _view: &RouteView<'_>, node: NodeId) {
-        self.pulls.push(node);
+    fn on_reply(&mut self, view: &RouteView<'_>, node: NodeId) {
+        // A reader of several fragments routes by the plan's parts, not by pulls.
+        if view.phased {
+            self.pulls.push(node);
+        }
     }
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
         let nodes = self.layout.as_ref()?.nodes();
