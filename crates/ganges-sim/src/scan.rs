@@ -748,7 +748,10 @@ impl<'a> Sim<'a> {
         if let Some(p) = self.servers[s].q.pop(now) {
             let svc = p.modelled.expect("simulated servers model their disks");
             self.servers[s].busy = Some((p.job, p.ctx, svc));
-            self.ev.at(svc.done, Ev::DiskDone(s, self.servers[s].generation));
+            // The model runs a read from its arrival (`ServerNode::pop`), so a read the
+            // scheduler held while the disk waited for another can be done already, as on a
+            // live server, whose disk then answers at once.
+            self.ev.at(svc.done.max(now), Ev::DiskDone(s, self.servers[s].generation));
             return;
         }
         if let Some(t) = self.servers[s].q.sched.wake_at() {

@@ -938,6 +938,27 @@ mod tests {
         assert!(st[1].delivered < 0.3, "one consumer at 1 MB/s of 5 holds everyone: {:?}", st[1]);
     }
 
+    /// Fast disks and long fragments: gd-plan's disks hold a read while they wait for another
+    /// stream's, and the model runs it from its arrival, so it can be done before the disk
+    /// takes it. The simulator scheduled that finish in the past and panicked.
+    #[test]
+    fn a_read_the_model_finished_while_it_was_held_completes_the_scan() {
+        let mib = (1u64 << 20) as f64;
+        let o = SimOptions {
+            producers: Some(4),
+            producer_rate: Some(190.0 * mib),
+            fault_rate: Some(0.25 * 190.0 * mib),
+            faults: Some(vec![1]),
+            blocks: Some(1000),
+            seek: Some(Duration::from_millis(2)),
+            policies: Some(vec![ReadPolicyKind::GdPlan]),
+            seed: 1,
+            ..SimOptions::default()
+        };
+        let r = run("bench-scan", &o).expect("the scan completes");
+        assert!(r.rows[0].frac_layout_ideal > 0.9, "{:?}", r.rows[0]);
+    }
+
     #[test]
     fn fig10_gd_best_beats_static_and_worst_is_bounded_by_the_layout() {
         let r = run("river-fig10", &small()).unwrap();
