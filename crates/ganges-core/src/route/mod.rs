@@ -12,7 +12,7 @@
 //! | `gd` | GD-1 | round-robin start, replies pull requests | furthest behind, progress in bytes |
 //! | `gd-rel` | GD-2 | same | furthest behind, progress as a fraction |
 //! | `gd-batch` | GD-2 + GD-5 runs | same | same, with runs |
-//! | `gd-pc` | GD-3 | primary, backups between watermarks | furthest behind, fraction |
+//! | `gd-pc` | GD-3 + ours | primary, backups between watermarks or while the primary helps another | furthest behind, fraction |
 //! | `gd-pc-shrink` | GD-3 + ours | watermark shrinking near the end | same |
 //! | `gd-rr` | GD-4 + GD-5 | more requests where answers come faster, primary preferred | longest queue, runs |
 //! | `gd-rr-handoff` | + GD-6 | same | same, and idle servers take queued requests |

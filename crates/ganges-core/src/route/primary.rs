@@ -14,6 +14,17 @@
 //! probe intervals (there is no such consumer). Right at the start a server may simply not
 //! have heard from its consumer yet, and that must not send anyone to a backup.
 //!
+//! **Passing help down the chain (ours).** The watermarks alone hand a slow disk's extra work
+//! on a hop at a time: consumer i's reads of its backup slow that backup's own consumer, which
+//! must fall a whole high watermark behind its neighbour before it reads its backup in turn.
+//! On a ring of 8 disks with one at a quarter of its speed, a 6-second scan read 83% of the
+//! layout-aware ideal, its far disks idle at the end. So a consumer also reads its backup
+//! while its primary *helps* another (its queue holds requests that are not ours: a
+//! neighbour behind us reads its backup copy there), the backup's queue is shorter than the
+//! primary's, and the backup's own consumer is not behind us by more than the low watermark;
+//! it stops when that consumer falls behind us by the high one, or, once the primary helps
+//! nobody, as the paper's rule says. Equal disks help nobody, so with no fault nothing changes.
+//!
 //! **Shrinking high watermark (ours, gd-enhancements §5).** With `shrink`, the high watermark
 //! closes linearly towards the low one as the consumer's own progress goes from 0 to 1. Early
 //! on the wide band lets neighbours drift without multiplexing disks; near the end a narrow
@@ -67,9 +78,11 @@ impl PrimaryCopies {
     }
 
     /// Update which backups are in use from the latest reports.
-    fn update_using(&mut self, view: &RouteView<'_>, backups: &[NodeId]) {
+    fn update_using(&mut self, view: &RouteView<'_>, primary: NodeId, backups: &[NodeId]) {
         let (high, low) = self.watermarks(view);
         self.probes.meet(backups);
+        let queued = |n: NodeId| view.node(n).last_state.map(|s| s.queue_len);
+        let helping = queued(primary).is_some_and(|q| q > view.node(primary).outstanding);
         for &b in backups {
             // Nobody reading the server's primary copies (finished, or none) counts as
             // progress 1: its disk is ours only if we are really behind, so equal disks
@@ -85,9 +98,10 @@ impl PrimaryCopies {
             };
             if let Some(theirs) = theirs {
                 let gap = theirs - view.own_fraction;
-                if gap > high {
+                let lighter = queued(b).is_none_or(|q| queued(primary).is_some_and(|mine| q < mine));
+                if gap > high || (helping && lighter && gap > -low) {
                     self.using.insert(b);
-                } else if gap < low {
+                } else if gap < -high || (!helping && gap < low) {
                     self.using.remove(&b);
                 }
             }
@@ -118,7 +132,7 @@ impl RoutePolicy for PrimaryCopies {
 
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
         let (primary, backups) = holders.split_first().expect("holders are never empty");
-        self.update_using(view, backups);
+        self.update_using(view, *primary, backups);
         // The least loaded of the copies in use, the primary on ties. In steady state this
         // is GD's pull rule (each reply frees a slot at the server that sent it); unlike the
         // pull rule it also gives a backup that has just joined its share of the window.
@@ -236,6 +250,52 @@ mod tests {
         nodes.insert(NodeId(1), NodeView { outstanding: 1, ..NodeView::default() });
         let v = RouteView { now: Time::ZERO + Duration::from_secs(1), ..view(&nodes, 0.0) };
         assert_eq!(p.poll_probe(&v), None);
+    }
+
+    /// Holders with `ours` of our requests outstanding at each and `queue` queued there when
+    /// each last answered.
+    fn queues(ours: [u32; 2], queue: [u32; 2]) -> BTreeMap<NodeId, NodeView> {
+        (0..2)
+            .map(|i| {
+                let state = ServerState { queue_len: queue[i], ..ServerState::default() };
+                (NodeId(i as u32), NodeView { outstanding: ours[i], last_state: Some(state), ..NodeView::default() })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_primary_that_helps_a_neighbour_sends_us_to_the_backup_while_its_reader_keeps_up() {
+        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        // The backup's reader is level with us, under every watermark.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.30)));
+        // Only our requests queued at the primary: nobody to help, primary only.
+        p.pick(&view(&queues([3, 0], [3, 2]), 0.30), &H);
+        assert!(!p.is_using(NodeId(1)), "equal disks never read a backup");
+        // Two of another consumer's queued there too, and the backup's queue is shorter.
+        p.pick(&view(&queues([3, 0], [5, 2]), 0.30), &H);
+        assert!(p.is_using(NodeId(1)), "the help is passed on at once");
+        // Still helping, and the backup's reader has fallen 2% behind us: between the watermarks,
+        // stay...
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.30)));
+        p.pick(&view(&queues([2, 1], [4, 3]), 0.32), &H);
+        assert!(p.is_using(NodeId(1)));
+        // ...and leave once it is the high watermark behind: it is the slower one now.
+        p.pick(&view(&queues([2, 1], [4, 3]), 0.35), &H);
+        assert!(!p.is_using(NodeId(1)));
+        // Not joined while its reader is more than the low watermark behind us...
+        p.pick(&view(&queues([3, 0], [5, 2]), 0.32), &H);
+        assert!(!p.is_using(NodeId(1)));
+        // ...nor where the backup is as loaded as the primary.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.40)));
+        p.pick(&view(&queues([3, 0], [5, 5]), 0.40), &H);
+        assert!(!p.is_using(NodeId(1)));
+        // Joined, then the primary helps nobody any more: the paper's rule, out under the low
+        // watermark.
+        p.pick(&view(&queues([3, 0], [5, 2]), 0.40), &H);
+        assert!(p.is_using(NodeId(1)));
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.405)));
+        p.pick(&view(&queues([2, 1], [2, 3]), 0.40), &H);
+        assert!(!p.is_using(NodeId(1)));
     }
 
     #[test]
