@@ -77,7 +77,7 @@ pub async fn export_zarr(client: &Arc<Client>, manifest: &Arc<Manifest>, dir: &P
     let elem = schema.dtype.size();
     let full_bytes = chunk_shape.iter().product::<u64>() * u64::from(elem);
     let mut written = 0u64;
-    let result = read_regions(client, manifest, &targets, ganges_core::array::ARRAY_READ_POLICY, |t, bytes| {
+    let result = read_regions(client, manifest, &targets, super::ARRAY_READ_POLICY, |t, bytes| {
         let region = &targets[t];
         // Pad an edge chunk to the full chunk shape.
         let data = if region.elements() * u64::from(elem) == full_bytes {

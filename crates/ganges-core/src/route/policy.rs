@@ -459,6 +459,17 @@ impl RateAverage {
 }
 
 impl NodeView {
+    /// Requests queued at the server when it last answered, anyone's.
+    pub fn queued(&self) -> Option<u32> {
+        self.last_state.map(|s| s.queue_len)
+    }
+
+    /// Whether the server held requests that are not ours when it last answered: another
+    /// consumer reads there too.
+    pub fn holds_others(&self) -> bool {
+        self.queued().is_some_and(|q| q > self.outstanding)
+    }
+
     /// The server's disk speed as it reported having measured it: the median of its last
     /// `RECENT_REPORTS` figures.
     pub fn reported_disk_bytes_per_sec(&self) -> Option<f64> {

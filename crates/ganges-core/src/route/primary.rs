@@ -81,8 +81,8 @@ impl PrimaryCopies {
     fn update_using(&mut self, view: &RouteView<'_>, primary: NodeId, backups: &[NodeId]) {
         let (high, low) = self.watermarks(view);
         self.probes.meet(backups);
-        let queued = |n: NodeId| view.node(n).last_state.map(|s| s.queue_len);
-        let helping = queued(primary).is_some_and(|q| q > view.node(primary).outstanding);
+        let queued = |n: NodeId| view.node(n).queued();
+        let helping = view.node(primary).holds_others();
         for &b in backups {
             // Nobody reading the server's primary copies (finished, or none) counts as
             // progress 1: its disk is ours only if we are really behind, so equal disks

@@ -120,7 +120,7 @@ impl ResponseRate {
         // holds more than all of ours); with nobody else queued (a slow link, or a real
         // disk's figures swinging), only when it is `UNSEEN_CONTENTION` or more.
         let seen = p.delivered.span_secs() >= crate::handoff::RateMeter::WINDOW_SECS / 2.0;
-        let others_queued = p.last_state.is_some_and(|s| s.queue_len > p.outstanding);
+        let others_queued = p.holds_others();
         let shortfall = if others_queued { TROUBLE } else { UNSEEN_CONTENTION };
         let short = !self.trouble && seen && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - shortfall));
         // Unseen, it must last a probe interval too: a real disk's figure and our delivered
@@ -130,7 +130,7 @@ impl ResponseRate {
         // equal disks have all moved reads to their backups, every primary holds others'
         // requests, and that is no reason to move more (it kept them all in trouble, reading
         // two fifths of their bytes from backups, with no fault).
-        let queued = |h: &NodeId| view.node(*h).last_state.map(|s| s.queue_len);
+        let queued = |h: &NodeId| view.node(*h).queued();
         let lighter_elsewhere =
             queued(&holders[0]).is_some_and(|mine| holders[1..].iter().any(|h| queued(h).is_some_and(|q| q < mine)));
         let contended = short
