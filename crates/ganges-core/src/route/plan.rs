@@ -111,6 +111,11 @@ pub const USE_FRACTION: f64 = 0.02;
 /// pull for a later request (`Pulls`). A consumer that reads several fragments at once,
 /// which its servers do not phase, keeps one: two cost unequal partitions a little.
 pub const QUEUED_PER_HOLDER: u32 = 2;
+/// Requests of one fragment a reader of several fragments remembers routing (`Planned`'s
+/// counts are halved past it): a plan that changes mid-read is followed within a few times as
+/// many requests, where counts kept from the start would pay the old plan's split back first
+/// (a holder whose part grew would get every request until its count caught up).
+pub const ROUTED_MEMORY: f64 = 128.0;
 
 #[derive(Debug)]
 pub struct Planned {
@@ -140,8 +145,8 @@ pub struct Planned {
     primaries_only: bool,
     returns: u64,
     /// Requests a reader of several fragments routed by the plan's parts, by fragment of
-    /// the layout's period and holder.
-    sent: BTreeMap<(u32, NodeId), u64>,
+    /// the layout's period and holder, recent ones counting most (`note_routed`).
+    sent: BTreeMap<(u32, NodeId), f64>,
 }
 
 impl Planned {
@@ -176,8 +181,25 @@ impl Planned {
     }
 
     fn planned(&self, fragment: FragmentId, node: NodeId) -> Option<(f64, f64)> {
-        let layout = self.layout.as_ref()?;
-        self.shares.get(&(fragment.0 % layout.period(), node)).copied()
+        self.layout.as_ref()?;
+        self.shares.get(&(self.period_key(fragment), node)).copied()
+    }
+
+    /// The fragment of the layout's period that `fragment` is laid out as: plans and routed
+    /// counts are kept by it.
+    fn period_key(&self, fragment: FragmentId) -> u32 {
+        fragment.0 % self.layout.as_ref().map_or(1, Layout::period)
+    }
+
+    /// Count a request of a reader of several fragments routed to `node`, and halve the
+    /// fragment's counts once they pass `ROUTED_MEMORY`.
+    fn note_routed(&mut self, key: u32, node: NodeId) {
+        *self.sent.entry((key, node)).or_default() += 1.0;
+        let counts = self.sent.range_mut((key, NodeId(0))..=(key, NodeId(u32::MAX)));
+        let counts: Vec<&mut f64> = counts.map(|(_, c)| c).collect();
+        if counts.iter().map(|c| **c).sum::<f64>() > ROUTED_MEMORY {
+            counts.into_iter().for_each(|c| *c /= 2.0);
+        }
     }
 
     /// Every server's rate as this consumer knows it, unknown ones at the median of the
@@ -371,13 +393,14 @@ impl RoutePolicy for Planned {
             && allowed.len() > 1
             && let Some(f) = view.fragment
         {
-            let key = f.0 % self.layout.as_ref().map_or(1, Layout::period);
-            let behind = |n: &NodeId| {
-                let want = self.fraction(f, *n).unwrap_or(0.5).max(1e-6);
-                (self.sent.get(&(key, *n)).copied().unwrap_or(0) as f64 + 1.0) / want
-            };
-            let n = *allowed.iter().min_by(|a, b| behind(a).total_cmp(&behind(b))).expect("a holder");
-            *self.sent.entry((key, n)).or_default() += 1;
+            let key = self.period_key(f);
+            let even = 1.0 / allowed.len() as f64;
+            let sent = |n: &NodeId| self.sent.get(&(key, *n)).copied().unwrap_or(0.0);
+            let total: f64 = allowed.iter().map(sent).sum();
+            // How far short of its part of the requests routed so far, this one included.
+            let short = |n: &NodeId| self.fraction(f, *n).unwrap_or(even) * (total + 1.0) - sent(n);
+            let n = *allowed.iter().max_by(|a, b| short(a).total_cmp(&short(b))).expect("a holder");
+            self.note_routed(key, n);
             return Pick::To(n);
         }
         Pick::To(self.pulls.next(view, allowed))
@@ -510,6 +533,28 @@ mod tests {
             to[n.0 as usize] += 1;
         }
         assert!((f64::from(to[0]) - 100.0 * slow).abs() <= 1.0, "{to:?} for parts {slow} {backup}");
+    }
+
+    #[test]
+    fn a_reader_of_several_fragments_follows_a_changed_plan_within_its_memory() {
+        let mut p = policy(4);
+        p.on_range(&BTreeMap::from([(FragmentId(0), 0.25), (FragmentId(1), 1.0)]));
+        let n = servers(SLOW_FIRST, &[1, 1]);
+        let unphased = RouteView { phased: false, ..view(&n, 0) };
+        p.pick(&unphased, &[NodeId(0), NodeId(1)]);
+        let slow = p.fraction(FragmentId(0), NodeId(0)).unwrap();
+        // An earlier plan sent the slow disk far more than its part now.
+        p.sent.insert((0, NodeId(0)), 1000.0);
+        p.sent.insert((0, NodeId(1)), 0.0);
+        let mut to = [0u32; 2];
+        for i in 0..400 {
+            let Pick::To(n) = p.pick(&unphased, &[NodeId(0), NodeId(1)]) else { panic!("routed") };
+            // Counted once the old counts have been halved away.
+            if i >= 300 {
+                to[n.0 as usize] += 1;
+            }
+        }
+        assert!((f64::from(to[0]) - 100.0 * slow).abs() <= 2.0, "{to:?} for the slow disk's part {slow}");
     }
 
     #[test]
