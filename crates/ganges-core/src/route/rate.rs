@@ -11,7 +11,7 @@
 //!   carries their measured disk speed) at once and every `probe_interval`.
 //! - **Trouble** is read off the replies, which carry each request's time on the server's
 //!   disk: the primary's *disk* is slow (its speed more than `TROUBLE` below the fastest
-//!   holder's), or the primary is *contended* (it delivers to us more than `TROUBLE` below what
+//!   holder's, and what it delivers us too), or the primary is *contended* (it delivers to us more than `TROUBLE` below what
 //!   its disk can do, because it now serves a neighbour that came to it for help). A
 //!   decision waits for `warmup_replies` replies (lesson 3: no decision on setup noise).
 //! - **In trouble (GD-4)** the window is split over the holders in proportion to how fast
@@ -21,8 +21,8 @@
 //!   `min_outstanding` requests (lesson 1: full pipelines); a server `slow_ratio` times slower
 //!   than the fastest gets one at a time (lesson 5).
 //! - **Return to the primary (ours; virtual-streams §5 leaves it open).** With
-//!   `return_to_primary`, once the primary's disk is as fast as the others again (within
-//!   `SETTLED`), the consumer goes back to primary-only; trouble found by contention, which
+//!   `return_to_primary`, once the primary's disk is no longer `TROUBLE` below the others,
+//!   the consumer goes back to primary-only; trouble found by contention, which
 //!   cannot be judged while the primary has less than a full share, after `CONTENDED_HOLD`
 //!   probe intervals, to be judged again.
 //!
@@ -46,8 +46,6 @@ pub const UNSEEN_CONTENTION: f64 = 0.35;
 pub const SLOW_FOR: u32 = 2;
 /// Probe intervals trouble found by contention lasts before it is judged again.
 pub const CONTENDED_HOLD: u32 = 4;
-/// How close to the others the primary's disk must come back before leaving trouble.
-pub const SETTLED: f64 = 0.10;
 
 #[derive(Debug)]
 pub struct ResponseRate {
@@ -107,7 +105,16 @@ impl ResponseRate {
         // server's figures: one figure of a real disk can be a fifth off, and under a kernel
         // throttle a server's first figures, which hold the burst the throttle lets through
         // when reads begin, read half again above its rate for a meter's window.
-        let slow_now = disk < fastest * (1.0 - TROUBLE);
+        //
+        // And only while the primary also delivers us that much less than the fastest holder's
+        // disk (once we are in trouble we send it less, so then by the disk alone). Servers'
+        // figures of equal real disks under a kernel throttle stay apart by up to a fifth for
+        // seconds (each server's meter counts its own pauses), while what a primary delivers
+        // us agrees with its throttle: a lone figure kept consumers of healthy disks in
+        // trouble, reading up to a third of their bytes from backups with no fault at all.
+        let seen = p.delivered.span_secs() >= crate::handoff::RateMeter::WINDOW_SECS / 2.0;
+        let delivers_less = seen && p.rate_bytes_per_sec.is_some_and(|r| r < fastest * (1.0 - TROUBLE));
+        let slow_now = disk < fastest * (1.0 - TROUBLE) && (self.trouble || delivers_less);
         self.slow_since = if slow_now { self.slow_since.or(Some(view.now)) } else { None };
         let slow_disk = self.slow_since.is_some_and(|t| view.now.since(t) >= self.s.probe_interval * SLOW_FOR);
         // Contention (a neighbour served there too, or a slow link: either way it delivers us
@@ -119,7 +126,6 @@ impl ResponseRate {
         // shortfall is contention at once while others' requests wait there too (its queue
         // holds more than all of ours); with nobody else queued (a slow link, or a real
         // disk's figures swinging), only when it is `UNSEEN_CONTENTION` or more.
-        let seen = p.delivered.span_secs() >= crate::handoff::RateMeter::WINDOW_SECS / 2.0;
         let others_queued = p.holds_others();
         let shortfall = if others_queued { TROUBLE } else { UNSEEN_CONTENTION };
         let short = !self.trouble && seen && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - shortfall));
@@ -140,11 +146,13 @@ impl ResponseRate {
             (self.trouble, self.contended_since) = (true, None);
         } else if contended {
             (self.trouble, self.contended_since) = (true, Some(view.now));
-        } else if self.trouble && self.s.return_to_primary && disk >= fastest * (1.0 - SETTLED) {
-            // Contention cannot be judged while we send the primary less than a full share, so
-            // trouble it caused is held for `CONTENDED_HOLD` probe intervals, then judged
-            // again: a slow link is found again a probe interval later and holds most of the
-            // time, a moment's swing costs one hold.
+        } else if self.trouble && self.s.return_to_primary && !slow_now {
+            // Back as soon as the disk is no longer slow: figures that would say it is "as fast
+            // as the others again" can stay a fifth apart on equal real disks, and trouble never
+            // ended. Contention cannot be judged while we send the primary less than a full
+            // share, so trouble it caused is held for `CONTENDED_HOLD` probe intervals, then
+            // judged again: a slow link is found again a probe interval later and holds most of
+            // the time, a moment's swing costs one hold.
             let held = self.contended_since.is_none_or(|t| view.now.since(t) >= self.s.probe_interval * CONTENDED_HOLD);
             if held {
                 (self.trouble, self.contended_since) = (false, None);
@@ -257,6 +265,14 @@ mod tests {
             .collect()
     }
 
+    /// `nodes`, with what the primary delivered us covering a fifth of a second.
+    fn judged(mut n: BTreeMap<NodeId, NodeView>) -> BTreeMap<NodeId, NodeView> {
+        let p = n.get_mut(&NodeId(0)).expect("two holders");
+        let rate = p.rate_bytes_per_sec.expect("a delivered rate");
+        p.delivered.note((rate * 0.2) as u64, 0.2, 0.25);
+        n
+    }
+
     fn view(nodes: &BTreeMap<NodeId, NodeView>) -> RouteView<'_> {
         RouteView { window: 8, ..RouteView::test(nodes) }
     }
@@ -296,7 +312,7 @@ mod tests {
     #[test]
     fn a_slow_primary_disk_is_trouble_and_the_window_splits() {
         let mut p = ResponseRate::new(RateSettings::default(), false);
-        let n = nodes([16.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]);
+        let n = judged(nodes([16.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]));
         p.pick(&view(&n), &H);
         assert!(!p.in_trouble(), "one figure is not yet a slow disk");
         pick_at(&mut p, &n, SLOW_FOR - 1);
@@ -313,7 +329,7 @@ mod tests {
     #[test]
     fn a_measured_speed_beats_a_configured_one() {
         let mut p = ResponseRate::new(RateSettings::default(), false);
-        let mut n = nodes([16.0, 16.0], [16.0, 0.0], [0.2, 0.2], [4, 0]);
+        let mut n = judged(nodes([16.0, 16.0], [16.0, 0.0], [0.2, 0.2], [4, 0]));
         n.get_mut(&NodeId(1)).expect("two holders").disk_bytes_per_sec = Some(28.0);
         for _ in 0..10 {
             p.pick(&view(&n), &H);
@@ -322,6 +338,24 @@ mod tests {
         n.get_mut(&NodeId(1)).expect("two holders").reports = crate::route::policy::RecentReports::default();
         pick_over_time(&mut p, &n);
         assert!(p.in_trouble(), "unmeasured, the backup's configured 28 against a measured 16");
+    }
+
+    /// Equal real disks under a kernel throttle: the primary's server figures its disk a
+    /// quarter below the backup's for seconds, but it delivers us as much as the backup's
+    /// figure says: no trouble. Once it delivers that much less too, trouble.
+    #[test]
+    fn a_slow_figure_is_a_slow_disk_only_if_the_primary_delivers_less_too() {
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        let n = judged(nodes([200.0, 260.0], [230.0, 0.0], [0.2, 0.2], [4, 0]));
+        for i in 0..=3 * SLOW_FOR {
+            pick_at(&mut p, &n, i);
+        }
+        assert!(!p.in_trouble(), "the primary keeps up with the backup's figure");
+        let n = judged(nodes([200.0, 260.0], [200.0, 0.0], [0.2, 0.2], [4, 0]));
+        pick_at(&mut p, &n, 3 * SLOW_FOR + 1);
+        assert!(!p.in_trouble(), "not slow for SLOW_FOR probe intervals yet");
+        pick_at(&mut p, &n, 4 * SLOW_FOR + 1);
+        assert!(p.in_trouble(), "its figure and its delivery both a fifth below the backup");
     }
 
     #[test]
@@ -394,12 +428,15 @@ mod tests {
     #[test]
     fn the_primary_gets_its_share_back_when_its_disk_recovers() {
         let mut p = ResponseRate::new(RateSettings::default(), false);
-        pick_over_time(&mut p, &nodes([16.0, 32.0], [16.0, 8.0], [0.2, 0.2], [4, 0]));
+        pick_over_time(&mut p, &judged(nodes([16.0, 32.0], [16.0, 8.0], [0.2, 0.2], [4, 0])));
         assert!(p.in_trouble());
-        p.pick(&view(&nodes([31.0, 32.0], [16.0, 16.0], [0.2, 0.2], [2, 2])), &H);
+        p.pick(&view(&nodes([24.0, 32.0], [16.0, 16.0], [0.2, 0.2], [2, 2])), &H);
+        assert!(p.in_trouble(), "a quarter below the backup is still slow");
+        // A sixth below: equal real disks' figures stay that far apart, so it is over.
+        p.pick(&view(&nodes([27.0, 32.0], [16.0, 16.0], [0.2, 0.2], [2, 2])), &H);
         assert!(!p.in_trouble(), "back to primary-only");
         let mut keep = ResponseRate::new(RateSettings { return_to_primary: false, ..RateSettings::default() }, false);
-        pick_over_time(&mut keep, &nodes([16.0, 32.0], [16.0, 8.0], [0.2, 0.2], [4, 0]));
+        pick_over_time(&mut keep, &judged(nodes([16.0, 32.0], [16.0, 8.0], [0.2, 0.2], [4, 0])));
         keep.pick(&view(&nodes([31.0, 32.0], [16.0, 16.0], [0.2, 0.2], [2, 2])), &H);
         assert!(keep.in_trouble(), "without return-to-primary the split stays");
     }
