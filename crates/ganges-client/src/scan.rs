@@ -47,6 +47,9 @@ pub struct ReadOptions {
     pub stall_timeout: Duration,
     /// The policies' tunables (watermarks, response-rate lessons).
     pub settings: PolicySettings,
+    /// `window` bounds what is in flight: a policy may not grow it (gd-rr does in trouble).
+    /// The ordered readers set it, whose buffers hold only that many.
+    pub fixed_window: bool,
 }
 
 impl ReadOptions {
@@ -81,6 +84,7 @@ impl Default for ReadOptions {
             window: None,
             stall_timeout: STALL_TIMEOUT_DEFAULT,
             settings: PolicySettings::default(),
+            fixed_window: false,
         }
     }
 }
@@ -210,7 +214,7 @@ impl ReadStream {
     pub fn open_ended(client: Arc<Client>, manifest: Arc<Manifest>, opts: ReadOptions) -> Result<ReadStream> {
         opts.check()?;
         let window = opts.window_for(u64::from(manifest.shape.block_bytes()));
-        let config = ReadConfig { window, stall_timeout: opts.stall_timeout };
+        let config = ReadConfig { window, stall_timeout: opts.stall_timeout, fixed_window: opts.fixed_window };
         let engine = ReadEngine::open_ended(opts.policy.build(&opts.settings), &manifest.layout, config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut s = ReadStream {

@@ -95,6 +95,7 @@ impl OrderedReader {
         let block = u64::from(manifest.shape.block_bytes());
         let per_block = block.div_ceil(opts.policy.request_bytes(block, &opts.settings)) as u32;
         opts.window = Some(opts.window_for(block).min(buffer_blocks.saturating_mul(per_block)));
+        opts.fixed_window = true;
         Ok(OrderedReader {
             client,
             manifest,
@@ -424,7 +425,7 @@ impl WrittenOrderReader {
     ) -> Result<WrittenOrderReader> {
         check_buffer(buffer_blocks)?;
         // Every block it may hold can be in flight: the next blocks are on different servers.
-        opts.window = Some(buffer_blocks);
+        (opts.window, opts.fixed_window) = (Some(buffer_blocks), true);
         let Some(origin) = &manifest.origin else {
             return Err(ClientError::Invalid(format!(
                 "`{}` was not written through a distributed queue: its order is the dataset's own",

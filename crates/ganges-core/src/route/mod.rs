@@ -126,7 +126,7 @@ macro_rules! view {
             own_fraction: $e.done_bytes as f64 / $e.total_bytes.max(1) as f64,
             block_fraction: $e.block_bytes as f64 / $e.total_bytes.max(1) as f64,
             total_bytes: $e.total_bytes,
-            window: $e.config.window,
+            window: $e.window(),
             fragment: None,
             phased: $e.phased(),
         }
@@ -140,11 +140,15 @@ pub struct ReadConfig {
     pub window: u32,
     /// See `STALL_TIMEOUT_DEFAULT`.
     pub stall_timeout: Duration,
+    /// `window` bounds what is in flight (a reader whose buffer holds only that many), so a
+    /// policy may not ask for more (`RoutePolicy::window`).
+    #[serde(default)]
+    pub fixed_window: bool,
 }
 
 impl Default for ReadConfig {
     fn default() -> Self {
-        ReadConfig { window: WINDOW_DEFAULT, stall_timeout: STALL_TIMEOUT_DEFAULT }
+        ReadConfig { window: WINDOW_DEFAULT, stall_timeout: STALL_TIMEOUT_DEFAULT, fixed_window: false }
     }
 }
 
@@ -591,6 +595,17 @@ impl ReadEngine {
         Some(sent)
     }
 
+    /// Requests in flight allowed now: the configured window, or what the policy asks for
+    /// instead (gd-rr in trouble: one per holder) unless the window is fixed, up to
+    /// `WINDOW_MAX`.
+    pub fn window(&self) -> u32 {
+        if self.config.fixed_window {
+            self.config.window
+        } else {
+            self.policy.window(self.config.window).min(WINDOW_MAX)
+        }
+    }
+
     /// The next request to send, if the window has room and the policy wants one sent.
     pub fn poll_send(&mut self, now: Time) -> Result<Option<Dispatch>, RouteError> {
         self.withdraw_dropped();
@@ -598,7 +613,7 @@ impl ReadEngine {
             let request = self.mark_sent(now, piece, node);
             return Ok(Some(Dispatch { piece, node, request }));
         }
-        if self.inflight >= self.config.window {
+        if self.inflight >= self.window() {
             return Ok(None);
         }
         // The next piece: a retry first, else the next never-requested one.

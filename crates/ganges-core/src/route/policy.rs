@@ -561,6 +561,10 @@ pub trait RoutePolicy: Send + fmt::Debug {
     }
     /// The dataset's layout, told once before any pick.
     fn on_layout(&mut self, _layout: &Layout) {}
+    /// Requests in flight this policy wants now, given the consumer's window `base`.
+    fn window(&self, base: u32) -> u32 {
+        base
+    }
     /// Whether this policy may move queued requests between copies at the end of a scan.
     fn steals_at_end(&self) -> bool {
         false
