@@ -591,9 +591,11 @@ async fn slow_down(client: &ganges_client::Client, node: NodeId, factor: f64) {
 }
 
 /// One consumer reads fragment 0, whose primary disk is slow; the backup server has nothing
-/// else to do, so it asks the busy one for work (GD-6). Returns what it read.
+/// else to do, so it asks the busy one for work (GD-6). Returns what it read. Its window is
+/// fixed: in trouble gd-rr keeps a window per holder, and the backup, holding nearly all of
+/// them, would never run out of work and ask.
 async fn lone_reader(client: &Arc<ganges_client::Client>, m: &Arc<Manifest>) -> (BTreeMap<u64, Block>, ReadReport) {
-    let opts = ReadOptions::new(ReadPolicyKind::GdRrHandoff).with_window(8);
+    let opts = ReadOptions { fixed_window: true, ..ReadOptions::new(ReadPolicyKind::GdRrHandoff).with_window(8) };
     let mut s = ReadStream::open(client.clone(), m.clone(), m.shape.fragment_partitions()[0], opts).unwrap();
     let mut blocks = BTreeMap::new();
     while let Some(b) = s.next().await.unwrap() {

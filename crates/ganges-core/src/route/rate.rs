@@ -381,7 +381,7 @@ mod tests {
         assert!(p.in_trouble(), "its figure and its delivery both a fifth below the backup");
     }
 
-    /// A primary far below the backup (its figure and its delivery both under half) is a
+    /// A primary far below the backup (its figure under half, its delivery short too) is a
     /// slow disk after one probe interval; real disks' figures do not swing that far.
     #[test]
     fn a_primary_far_below_is_trouble_after_one_probe_interval() {
