@@ -181,7 +181,7 @@ impl Planned {
     }
 
     fn planned(&self, fragment: FragmentId, node: NodeId) -> Option<(f64, f64)> {
-        self.layout.as_ref()?;
+        // Empty until a plan, which needs the layout.
         self.shares.get(&(self.period_key(fragment), node)).copied()
     }
 
@@ -195,10 +195,9 @@ impl Planned {
     /// fragment's counts once they pass `ROUTED_MEMORY`.
     fn note_routed(&mut self, key: u32, node: NodeId) {
         *self.sent.entry((key, node)).or_default() += 1.0;
-        let counts = self.sent.range_mut((key, NodeId(0))..=(key, NodeId(u32::MAX)));
-        let counts: Vec<&mut f64> = counts.map(|(_, c)| c).collect();
-        if counts.iter().map(|c| **c).sum::<f64>() > ROUTED_MEMORY {
-            counts.into_iter().for_each(|c| *c /= 2.0);
+        let of_fragment = (key, NodeId(0))..=(key, NodeId(u32::MAX));
+        if self.sent.range(of_fragment.clone()).map(|(_, c)| c).sum::<f64>() > ROUTED_MEMORY {
+            self.sent.range_mut(of_fragment).for_each(|(_, c)| *c /= 2.0);
         }
     }
 
@@ -513,6 +512,16 @@ mod tests {
         assert_eq!(p.pick(&view(&both, 0), &[NodeId(0), NodeId(1)]), Pick::To(NodeId(0)));
     }
 
+    /// Route `picks` requests of fragment 0 between its holders 0 and 1: how many went to each.
+    fn routed(p: &mut Planned, view: &RouteView<'_>, picks: u32) -> [u32; 2] {
+        let mut to = [0u32; 2];
+        for _ in 0..picks {
+            let Pick::To(n) = p.pick(view, &[NodeId(0), NodeId(1)]) else { panic!("routed") };
+            to[n.0 as usize] += 1;
+        }
+        to
+    }
+
     #[test]
     fn a_reader_of_several_fragments_queues_one_at_each_holder_then_splits_by_the_plan() {
         let mut p = policy(4);
@@ -527,11 +536,7 @@ mod tests {
         let part = |p: &Planned, n: u32| p.fraction(FragmentId(0), NodeId(n)).unwrap();
         let (slow, backup) = (part(&p, 0), part(&p, 1));
         assert!(slow > 0.3 && backup > 0.3, "{slow} {backup}");
-        let mut to = [0u32; 2];
-        for _ in 0..100 {
-            let Pick::To(n) = p.pick(&unphased, &[NodeId(0), NodeId(1)]) else { panic!("routed") };
-            to[n.0 as usize] += 1;
-        }
+        let to = routed(&mut p, &unphased, 100);
         assert!((f64::from(to[0]) - 100.0 * slow).abs() <= 1.0, "{to:?} for parts {slow} {backup}");
     }
 
@@ -546,14 +551,9 @@ mod tests {
         // An earlier plan sent the slow disk far more than its part now.
         p.sent.insert((0, NodeId(0)), 1000.0);
         p.sent.insert((0, NodeId(1)), 0.0);
-        let mut to = [0u32; 2];
-        for i in 0..400 {
-            let Pick::To(n) = p.pick(&unphased, &[NodeId(0), NodeId(1)]) else { panic!("routed") };
-            // Counted once the old counts have been halved away.
-            if i >= 300 {
-                to[n.0 as usize] += 1;
-            }
-        }
+        // Counted once the old counts have been halved away.
+        routed(&mut p, &unphased, 300);
+        let to = routed(&mut p, &unphased, 100);
         assert!((f64::from(to[0]) - 100.0 * slow).abs() <= 2.0, "{to:?} for the slow disk's part {slow}");
     }
 

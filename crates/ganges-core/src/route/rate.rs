@@ -122,9 +122,14 @@ impl ResponseRate {
         // seconds (each server's meter counts its own pauses), while what a primary delivers
         // us agrees with its throttle: a lone figure kept consumers of healthy disks in
         // trouble, reading up to a third of their bytes from backups with no fault at all.
+        //
+        // What a primary delivers us is judged once our figure covers half the servers' window
+        // at least: at a scan's start it holds the first round trips, and a real disk's first
+        // figure its first burst.
         let seen = p.delivered.span_secs() >= crate::handoff::RateMeter::WINDOW_SECS / 2.0;
-        let delivers_less = seen && p.rate_bytes_per_sec.is_some_and(|r| r < fastest * (1.0 - TROUBLE));
-        let slow_now = disk < fastest * (1.0 - TROUBLE) && (self.trouble || delivers_less);
+        let delivers_below =
+            |speed: f64, gap: f64| seen && p.rate_bytes_per_sec.is_some_and(|r| r < speed * (1.0 - gap));
+        let slow_now = disk < fastest * (1.0 - TROUBLE) && (self.trouble || delivers_below(fastest, TROUBLE));
         self.slow_since = if slow_now { self.slow_since.or(Some(view.now)) } else { None };
         let far = disk < fastest * (1.0 - FAR_BELOW);
         let slow_for = self.s.probe_interval * if far { 1 } else { SLOW_FOR };
@@ -132,15 +137,13 @@ impl ResponseRate {
         // Contention (a neighbour served there too, or a slow link: either way it delivers us
         // less than its disk can do) shows only while we still send the primary a full share.
         // At once: the chain of consumers around a slow disk hands the trouble on a hop at a
-        // time, and a wait at every hop is paid as many times.
-        // Judged once our figure covers half the servers' window at least: at a scan's start it
-        // holds the first round trips, and a real disk's first figure its first burst. A
-        // shortfall is contention at once while others' requests wait there too (its queue
-        // holds more than all of ours); with nobody else queued (a slow link, or a real
-        // disk's figures swinging), only when it is `UNSEEN_CONTENTION` or more.
+        // time, and a wait at every hop is paid as many times. A shortfall is contention at once
+        // while others' requests wait there too (its queue holds more than all of ours); with
+        // nobody else queued (a slow link, or a real disk's figures swinging), only when it is
+        // `UNSEEN_CONTENTION` or more.
         let others_queued = p.holds_others();
         let shortfall = if others_queued { TROUBLE } else { UNSEEN_CONTENTION };
-        let short = !self.trouble && seen && p.rate_bytes_per_sec.is_some_and(|r| r < disk * (1.0 - shortfall));
+        let short = !self.trouble && delivers_below(disk, shortfall);
         // Unseen, it must last a probe interval too: a real disk's figure and our delivered
         // rate swing apart for a moment when the consumer or the server waits for a CPU.
         self.short_since = if short && !others_queued { self.short_since.or(Some(view.now)) } else { None };
