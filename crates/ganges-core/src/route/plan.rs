@@ -14,8 +14,11 @@
 //!   ([`crate::handoff::RateMeter`]), so all consumers plan on the same figures. Until a
 //!   server has answered, the speed its replies showed stands in; a server not heard of at
 //!   all counts at the median of the others. Speeds within `EQUAL_WITHIN`
-//!   of the fastest count as equal (seeks make a busy disk look a little slow); slower ones
-//!   are planned a little below their speed, a reserve for the end of the scan
+//!   of the fastest count as equal (seeks make a busy disk look a little slow); a slower one
+//!   counts as slow once its readers fall behind too (`SLOW_LAG_BLOCKS`; at once if it is far
+//!   below, `FAR_BELOW`), as a real disk's figure swings where its speed does not, and stays
+//!   slow while it measures slower and its readers do not get as far ahead. Slow ones are
+//!   planned a little below their speed, a reserve for the end of the scan
 //!   (`SLOW_RESERVE_SECS` of the time it has left, `SLOW_MARGIN` at most).
 //! - **Plan.** From those rates, the layout, and what is left of every fragment (a scan
 //!   reads each fragment whole; the primary servers report their readers' progress), the
@@ -73,6 +76,18 @@ pub const REPLAN_CHANGE: f64 = 0.05;
 /// costs 13% with 1 MiB blocks at 32 MiB/s and 4 ms seeks); planning on that difference
 /// would send reads to backups, and so make seeks, with no fault at all.
 pub const EQUAL_WITHIN: f64 = 0.15;
+/// A disk measured slow counts as slow only once its primary fragments' readers are this
+/// many blocks (of 1 MiB) behind the mean, and no longer once they are as far ahead (its
+/// slowness was overrated). Real disks' figures swing: on one machine whose servers share
+/// its two cores and one device, healthy disks under the same kernel cap measured from 72 to
+/// 92 MB/s at once, so with every disk well most measured `EQUAL_WITHIN` below the fastest
+/// and got backup readers (2 to 7% of the bytes read from backups in 8-server scans). A
+/// disk that is really slow holds its readers back; one that only measured slow does not.
+pub const SLOW_LAG_BLOCKS: f64 = 4.0;
+/// A disk measured under this fraction of the fastest is slow at once, its readers behind or
+/// not: no swing of a healthy disk's figure goes that far, and a disk that slow would cost
+/// the wait for its readers' lag (on short scans, up to 3 points of the layout-aware ideal).
+pub const FAR_BELOW: f64 = 0.6;
 /// Slow disks are planned at this fraction less than their measured speed. A slow disk is
 /// the scan's scarcest resource and was busy to the very end of the scan (its readers
 /// finishing last) when planned at its full speed; planned a little short, the many fast
@@ -147,6 +162,8 @@ pub struct Planned {
     /// Requests a reader of several fragments routed by the plan's parts, by fragment of
     /// the layout's period and holder, recent ones counting most (`note_routed`).
     sent: BTreeMap<(u32, NodeId), f64>,
+    /// Which disks count as slow, by node (`judge_slow`).
+    slow: Vec<bool>,
 }
 
 impl Planned {
@@ -167,6 +184,7 @@ impl Planned {
             primaries_only: false,
             returns: 0,
             sent: BTreeMap::new(),
+            slow: vec![],
         }
     }
 
@@ -201,10 +219,38 @@ impl Planned {
         }
     }
 
+    /// Which disks are `slow`, by node (see the module's doc): a disk measured `EQUAL_WITHIN`
+    /// below the fastest turns slow once its primary fragments' readers fall
+    /// `SLOW_LAG_BLOCKS` behind the mean, or at once if it measures under `FAR_BELOW` of the
+    /// fastest; it stays slow while it measures `EQUAL_WITHIN` below and its readers do not
+    /// get as far ahead.
+    fn judge_slow(slow: &mut Vec<bool>, view: &RouteView<'_>, layout: &Layout) {
+        let left = Self::remaining(view, layout, 0.0);
+        let mean = left.iter().sum::<f64>() / left.len().max(1) as f64;
+        let band = SLOW_LAG_BLOCKS * plan_units(view.block_bytes().round() as u64) * view.block_fraction;
+        // How each disk's primary readers stand: behind (1), ahead (-1), or on track.
+        let mut stand = vec![0i8; layout.nodes() as usize];
+        for (f, r) in left.iter().enumerate() {
+            let at = &mut stand[layout.node_of(FragmentId(f as u32), 0).0 as usize];
+            if *r > mean + band {
+                *at = 1;
+            } else if *r < mean - band && *at == 0 {
+                *at = -1;
+            }
+        }
+        let figures: Vec<Option<f64>> = (0..layout.nodes()).map(|n| view.node(NodeId(n)).disk_speed()).collect();
+        let fastest = figures.iter().flatten().copied().fold(0.0, f64::max);
+        slow.resize(figures.len(), false);
+        for ((slow, figure), stand) in slow.iter_mut().zip(figures).zip(stand) {
+            let below = |by: f64| figure.is_some_and(|r| r < fastest * by);
+            *slow = below(1.0 - EQUAL_WITHIN) && ((*slow && stand >= 0) || stand > 0 || below(FAR_BELOW));
+        }
+    }
+
     /// Every server's rate as this consumer knows it, unknown ones at the median of the
-    /// known (most disks are well), slow ones short by their reserve for a scan with
-    /// `left_bytes` to read, and how many are known.
-    fn rates(view: &RouteView<'_>, nodes: u32, left_bytes: f64) -> (Vec<f64>, usize) {
+    /// known (most disks are well), all but the `slow` ones at the fastest's, slow ones short
+    /// by their reserve for a scan with `left_bytes` to read, and how many are known.
+    fn rates(view: &RouteView<'_>, nodes: u32, left_bytes: f64, slow: &[bool]) -> (Vec<f64>, usize) {
         let known: Vec<Option<f64>> = (0..nodes).map(|n| view.node(NodeId(n)).disk_speed()).collect();
         let mut sorted: Vec<f64> = known.iter().flatten().copied().collect();
         sorted.sort_by(f64::total_cmp);
@@ -214,8 +260,8 @@ impl Planned {
         // reserve in it.
         let secs_left = left_bytes / known.iter().map(|r| r.unwrap_or(median)).sum::<f64>();
         let margin = SLOW_MARGIN.min(SLOW_RESERVE_SECS / secs_left);
-        let snap = |r: f64| if r >= fastest * (1.0 - EQUAL_WITHIN) { fastest } else { r * (1.0 - margin) };
-        (known.into_iter().map(|r| snap(r.unwrap_or(median))).collect(), sorted.len())
+        let snap = |n: usize, r: f64| if slow.get(n) == Some(&true) { r * (1.0 - margin) } else { fastest };
+        (known.into_iter().enumerate().map(|(n, r)| snap(n, r.unwrap_or(median))).collect(), sorted.len())
     }
 
     /// What is left of each fragment of the layout's period, as a fraction: this consumer's
@@ -252,7 +298,9 @@ impl Planned {
             ON_TRACK_BLOCKS * plan_units(view.block_bytes().round() as u64)
         };
         let left = Self::remaining(view, layout, on_track);
-        let (rates, known) = Self::rates(view, layout.nodes(), left.iter().sum::<f64>() * view.total_bytes as f64);
+        Self::judge_slow(&mut self.slow, view, layout);
+        let (rates, known) =
+            Self::rates(view, layout.nodes(), left.iter().sum::<f64>() * view.total_bytes as f64, &self.slow);
         // With every disk equally fast the plan is primaries only, whatever the progress:
         // nothing is gained by moving reads, and every move costs seeks.
         let fastest = rates.iter().copied().fold(0.0, f64::max);
@@ -637,11 +685,47 @@ mod tests {
         // Four disks move 3.5 MB/s: a second left, the reserve would be 12%, so SLOW_MARGIN
         // holds; a hundred seconds left, it is 0.12% and the slow disk is planned at nearly
         // its speed (a fixed 6% would have given its reader a lead all scan long).
-        let (short, _) = Planned::rates(&v, 4, 3.5e6);
+        let slow = [true, false, false, false];
+        let (short, _) = Planned::rates(&v, 4, 3.5e6, &slow);
         assert_eq!(short, vec![0.5e6 * (1.0 - SLOW_MARGIN), 1e6, 1e6, 1e6]);
-        let (long, _) = Planned::rates(&v, 4, 350e6);
+        let (long, _) = Planned::rates(&v, 4, 350e6, &slow);
         assert!((long[0] - 0.5e6 * (1.0 - SLOW_RESERVE_SECS / 100.0)).abs() < 1.0, "{long:?}");
         assert_eq!(long[1..], [1e6; 3]);
+    }
+
+    #[test]
+    fn a_disk_measured_a_little_slow_is_slow_once_its_reader_falls_behind_until_it_measures_well() {
+        let mut p = policy(4);
+        let mut n = rates(&[0.7e6, 1e6, 1e6, 1e6]);
+        let holders = [NodeId(0), NodeId(1)];
+        let backup = |p: &Planned| p.fraction(FragmentId(0), NodeId(1)).unwrap_or(0.0);
+        p.pick(&view(&n, 0), &holders);
+        assert_eq!(backup(&p), 0.0, "its reader is on track: the figure swung, the disk is not slow");
+        // The other readers 10 blocks ahead (a block is 1% in the test view).
+        for i in 1..4 {
+            let ahead = ServerState { primary_progress: Some(0.1), ..ServerState::default() };
+            n.get_mut(&NodeId(i)).unwrap().last_state = Some(ahead);
+        }
+        p.pick(&view(&n, 0), &holders);
+        let helped = backup(&p);
+        assert!(helped > 0.05, "{helped}");
+        // Caught up, it is still slow while it measures slow.
+        p.pick(&RouteView { own_fraction: 0.1, ..view(&n, 0) }, &holders);
+        assert!(backup(&p) > 0.05, "{}", backup(&p));
+        // Measured within EQUAL_WITHIN of the others, it is well.
+        let reports = |n: &mut BTreeMap<NodeId, NodeView>, r: f64| {
+            n.get_mut(&NodeId(0)).unwrap().reports = crate::route::policy::RecentReports::of(r);
+        };
+        reports(&mut n, 0.9e6);
+        p.pick(&RouteView { own_fraction: 0.1, ..view(&n, 0) }, &holders);
+        assert_eq!(backup(&p), 0.0);
+        // Slow again, and behind; then its reader got 10 blocks ahead: its slowness was
+        // overrated.
+        reports(&mut n, 0.7e6);
+        p.pick(&view(&n, 0), &holders);
+        assert!(backup(&p) > 0.05, "{}", backup(&p));
+        p.pick(&RouteView { own_fraction: 0.2, ..view(&n, 0) }, &holders);
+        assert_eq!(backup(&p), 0.0);
     }
 
     #[test]
