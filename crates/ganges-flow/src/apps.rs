@@ -38,6 +38,8 @@ use std::time::Instant;
 /// per sorter). Two output blocks: coarse enough to keep a run together on one disk, fine
 /// enough that the queue can still even out the disks.
 const SORT_RUN_BYTES: usize = 2 << 20;
+/// A sort worker sorts what it took each time it holds this much (`SortAll`).
+const SORT_CHUNK_BYTES: usize = 8 << 20;
 
 /// A primitive failed.
 #[derive(Debug, thiserror::Error)]
@@ -725,19 +727,41 @@ pub async fn join(
     Ok(report)
 }
 
-/// Sorts everything it takes, at the end, into runs of [`SORT_RUN_BYTES`] (the batches it
-/// took sorted together, each record copied once: `sorted_records`).
+/// Sorts what it takes as it comes, a run of [`SORT_CHUNK_BYTES`] at a time (so most of
+/// the sort's work is done while the disks still read), and at the end merges the runs and
+/// puts the records out in runs of [`SORT_RUN_BYTES`]. Each record is copied twice, into
+/// its run and into the merge, where sorting everything at the end copied it once but left
+/// the disks idle while all of it sorted.
 struct SortAll {
     layout: RecordLayout,
     taken: Vec<Batch>,
+    taken_bytes: usize,
+    runs: Vec<Batch>,
     /// What it took (the sort's input: the output must be the same records).
     seen: Summary,
+}
+
+impl SortAll {
+    fn new(layout: RecordLayout) -> SortAll {
+        SortAll { layout, taken: vec![], taken_bytes: 0, runs: vec![], seen: Summary::default() }
+    }
+
+    fn sort_taken(&mut self) {
+        if !self.taken.is_empty() {
+            self.runs.push(crate::records::sorted_records(&std::mem::take(&mut self.taken), self.layout));
+            self.taken_bytes = 0;
+        }
+    }
 }
 
 impl Module for SortAll {
     fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
         self.seen.add(&batch);
+        self.taken_bytes += batch.bytes().len();
         self.taken.push(batch);
+        if self.taken_bytes >= SORT_CHUNK_BYTES {
+            self.sort_taken();
+        }
         Ok(())
     }
 
@@ -746,7 +770,13 @@ impl Module for SortAll {
     }
 
     fn on_end(&mut self, out: &mut Out) -> Result<(), String> {
-        let sorted = crate::records::sorted_records(&std::mem::take(&mut self.taken), self.layout);
+        self.sort_taken();
+        let runs = std::mem::take(&mut self.runs);
+        let sorted = match runs.len() {
+            0 => return Ok(()),
+            1 => runs.into_iter().next().expect("one run"),
+            _ => crate::records::merged_records(&runs, self.layout),
+        };
         let per = (SORT_RUN_BYTES / self.layout.record_bytes as usize).max(1);
         for from in (0..sorted.len()).step_by(per) {
             out.put(sorted.slice(from, (from + per).min(sorted.len())));
@@ -764,9 +794,7 @@ pub async fn sort(setup: &Setup, input: &DatasetName, output: &DatasetName) -> R
     let t = Instant::now();
     let (layout, _, sources) = setup.sources(input, &reports).await?;
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
-        .then(Edge::Range, "sort", setup.workers, move |_| {
-            Box::new(SortAll { layout, taken: vec![], seen: Summary::default() })
-        })
+        .then(Edge::Range, "sort", setup.workers, move |_| Box::new(SortAll::new(layout)))
         .with_seed(setup.seed);
     let ran = setup.run(flow).await?;
     let input = ran.stages[1].summary();

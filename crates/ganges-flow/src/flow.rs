@@ -684,6 +684,10 @@ impl Outlet {
                     } else {
                         self.layout.range_of(key, n)
                     };
+                    if self.gathered[c].capacity() == 0 {
+                        // A partition's batch whole at once, not grown (and copied) by halves.
+                        self.gathered[c].reserve(PARTITION_RECORDS * r);
+                    }
                     self.gathered[c].extend_from_slice(rec);
                     if self.gathered[c].len() >= PARTITION_RECORDS * r {
                         self.flush(c).await?;
