@@ -278,6 +278,32 @@ mod tests {
         assert!(Batch::new(Bytes::from_static(&[0; 150]), RecordLayout::SORT_BENCHMARK).is_err());
     }
 
+    /// Batches of `sizes` records whose keys share their first two bytes, so that ties past
+    /// the packed bytes are met.
+    fn prefixed(sizes: &[usize], layout: RecordLayout, seed: u64) -> Vec<Batch> {
+        let r = layout.record_bytes as usize;
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let mut b = records(seed + i as u64, n).bytes().to_vec();
+                for rec in b.chunks_mut(r) {
+                    rec[..2].copy_from_slice(&[7, 7]);
+                }
+                Batch::new(Bytes::from(b), layout).unwrap()
+            })
+            .collect()
+    }
+
+    /// Whether `out` is in key order and holds the records of `input`.
+    fn sorted_and_same(input: &[Batch], out: &Batch) -> bool {
+        let k = out.layout().key_bytes as usize;
+        let (mut want, mut got) = (Summary::default(), Summary::default());
+        input.iter().for_each(|b| want.add(b));
+        got.add(out);
+        out.records().zip(out.records().skip(1)).all(|(a, b)| a[..k] <= b[..k]) && want.same_records(&got)
+    }
+
     proptest::proptest! {
         /// Sorting batches together, packed or by comparing keys, gives the keys in order
         /// and the same records.
@@ -288,31 +314,10 @@ mod tests {
             seed in 0u64..1000,
         ) {
             let layout = RecordLayout { record_bytes: 100, key_bytes };
-            let batches: Vec<Batch> = sizes
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| {
-                    let mut b = records(seed + i as u64, n).bytes().to_vec();
-                    // Shared key prefixes, so ties past the packed bytes are met.
-                    for r in b.chunks_mut(100) {
-                        r[..2].copy_from_slice(&[7, 7]);
-                    }
-                    Batch::new(Bytes::from(b), layout).unwrap()
-                })
-                .collect();
-            let out = sorted_records(&batches, layout);
-            let k = key_bytes as usize;
-            proptest::prop_assert!(out.records().zip(out.records().skip(1)).all(|(a, b)| a[..k] <= b[..k]));
-            let (mut want, mut got) = (Summary::default(), Summary::default());
-            for b in &batches {
-                want.add(b);
-            }
-            got.add(&out);
-            proptest::prop_assert!(want.same_records(&got));
+            let batches = prefixed(&sizes, layout, seed);
+            proptest::prop_assert!(sorted_and_same(&batches, &sorted_records(&batches, layout)));
         }
-    }
 
-    proptest::proptest! {
         /// Sorted runs merged, by packed keys or by sorting again, give the keys in order and
         /// the same records.
         #[test]
@@ -322,26 +327,8 @@ mod tests {
             seed in 0u64..1000,
         ) {
             let layout = RecordLayout { record_bytes: 100, key_bytes };
-            let runs: Vec<Batch> = sizes
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| {
-                    let mut b = records(seed + i as u64, n).bytes().to_vec();
-                    for r in b.chunks_mut(100) {
-                        r[..2].copy_from_slice(&[7, 7]);
-                    }
-                    Batch::new(Bytes::from(b), layout).unwrap().sorted()
-                })
-                .collect();
-            let out = merged_records(&runs, layout);
-            let k = key_bytes as usize;
-            proptest::prop_assert!(out.records().zip(out.records().skip(1)).all(|(a, b)| a[..k] <= b[..k]));
-            let (mut want, mut got) = (Summary::default(), Summary::default());
-            for b in &runs {
-                want.add(b);
-            }
-            got.add(&out);
-            proptest::prop_assert!(want.same_records(&got));
+            let runs: Vec<Batch> = prefixed(&sizes, layout, seed).iter().map(Batch::sorted).collect();
+            proptest::prop_assert!(sorted_and_same(&runs, &merged_records(&runs, layout)));
         }
     }
 
