@@ -735,7 +735,6 @@ pub async fn join(
 struct SortAll {
     layout: RecordLayout,
     taken: Vec<Batch>,
-    taken_bytes: usize,
     runs: Vec<Batch>,
     /// What it took (the sort's input: the output must be the same records).
     seen: Summary,
@@ -743,13 +742,12 @@ struct SortAll {
 
 impl SortAll {
     fn new(layout: RecordLayout) -> SortAll {
-        SortAll { layout, taken: vec![], taken_bytes: 0, runs: vec![], seen: Summary::default() }
+        SortAll { layout, taken: vec![], runs: vec![], seen: Summary::default() }
     }
 
     fn sort_taken(&mut self) {
         if !self.taken.is_empty() {
             self.runs.push(crate::records::sorted_records(&std::mem::take(&mut self.taken), self.layout));
-            self.taken_bytes = 0;
         }
     }
 }
@@ -757,9 +755,8 @@ impl SortAll {
 impl Module for SortAll {
     fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
         self.seen.add(&batch);
-        self.taken_bytes += batch.bytes().len();
         self.taken.push(batch);
-        if self.taken_bytes >= SORT_CHUNK_BYTES {
+        if self.taken.iter().map(|b| b.bytes().len()).sum::<usize>() >= SORT_CHUNK_BYTES {
             self.sort_taken();
         }
         Ok(())

@@ -596,7 +596,7 @@ struct Outlet {
     /// Static edges: batches untaken at each consumer.
     untaken: Vec<u32>,
     router: Option<DqRouter>,
-    /// Partitions: records gathered for each consumer.
+    /// Partitions: records gathered for each consumer (none for other edges).
     gathered: Vec<BytesMut>,
     /// Bytes put so far (the producer's progress, DQ-2).
     put: u64,
@@ -627,9 +627,18 @@ impl Outlet {
             credits,
             untaken: vec![0; n],
             router,
-            gathered: vec![BytesMut::new(); n],
+            gathered: match edge {
+                Edge::Hash | Edge::Range => (0..n).map(|_| Self::gather_buffer(layout)).collect(),
+                _ => vec![],
+            },
             put: 0,
         })
+    }
+
+    /// A partition's gather buffer, room for a whole batch from the start (grown by halves,
+    /// it copied what it held at every step).
+    fn gather_buffer(layout: RecordLayout) -> BytesMut {
+        BytesMut::with_capacity(PARTITION_RECORDS * layout.record_bytes as usize)
     }
 
     fn on_credit(&mut self, c: usize) {
@@ -684,10 +693,6 @@ impl Outlet {
                     } else {
                         self.layout.range_of(key, n)
                     };
-                    if self.gathered[c].capacity() == 0 {
-                        // A partition's batch whole at once, not grown (and copied) by halves.
-                        self.gathered[c].reserve(PARTITION_RECORDS * r);
-                    }
                     self.gathered[c].extend_from_slice(rec);
                     if self.gathered[c].len() >= PARTITION_RECORDS * r {
                         self.flush(c).await?;
@@ -702,14 +707,14 @@ impl Outlet {
         if self.gathered[c].is_empty() {
             return Ok(());
         }
-        let data = std::mem::take(&mut self.gathered[c]).freeze();
+        let data = std::mem::replace(&mut self.gathered[c], Self::gather_buffer(self.layout)).freeze();
         let batch = Batch::new(data, self.layout).map_err(|e| e.to_string())?;
         self.send_to(c, batch).await
     }
 
     /// No more batches: send what partitions gathered, then tell every consumer.
     async fn finish(mut self) -> Result<(), String> {
-        for c in 0..self.consumers.len() {
+        for c in 0..self.gathered.len() {
             self.flush(c).await?;
         }
         for c in &self.consumers {

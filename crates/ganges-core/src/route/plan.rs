@@ -64,6 +64,7 @@ use crate::ids::{ConsumerId, FragmentId, NodeId};
 use crate::layout::Layout;
 use crate::sched::{Discipline, ProgressMetric, SHARE_ONE, Service, plan_units};
 use crate::time::Time;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// A rate that moved by more than this fraction since the last plan makes a new plan. Plans
@@ -100,7 +101,7 @@ pub const SLOW_MARGIN: f64 = 0.06;
 /// (whose disk serves them alone, so pays no seeks), ahead of everyone else.
 pub const SLOW_RESERVE_SECS: f64 = 0.12;
 /// Progress within this many blocks (of 1 MiB: `sched::plan_units`) of the mean counts as
-/// on track (see `remaining`): the
+/// on track (see `on_track`): the
 /// plan moves shares for a reader only once it is further behind (or ahead) than this; a
 /// smaller lag is left to the disks' own lag terms (`sched::LearnedShares`). A plan that
 /// follows every block of lag makes each reader that caught up slow its neighbours down, and
@@ -219,58 +220,63 @@ impl Planned {
         }
     }
 
-    /// Which disks are `slow`, by node (see the module's doc): a disk measured `EQUAL_WITHIN`
-    /// below the fastest turns slow once its primary fragments' readers fall
-    /// `SLOW_LAG_BLOCKS` behind the mean, or at once if it measures under `FAR_BELOW` of the
-    /// fastest; it stays slow while it measures `EQUAL_WITHIN` below and its readers do not
-    /// get as far ahead.
-    fn judge_slow(slow: &mut Vec<bool>, view: &RouteView<'_>, layout: &Layout) {
-        let left = Self::remaining(view, layout, 0.0);
-        let mean = left.iter().sum::<f64>() / left.len().max(1) as f64;
-        let band = SLOW_LAG_BLOCKS * plan_units(view.block_bytes().round() as u64) * view.block_fraction;
-        // How each disk's primary readers stand: behind (1), ahead (-1), or on track.
-        let mut stand = vec![0i8; layout.nodes() as usize];
+    /// Which disks are `slow`, by node (see the module's doc), from their `figures` and what
+    /// is `left` of each fragment: a disk measured `EQUAL_WITHIN` below the fastest turns
+    /// slow once its primary fragments' readers fall `SLOW_LAG_BLOCKS` (`lag`, as a fraction)
+    /// behind the mean, or at once if it measures under `FAR_BELOW` of the fastest; it stays
+    /// slow while it measures `EQUAL_WITHIN` below and its readers do not get as far ahead.
+    fn judge_slow(slow: &mut Vec<bool>, figures: &[Option<f64>], left: &[f64], lag: f64, layout: &Layout) {
+        let mean = mean(left);
+        // Where each disk's primary readers stand against the others: behind (Greater: more
+        // left), ahead (Less), or on track.
+        let mut stand = vec![Ordering::Equal; figures.len()];
         for (f, r) in left.iter().enumerate() {
             let at = &mut stand[layout.node_of(FragmentId(f as u32), 0).0 as usize];
-            if *r > mean + band {
-                *at = 1;
-            } else if *r < mean - band && *at == 0 {
-                *at = -1;
+            if *r > mean + lag {
+                *at = Ordering::Greater;
+            } else if *r < mean - lag && *at == Ordering::Equal {
+                *at = Ordering::Less;
             }
         }
-        let figures: Vec<Option<f64>> = (0..layout.nodes()).map(|n| view.node(NodeId(n)).disk_speed()).collect();
         let fastest = figures.iter().flatten().copied().fold(0.0, f64::max);
         slow.resize(figures.len(), false);
         for ((slow, figure), stand) in slow.iter_mut().zip(figures).zip(stand) {
             let below = |by: f64| figure.is_some_and(|r| r < fastest * by);
-            *slow = below(1.0 - EQUAL_WITHIN) && ((*slow && stand >= 0) || stand > 0 || below(FAR_BELOW));
+            let behind = stand == Ordering::Greater;
+            *slow = below(1.0 - EQUAL_WITHIN) && ((*slow && stand != Ordering::Less) || behind || below(FAR_BELOW));
         }
     }
 
-    /// Every server's rate as this consumer knows it, unknown ones at the median of the
+    /// Every server's disk speed as this consumer knows it, if it does.
+    fn figures(view: &RouteView<'_>, nodes: u32) -> Vec<Option<f64>> {
+        (0..nodes).map(|n| view.node(NodeId(n)).disk_speed()).collect()
+    }
+
+    /// Every server's rate for a plan from its `figures`: unknown ones at the median of the
     /// known (most disks are well), all but the `slow` ones at the fastest's, slow ones short
-    /// by their reserve for a scan with `left_bytes` to read, and how many are known.
-    fn rates(view: &RouteView<'_>, nodes: u32, left_bytes: f64, slow: &[bool]) -> (Vec<f64>, usize) {
-        let known: Vec<Option<f64>> = (0..nodes).map(|n| view.node(NodeId(n)).disk_speed()).collect();
-        let mut sorted: Vec<f64> = known.iter().flatten().copied().collect();
+    /// by their reserve for a scan with `left_bytes` to read; and how many are known.
+    fn rates(figures: &[Option<f64>], left_bytes: f64, slow: &[bool]) -> (Vec<f64>, usize) {
+        let mut sorted: Vec<f64> = figures.iter().flatten().copied().collect();
         sorted.sort_by(f64::total_cmp);
         let median = sorted.get(sorted.len() / 2).copied().unwrap_or(1.0);
         let fastest = sorted.last().copied().unwrap_or(1.0);
         // The time the scan has left at these rates (MOD-1's bound), and the slow disks'
         // reserve in it.
-        let secs_left = left_bytes / known.iter().map(|r| r.unwrap_or(median)).sum::<f64>();
+        let secs_left = left_bytes / figures.iter().map(|r| r.unwrap_or(median)).sum::<f64>();
         let margin = SLOW_MARGIN.min(SLOW_RESERVE_SECS / secs_left);
-        let snap = |n: usize, r: f64| if slow.get(n) == Some(&true) { r * (1.0 - margin) } else { fastest };
-        (known.into_iter().enumerate().map(|(n, r)| snap(n, r.unwrap_or(median))).collect(), sorted.len())
+        let rate = |(r, slow): (&Option<f64>, &bool)| {
+            let r = r.unwrap_or(median);
+            if *slow { r * (1.0 - margin) } else { fastest }
+        };
+        (figures.iter().zip(slow).map(rate).collect(), sorted.len())
     }
 
     /// What is left of each fragment of the layout's period, as a fraction: this consumer's
     /// own figure for its fragment, the progress each primary server last reported for the
-    /// others. Figures within `on_track_blocks` blocks of the mean count as the mean, so
-    /// the jitter of healthy reads does not move reads to backups.
-    fn remaining(view: &RouteView<'_>, layout: &Layout, on_track_blocks: f64) -> Vec<f64> {
+    /// others.
+    fn left(view: &RouteView<'_>, layout: &Layout) -> Vec<f64> {
         let period = layout.period();
-        let left: Vec<f64> = (0..period)
+        (0..period)
             .map(|f| {
                 let progress = if view.fragment.is_some_and(|x| x.0 % period == f) {
                     view.own_fraction
@@ -280,10 +286,14 @@ impl Planned {
                 };
                 (1.0 - progress).max(0.0)
             })
-            .collect();
-        let mean = left.iter().sum::<f64>() / left.len().max(1) as f64;
-        let band = on_track_blocks * view.block_fraction;
-        left.into_iter().map(|r| if (r - mean).abs() <= band { mean } else { r }).collect()
+            .collect()
+    }
+
+    /// `left` with the figures within `band` (a fraction) of the mean at the mean, so the
+    /// jitter of healthy reads does not move reads to backups.
+    fn on_track(left: &[f64], band: f64) -> Vec<f64> {
+        let mean = mean(left);
+        left.iter().map(|&r| if (r - mean).abs() <= band { mean } else { r }).collect()
     }
 
     /// Plan again if a server became known, a rate moved by more than `REPLAN_CHANGE`, or
@@ -292,15 +302,15 @@ impl Planned {
         let Some(layout) = &self.layout else { return };
         let period = layout.period();
         let partial = self.parts.values().any(|p| *p < 1.0);
-        let on_track = if partial {
-            PARTIAL_ON_TRACK_BLOCKS
-        } else {
-            ON_TRACK_BLOCKS * plan_units(view.block_bytes().round() as u64)
-        };
-        let left = Self::remaining(view, layout, on_track);
-        Self::judge_slow(&mut self.slow, view, layout);
-        let (rates, known) =
-            Self::rates(view, layout.nodes(), left.iter().sum::<f64>() * view.total_bytes as f64, &self.slow);
+        let units = plan_units(view.block_bytes().round() as u64);
+        let on_track_blocks = if partial { PARTIAL_ON_TRACK_BLOCKS } else { ON_TRACK_BLOCKS * units };
+        let raw = Self::left(view, layout);
+        let left = Self::on_track(&raw, on_track_blocks * view.block_fraction);
+        let figures = Self::figures(view, layout.nodes());
+        let lag = SLOW_LAG_BLOCKS * units * view.block_fraction;
+        Self::judge_slow(&mut self.slow, &figures, &raw, lag, layout);
+        let left_bytes = left.iter().sum::<f64>() * view.total_bytes as f64;
+        let (rates, known) = Self::rates(&figures, left_bytes, &self.slow);
         // With every disk equally fast the plan is primaries only, whatever the progress:
         // nothing is gained by moving reads, and every move costs seeks.
         let fastest = rates.iter().copied().fold(0.0, f64::max);
@@ -480,6 +490,11 @@ impl RoutePolicy for Planned {
         self.probe_next = (self.probe_next + 1) % nodes;
         Some(n)
     }
+}
+
+/// The mean of `xs` (0 for none).
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
 #[cfg(test)]
@@ -686,9 +701,10 @@ mod tests {
         // holds; a hundred seconds left, it is 0.12% and the slow disk is planned at nearly
         // its speed (a fixed 6% would have given its reader a lead all scan long).
         let slow = [true, false, false, false];
-        let (short, _) = Planned::rates(&v, 4, 3.5e6, &slow);
+        let figures = Planned::figures(&v, 4);
+        let (short, _) = Planned::rates(&figures, 3.5e6, &slow);
         assert_eq!(short, vec![0.5e6 * (1.0 - SLOW_MARGIN), 1e6, 1e6, 1e6]);
-        let (long, _) = Planned::rates(&v, 4, 350e6, &slow);
+        let (long, _) = Planned::rates(&figures, 350e6, &slow);
         assert!((long[0] - 0.5e6 * (1.0 - SLOW_RESERVE_SECS / 100.0)).abs() < 1.0, "{long:?}");
         assert_eq!(long[1..], [1e6; 3]);
     }
