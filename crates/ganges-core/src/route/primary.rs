@@ -25,6 +25,17 @@
 //! it stops when that consumer falls behind us by the high one, or, once the primary helps
 //! nobody, as the paper's rule says. Equal disks help nobody, so with no fault nothing changes.
 //!
+//! **A window per copy it catches up on (ours).** While a backup is in use and its own
+//! consumer is ahead of ours, the consumer keeps a window there as well as at its primary.
+//! With one window shared, requests queued at a slow primary hold its slots: the consumer
+//! picks again only when one returns, once a slow request time, so it reached its backup
+//! late and kept half its window waiting behind the slow disk; and a neighbour down the chain,
+//! starved at its primary by the furthest-behind rule, could not reach its own backup until
+//! the slow consumer's burst was over. A consumer not behind its backup's reader (passing
+//! help on, or equal disks whose readers drift) keeps its one window: on real disks with no
+//! fault, a window per copy in use let a ring of consumers helping each other feed itself,
+//! every one reading half its bytes from its backup.
+//!
 //! **Shrinking high watermark (ours, gd-enhancements §5).** With `shrink`, the high watermark
 //! closes linearly towards the low one as the consumer's own progress goes from 0 to 1. Early
 //! on the wide band lets neighbours drift without multiplexing disks; near the end a narrow
@@ -42,6 +53,8 @@ pub struct PrimaryCopies {
     shrink: bool,
     /// Backups being read from (crossed the high watermark, not yet back under the low).
     using: BTreeSet<NodeId>,
+    /// Backups whose own consumer was ahead of ours when last judged.
+    ahead: BTreeSet<NodeId>,
     /// The latest primary progress each server reported (`None`: nobody reads its primaries).
     reported: BTreeMap<NodeId, Option<f64>>,
     /// Servers that have reported a primary reader at least once.
@@ -57,6 +70,7 @@ impl PrimaryCopies {
             s,
             shrink,
             using: BTreeSet::new(),
+            ahead: BTreeSet::new(),
             reported: BTreeMap::new(),
             had_reader: BTreeSet::new(),
             none_since: BTreeMap::new(),
@@ -98,6 +112,11 @@ impl PrimaryCopies {
             };
             if let Some(theirs) = theirs {
                 let gap = theirs - view.own_fraction;
+                if gap > 0.0 {
+                    self.ahead.insert(b);
+                } else {
+                    self.ahead.remove(&b);
+                }
                 let lighter = queued(b).is_none_or(|q| queued(primary).is_some_and(|mine| q < mine));
                 if gap > high || (helping && lighter && gap > -low) {
                     self.using.insert(b);
@@ -128,6 +147,12 @@ impl RoutePolicy for PrimaryCopies {
 
     fn notifies_progress(&self) -> bool {
         true
+    }
+
+    /// A window at the primary and one at each backup in use whose consumer is ahead of ours.
+    fn window(&self, base: u32) -> u32 {
+        let catching_up = self.using.intersection(&self.ahead).count();
+        base.saturating_mul(u32::try_from(catching_up).unwrap_or(u32::MAX).saturating_add(1))
     }
 
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
@@ -177,6 +202,11 @@ mod tests {
         ServerState { primary_progress: p, ..ServerState::default() }
     }
 
+    /// A server's answer with `n` requests queued there.
+    fn queued(n: u32) -> ServerState {
+        ServerState { queue_len: n, ..ServerState::default() }
+    }
+
     const H: [NodeId; 2] = [NodeId(0), NodeId(1)];
 
     #[test]
@@ -203,6 +233,27 @@ mod tests {
         p.on_state(Time::ZERO, NodeId(1), &state(Some(0.145)));
         p.pick(&view(&nodes, 0.14), &H);
         assert!(!p.is_using(NodeId(1)));
+    }
+
+    #[test]
+    fn a_consumer_keeps_a_window_at_a_backup_while_it_catches_up_on_its_reader() {
+        let mut busy = BTreeMap::new();
+        busy.insert(NodeId(0), NodeView { outstanding: 4, ..NodeView::default() });
+        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        assert_eq!(p.window(4), 4, "the primary alone");
+        // 5% behind the backup's reader: the backup joins, with a window of its own.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
+        assert_eq!(p.pick(&view(&busy, 0.10), &H), Pick::To(NodeId(1)));
+        assert_eq!(p.window(4), 8);
+        // Helping on while the primary serves another, our reader behind its backup's no
+        // more: one window, though the backup stays in use.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.295)));
+        let mut helping = BTreeMap::new();
+        helping.insert(NodeId(0), NodeView { outstanding: 2, last_state: Some(queued(6)), ..NodeView::default() });
+        helping.insert(NodeId(1), NodeView { last_state: Some(queued(3)), ..NodeView::default() });
+        p.pick(&view(&helping, 0.30), &H);
+        assert!(p.is_using(NodeId(1)));
+        assert_eq!(p.window(4), 4);
     }
 
     #[test]
