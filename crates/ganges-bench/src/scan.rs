@@ -536,6 +536,7 @@ pub(crate) struct Started {
 
 impl BenchCluster {
     pub(crate) fn start(&self) -> BenchResult<Started> {
+        crate::util::stop_requests();
         let (root, temp) = match &self.root {
             Some(r) => (r.clone(), None),
             None => {
@@ -618,14 +619,9 @@ impl Drop for Scraper {
 }
 
 impl Started {
-    /// Run a bench on the cluster, stopping early on Ctrl-C.
+    /// Run a bench on the cluster, stopping early when asked to ([`crate::util::block_on`]).
     pub(crate) fn block_on<T>(&self, bench: impl std::future::Future<Output = BenchResult<T>>) -> BenchResult<T> {
-        self.rt.block_on(async {
-            tokio::select! {
-                r = bench => r,
-                _ = tokio::signal::ctrl_c() => Err(BenchError::Interrupted),
-            }
-        })
+        crate::util::block_on(&self.rt, bench)
     }
 }
 

@@ -83,6 +83,7 @@ async fn read_once(client: &Arc<Client>, m: &Arc<Manifest>) -> BenchResult<(f64,
 }
 
 pub fn run(spec: &TransportBenchSpec) -> BenchResult<Report> {
+    crate::util::stop_requests();
     let root = tempfile::Builder::new().prefix("ganges-bench-transport-").tempdir()?;
     let clusters: Vec<LocalCluster> = TRANSPORTS
         .iter()
@@ -93,7 +94,7 @@ pub fn run(spec: &TransportBenchSpec) -> BenchResult<Report> {
         })
         .collect::<BenchResult<_>>()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(async {
+    crate::util::block_on(&rt, async {
         let mut setups = vec![];
         for c in &clusters {
             let client = Client::connect(c.cluster().clone()).await?;

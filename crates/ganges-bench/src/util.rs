@@ -9,8 +9,9 @@ use std::sync::Arc;
 pub enum BenchError {
     #[error("{0}")]
     Failed(String),
-    /// Stopped by Ctrl-C, after stopping every server it started.
-    #[error("interrupted; every server this command started is stopped")]
+    /// Stopped by Ctrl-C, SIGTERM or SIGHUP, after stopping every server it started and
+    /// removing its files.
+    #[error("interrupted; every server this command started is stopped and its files removed")]
     Interrupted,
     #[error(transparent)]
     Harness(#[from] ganges_harness::HarnessError),
@@ -35,6 +36,68 @@ pub enum BenchError {
 }
 
 pub type BenchResult<T> = Result<T, BenchError>;
+
+/// Run `bench` on `rt` until it ends or the process is asked to stop (Ctrl-C, SIGTERM,
+/// SIGHUP): then [`BenchError::Interrupted`], so that the caller's drops stop its servers,
+/// clear their faults and remove its scratch files, which a killed bench would leave behind
+/// (gigabytes in `/dev/shm`). A stop asked for between two calls ends the next one at once;
+/// a second stop exits the process without cleaning up.
+pub fn block_on<T>(
+    rt: &tokio::runtime::Runtime,
+    bench: impl std::future::Future<Output = BenchResult<T>>,
+) -> BenchResult<T> {
+    let mut stop = stop_requests();
+    rt.block_on(async {
+        tokio::select! {
+            r = bench => r,
+            // A closed channel (no watcher) disables this branch.
+            Ok(_) = stop.wait_for(|asked| *asked) => Err(BenchError::Interrupted),
+        }
+    })
+}
+
+/// Whether a stop was asked for, watched by a thread of its own that takes over SIGINT,
+/// SIGTERM and SIGHUP for the rest of the process from the first call on (a bench calls it
+/// before it makes anything to clean up).
+pub(crate) fn stop_requests() -> tokio::sync::watch::Receiver<bool> {
+    static STOP: std::sync::OnceLock<tokio::sync::watch::Receiver<bool>> = std::sync::OnceLock::new();
+    STOP.get_or_init(|| {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use tokio::signal::unix::{SignalKind, signal};
+            let kinds = [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()];
+            let made = tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|rt| {
+                let signals = rt.block_on(async { kinds.into_iter().map(signal).collect::<std::io::Result<Vec<_>>>() })?;
+                Ok((rt, signals))
+            });
+            let (rt, mut signals) = match made {
+                Ok(x) => x,
+                Err(e) => {
+                    // Nothing watches: a stop kills the bench as before, files and all.
+                    tracing::warn!(error = %e, "cannot watch for Ctrl-C, SIGTERM and SIGHUP; a stopped bench leaves its files");
+                    return;
+                }
+            };
+            let _ = ready_tx.send(());
+            rt.block_on(async {
+                for asked in 0.. {
+                    let waits = signals.iter_mut().map(|s| Box::pin(s.recv()));
+                    futures_util::future::select_all(waits).await;
+                    if asked > 0 {
+                        std::process::exit(130);
+                    }
+                    eprintln!("stopping: the servers stop and the bench's files go (again to exit at once)");
+                    let _ = tx.send(true);
+                }
+            });
+        });
+        // The handlers are in place before any bench starts.
+        let _ = ready.recv();
+        rx
+    })
+    .clone()
+}
 
 /// Serve the live dashboard of `cluster` on `addr` for as long as the runtime runs, with an
 /// empty table of `columns` the bench fills as it goes.

@@ -291,6 +291,40 @@ fn a_cluster_file_whose_servers_are_gone() {
     assert!(err.contains("no server of cluster file") && err.contains("ganges local up"), "{err}");
 }
 
+/// A bench asked to stop (as `kill`, a job scheduler's time limit or a closed terminal ask)
+/// stops its servers and removes its scratch files before it exits: a killed bench used to
+/// leave gigabytes behind.
+#[test]
+fn a_bench_stopped_by_sigterm_or_sighup_leaves_no_servers_and_no_files() {
+    for signal in [rustix::process::Signal::TERM, rustix::process::Signal::HUP] {
+        let scratch = tempfile::tempdir().unwrap();
+        // Long enough to be mid-run when the signal comes: 16 servers, 64 MiB each at 32 MiB/s.
+        let bench = Command::new(common::binary())
+            .args(["bench", "scan", "--faults", "0,1,2", "--policies", "static,gd"])
+            .env("TMPDIR", scratch.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = bench.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let servers = || processes_with(&scratch.path().to_string_lossy()).len();
+        while servers() < 16 {
+            assert!(std::time::Instant::now() < deadline, "the bench's servers never came up");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let p = rustix::process::Pid::from_raw(pid as i32).unwrap();
+        rustix::process::kill_process(p, signal).unwrap();
+        let out = bench.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{signal:?}: {err}");
+        assert!(err.contains("interrupted") && err.contains("files removed"), "{err}");
+        assert_eq!(servers(), 0, "{signal:?}: servers left running");
+        let left: Vec<_> = std::fs::read_dir(scratch.path()).unwrap().flatten().map(|e| e.path()).collect();
+        assert!(left.is_empty(), "{signal:?}: files left behind: {left:?}");
+    }
+}
+
 #[test]
 fn bench_scan_quick_writes_json_and_plots() {
     let dir = tempfile::tempdir().unwrap();
