@@ -26,7 +26,8 @@
 //! nobody, as the paper's rule says. Equal disks help nobody, so with no fault nothing changes.
 //!
 //! **A window per copy it catches up on (ours).** While a backup is in use and its own
-//! consumer is ahead of ours, the consumer keeps a window there as well as at its primary.
+//! consumer is ahead of ours (by more than the low watermark, which drift between equal disks
+//! stays within), the consumer keeps a window there as well as at its primary.
 //! With one window shared, requests queued at a slow primary hold its slots: the consumer
 //! picks again only when one returns, once a slow request time, so it reached its backup
 //! late and kept half its window waiting behind the slow disk; and a neighbour down the chain,
@@ -53,7 +54,8 @@ pub struct PrimaryCopies {
     shrink: bool,
     /// Backups being read from (crossed the high watermark, not yet back under the low).
     using: BTreeSet<NodeId>,
-    /// Backups whose own consumer was ahead of ours when last judged.
+    /// Backups whose own consumer was ahead of ours by more than the low watermark when last
+    /// judged.
     ahead: BTreeSet<NodeId>,
     /// The latest primary progress each server reported (`None`: nobody reads its primaries).
     reported: BTreeMap<NodeId, Option<f64>>,
@@ -112,7 +114,7 @@ impl PrimaryCopies {
             };
             if let Some(theirs) = theirs {
                 let gap = theirs - view.own_fraction;
-                if gap > 0.0 {
+                if gap > low {
                     self.ahead.insert(b);
                 } else {
                     self.ahead.remove(&b);
@@ -149,7 +151,8 @@ impl RoutePolicy for PrimaryCopies {
         true
     }
 
-    /// A window at the primary and one at each backup in use whose consumer is ahead of ours.
+    /// A window at the primary and one at each backup in use whose consumer is ahead of ours
+    /// by more than the low watermark.
     fn window(&self, base: u32) -> u32 {
         let catching_up = self.using.intersection(&self.ahead).count();
         base.saturating_mul(u32::try_from(catching_up).unwrap_or(u32::MAX).saturating_add(1))
@@ -245,9 +248,9 @@ mod tests {
         p.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
         assert_eq!(p.pick(&view(&busy, 0.10), &H), Pick::To(NodeId(1)));
         assert_eq!(p.window(4), 8);
-        // Helping on while the primary serves another, our reader behind its backup's no
-        // more: one window, though the backup stays in use.
-        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.295)));
+        // Helping on while the primary serves another, the backup's reader ahead of ours by
+        // less than the low watermark (drift): one window, though the backup stays in use.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.305)));
         let mut helping = BTreeMap::new();
         helping.insert(NodeId(0), NodeView { outstanding: 2, last_state: Some(queued(6)), ..NodeView::default() });
         helping.insert(NodeId(1), NodeView { last_state: Some(queued(3)), ..NodeView::default() });
