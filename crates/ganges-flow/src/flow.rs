@@ -703,19 +703,25 @@ impl Outlet {
         }
     }
 
+    /// Send what consumer `c`'s partition gathered, with a fresh buffer in its place.
     async fn flush(&mut self, c: usize) -> Result<(), String> {
-        if self.gathered[c].is_empty() {
+        let data = std::mem::replace(&mut self.gathered[c], Self::gather_buffer(self.layout));
+        self.send_gathered(c, data).await
+    }
+
+    async fn send_gathered(&mut self, c: usize, data: BytesMut) -> Result<(), String> {
+        if data.is_empty() {
             return Ok(());
         }
-        let data = std::mem::replace(&mut self.gathered[c], Self::gather_buffer(self.layout)).freeze();
-        let batch = Batch::new(data, self.layout).map_err(|e| e.to_string())?;
+        let batch = Batch::new(data.freeze(), self.layout).map_err(|e| e.to_string())?;
         self.send_to(c, batch).await
     }
 
-    /// No more batches: send what partitions gathered, then tell every consumer.
+    /// No more batches: send what partitions gathered (no buffers in their place), then tell
+    /// every consumer.
     async fn finish(mut self) -> Result<(), String> {
-        for c in 0..self.gathered.len() {
-            self.flush(c).await?;
+        for (c, data) in std::mem::take(&mut self.gathered).into_iter().enumerate() {
+            self.send_gathered(c, data).await?;
         }
         for c in &self.consumers {
             let _ = c.send(Msg::End);
