@@ -65,13 +65,11 @@ pub(crate) fn stop_requests() -> tokio::sync::watch::Receiver<bool> {
         let (tx, rx) = tokio::sync::watch::channel(false);
         let (ready_tx, ready) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            use tokio::signal::unix::{SignalKind, signal};
-            let kinds = [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()];
-            let made = tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|rt| {
-                let signals = rt.block_on(async { kinds.into_iter().map(signal).collect::<std::io::Result<Vec<_>>>() })?;
-                Ok((rt, signals))
-            });
-            let (rt, mut signals) = match made {
+            let made = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .and_then(|rt| Ok((rt.block_on(async { ganges_harness::sys::StopSignals::new() })?, rt)));
+            let (mut stops, rt) = match made {
                 Ok(x) => x,
                 Err(e) => {
                     // Nothing watches: a stop kills the bench as before, files and all.
@@ -81,15 +79,11 @@ pub(crate) fn stop_requests() -> tokio::sync::watch::Receiver<bool> {
             };
             let _ = ready_tx.send(());
             rt.block_on(async {
-                for asked in 0.. {
-                    let waits = signals.iter_mut().map(|s| Box::pin(s.recv()));
-                    futures_util::future::select_all(waits).await;
-                    if asked > 0 {
-                        std::process::exit(130);
-                    }
-                    eprintln!("stopping: the servers stop and the bench's files go (again to exit at once)");
-                    let _ = tx.send(true);
-                }
+                stops.recv().await;
+                eprintln!("stopping: the servers stop and the bench's files go (again to exit at once)");
+                let _ = tx.send(true);
+                stops.recv().await;
+                std::process::exit(130);
             });
         });
         // The handlers are in place before any bench starts.

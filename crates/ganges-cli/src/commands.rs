@@ -531,9 +531,10 @@ pub async fn write(cluster: &Path, a: WriteArgs) -> CliResult<()> {
         records: RecordFormat::Bytes,
     };
     let name = spec.name.clone();
+    let mut stops = ganges_harness::sys::StopSignals::new()?;
     let out = tokio::select! {
         r = write::write(&client, spec, Some(progress_fn(&bar))) => r?,
-        _ = tokio::signal::ctrl_c() => {
+        () = stops.recv() => {
             // Abandon the write whole: its staging (or a commit half done) goes everywhere.
             bar.finish_and_clear();
             if let Err(e) = dataset::remove(&client, &name).await {
@@ -640,9 +641,10 @@ pub async fn dashboard(cluster: &Path, listen: &str, interval: Duration) -> CliR
     let live = ganges_live::Live::start(client, live_period(interval)?).await;
     let addr = listener.local_addr()?;
     println!("dashboard: http://{addr}/  (Ctrl-C stops it)");
+    let mut stops = ganges_harness::sys::StopSignals::new()?;
     tokio::select! {
         () = ganges_live::web::serve(listener, live) => Ok(()),
-        r = tokio::signal::ctrl_c() => Ok(r?),
+        () = stops.recv() => Ok(()),
     }
 }
 

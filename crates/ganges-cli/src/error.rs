@@ -7,7 +7,7 @@ use ganges_bench::BenchError;
 pub enum CliError {
     #[error("{0}")]
     Failed(String),
-    /// A write stopped by Ctrl-C, after it removed its staging.
+    /// A write stopped by Ctrl-C, SIGTERM or SIGHUP, after it removed its staging.
     #[error("interrupted; the write was abandoned and its staging removed, nothing of it is visible")]
     WriteInterrupted,
     #[error(transparent)]

@@ -312,14 +312,9 @@ fn serve(a: ServeArgs) -> CliResult<()> {
             tls = config.transport.has_tls(),
             "serving"
         );
-        let shutdown = async {
-            use tokio::signal::unix::{SignalKind, signal};
-            let mut term = signal(SignalKind::terminate()).expect("signal handler");
-            let mut int = signal(SignalKind::interrupt()).expect("signal handler");
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
+        let mut stops = ganges_harness::sys::StopSignals::new()?;
+        let shutdown = async move {
+            stops.recv().await;
             tracing::info!("shutting down");
         };
         let server = ganges_server::run(config, listener, shutdown);

@@ -616,3 +616,49 @@ async fn get_onto_a_full_disk_fails_by_name_and_leaves_nothing() {
     assert!(msg.contains(&format!("writing {}", out.display())) && msg.contains("No space left"), "{msg}");
     assert_eq!(std::fs::read_dir(&small).unwrap().count(), 0, "nothing of the export is left");
 }
+
+/// `ganges write` stopped by SIGTERM or SIGHUP (a scheduler's time limit, a closed terminal)
+/// abandons the write as Ctrl-C does: its staging removed, nothing of it visible, exit 130.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_stopped_by_sigterm_or_sighup_leaves_nothing_visible() {
+    let cluster = start(2, common::disk(8.0));
+    let file = cluster.cluster_file();
+    let client = cluster.client().await;
+    for (name, signal) in
+        [("stopped-term", rustix::process::Signal::TERM), ("stopped-hup", rustix::process::Signal::HUP)]
+    {
+        let before: Vec<u64> = written(&client).await;
+        // 256 MiB at 8 MiB/s a disk: far from done when the signal comes.
+        let mut writer = std::process::Command::new(common::binary())
+            .args(["write", name, "--size", "256MiB", "--cluster", &file])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Some blocks staged on either server: the write is under way.
+        for (n, b) in before.iter().enumerate() {
+            common::until_moved(&client, NodeId(n as u32), b + (1 << 20), true).await;
+        }
+        let pid = rustix::process::Pid::from_raw(writer.id() as i32).unwrap();
+        rustix::process::kill_process(pid, signal).unwrap();
+        let status = tokio::task::spawn_blocking(move || writer.wait()).await.unwrap().unwrap();
+        assert_eq!(status.code(), Some(130), "{signal:?}");
+        // Neither committed nor staged anywhere.
+        let (listed, unreachable) = dataset::list(&client, true).await.unwrap();
+        assert!(unreachable.is_empty());
+        let left: Vec<_> = listed.iter().filter(|e| e.name.as_str() == name).collect();
+        assert!(left.is_empty(), "{signal:?}: {left:?}");
+    }
+}
+
+/// Bytes each server of a two-server cluster has written so far.
+async fn written(client: &Arc<ganges_client::Client>) -> Vec<u64> {
+    let mut out = vec![];
+    for n in 0..2 {
+        match client.control(NodeId(n), ControlRequest::Stats).await.unwrap() {
+            ControlReply::Stats { stats } => out.push(stats.write_bytes),
+            other => panic!("{other:?}"),
+        }
+    }
+    out
+}

@@ -464,16 +464,12 @@ pub fn supervise(spec: &LocalSpec, cluster_path: &Path, foreground: bool) -> Har
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("signal handler");
-        let mut int = signal(SignalKind::interrupt()).expect("signal handler");
-        let mut hup = signal(SignalKind::hangup()).expect("signal handler");
+        let mut stops = sys::StopSignals::new().expect("signal handler");
         let mut usr1 = signal(SignalKind::user_defined1()).expect("signal handler");
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
-                _ = term.recv() => break,
-                _ = int.recv() => break,
-                _ = hup.recv() => break,
+                () = stops.recv() => break,
                 _ = usr1.recv() => restart_requested(&mut cluster, &spec.root),
                 _ = tick.tick() => {
                     for (node, status) in cluster.exited() {

@@ -50,6 +50,34 @@ pub fn apply_tie() -> std::io::Result<()> {
     Ok(())
 }
 
+/// The signals that ask a ganges process to stop and clean up: SIGINT (Ctrl-C), SIGTERM
+/// (`kill`, a scheduler's time limit) and SIGHUP (a closed terminal). From `new` on they no
+/// longer end the process by themselves: the caller stops when [`StopSignals::recv`] returns.
+#[derive(Debug)]
+pub struct StopSignals([tokio::signal::unix::Signal; 3]);
+
+impl StopSignals {
+    /// Must be called within a tokio runtime.
+    pub fn new() -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals([
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::hangup())?,
+        ]))
+    }
+
+    /// The next stop asked for.
+    pub async fn recv(&mut self) {
+        let [int, term, hup] = &mut self.0;
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+            _ = hup.recv() => {}
+        }
+    }
+}
+
 fn pid(pid: u32) -> Option<Pid> {
     Pid::from_raw(i32::try_from(pid).ok()?)
 }
