@@ -8,6 +8,7 @@ use ganges_core::datagen::Generator;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_flow::apps::{self, AppError, Setup};
 use ganges_flow::records::{Batch, RecordLayout, Summary};
+use ganges_flow::storage::Streaming;
 use ganges_proto::manifest::DatasetName;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -97,6 +98,31 @@ async fn every_primitive_gives_the_reference_result_static_and_robust() {
             assert!(check.same_records(&s.input) && check.unordered == 0, "{v}: {check:?} {:?}", s.input);
         }
     }
+}
+
+/// A flow's output streamed to a distributed queue write reads back, in written order, as
+/// the batches in the order they were put, with many writers taking its blocks as they come
+/// (a sort's output is sorted only if that holds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_write_keeps_the_order_its_batches_were_put_in() {
+    let c = start(4, disk(400.0));
+    let client = c.client().await;
+    let layout = RecordLayout::SORT_BENCHMARK;
+    let recs = reference(5, 40_000 * R);
+    // The smallest blocks (41 records), so the sixteen writers take 976 of them.
+    let mut streaming = Streaming::start(&client, name("streamed"), layout, 16, 0);
+    let sink = streaming.sink();
+    for chunk in recs.chunks(3) {
+        if sink.send(Batch::new(chunk.concat().into(), layout).unwrap()).await.is_err() {
+            break; // the write failed: its commit says why
+        }
+    }
+    drop(sink);
+    let (out, summary) = streaming.commit().await.unwrap();
+    assert_eq!(summary.records, recs.len() as u64);
+    let used = out.manifest.shape.fragment_sizes().iter().filter(|&&b| b > 0).count();
+    assert!(used > 1, "the queue spread the blocks over the servers: {used}");
+    assert_eq!(written(&client, "streamed").await, recs);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

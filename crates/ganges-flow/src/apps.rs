@@ -22,7 +22,7 @@
 use crate::flow::{Edge, Flow, FlowError, FlowReport, Module, Out, Source, StageReport};
 use crate::mesh::Mesh;
 use crate::records::{Batch, RecordLayout, Summary};
-use crate::storage::{self, ReadReports, Sink, Streaming};
+use crate::storage::{self, OUTPUT_BLOCK_BYTES, ReadReports, Sink, Streaming};
 use bytes::{Bytes, BytesMut};
 use ganges_client::scan::{ReadOptions, open_scan};
 use ganges_client::write::WriteSource;
@@ -253,8 +253,9 @@ impl Setup {
             self.write(name, layout, &output, 1, &mut r).await?;
             return Ok(r);
         }
-        let mut streaming =
-            self.leads().then(|| Streaming::start(&self.client, name.clone(), layout, self.workers as u32));
+        let mut streaming = self
+            .leads()
+            .then(|| Streaming::start(&self.client, name.clone(), layout, self.workers as u32, OUTPUT_BLOCK_BYTES));
         let ran = match self.run(flow.streamed(streaming.as_mut().map(Streaming::sink))).await {
             Ok(ran) => ran,
             Err(e) => {

@@ -18,7 +18,7 @@ use ganges_client::scan::{ReadOptions, ReadReport, ReadStream};
 use ganges_client::write::{DqStream, WriteOutcome, WriteSource, WriteSpec};
 use ganges_client::{Client, ClientError};
 use ganges_core::route::ceft::CeftSettings;
-use ganges_core::shape::Partition;
+use ganges_core::shape::{BLOCK_BYTES_MIN, Partition};
 use ganges_core::write::WritePolicyKind;
 use ganges_proto::manifest::{DatasetName, Manifest, RecordFormat};
 use std::collections::BTreeMap;
@@ -29,12 +29,12 @@ use tokio::sync::{mpsc, oneshot};
 const STITCHED_BATCH_BYTES: usize = 256 << 10;
 
 /// Blocks of a written flow output: about 1 MiB, in whole records.
-const OUTPUT_BLOCK_BYTES: u32 = 1 << 20;
+pub const OUTPUT_BLOCK_BYTES: u32 = 1 << 20;
 
-/// The whole records of `layout` that fill about [`OUTPUT_BLOCK_BYTES`] (at least one).
-fn output_block(layout: RecordLayout) -> u64 {
+/// The whole records of `layout` that fill about `bytes` (at least one record).
+pub fn whole_records(bytes: u32, layout: RecordLayout) -> u64 {
     let r = u64::from(layout.record_bytes);
-    (u64::from(OUTPUT_BLOCK_BYTES) / r).max(1) * r
+    (u64::from(bytes) / r).max(1) * r
 }
 
 /// The record layout a dataset's manifest gives.
@@ -213,6 +213,8 @@ pub enum Sink {
 /// order is the batches in the order they reached the sink.
 #[derive(Debug)]
 pub struct Streaming {
+    /// Its block's bytes: batches that end on a multiple of it are sent without a copy.
+    block: usize,
     sink: Option<mpsc::Sender<Batch>>,
     commit: oneshot::Sender<()>,
     /// The dataset and its records' summary; `None` when the flow failed (no commit).
@@ -220,9 +222,18 @@ pub struct Streaming {
 }
 
 impl Streaming {
-    /// Start writing `name`, of records of `layout`, with `writers` DQ writers.
-    pub fn start(client: &Arc<Client>, name: DatasetName, layout: RecordLayout, writers: u32) -> Streaming {
-        let block = output_block(layout) as usize;
+    /// Start writing `name`, of records of `layout`, with `writers` DQ writers, in blocks
+    /// of the whole records that fill about `block_bytes` (each a unit of the queue; at
+    /// least the smallest block a dataset may have).
+    pub fn start(
+        client: &Arc<Client>,
+        name: DatasetName,
+        layout: RecordLayout,
+        writers: u32,
+        block_bytes: u32,
+    ) -> Streaming {
+        let smallest = u64::from(BLOCK_BYTES_MIN).next_multiple_of(u64::from(layout.record_bytes));
+        let block = whole_records(block_bytes, layout).max(smallest) as usize;
         let records = RecordFormat::Fixed { record_bytes: layout.record_bytes, key_bytes: layout.key_bytes };
         let mut stream = DqStream::start(client, name.clone(), block as u32, writers, records);
         let (sink, mut batches) = mpsc::channel::<Batch>(2 * writers.max(1) as usize);
@@ -261,7 +272,12 @@ impl Streaming {
             let out = stream.finish((!buf.is_empty()).then(|| buf.freeze())).await?;
             Ok(Some((out, summary)))
         });
-        Streaming { sink: Some(sink), commit, task }
+        Streaming { block, sink: Some(sink), commit, task }
+    }
+
+    /// The bytes of its blocks (whole records).
+    pub fn block_bytes(&self) -> usize {
+        self.block
     }
 
     /// Where the flow puts its output (taken once).
@@ -326,7 +342,7 @@ pub async fn write_records(
     }
     // Whole records to a block, and every server at least one block (a DQ log is never empty).
     let per_server = (total / r / u64::from(client.nodes())).max(1) * r;
-    let block = output_block(layout).min(per_server);
+    let block = whole_records(OUTPUT_BLOCK_BYTES, layout).min(per_server);
     let blocks = total.div_ceil(block);
     let (policy, run_blocks) = match sink {
         Sink::Static => (WritePolicyKind::Static, 1),

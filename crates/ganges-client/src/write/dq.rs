@@ -159,11 +159,15 @@ impl Input {
         self.finished.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Keep a block: where it starts in the data, and its length.
-    fn keep(&self, data: bytes::Bytes) -> (u64, u32) {
+    /// The next block the producer put, kept: where it starts in the data, and its length;
+    /// `None` once the input has closed. The block is kept in the same step as it is
+    /// received, so blocks that several writers take keep the order they were put in.
+    async fn next(&self) -> Option<(u64, u32)> {
+        let mut rx = self.rx.lock().await;
+        let data = rx.recv().await?;
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         taken.push(data);
-        ((taken.len() as u64 - 1) * u64::from(self.block), taken[taken.len() - 1].len() as u32)
+        Some(((taken.len() as u64 - 1) * u64::from(self.block), taken[taken.len() - 1].len() as u32))
     }
 
     /// The short last block, where it starts and its length, once the input is finished.
@@ -290,10 +294,8 @@ impl DqWriter {
         self.input.is_some()
     }
 
-    /// A block of the stream, to send.
-    fn take(&mut self, data: bytes::Bytes) {
-        let input = self.input.as_ref().expect("a stream takes blocks");
-        let (offset, len) = input.keep(data);
+    /// A block of the stream (where it starts, its length), to send.
+    fn take(&mut self, (offset, len): (u64, u32)) {
         self.blocks.push((offset, len));
         self.ledger.push();
         self.counted.push(false);
@@ -442,9 +444,9 @@ impl DqWriter {
             };
             let ev = tokio::select! {
                 ev = self.rx.recv() => ev.expect("the writer holds a sender"),
-                more = async { input.as_ref().expect("a stream").rx.lock().await.recv().await }, if input.is_some() => {
+                more = async { input.as_ref().expect("a stream").next().await }, if input.is_some() => {
                     match more {
-                        Some(data) => self.take(data),
+                        Some(block) => self.take(block),
                         None if input.is_some_and(|i| i.is_finished()) => self.input = None,
                         None => {
                             return Err(ClientError::Invalid(format!(
