@@ -16,12 +16,12 @@
 //! - **join**: hash both datasets on a key prefix across the workers, build a table of the
 //!   left side, probe it with the right, write each pair.
 //! - **sort**: one pass (river Figure 17): range-partition on the key's top bits, sort, write
-//!   the sorted runs; through a distributed queue a whole run at a time (DQ-3), so the
-//!   output in written order is the sorted data.
+//!   the sorted runs, range after range, so the output in written order is the sorted data;
+//!   robust, through a distributed queue a whole run at a time, merged as it is written.
 
 use crate::flow::{Edge, Flow, FlowError, FlowReport, Module, Out, Source, StageReport};
 use crate::mesh::Mesh;
-use crate::records::{Batch, RecordLayout, Summary};
+use crate::records::{Batch, Merge, RecordLayout, Summary};
 use crate::storage::{self, OUTPUT_BLOCK_BYTES, ReadReports, Sink, Streaming};
 use bytes::{Bytes, BytesMut};
 use ganges_client::scan::{ReadOptions, open_scan};
@@ -192,8 +192,8 @@ impl Setup {
         ReadOptions::new(if self.robust { ReadPolicyKind::Gd } else { ReadPolicyKind::Static })
     }
 
-    fn sink(&self, run_blocks: u32) -> Sink {
-        if self.robust { Sink::Dq { run_blocks } } else { Sink::Static }
+    fn sink(&self) -> Sink {
+        if self.robust { Sink::Dq { run_blocks: 1 } } else { Sink::Static }
     }
 
     fn check(&self) -> Result<(), AppError> {
@@ -250,7 +250,7 @@ impl Setup {
             let mut ran = self.run(flow).await?;
             let output = std::mem::take(&mut ran.output);
             let mut r = report(ran);
-            self.write(name, layout, &output, 1, &mut r).await?;
+            self.write(name, layout, &output, &mut r).await?;
             return Ok(r);
         }
         let mut streaming = self
@@ -284,7 +284,6 @@ impl Setup {
         name: &DatasetName,
         layout: RecordLayout,
         output: &[Vec<Batch>],
-        run_blocks: u32,
         report: &mut AppReport,
     ) -> Result<(), AppError> {
         if !self.leads() {
@@ -300,8 +299,7 @@ impl Setup {
             s
         });
         let t = Instant::now();
-        let out = storage::write_output(&self.client, name, layout, output, self.sink(run_blocks), self.workers as u32)
-            .await?;
+        let out = storage::write_output(&self.client, name, layout, output, self.sink(), self.workers as u32).await?;
         report.write_seconds = t.elapsed().as_secs_f64();
         report.summary = summing.await.map_err(|e| AppError::Invalid(format!("summing the output: {e}")))?;
         report.bytes_written = out.manifest.total_bytes();
@@ -371,7 +369,7 @@ pub async fn generate(setup: &Setup, output: &DatasetName, records: u64, seed: u
     let t = Instant::now();
     let total = records * u64::from(layout.record_bytes);
     let source = WriteSource::Generated(Generator::Records { seed });
-    let out = storage::write_records(&setup.client, output, layout, source, total, setup.sink(1), setup.workers as u32)
+    let out = storage::write_records(&setup.client, output, layout, source, total, setup.sink(), setup.workers as u32)
         .await?;
     let seconds = t.elapsed().as_secs_f64();
     let mut report = AppReport {
@@ -456,7 +454,7 @@ pub async fn topn(setup: &Setup, input: &DatasetName, runs: &DatasetName, n: usi
     let ran = setup.run(flow).await?;
     let mut report = AppReport::of_reads(ran.stages, &reports, layout);
     // A run is one block or so: runs of one block to the queue.
-    setup.write(runs, layout, &ran.output, 1, &mut report).await?;
+    setup.write(runs, layout, &ran.output, &mut report).await?;
     let heads: Vec<Batch> = ran.output.into_iter().flatten().collect();
     report.top = merge(&heads, 0, n);
     report.seconds = t.elapsed().as_secs_f64();
@@ -729,12 +727,14 @@ pub async fn join(
 }
 
 /// Sorts what it takes as it comes, a run of [`SORT_CHUNK_BYTES`] at a time (so most of
-/// the sort's work is done while the disks still read), and at the end merges the runs and
-/// puts the records out in runs of [`SORT_RUN_BYTES`]. Each record is copied twice, into
-/// its run and into the merge, where sorting everything at the end copied it once but left
-/// the disks idle while all of it sorted.
+/// the sort's work is done while the disks still read). At the end it puts out its runs:
+/// merged into key order in batches of [`SORT_RUN_BYTES`] (`merge`), or as they are, for
+/// the writer to merge as it writes. Each record is copied twice, into its run and into
+/// the merge, where sorting everything at the end copied it once but left the disks idle
+/// while all of it sorted.
 struct SortAll {
     layout: RecordLayout,
+    merge: bool,
     taken: Vec<Batch>,
     runs: Vec<Batch>,
     /// What it took (the sort's input: the output must be the same records).
@@ -742,8 +742,8 @@ struct SortAll {
 }
 
 impl SortAll {
-    fn new(layout: RecordLayout) -> SortAll {
-        SortAll { layout, taken: vec![], runs: vec![], seen: Summary::default() }
+    fn new(layout: RecordLayout, merge: bool) -> SortAll {
+        SortAll { layout, merge, taken: vec![], runs: vec![], seen: Summary::default() }
     }
 
     fn sort_taken(&mut self) {
@@ -770,39 +770,95 @@ impl Module for SortAll {
     fn on_end(&mut self, out: &mut Out) -> Result<(), String> {
         self.sort_taken();
         let runs = std::mem::take(&mut self.runs);
-        let sorted = match runs.len() {
-            0 => return Ok(()),
-            1 => runs.into_iter().next().expect("one run"),
-            _ => crate::records::merged_records(&runs, self.layout),
-        };
+        if !self.merge {
+            runs.into_iter().for_each(|r| out.put(r));
+            return Ok(());
+        }
+        let mut merge = Merge::new(runs, self.layout);
         let per = (SORT_RUN_BYTES / self.layout.record_bytes as usize).max(1);
-        for from in (0..sorted.len()).step_by(per) {
-            out.put(sorted.slice(from, (from + per).min(sorted.len())));
+        while let Some(b) = merge.next_batch(per) {
+            out.put(b);
         }
         Ok(())
     }
 }
 
 /// One-pass external sort of `input` into `output` (river Figure 17): range partition on
-/// the key's top bits, each worker sorts its range, and the sorted runs are written a whole
-/// run to a unit of the queue when robust. `output` read in written order is sorted.
+/// the key's top bits, each worker sorts its range, and `output` read in written order is
+/// sorted. Static, each worker merges its runs and writes its range to its own server.
+/// Robust, the leader merges each worker's runs in turn, range after range, as a
+/// distributed queue writes them, a sorted run of [`SORT_RUN_BYTES`] to a block (a unit of
+/// the queue, so a run lands whole on one disk): the merge overlaps the write rather than
+/// holding up its start.
 pub async fn sort(setup: &Setup, input: &DatasetName, output: &DatasetName) -> Result<AppReport, AppError> {
     setup.check()?;
     let reports = ReadReports::default();
     let t = Instant::now();
     let (layout, _, sources) = setup.sources(input, &reports).await?;
+    let merge = !setup.robust;
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
-        .then(Edge::Range, "sort", setup.workers, move |_| Box::new(SortAll::new(layout)))
+        .then(Edge::Range, "sort", setup.workers, move |_| Box::new(SortAll::new(layout, merge)))
         .with_seed(setup.seed);
-    let ran = setup.run(flow).await?;
+    let mut ran = setup.run(flow).await?;
     let input = ran.stages[1].summary();
+    let output_runs = std::mem::take(&mut ran.output);
     let mut report = AppReport { input, ..AppReport::of_reads(ran.stages, &reports, layout) };
-    // A run a unit: the runs' bytes over the output's blocks (about 1 MiB each).
-    let run_bytes = ran.output.iter().flatten().map(|b| b.bytes().len()).max().unwrap_or(0);
-    let run_blocks = (run_bytes >> 20).max(1) as u32;
-    setup.write(output, layout, &ran.output, run_blocks, &mut report).await?;
+    match setup.robust {
+        true => setup.write_merging(output, layout, output_runs, &mut report).await?,
+        false => setup.write(output, layout, &output_runs, &mut report).await?,
+    }
     report.seconds = t.elapsed().as_secs_f64();
     Ok(report)
+}
+
+impl Setup {
+    /// Write each worker's sorted runs (`runs[i]`, worker i's key range), merged range
+    /// after range, as `name` through a distributed queue, a [`SORT_RUN_BYTES`] block to a
+    /// unit; and fill in the report. The merge runs beside the write, on a thread of its own.
+    async fn write_merging(
+        &self,
+        name: &DatasetName,
+        layout: RecordLayout,
+        runs: Vec<Vec<Batch>>,
+        report: &mut AppReport,
+    ) -> Result<(), AppError> {
+        if !self.leads() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let mut streaming =
+            Streaming::start(&self.client, name.clone(), layout, self.workers as u32, SORT_RUN_BYTES as u32);
+        let sink = streaming.sink();
+        let (block, r) = (streaming.block_bytes(), layout.record_bytes as usize);
+        let merging = tokio::task::spawn_blocking(move || {
+            let mut put = 0;
+            for worker in runs {
+                let mut merge = Merge::new(worker, layout);
+                // Each batch ends on a block edge of the output, so the writer sends it as it
+                // is; only a block across two ranges is gathered.
+                while let Some(b) = merge.next_batch((block - put % block) / r) {
+                    put += b.bytes().len();
+                    if sink.blocking_send(b).is_err() {
+                        return false;
+                    }
+                }
+            }
+            true
+        });
+        let merged = merging.await.unwrap_or(false);
+        if !merged {
+            let cause = streaming.abort().await;
+            return Err(
+                cause.map_or_else(|| AppError::Invalid("merging the sorted runs failed".into()), AppError::from)
+            );
+        }
+        let (out, summary) = streaming.commit().await?;
+        report.write_seconds = t.elapsed().as_secs_f64();
+        report.summary = summary;
+        report.bytes_written = out.manifest.total_bytes();
+        report.output = Some(out.manifest);
+        Ok(())
+    }
 }
 
 /// The sort benchmark's check of a dataset in written order: its records, whether they are

@@ -144,41 +144,77 @@ pub fn sorted_records(batches: &[Batch], layout: RecordLayout) -> Batch {
     Batch { data: out.freeze(), layout }
 }
 
-/// The records of sorted `runs` (each in key order) merged into one batch in key order, each
-/// record copied once: a heap of the runs' head keys, packed into integers where the key
-/// is 16 bytes or shorter (longer keys sort the runs together again instead).
-pub fn merged_records(runs: &[Batch], layout: RecordLayout) -> Batch {
-    let k = layout.key_bytes as usize;
-    if k > 16 {
-        return sorted_records(runs, layout);
-    }
-    let packed = |rec: &[u8]| {
-        let mut key = [0u8; 16];
-        key[..k].copy_from_slice(&rec[..k]);
-        u128::from_be_bytes(key)
-    };
-    let total: usize = runs.iter().map(Batch::len).sum();
-    let mut out = BytesMut::with_capacity(total * layout.record_bytes as usize);
-    let mut next = vec![1usize; runs.len()];
-    let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u128, usize)>> = runs
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| !b.is_empty())
-        .map(|(r, b)| std::cmp::Reverse((packed(b.record(0)), r)))
-        .collect();
-    while let Some(mut top) = heap.peek_mut() {
-        let r = top.0.1;
-        let i = next[r];
-        out.extend_from_slice(runs[r].record(i - 1));
-        if i < runs[r].len() {
-            // The run's next head replaces it in place: one sift down a record.
-            top.0.0 = packed(runs[r].record(i));
-            next[r] += 1;
-        } else {
-            std::collections::binary_heap::PeekMut::pop(top);
+/// Sorted runs (each in key order) merged into key order a batch at a time, each record
+/// copied once: a heap of the runs' head keys, packed into integers where the key is 16
+/// bytes or shorter (longer keys sort the runs together again first). A single run is
+/// handed out in slices, without a copy.
+#[derive(Debug)]
+pub struct Merge {
+    layout: RecordLayout,
+    runs: Vec<Batch>,
+    /// Each run's next record.
+    next: Vec<usize>,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u128, usize)>>,
+}
+
+impl Merge {
+    pub fn new(runs: Vec<Batch>, layout: RecordLayout) -> Merge {
+        let mut runs: Vec<Batch> = runs.into_iter().filter(|b| !b.is_empty()).collect();
+        if layout.key_bytes > 16 && runs.len() > 1 {
+            runs = vec![sorted_records(&runs, layout)];
         }
+        let mut m = Merge { layout, next: vec![0; runs.len()], heap: Default::default(), runs };
+        if m.runs.len() > 1 {
+            m.heap = (0..m.runs.len()).map(|r| std::cmp::Reverse((m.packed(r, 0), r))).collect();
+        }
+        m
     }
-    Batch { data: out.freeze(), layout }
+
+    /// The records still to come.
+    pub fn remaining(&self) -> usize {
+        self.runs.iter().zip(&self.next).map(|(b, &n)| b.len() - n).sum()
+    }
+
+    /// Record `i` of run `run`'s key as an integer in the same order.
+    fn packed(&self, run: usize, i: usize) -> u128 {
+        packed_key(self.runs[run].record(i), self.layout.key_bytes as usize)
+    }
+
+    /// The next `records` records in key order (fewer at the end), or `None` once all
+    /// are out.
+    pub fn next_batch(&mut self, records: usize) -> Option<Batch> {
+        let n = records.min(self.remaining());
+        if n == 0 {
+            return None;
+        }
+        if self.runs.len() == 1 {
+            let from = self.next[0];
+            self.next[0] += n;
+            return Some(self.runs[0].slice(from, from + n));
+        }
+        let mut out = BytesMut::with_capacity(n * self.layout.record_bytes as usize);
+        for _ in 0..n {
+            let mut top = self.heap.peek_mut().expect("records remain");
+            let r = top.0.1;
+            let i = self.next[r];
+            out.extend_from_slice(self.runs[r].record(i));
+            self.next[r] += 1;
+            if i + 1 < self.runs[r].len() {
+                // The run's next head replaces it in place: one sift down a record.
+                top.0.0 = packed_key(self.runs[r].record(i + 1), self.layout.key_bytes as usize);
+            } else {
+                std::collections::binary_heap::PeekMut::pop(top);
+            }
+        }
+        Some(Batch { data: out.freeze(), layout: self.layout })
+    }
+}
+
+/// A key of 16 bytes or fewer as an integer in the same order (big-endian, zero-padded).
+fn packed_key(rec: &[u8], k: usize) -> u128 {
+    let mut key = [0u8; 16];
+    key[..k].copy_from_slice(&rec[..k]);
+    u128::from_be_bytes(key)
 }
 
 /// What the sort benchmark's checker (valsort) reports of a record stream: how many
@@ -312,12 +348,26 @@ mod tests {
             sizes in proptest::collection::vec(0usize..40, 1..6),
             key_bytes in 1u32..20,
             seed in 0u64..1000,
+            step in 1usize..50,
         ) {
             let layout = RecordLayout { record_bytes: 100, key_bytes };
             let batches = prefixed(&sizes, layout, seed);
             proptest::prop_assert!(sorted_and_same(&batches, &sorted_records(&batches, layout)));
             let runs: Vec<Batch> = batches.iter().map(Batch::sorted).collect();
-            proptest::prop_assert!(sorted_and_same(&runs, &merged_records(&runs, layout)));
+            // Merged in pieces of `step` records: each piece, and all of them, in order.
+            let mut merge = Merge::new(runs.clone(), layout);
+            let mut pieces = vec![];
+            while let Some(b) = merge.next_batch(step) {
+                proptest::prop_assert!(b.len() <= step);
+                pieces.push(b);
+            }
+            let k = key_bytes as usize;
+            let keys: Vec<&[u8]> = pieces.iter().flat_map(Batch::records).map(|r| &r[..k]).collect();
+            proptest::prop_assert!(keys.windows(2).all(|w| w[0] <= w[1]));
+            let (mut want, mut got) = (Summary::default(), Summary::default());
+            runs.iter().for_each(|b| want.add(b));
+            pieces.iter().for_each(|b| got.add(b));
+            proptest::prop_assert!(want.same_records(&got), "{want:?} {got:?}");
         }
     }
 
