@@ -554,17 +554,20 @@ fn join_key(rec: &[u8], bytes: usize) -> u64 {
 }
 
 /// One worker's share of the left side: its records end to end, and an open-addressed table
-/// of their join keys' hashes. A probe reads one slot (and its neighbours, under a third
-/// full) and, where the hash matches, the record itself: a cache miss or two a key, where a
-/// chained table of record locations took three.
+/// of their join keys' hashes, filled as the records come (so the build ends with the
+/// reads). A probe reads one slot (and its neighbours, under a third full) and, where the
+/// hash matches, the record itself: a cache miss or two a key, where a chained table of
+/// record locations took three.
 struct Table {
     key_bytes: usize,
     record_bytes: usize,
     /// The records taken, end to end.
     data: Vec<u8>,
-    /// Each record's key hash, in order, until `finish` places them.
-    hashes: Vec<u64>,
-    /// (the hash's top 32 bits, record index); `EMPTY` where no record is.
+    records: usize,
+    /// The records it makes room for when the first come.
+    expected: usize,
+    /// (the hash's top 32 bits, record index); `EMPTY` where no record is. A power of two,
+    /// at most a third full.
     slots: Vec<(u32, u32)>,
 }
 
@@ -575,16 +578,22 @@ const EMPTY: u32 = u32::MAX;
 const TABLE_SALT: u64 = 0x6a09_e667_f3bc_c908;
 
 impl Table {
-    /// A table expecting about `expected` records.
+    /// A table that makes room for about `expected` records (and grows past them). Its
+    /// slots are made by the first `add`, on the worker's own thread.
     fn new(expected: u64, layout: RecordLayout, key_bytes: usize) -> Table {
         let expected = expected as usize;
         Table {
             key_bytes,
             record_bytes: layout.record_bytes as usize,
             data: Vec::with_capacity((expected + expected / 16) * layout.record_bytes as usize),
-            hashes: Vec::with_capacity(expected + expected / 16),
+            records: 0,
+            expected: expected + expected / 16,
             slots: vec![],
         }
+    }
+
+    fn slots_for(records: usize) -> usize {
+        (3 * records).next_power_of_two().max(2)
     }
 
     fn key(&self, rec: &[u8]) -> u64 {
@@ -595,28 +604,40 @@ impl Table {
         ganges_core::datagen::mix64(key ^ TABLE_SALT)
     }
 
+    /// Record `i`, with key hash `h`, in the first free slot from the hash's own.
+    fn place(slots: &mut [(u32, u32)], h: u64, i: usize) {
+        let mask = slots.len() - 1;
+        let mut s = h as usize & mask;
+        while slots[s].1 != EMPTY {
+            s = (s + 1) & mask;
+        }
+        slots[s] = ((h >> 32) as u32, i as u32);
+    }
+
     fn add(&mut self, batch: &Batch) -> Result<(), String> {
-        if self.hashes.len() + batch.len() >= EMPTY as usize {
+        let records = self.records + batch.len();
+        if records >= EMPTY as usize {
             return Err(format!("more than {EMPTY} records on one worker's side of a join: use more workers"));
         }
+        if 3 * records > self.slots.len() {
+            self.grow(if self.slots.is_empty() { records.max(self.expected) } else { 2 * records });
+        }
         for rec in batch.records() {
-            self.hashes.push(Table::hash(self.key(rec)));
+            let h = Table::hash(self.key(rec));
+            Table::place(&mut self.slots, h, self.records);
+            self.records += 1;
         }
         self.data.extend_from_slice(batch.bytes());
         Ok(())
     }
 
-    /// Place every record in a table a third full at most (a power of two).
-    fn finish(&mut self) {
-        let hashes = std::mem::take(&mut self.hashes);
-        self.slots = vec![(0, EMPTY); (3 * hashes.len()).next_power_of_two().max(2)];
-        let mask = self.slots.len() - 1;
-        for (i, h) in hashes.into_iter().enumerate() {
-            let mut s = h as usize & mask;
-            while self.slots[s].1 != EMPTY {
-                s = (s + 1) & mask;
-            }
-            self.slots[s] = ((h >> 32) as u32, i as u32);
+    /// Room for `records` (the first records, or more than the share expected: skewed
+    /// keys): every record placed again.
+    fn grow(&mut self, records: usize) {
+        self.slots = vec![(0, EMPTY); Table::slots_for(records)];
+        for i in 0..self.records {
+            let h = Table::hash(self.key(&self.data[i * self.record_bytes..]));
+            Table::place(&mut self.slots, h, i);
         }
     }
 
@@ -624,11 +645,12 @@ impl Table {
     fn matching<'a>(&'a self, rec: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
         let key = self.key(rec);
         let h = Table::hash(key);
-        let mask = self.slots.len() - 1;
+        // No slots: nothing was added.
+        let mask = self.slots.len().saturating_sub(1);
         let mut s = h as usize & mask;
         std::iter::from_fn(move || {
             loop {
-                let (top, i) = self.slots[s];
+                let (top, i) = *self.slots.get(s)?;
                 if i == EMPTY {
                     return None;
                 }
@@ -657,8 +679,8 @@ pub async fn join(
     }
     let reports = ReadReports::default();
     let t = Instant::now();
-    // Build: the left side hashed to the workers, each keeping its share (room made for an
-    // even share) and making its table once all of it is in.
+    // Build: the left side hashed to the workers, each keeping its share in its table as it
+    // comes (room made for an even share).
     let (l_layout, l_records, sources) = setup.sources(left, &reports).await?;
     let share = l_records.div_ceil(setup.workers as u64);
     let k = key_bytes as usize;
@@ -669,10 +691,6 @@ pub async fn join(
     impl Module for Build {
         fn on_batch(&mut self, batch: Batch, _: &mut Out) -> Result<(), String> {
             self.0[self.1].lock().unwrap_or_else(|e| e.into_inner()).add(&batch)
-        }
-        fn on_end(&mut self, _: &mut Out) -> Result<(), String> {
-            self.0[self.1].lock().unwrap_or_else(|e| e.into_inner()).finish();
-            Ok(())
         }
     }
     let tb = tables.clone();
@@ -874,7 +892,33 @@ pub async fn check(client: &Arc<Client>, name: &DatasetName) -> Result<Summary, 
 
 #[cfg(test)]
 mod tests {
-    use super::join_key;
+    use super::{Table, join_key};
+    use crate::records::{Batch, RecordLayout};
+    use ganges_core::datagen::Generator;
+
+    #[test]
+    fn a_table_finds_every_record_of_a_key_whether_it_had_room_or_grew() {
+        let layout = RecordLayout::SORT_BENCHMARK;
+        let mut data = vec![0u8; 2_000 * 100];
+        Generator::Records { seed: 4 }.fill(0, &mut data);
+        let all = Batch::new(data.into(), layout).unwrap();
+        let empty = Table::new(10, layout, 1);
+        assert_eq!(empty.matching(all.record(0)).count(), 0, "a worker given no records");
+        for expected in [0, 2_000] {
+            let mut t = Table::new(expected, layout, 1);
+            for from in (0..all.len()).step_by(300) {
+                t.add(&all.slice(from, (from + 300).min(all.len()))).unwrap();
+            }
+            assert!(3 * t.records <= t.slots.len(), "{} records in {} slots", t.records, t.slots.len());
+            for rec in all.records().step_by(7) {
+                let mut want: Vec<&[u8]> = all.records().filter(|r| r[0] == rec[0]).collect();
+                let mut got: Vec<&[u8]> = t.matching(rec).collect();
+                want.sort();
+                got.sort();
+                assert_eq!(got, want, "room for {expected}");
+            }
+        }
+    }
 
     #[test]
     fn a_join_key_is_its_first_bytes_whatever_follows_and_whatever_the_record_length() {
