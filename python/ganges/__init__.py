@@ -607,10 +607,18 @@ class Dataset:
         finally:
             r.close()
 
-    def numpy(self, dtype: str = "uint8", policy: str = "gd") -> npt.NDArray[Any]:
-        """The whole dataset in one NumPy array."""
-        out = np.empty(self.size, dtype=np.uint8)
-        with self.open(policy=policy) as f:
+    def numpy(
+        self, dtype: str = "uint8", policy: str = "gd", written_order: bool | None = None
+    ) -> npt.NDArray[Any]:
+        """The whole dataset in one NumPy array. A dq write (a robust sort's output, say) comes
+        in its writers' order, as `ganges dataset get` exports it; `written_order=False`: in
+        the order its servers hold it."""
+        info = self.info()["manifest"]
+        if written_order is None:
+            written_order = "origin" in info
+        size = int(sum(info["shape"]["fragment_bytes"]))
+        out = np.empty(size, dtype=np.uint8)
+        with self.open(policy=policy, written_order=written_order) as f:
             view = out.data
             done = 0
             while done < len(out):
@@ -620,9 +628,11 @@ class Dataset:
                 done += n
         return out.view(dtype)
 
-    def read_arrow(self, columns: Sequence[str] | None = None, policy: str = "gd") -> pyarrow.Table:
+    def read_arrow(
+        self, columns: Sequence[str] | None = None, policy: str = "gd", written_order: bool | None = None
+    ) -> pyarrow.Table:
         """A records dataset as an Arrow table: `record` (the whole record, without a copy),
-        `key` and `value` (fixed-size binary columns)."""
+        `key` and `value` (fixed-size binary columns); rows in the order `numpy` gives."""
         import pyarrow as pa
 
         fmt = self.info()["manifest"]["records"]
@@ -635,7 +645,7 @@ class Dataset:
         unknown = sorted(set(wanted) - {"record", "key", "value"})
         if unknown:
             raise InvalidArgument(f"unknown columns {unknown}: record, key or value")
-        data = self.numpy(policy=policy)
+        data = self.numpy(policy=policy, written_order=written_order)
         n = len(data) // size
         rows = data[: n * size].reshape(n, size)
         arrays = []

@@ -15,7 +15,10 @@ def test_sort_filter_topn_and_join_give_what_the_records_hold(cluster: ganges.Cl
     assert r["summary"]["records"] == len(keys) == r["input"]["records"] and r["sorted"]
     check = cluster.run("check", f"{name}-s")
     assert check["sorted"] and check["checksum"] == r["input"]["checksum"]
-    assert cluster.dataset(f"{name}-s").read_arrow(columns=["key"]).column("key").to_pylist() == keys
+    sorted_ds = cluster.dataset(f"{name}-s")
+    assert sorted_ds.read_arrow(columns=["key"]).column("key").to_pylist() == keys, "in written order"
+    stored = sorted_ds.read_arrow(columns=["key"], written_order=False).column("key").to_pylist()
+    assert sorted(stored) == keys, "the same records, as the servers hold them"
 
     top = cluster.run("topn", name, f"{name}-t", n=7, robust=False)["top"]
     assert [bytes(t[:10]) for t in top] == keys[:7]
