@@ -193,7 +193,7 @@ impl Setup {
     }
 
     fn sink(&self) -> Sink {
-        if self.robust { Sink::Dq { run_blocks: 1 } } else { Sink::Static }
+        if self.robust { Sink::Dq } else { Sink::Static }
     }
 
     fn check(&self) -> Result<(), AppError> {

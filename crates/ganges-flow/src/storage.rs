@@ -201,9 +201,9 @@ pub enum Sink {
     /// Output instance i's records to its own fragment, on a fixed server (river's
     /// non-robust write: a slow disk holds up the whole write).
     Static,
-    /// Through a distributed queue of the servers' disks (DQ-1), `run_blocks` blocks to a
-    /// unit (DQ-3's whole runs, so sorted runs stay whole).
-    Dq { run_blocks: u32 },
+    /// Through a distributed queue of the servers' disks (DQ-1), a block to a unit. (A
+    /// sorted run stays whole as one block of a [`Streaming`] write.)
+    Dq,
 }
 
 /// A flow's output written as it is made: the batches put to [`Streaming::sink`] are
@@ -344,11 +344,9 @@ pub async fn write_records(
     let per_server = (total / r / u64::from(client.nodes())).max(1) * r;
     let block = whole_records(OUTPUT_BLOCK_BYTES, layout).min(per_server);
     let blocks = total.div_ceil(block);
-    let (policy, run_blocks) = match sink {
-        Sink::Static => (WritePolicyKind::Static, 1),
-        Sink::Dq { run_blocks } => {
-            (WritePolicyKind::Dq, run_blocks.clamp(1, (blocks / u64::from(writers)).max(1) as u32))
-        }
+    let policy = match sink {
+        Sink::Static => WritePolicyKind::Static,
+        Sink::Dq => WritePolicyKind::Dq,
     };
     let spec = WriteSpec {
         name: name.clone(),
@@ -360,7 +358,7 @@ pub async fn write_records(
         window: 4,
         source,
         complete: false,
-        run_blocks,
+        run_blocks: 1,
         ceft: CeftSettings::default(),
         mirrored: false,
         records: RecordFormat::Fixed { record_bytes: layout.record_bytes, key_bytes: layout.key_bytes },
