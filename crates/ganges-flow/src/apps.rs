@@ -804,16 +804,18 @@ impl Module for SortAll {
 /// One-pass external sort of `input` into `output` (river Figure 17): range partition on
 /// the key's top bits, each worker sorts its range, and `output` read in written order is
 /// sorted. Static, each worker merges its runs and writes its range to its own server.
-/// Robust, the leader merges each worker's runs in turn, range after range, as a
-/// distributed queue writes them, a sorted run of [`SORT_RUN_BYTES`] to a block (a unit of
-/// the queue, so a run lands whole on one disk): the merge overlaps the write rather than
-/// holding up its start.
+/// Robust, the leader writes each worker's range in turn through a distributed queue, a
+/// sorted run of [`SORT_RUN_BYTES`] to a block (a unit of the queue, so a run lands whole on
+/// one disk); in one process it merges each range's runs as the queue takes them, so the
+/// merge overlaps the write rather than holding up its start.
 pub async fn sort(setup: &Setup, input: &DatasetName, output: &DatasetName) -> Result<AppReport, AppError> {
     setup.check()?;
     let reports = ReadReports::default();
     let t = Instant::now();
     let (layout, _, sources) = setup.sources(input, &reports).await?;
-    let merge = !setup.robust;
+    // Robust in one process, worker 0 merges as it writes; over a mesh each worker merges
+    // its own range on its own cores, and worker 0 writes the merged batches as they are.
+    let merge = !setup.robust || setup.mesh.is_some();
     let flow = Flow::source(layout, "read", setup.workers, Setup::stage(sources))
         .then(Edge::Range, "sort", setup.workers, move |_| Box::new(SortAll::new(layout, merge)))
         .with_seed(setup.seed);
@@ -832,7 +834,8 @@ pub async fn sort(setup: &Setup, input: &DatasetName, output: &DatasetName) -> R
 impl Setup {
     /// Write each worker's sorted runs (`runs[i]`, worker i's key range), merged range
     /// after range, as `name` through a distributed queue, a [`SORT_RUN_BYTES`] block to a
-    /// unit; and fill in the report. The merge runs beside the write, on a thread of its own.
+    /// unit; and fill in the report. The merge (none for runs already merged) runs beside the
+    /// write, on a thread of its own.
     async fn write_merging(
         &self,
         name: &DatasetName,

@@ -146,28 +146,32 @@ pub fn sorted_records(batches: &[Batch], layout: RecordLayout) -> Batch {
 
 /// Sorted runs (each in key order) merged into key order a batch at a time, each record
 /// copied once: a heap of the runs' head keys, packed into integers where the key is 16
-/// bytes or shorter (longer keys sort the runs together again first). A single run is
-/// handed out in slices, without a copy.
+/// bytes or shorter (longer keys sort the runs together again first). Runs that already
+/// follow one another in key order (one run, or a worker's merged batches) are handed out
+/// in slices, without a copy.
 #[derive(Debug)]
 pub struct Merge {
     layout: RecordLayout,
     runs: Vec<Batch>,
     /// Each run's next record.
     next: Vec<usize>,
+    /// Empty when the runs follow one another: they are handed out in turn.
     heap: std::collections::BinaryHeap<std::cmp::Reverse<(u128, usize)>>,
 }
 
 impl Merge {
     pub fn new(runs: Vec<Batch>, layout: RecordLayout) -> Merge {
+        let k = layout.key_bytes as usize;
         let mut runs: Vec<Batch> = runs.into_iter().filter(|b| !b.is_empty()).collect();
-        if layout.key_bytes > 16 && runs.len() > 1 {
-            runs = vec![sorted_records(&runs, layout)];
+        let mut chained = runs.windows(2).all(|w| w[0].record(w[0].len() - 1)[..k] <= w[1].record(0)[..k]);
+        if !chained && k > 16 {
+            (runs, chained) = (vec![sorted_records(&runs, layout)], true);
         }
-        let mut m = Merge { layout, next: vec![0; runs.len()], heap: Default::default(), runs };
-        if m.runs.len() > 1 {
-            m.heap = (0..m.runs.len()).map(|r| std::cmp::Reverse((m.packed(r, 0), r))).collect();
-        }
-        m
+        let heap = match chained {
+            true => Default::default(),
+            false => runs.iter().enumerate().map(|(r, b)| std::cmp::Reverse((packed_key(b.record(0), k), r))).collect(),
+        };
+        Merge { layout, next: vec![0; runs.len()], heap, runs }
     }
 
     /// The records still to come.
@@ -175,23 +179,20 @@ impl Merge {
         self.runs.iter().zip(&self.next).map(|(b, &n)| b.len() - n).sum()
     }
 
-    /// Record `i` of run `run`'s key as an integer in the same order.
-    fn packed(&self, run: usize, i: usize) -> u128 {
-        packed_key(self.runs[run].record(i), self.layout.key_bytes as usize)
-    }
-
-    /// The next `records` records in key order (fewer at the end), or `None` once all
-    /// are out.
+    /// The next `records` records in key order (fewer at the end, and where one of runs
+    /// that follow one another ends), or `None` once all are out.
     pub fn next_batch(&mut self, records: usize) -> Option<Batch> {
         let n = records.min(self.remaining());
         if n == 0 {
             return None;
         }
-        if self.runs.len() == 1 {
-            let from = self.next[0];
-            self.next[0] += n;
-            return Some(self.runs[0].slice(from, from + n));
+        if self.heap.is_empty() {
+            let r = (0..self.runs.len()).find(|&r| self.next[r] < self.runs[r].len()).expect("records remain");
+            let (from, n) = (self.next[r], n.min(self.runs[r].len() - self.next[r]));
+            self.next[r] += n;
+            return Some(self.runs[r].slice(from, from + n));
         }
+        let k = self.layout.key_bytes as usize;
         let mut out = BytesMut::with_capacity(n * self.layout.record_bytes as usize);
         for _ in 0..n {
             let mut top = self.heap.peek_mut().expect("records remain");
@@ -201,7 +202,7 @@ impl Merge {
             self.next[r] += 1;
             if i + 1 < self.runs[r].len() {
                 // The run's next head replaces it in place: one sift down a record.
-                top.0.0 = packed_key(self.runs[r].record(i + 1), self.layout.key_bytes as usize);
+                top.0.0 = packed_key(self.runs[r].record(i + 1), k);
             } else {
                 std::collections::binary_heap::PeekMut::pop(top);
             }
@@ -368,6 +369,18 @@ mod tests {
             runs.iter().for_each(|b| want.add(b));
             pieces.iter().for_each(|b| got.add(b));
             proptest::prop_assert!(want.same_records(&got), "{want:?} {got:?}");
+            // Runs that follow one another (a sorted batch cut in pieces) come as slices of
+            // them, in order.
+            let all = sorted_records(&batches, layout);
+            let cut: Vec<Batch> =
+                (0..all.len()).step_by(step).map(|f| all.slice(f, (f + step).min(all.len()))).collect();
+            let mut chained = Merge::new(cut, layout);
+            let mut at = 0;
+            while let Some(b) = chained.next_batch(step + 3) {
+                proptest::prop_assert_eq!(b.bytes().as_ptr(), all.bytes()[at * 100..].as_ptr());
+                at += b.len();
+            }
+            proptest::prop_assert_eq!(at, all.len());
         }
     }
 
