@@ -11,7 +11,6 @@ use ganges_core::digest::Digest;
 use ganges_core::ids::NodeId;
 use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::Partition;
-use ganges_proto::control::{ControlReply, ControlRequest};
 use std::sync::Arc;
 
 const SERVERS: u32 = 8;
@@ -22,10 +21,7 @@ const RSS_BOUND: u64 = 64 << 20;
 async fn peak_rss(client: &ganges_client::Client) -> Vec<u64> {
     let mut out = vec![];
     for n in 0..SERVERS {
-        match client.control(NodeId(n), ControlRequest::Stats).await.unwrap() {
-            ControlReply::Stats { stats } => out.push(stats.peak_rss_bytes),
-            other => panic!("{other:?}"),
-        }
+        out.push(common::stats(client, NodeId(n)).await.peak_rss_bytes);
     }
     out
 }

@@ -10,15 +10,11 @@ use ganges_core::ids::NodeId;
 use ganges_core::sched::{Progress, ProgressMetric};
 use ganges_harness::local::{LocalCluster, LocalSpec};
 use ganges_harness::stress::{self, NodeGroups, StressKind};
-use ganges_proto::control::{ControlReply, ControlRequest};
 use ganges_proto::msg::{Message, Probe};
 use std::time::Duration;
 
 async fn node_load(client: &Client, node: NodeId) -> Option<NodeLoad> {
-    match client.control(node, ControlRequest::Stats).await.unwrap() {
-        ControlReply::Stats { stats } => stats.node_load,
-        other => panic!("unexpected reply {other:?}"),
-    }
+    common::stats(client, node).await.node_load
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

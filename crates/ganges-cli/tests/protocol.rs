@@ -150,10 +150,7 @@ async fn malformed_oversized_and_out_of_order_frames_get_typed_errors() {
         }
         assert_eq!(n, 100_000);
     }
-    let stats = match client.control(NodeId(0), ganges_proto::control::ControlRequest::Stats).await.unwrap() {
-        ganges_proto::control::ControlReply::Stats { stats } => stats,
-        _ => unreachable!(),
-    };
+    let stats = common::stats(&client, NodeId(0)).await;
     assert_eq!(stats.protocol_errors, 6);
 }
 
@@ -332,8 +329,5 @@ async fn connections_past_the_limit_are_refused_with_a_typed_error() {
 }
 
 async fn stats(client: &Client) -> ganges_proto::control::ServerStats {
-    match client.control(NodeId(0), ganges_proto::control::ControlRequest::Stats).await.unwrap() {
-        ganges_proto::control::ControlReply::Stats { stats } => *stats,
-        _ => unreachable!(),
-    }
+    common::stats(client, NodeId(0)).await
 }

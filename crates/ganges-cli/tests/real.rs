@@ -15,7 +15,7 @@ use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::route::ReadPolicyKind;
 use ganges_core::shape::Partition;
 use ganges_harness::local::{LocalCluster, LocalSpec};
-use ganges_proto::control::{ControlReply, ControlRequest, RealFaults, ServerStats};
+use ganges_proto::control::{ControlRequest, RealFaults, ServerStats};
 use ganges_proto::msg::ErrorCode;
 use std::path::Path;
 use std::process::Command;
@@ -44,10 +44,7 @@ fn direct_root() -> Result<tempfile::TempDir, String> {
 }
 
 async fn stats(client: &Client, node: u32) -> ServerStats {
-    match client.control(NodeId(node), ControlRequest::Stats).await.unwrap() {
-        ControlReply::Stats { stats } => *stats,
-        other => panic!("{other:?}"),
-    }
+    common::stats(client, NodeId(node)).await
 }
 
 /// Seconds to read fragment `f` whole from its primary copy (the static policy).

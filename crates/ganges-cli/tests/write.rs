@@ -530,10 +530,7 @@ async fn write_losing_servers(
     s: WriteSpec,
     nodes: &[NodeId],
 ) -> ganges_client::Result<WriteOutcome> {
-    let before = match client.control(nodes[0], ControlRequest::Stats).await.unwrap() {
-        ControlReply::Stats { stats } => stats.write_bytes,
-        other => panic!("{other:?}"),
-    };
+    let before = common::stats(client, nodes[0]).await.write_bytes;
     let w = {
         let client = client.clone();
         tokio::spawn(async move { write::write(&client, s, None).await })
@@ -655,10 +652,7 @@ async fn a_write_stopped_by_sigterm_or_sighup_leaves_nothing_visible() {
 async fn written(client: &Arc<ganges_client::Client>) -> Vec<u64> {
     let mut out = vec![];
     for n in 0..2 {
-        match client.control(NodeId(n), ControlRequest::Stats).await.unwrap() {
-            ControlReply::Stats { stats } => out.push(stats.write_bytes),
-            other => panic!("{other:?}"),
-        }
+        out.push(common::stats(client, NodeId(n)).await.write_bytes);
     }
     out
 }

@@ -158,6 +158,15 @@ pub async fn until_moved(client: &Client, node: ganges_core::ids::NodeId, bytes:
     }
 }
 
+/// A server's counters (`ganges node stats`).
+pub async fn stats(client: &Client, node: ganges_core::ids::NodeId) -> ganges_proto::control::ServerStats {
+    use ganges_proto::control::{ControlReply, ControlRequest};
+    match client.control(node, ControlRequest::Stats).await.unwrap() {
+        ControlReply::Stats { stats } => *stats,
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Unmounts a tmpfs when the test ends, however it ends.
 pub struct Mount(std::path::PathBuf);
 
