@@ -12,6 +12,18 @@ pub(super) struct StreamQueue {
     pub(super) progress_key: f64,
 }
 
+impl StreamQueue {
+    /// The share of its scan the stream has still to read, by the most it has reported.
+    fn left(&self) -> f64 {
+        let p = self.jobs[0].progress;
+        let done = match p.metric {
+            ProgressMetric::Bytes => self.progress_key / p.total_bytes.max(1) as f64,
+            ProgressMetric::Fraction => self.progress_key,
+        };
+        (1.0 - done.max(p.fraction())).clamp(0.0, 1.0)
+    }
+}
+
 /// Per-stream queues: the state every per-stream discipline shares.
 #[derive(Debug, Default)]
 pub struct Streams {
@@ -200,7 +212,7 @@ impl Rule for ByProgress {
         if let Some(&key) = s.run_candidate(head, f64::from(RUN_MAX)) {
             let q = &s.streams[&key];
             let others = s.streams.iter().filter(|(k, _)| **k != key).map(|(_, o)| o.progress_key);
-            let slack = q.jobs[0].progress.key_step(q.jobs[0].bytes) * RUN_SLACK_JOBS;
+            let slack = q.jobs[0].progress.key_step(q.jobs[0].bytes) * RUN_SLACK_JOBS * q.left();
             if others.fold(f64::INFINITY, f64::min) + slack >= q.progress_key {
                 return Some(key);
             }

@@ -97,21 +97,19 @@ fn progress_reported_between_requests_changes_the_order() {
 }
 
 /// GD-5: a run continues on the head's file while the consumer is not too far ahead.
-#[test]
-fn runs_save_seeks_without_breaking_the_progress_goal() {
+/// Serves stream 1 (8 jobs on file 1, at `at`) and stream 2 (3 jobs on file 2, 15 bytes
+/// ahead) with file 1 under the head, stream 1's progress climbing with each job as the
+/// client's notices report it; the order of the first seven jobs.
+fn a_run_from(at: u64, total: u64) -> Vec<JobId> {
     let mut s = FurthestBehind::default();
-    // Stream 1 (file 1) at 100, stream 2 (file 2) at 110; each job is 10 bytes, so the
-    // slack is 40 bytes of progress.
     for id in 0..8 {
-        s.push(job(id, 1, 1, 100, 1000, ProgressMetric::Bytes, FB_RUNS));
+        s.push(job(id, 1, 1, at, total, ProgressMetric::Bytes, FB_RUNS));
     }
     for id in 10..13 {
-        s.push(job(id, 2, 2, 110, 1000, ProgressMetric::Bytes, FB_RUNS));
+        s.push(job(id, 2, 2, at + 15, total, ProgressMetric::Bytes, FB_RUNS));
     }
-    // Stream 1 is behind: it starts; its progress climbs with the notices the client
-    // sends, and the run goes on until it is more than 40 ahead of stream 2.
     let mut order = vec![];
-    let mut done = 100;
+    let mut done = at;
     for _ in 0..7 {
         let j = s.pop(Time::ZERO, Some(1)).unwrap();
         order.push(j.id);
@@ -119,13 +117,22 @@ fn runs_save_seeks_without_breaking_the_progress_goal() {
             done += 10;
             s.update_progress(
                 j.stream,
-                Progress { done_bytes: done, total_bytes: 1000, metric: ProgressMetric::Bytes },
+                Progress { done_bytes: done, total_bytes: total, metric: ProgressMetric::Bytes },
             );
         }
     }
-    // The run continues while stream 1 is at most 40 ahead (up to 150), so six run;
-    // at 160 stream 2 gets the disk back.
-    assert_eq!(order, vec![0, 1, 2, 3, 4, 5, 10]);
+    order
+}
+
+#[test]
+fn runs_save_seeks_without_breaking_the_progress_goal() {
+    // Early in a long scan each job is 10 bytes, so the slack is 40 bytes of progress:
+    // stream 1 is behind and starts, and the run goes on while it is at most 40 ahead of
+    // stream 2 (up to 155), so six run; at 160 stream 2 gets the disk back.
+    assert_eq!(a_run_from(100, 1 << 40), vec![0, 1, 2, 3, 4, 5, 10]);
+    // Near the end of its scan (90% read), under a tenth of the slack: the run stops once
+    // stream 1 is 5 ahead, and stream 2, reporting no progress here, keeps the disk.
+    assert_eq!(a_run_from(900, 1000), vec![0, 1, 10, 11, 12, 2, 3]);
     // Without runs, the same progress flips the order at once.
     let mut s = FurthestBehind::default();
     s.push(job(1, 1, 1, 100, 1000, ProgressMetric::Bytes, FB));
