@@ -280,7 +280,8 @@ impl Bench<'_> {
         (0..self.spec.nodes).map(|n| if n < slow { r * SLOW_FACTOR } else { r }).sum()
     }
 
-    /// `spec.repeat` runs of `app`: the median's row, with every run's seconds.
+    /// `spec.repeat` runs of `app`: the median run's row (of an even count, the slower of the
+    /// two in the middle), with every run's seconds.
     async fn median(&self, app: App, robust: bool, slow: u32) -> BenchResult<Row> {
         let mut runs = vec![];
         for _ in 0..self.spec.repeat.max(1) {
@@ -396,11 +397,15 @@ pub fn render(report: &Report) -> String {
         )
     });
     format!(
-        "River's primitives on {} servers, {} MiB per disk, disks at {:.0} MiB/s (a slow one at half), median of {}: fraction of the ideal\n{}{memory}",
+        "River's primitives on {} servers, {} MiB per disk, disks at {:.0} MiB/s (a slow one at half), {}: fraction of the ideal\n{}{memory}",
         report.nodes,
         report.per_disk_bytes >> 20,
         report.disk_bytes_per_sec / (1 << 20) as f64,
-        report.repeat,
+        match report.repeat {
+            2 => "the slower of 2 runs".to_string(),
+            n if n % 2 == 0 => format!("the slower middle run of {n}"),
+            n => format!("median of {n}"),
+        },
         t.render()
     )
 }
