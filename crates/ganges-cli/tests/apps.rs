@@ -8,8 +8,8 @@ use ganges_core::datagen::Generator;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_flow::apps::{self, AppError, Setup};
 use ganges_flow::records::{Batch, RecordLayout, Summary};
-use ganges_flow::storage::Streaming;
-use ganges_proto::manifest::DatasetName;
+use ganges_flow::storage::{self, Sink, Streaming};
+use ganges_proto::manifest::{DatasetName, DatasetState};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -123,6 +123,28 @@ async fn a_streamed_write_keeps_the_order_its_batches_were_put_in() {
     let used = out.manifest.shape.fragment_sizes().iter().filter(|&&b| b > 0).count();
     assert!(used > 1, "the queue spread the blocks over the servers: {used}");
     assert_eq!(written(&client, "streamed").await, recs);
+}
+
+/// A flow's output written by graduated declustering has two full copies once written: it
+/// reads back the same, in written order, with any one server gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gd_sink_writes_two_copies_that_survive_a_server() {
+    let mut c = start(4, disk(400.0));
+    let client = c.client().await;
+    let layout = RecordLayout::SORT_BENCHMARK;
+    let recs = reference(8, 4 * 3_000 * R);
+    // Four instances' output, each of several batches.
+    let output: Vec<Vec<Batch>> = recs
+        .chunks(3_000)
+        .map(|inst| inst.chunks(700).map(|b| Batch::new(b.concat().into(), layout).unwrap()).collect())
+        .collect();
+    storage::write_output(&client, &name("gd-out"), layout, &output, Sink::Gd, 4).await.unwrap();
+    let m = client.manifest(&name("gd-out")).await.unwrap();
+    assert_eq!((m.layout.replicas(), m.state), (2, DatasetState::Complete), "{m:?}");
+    assert_eq!(written(&client, "gd-out").await, recs);
+    c.local.kill(NodeId(1));
+    let client = c.client().await;
+    assert_eq!(written(&client, "gd-out").await, recs, "the other copies hold everything");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
 //! Flows to and from the storage cluster: a dataset read as record batches (GD or static,
-//! FL-2's read source) and a flow's output written as a dataset (static or DQ, FL-2's sink).
+//! FL-2's read source) and a flow's output written as a dataset (static, DQ or GD: FL-2's sink).
 //!
 //! A read delivers blocks in whatever order its policy gets them, and a block's edges cut
 //! records in two. The [`Stitcher`] hands on each block's whole records as they are (a
@@ -204,6 +204,12 @@ pub enum Sink {
     /// Through a distributed queue of the servers' disks (DQ-1), a block to a unit. (A
     /// sorted run stays whole as one block of a [`Streaming`] write.)
     Dq,
+    /// Two copies (one on a cluster of one server): instance i's records to fragment i, each
+    /// block first to whichever of the fragment's servers graduated declustering picks (GW-1,
+    /// `ganges write --policy gd`: a slow disk takes fewer), the other copy made by the
+    /// servers after the commit (replica completion). The output is then read as robustly as
+    /// any input.
+    Gd,
 }
 
 /// A flow's output written as it is made: the batches put to [`Streaming::sink`] are
@@ -307,7 +313,7 @@ impl Streaming {
 }
 
 /// Write `output` (each instance's batches, in order; the instances one after another) as
-/// dataset `name` of one copy, with `writers` writers. The dataset in written order is the
+/// dataset `name` of one copy (two for [`Sink::Gd`]), with `writers` writers. The dataset in written order is the
 /// output in this order. All or nothing: on an error no dataset is left.
 pub async fn write_output(
     client: &Arc<Client>,
@@ -344,20 +350,23 @@ pub async fn write_records(
     let per_server = (total / r / u64::from(client.nodes())).max(1) * r;
     let block = whole_records(OUTPUT_BLOCK_BYTES, layout).min(per_server);
     let blocks = total.div_ceil(block);
-    let policy = match sink {
-        Sink::Static => WritePolicyKind::Static,
-        Sink::Dq => WritePolicyKind::Dq,
+    let (policy, replicas) = match sink {
+        Sink::Static => (WritePolicyKind::Static, 1),
+        Sink::Dq => (WritePolicyKind::Dq, 1),
+        Sink::Gd if client.nodes() > 1 => (WritePolicyKind::Gd, 2),
+        // One server holds one copy, and has no other to choose.
+        Sink::Gd => (WritePolicyKind::Static, 1),
     };
     let spec = WriteSpec {
         name: name.clone(),
         writers: writers.clamp(1, blocks as u32),
         total_bytes: total,
         block_bytes: block as u32,
-        replicas: 1,
+        replicas,
         policy,
         window: 4,
         source,
-        complete: false,
+        complete: replicas > 1,
         run_blocks: 1,
         ceft: CeftSettings::default(),
         mirrored: false,
