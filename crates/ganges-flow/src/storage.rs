@@ -1,5 +1,6 @@
 //! Flows to and from the storage cluster: a dataset read as record batches (GD or static,
-//! FL-2's read source) and a flow's output written as a dataset (static, DQ or GD: FL-2's sink).
+//! FL-2's read source) and a flow's output written as a dataset (static, DQ or GD: FL-2's
+//! sink).
 //!
 //! A read delivers blocks in whatever order its policy gets them, and a block's edges cut
 //! records in two. The [`Stitcher`] hands on each block's whole records as they are (a
@@ -313,8 +314,8 @@ impl Streaming {
 }
 
 /// Write `output` (each instance's batches, in order; the instances one after another) as
-/// dataset `name` of one copy (two for [`Sink::Gd`]), with `writers` writers. The dataset in written order is the
-/// output in this order. All or nothing: on an error no dataset is left.
+/// dataset `name` of one copy (two for [`Sink::Gd`]), with `writers` writers. The dataset in
+/// written order is the output in this order. All or nothing: on an error no dataset is left.
 pub async fn write_output(
     client: &Arc<Client>,
     name: &DatasetName,

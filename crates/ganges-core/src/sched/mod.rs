@@ -18,9 +18,8 @@
 //! under the head (so each one saves a seek) and while that does not break the discipline's
 //! goal (for furthest-behind: the consumer is not more than `RUN_SLACK_JOBS` requests' worth
 //! of progress ahead of the one furthest behind, a slack that shrinks as its scan ends). A
-//! consumer that wants runs and has
-//! requests on two files here (a logical partition read in step) is served on the head's
-//! file first.
+//! consumer that wants runs and has requests on two files here (a logical partition read in
+//! step) is served on the head's file first.
 //!
 //! - **planned** (gd-plan, ours; see [`LearnedShares`]): each consumer's share of this disk,
 //!   computed by the consumer from every server's speed, rides on its requests; served by
