@@ -119,6 +119,14 @@ impl Progress {
         if self.total_bytes == 0 { 1.0 } else { self.done_bytes as f64 / self.total_bytes as f64 }
     }
 
+    /// The fraction of the partition a key of this metric stands for (`key`'s inverse).
+    fn fraction_at(&self, key: f64) -> f64 {
+        match self.metric {
+            ProgressMetric::Bytes => key / self.total_bytes.max(1) as f64,
+            ProgressMetric::Fraction => key,
+        }
+    }
+
     /// How much `bytes` of data moves the key.
     fn key_step(&self, bytes: u64) -> f64 {
         match self.metric {

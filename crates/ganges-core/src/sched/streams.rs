@@ -16,11 +16,7 @@ impl StreamQueue {
     /// The share of its scan the stream has still to read, by the most it has reported.
     fn left(&self) -> f64 {
         let p = self.jobs[0].progress;
-        let done = match p.metric {
-            ProgressMetric::Bytes => self.progress_key / p.total_bytes.max(1) as f64,
-            ProgressMetric::Fraction => self.progress_key,
-        };
-        (1.0 - done.max(p.fraction())).clamp(0.0, 1.0)
+        (1.0 - p.fraction_at(self.progress_key).max(p.fraction())).clamp(0.0, 1.0)
     }
 }
 
