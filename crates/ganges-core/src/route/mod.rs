@@ -722,8 +722,13 @@ impl ReadEngine {
 
     /// A server reported its state (in a reply, or answering a probe).
     pub fn on_state(&mut self, now: Time, node: NodeId, state: ServerState) {
-        self.nodes.entry(node).or_default().last_state = Some(state);
+        let v = self.nodes.entry(node).or_default();
+        (v.last_state, v.outstanding_at_state) = (Some(state), v.outstanding);
         self.policy.on_state(now, node, &state);
+        if !self.is_done() {
+            let view = view!(self, now);
+            self.policy.refresh(&view);
+        }
     }
 
     /// A reply of `bytes` spent `service_us` on the server's disk: its disk speed.

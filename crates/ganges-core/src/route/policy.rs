@@ -370,6 +370,9 @@ pub struct NodeView {
     /// Bytes per second this server delivered to us while we had requests there, smoothed.
     pub rate_bytes_per_sec: Option<f64>,
     pub last_state: Option<ServerState>,
+    /// Our requests outstanding there when `last_state` came: the part of its queue that
+    /// could be ours.
+    pub outstanding_at_state: u32,
     pub last_reply: Option<Time>,
     /// The server's disk speed, from its reported service times, smoothed (bytes/s).
     pub disk_bytes_per_sec: Option<f64>,
@@ -465,9 +468,11 @@ impl NodeView {
     }
 
     /// Whether the server held requests that are not ours when it last answered: another
-    /// consumer reads there too.
+    /// consumer reads there too. Judged against what we had outstanding then, not now: a
+    /// reply or two later, our own requests in its figure counted as someone else's, and on
+    /// real disks with no fault a ring of consumers kept sending each other to their backups.
     pub fn holds_others(&self) -> bool {
-        self.queued().is_some_and(|q| q > self.outstanding)
+        self.queued().is_some_and(|q| q > self.outstanding_at_state)
     }
 
     /// The server's disk speed as it reported having measured it: the median of its last
@@ -602,6 +607,10 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn on_reply(&mut self, _view: &RouteView<'_>, _node: NodeId) {}
     /// A server told us its state (in a reply, or answering a probe).
     fn on_state(&mut self, _now: Time, _node: NodeId, _state: &ServerState) {}
+    /// Decide again on what the view now shows, after a server's state came in. A policy
+    /// that decides only in `pick` decides only when a reply frees a slot, and a consumer
+    /// starved at its primary gets none.
+    fn refresh(&mut self, _view: &RouteView<'_>) {}
     /// A server to ask for its state now, if any (GD-3's periodic progress).
     fn poll_probe(&mut self, _view: &RouteView<'_>) -> Option<NodeId> {
         None

@@ -25,6 +25,20 @@
 //! it stops when that consumer falls behind us by the high one, or, once the primary helps
 //! nobody, as the paper's rule says. Equal disks help nobody, so with no fault nothing changes.
 //!
+//! **A slow primary keeps its backup (ours).** A consumer whose primary disk reads
+//! `TROUBLE` slower than a backup's, and delivers it that much less, treats that backup as a
+//! helping consumer does. By the paper's rule alone it left the backup once it had caught
+//! up with that backup's reader (the backup's server, serving the furthest behind first,
+//! closes the gap within a tenth of a second) and came back only a high watermark later: its
+//! progress swung by a band, each hop down the chain added one, and on a ring of 16 disks
+//! with one at a quarter the slow disk's consumer finished a fifth after the others.
+//!
+//! **Deciding on every report (ours).** The backups in use are judged again whenever a server
+//! reports its state (a reply or a probe's answer), not only when a request is placed: a
+//! consumer starved at its primary by the furthest-behind rule gets no replies, so placed
+//! nothing and could not pass the help on, while its server went on reporting its
+//! progress, now stale, to the consumer behind it.
+//!
 //! **A window per copy it catches up on (ours).** While a backup is in use and its own
 //! consumer is ahead of ours (by more than the low watermark, which drift between equal disks
 //! stays within), the consumer keeps a window there as well as at its primary.
@@ -43,6 +57,7 @@
 //! band keeps the last consumer from lagging by a whole band when the others finish.
 
 use super::policy::{Pick, PrimarySettings, ProbeWhom, Probes, ReadPolicyKind, RoutePolicy, RouteView, ServerState};
+use super::rate::TROUBLE;
 use crate::ids::NodeId;
 use crate::sched::ProgressMetric;
 use crate::time::Time;
@@ -64,6 +79,8 @@ pub struct PrimaryCopies {
     /// Since when each server has reported nobody reading its primaries.
     none_since: BTreeMap<NodeId, Time>,
     probes: Probes,
+    /// The holders of the piece placed last, primary first: what `refresh` judges.
+    holders: Vec<NodeId>,
 }
 
 impl PrimaryCopies {
@@ -77,6 +94,7 @@ impl PrimaryCopies {
             had_reader: BTreeSet::new(),
             none_since: BTreeMap::new(),
             probes: Probes::default(),
+            holders: Vec::new(),
         }
     }
 
@@ -100,6 +118,7 @@ impl PrimaryCopies {
         let queued = |n: NodeId| view.node(n).queued();
         let helping = view.node(primary).holds_others();
         for &b in backups {
+            let helping = helping || slower(view, primary, b);
             // Nobody reading the server's primary copies (finished, or none) counts as
             // progress 1: its disk is ours only if we are really behind, so equal disks
             // finishing a few blocks apart never send a request to a backup.
@@ -134,6 +153,16 @@ impl PrimaryCopies {
     }
 }
 
+/// Whether the primary's disk reads `TROUBLE` slower than backup `b`'s and delivers us that
+/// much less too, over half a server meter's window at least. A real disk's figure alone
+/// swings by a fifth now and then, and its first figures hold a kernel throttle's burst.
+fn slower(view: &RouteView<'_>, primary: NodeId, b: NodeId) -> bool {
+    let (p, theirs) = (view.node(primary), view.node(b).disk_speed());
+    let seen = p.delivered.span_secs() >= crate::handoff::RateMeter::WINDOW_SECS / 2.0;
+    let below = |r: Option<f64>| r.zip(theirs).is_some_and(|(r, t)| r < (1.0 - TROUBLE) * t);
+    seen && below(p.disk_speed()) && below(p.rate_bytes_per_sec)
+}
+
 impl RoutePolicy for PrimaryCopies {
     fn kind(&self) -> ReadPolicyKind {
         if self.shrink { ReadPolicyKind::GdPcShrink } else { ReadPolicyKind::GdPc }
@@ -160,6 +189,9 @@ impl RoutePolicy for PrimaryCopies {
 
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
         let (primary, backups) = holders.split_first().expect("holders are never empty");
+        if self.holders != holders {
+            self.holders = holders.to_vec();
+        }
         self.update_using(view, *primary, backups);
         // The least loaded of the copies in use, the primary on ties. In steady state this
         // is GD's pull rule (each reply frees a slot at the server that sent it); unlike the
@@ -184,6 +216,14 @@ impl RoutePolicy for PrimaryCopies {
                 self.none_since.entry(node).or_insert(now);
             }
         }
+    }
+
+    fn refresh(&mut self, view: &RouteView<'_>) {
+        let holders = std::mem::take(&mut self.holders);
+        if let Some((primary, backups)) = holders.split_first() {
+            self.update_using(view, *primary, backups);
+        }
+        self.holders = holders;
     }
 
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
@@ -252,7 +292,10 @@ mod tests {
         // less than the low watermark (drift): one window, though the backup stays in use.
         p.on_state(Time::ZERO, NodeId(1), &state(Some(0.305)));
         let mut helping = BTreeMap::new();
-        helping.insert(NodeId(0), NodeView { outstanding: 2, last_state: Some(queued(6)), ..NodeView::default() });
+        helping.insert(
+            NodeId(0),
+            NodeView { outstanding: 2, outstanding_at_state: 2, last_state: Some(queued(6)), ..NodeView::default() },
+        );
         helping.insert(NodeId(1), NodeView { last_state: Some(queued(3)), ..NodeView::default() });
         p.pick(&view(&helping, 0.30), &H);
         assert!(p.is_using(NodeId(1)));
@@ -312,7 +355,13 @@ mod tests {
         (0..2)
             .map(|i| {
                 let state = ServerState { queue_len: queue[i], ..ServerState::default() };
-                (NodeId(i as u32), NodeView { outstanding: ours[i], last_state: Some(state), ..NodeView::default() })
+                let v = NodeView {
+                    outstanding: ours[i],
+                    outstanding_at_state: ours[i],
+                    last_state: Some(state),
+                    ..NodeView::default()
+                };
+                (NodeId(i as u32), v)
             })
             .collect()
     }
@@ -350,6 +399,74 @@ mod tests {
         p.on_state(Time::ZERO, NodeId(1), &state(Some(0.405)));
         p.pick(&view(&queues([2, 1], [2, 3]), 0.40), &H);
         assert!(!p.is_using(NodeId(1)));
+    }
+
+    /// Holders whose disks read at these speeds (bytes/s), as measured from replies, each
+    /// having delivered us as much for a fifth of a second.
+    fn speeds(primary: f64, backup: f64) -> BTreeMap<NodeId, NodeView> {
+        [primary, backup]
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                let mut v = NodeView {
+                    replied_disk_bytes_per_sec: Some(s),
+                    rate_bytes_per_sec: Some(s),
+                    ..NodeView::default()
+                };
+                v.delivered.note((s * 0.2) as u64, 0.2, 0.25);
+                (NodeId(i as u32), v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_slow_primary_keeps_its_backup_until_the_backup_s_reader_falls_behind() {
+        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        let slow = speeds(8e6, 32e6);
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
+        p.pick(&view(&slow, 0.10), &H);
+        assert!(p.is_using(NodeId(1)));
+        // Caught up: the paper's rule leaves here; a primary a quarter as fast stays.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.20)));
+        p.pick(&view(&slow, 0.20), &H);
+        assert!(p.is_using(NodeId(1)));
+        // Disks within `TROUBLE` of each other leave, as the paper says.
+        let mut q = PrimaryCopies::new(PrimarySettings::default(), false);
+        let near = speeds(28e6, 32e6);
+        q.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
+        q.pick(&view(&near, 0.10), &H);
+        q.on_state(Time::ZERO, NodeId(1), &state(Some(0.20)));
+        q.pick(&view(&near, 0.20), &H);
+        assert!(!q.is_using(NodeId(1)));
+        // A slow figure alone, the primary delivering us as much as the backup's disk, is a
+        // real disk's swing: the paper's rule.
+        let mut r = PrimaryCopies::new(PrimarySettings::default(), false);
+        let mut swing = slow.clone();
+        swing.get_mut(&NodeId(0)).unwrap().rate_bytes_per_sec = Some(30e6);
+        r.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
+        r.pick(&view(&swing, 0.10), &H);
+        r.on_state(Time::ZERO, NodeId(1), &state(Some(0.20)));
+        r.pick(&view(&swing, 0.20), &H);
+        assert!(!r.is_using(NodeId(1)));
+        // The slow primary's consumer leaves once the backup's reader is the high watermark
+        // behind it.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.20)));
+        p.pick(&view(&slow, 0.25), &H);
+        assert!(!p.is_using(NodeId(1)));
+    }
+
+    #[test]
+    fn a_report_is_judged_when_it_comes_not_when_a_request_is_placed() {
+        let nodes = BTreeMap::new();
+        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        // Nothing placed yet: nothing to judge.
+        p.refresh(&view(&nodes, 0.10));
+        p.pick(&view(&nodes, 0.10), &H);
+        // The backup's reader is 5% ahead; no reply has freed a slot, nothing is placed.
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
+        assert!(!p.is_using(NodeId(1)));
+        p.refresh(&view(&nodes, 0.10));
+        assert!(p.is_using(NodeId(1)));
     }
 
     #[test]

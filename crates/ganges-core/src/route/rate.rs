@@ -279,6 +279,7 @@ mod tests {
             .map(|i| {
                 let v = NodeView {
                     outstanding: out[i],
+                    outstanding_at_state: out[i],
                     replies: 50,
                     latency_secs: Some(lat[i]),
                     rate_bytes_per_sec: Some(rate[i]),
