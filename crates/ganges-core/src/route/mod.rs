@@ -39,9 +39,9 @@
 //! not be cancelled. A cancel that arrives too late yields a duplicate, which the engine drops
 //! and counts: every piece is delivered exactly once.
 //!
-//! **Progress notices.** GD policies tell the other servers holding this consumer's queued
-//! requests whenever its progress changes (`poll_notify`), so every server's furthest-behind
-//! choice uses fresh figures (river §6.3).
+//! **Progress notices.** GD policies tell every server holding this consumer's queued
+//! requests whenever its progress changes (`poll_notify`), unless a request sent there since
+//! carried it, so every server's furthest-behind choice uses fresh figures (river §6.3).
 //!
 //! **Stalls.** A server holding our requests that answers nothing for `stall_timeout` is
 //! treated as down for this read; its requests go to the other copies.
@@ -554,6 +554,8 @@ impl ReadEngine {
             PieceState::Done => unreachable!("a delivered piece is never sent again"),
         }
         self.nodes.entry(node).or_default().outstanding += 1;
+        // The request carries our progress.
+        self.notify.remove(&node);
         self.inflight += 1;
         self.stats.requests += 1;
         request
@@ -792,9 +794,14 @@ impl ReadEngine {
         let view = view!(self, now);
         self.policy.on_reply(&view, node);
         if self.policy.notifies_progress() {
-            // The replying server gets fresh progress with the request this reply pulls.
-            let others = self.nodes.iter().filter(|(n, v)| v.outstanding > 0 && **n != node).map(|(n, _)| *n);
-            self.notify.extend(others);
+            // Every server holding our requests, the replying one too: a request sent to it
+            // carries the progress and takes it off the list (`mark_sent`), but the request
+            // this reply pulls may go elsewhere (gd-pc's least loaded copy, gd-plan's shares),
+            // and a server left with our old figure served us ahead of a neighbour we had
+            // passed, starving it (gd-pc read 85.6% of the layout-aware ideal on 10 disks with
+            // one at 0.35, its slow consumer finishing a fifth after the rest).
+            let holding = self.nodes.iter().filter(|(_, v)| v.outstanding > 0).map(|(n, _)| *n);
+            self.notify.extend(holding);
         }
         self.maybe_steal(now, node);
         Delivery::New

@@ -74,8 +74,16 @@ fn gd_tells_the_other_servers_of_new_progress_and_static_does_not() {
     let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 100);
     let sends = drain(&mut e);
     e.on_data(Time::ZERO, sends[1].piece, NodeId(1));
+    assert_eq!(pns(drain(&mut e)), [(4, NodeId(1))], "the reply pulls the next request");
     assert_eq!(e.poll_notify(), Some(NodeId(0)), "node 0 holds our requests");
-    assert_eq!(e.poll_notify(), None, "node 1 learns it from the next request");
+    assert_eq!(e.poll_notify(), None, "node 1 learns it from the request");
+    // A reply that pulls nothing (the last pieces are in flight): its server still holds
+    // one of ours, queued with the old figure, and is told too.
+    let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 4);
+    let sends = drain(&mut e);
+    e.on_data(Time::ZERO, sends[1].piece, NodeId(1));
+    assert!(drain(&mut e).is_empty());
+    assert_eq!([e.poll_notify(), e.poll_notify(), e.poll_notify()], [Some(NodeId(0)), Some(NodeId(1)), None]);
     let mut s = engine(ReadPolicyKind::Static, 4, 2, 0, 100);
     let sends = drain(&mut s);
     s.on_data(Time::ZERO, sends[0].piece, NodeId(0));
