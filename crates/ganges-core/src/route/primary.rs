@@ -419,40 +419,34 @@ mod tests {
             .collect()
     }
 
+    /// A consumer 5% behind its backup's reader (it joins the backup), then level with it
+    /// (where the paper's rule leaves), on holders like `nodes`.
+    fn caught_up(nodes: &BTreeMap<NodeId, NodeView>) -> PrimaryCopies {
+        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
+        p.pick(&view(nodes, 0.10), &H);
+        assert!(p.is_using(NodeId(1)));
+        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.20)));
+        p.pick(&view(nodes, 0.20), &H);
+        p
+    }
+
     #[test]
     fn a_slow_primary_keeps_its_backup_until_the_backup_s_reader_falls_behind() {
-        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
+        // A primary a quarter as fast stays on its backup...
         let slow = speeds(8e6, 32e6);
-        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
-        p.pick(&view(&slow, 0.10), &H);
+        let mut p = caught_up(&slow);
         assert!(p.is_using(NodeId(1)));
-        // Caught up: the paper's rule leaves here; a primary a quarter as fast stays.
-        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.20)));
-        p.pick(&view(&slow, 0.20), &H);
-        assert!(p.is_using(NodeId(1)));
-        // Disks within `TROUBLE` of each other leave, as the paper says.
-        let mut q = PrimaryCopies::new(PrimarySettings::default(), false);
-        let near = speeds(28e6, 32e6);
-        q.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
-        q.pick(&view(&near, 0.10), &H);
-        q.on_state(Time::ZERO, NodeId(1), &state(Some(0.20)));
-        q.pick(&view(&near, 0.20), &H);
-        assert!(!q.is_using(NodeId(1)));
-        // A slow figure alone, the primary delivering us as much as the backup's disk, is a
-        // real disk's swing: the paper's rule.
-        let mut r = PrimaryCopies::new(PrimarySettings::default(), false);
-        let mut swing = slow.clone();
-        swing.get_mut(&NodeId(0)).unwrap().rate_bytes_per_sec = Some(30e6);
-        r.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
-        r.pick(&view(&swing, 0.10), &H);
-        r.on_state(Time::ZERO, NodeId(1), &state(Some(0.20)));
-        r.pick(&view(&swing, 0.20), &H);
-        assert!(!r.is_using(NodeId(1)));
-        // The slow primary's consumer leaves once the backup's reader is the high watermark
-        // behind it.
-        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.20)));
+        // ...until the backup's reader is the high watermark behind it.
         p.pick(&view(&slow, 0.25), &H);
         assert!(!p.is_using(NodeId(1)));
+        // Disks within `TROUBLE` of each other leave, as the paper says.
+        assert!(!caught_up(&speeds(28e6, 32e6)).is_using(NodeId(1)));
+        // So does a slow figure alone, the primary delivering us as much as the backup's
+        // disk: a real disk's swing.
+        let mut swing = slow.clone();
+        swing.get_mut(&NodeId(0)).unwrap().rate_bytes_per_sec = Some(30e6);
+        assert!(!caught_up(&swing).is_using(NodeId(1)));
     }
 
     #[test]
