@@ -1095,20 +1095,19 @@ mod tests {
         }
     }
 
-    /// A short scan on a ring of 16 with one disk at a quarter: every consumer down the chain
-    /// must read part of its partition from its backup. gd-pc read 82.6% of the layout-aware
-    /// ideal here when a slow primary's consumer left its backup as soon as it had caught up
-    /// (and came back a high watermark later) and consumers judged their backups only when a
-    /// reply came; with no fault it reads primaries only.
+    /// A 10 s scan on a ring of 16 with one disk at half speed. gd-pc read 87.8% of the
+    /// layout-aware ideal here when the slow disk's consumer left its backup each time it
+    /// had caught up with the backup's reader (the paper's low watermark) and came back a high
+    /// watermark later; with no fault it reads primaries only.
     #[test]
-    fn gd_pc_passes_a_slow_disk_s_work_down_the_chain_and_reads_primaries_with_no_fault() {
+    fn gd_pc_keeps_a_slow_primary_s_backup_and_reads_primaries_with_no_fault() {
         let mib = (1u64 << 20) as f64;
         let o = SimOptions {
             producers: Some(16),
             consumers: Some(16),
             producer_rate: Some(32.0 * mib),
-            fault_rate: Some(8.0 * mib),
-            blocks: Some(64),
+            fault_rate: Some(16.0 * mib),
+            blocks: Some(320),
             block_bytes: Some(1 << 20),
             faults: Some(vec![0, 1]),
             policies: Some(vec![ReadPolicyKind::GdPc]),
@@ -1118,10 +1117,7 @@ mod tests {
         let r = run("bench-scan", &o).unwrap();
         let at = |faults: u32| r.rows.iter().find(|x| x.faults == faults).unwrap();
         assert_eq!(at(0).backup_bytes_frac, 0.0, "{:?}", at(0));
-        assert!(at(1).frac_layout_ideal >= 0.87, "{:?}", at(1));
-        // The work went down the chain: more than the slow disk's neighbour read backups.
-        let helped = at(1).consumer_seconds.iter().filter(|&&s| s > 2.05).count();
-        assert!(helped >= 8, "{:?}", at(1));
+        assert!(at(1).frac_layout_ideal >= 0.95, "{:?}", at(1));
     }
 
     #[test]

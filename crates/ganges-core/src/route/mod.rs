@@ -727,10 +727,6 @@ impl ReadEngine {
         let v = self.nodes.entry(node).or_default();
         (v.last_state, v.outstanding_at_state) = (Some(state), v.outstanding);
         self.policy.on_state(now, node, &state);
-        if !self.is_done() {
-            let view = view!(self, now);
-            self.policy.refresh(&view);
-        }
     }
 
     /// A reply of `bytes` spent `service_us` on the server's disk: its disk speed.

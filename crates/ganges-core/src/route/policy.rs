@@ -607,10 +607,6 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn on_reply(&mut self, _view: &RouteView<'_>, _node: NodeId) {}
     /// A server told us its state (in a reply, or answering a probe).
     fn on_state(&mut self, _now: Time, _node: NodeId, _state: &ServerState) {}
-    /// Decide again on what the view now shows, after a server's state came in. A policy
-    /// that decides only in `pick` decides only when a reply frees a slot, and a consumer
-    /// starved at its primary gets none.
-    fn refresh(&mut self, _view: &RouteView<'_>) {}
     /// A server to ask for its state now, if any (GD-3's periodic progress).
     fn poll_probe(&mut self, _view: &RouteView<'_>) -> Option<NodeId> {
         None

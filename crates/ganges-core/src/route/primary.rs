@@ -30,14 +30,8 @@
 //! helping consumer does. By the paper's rule alone it left the backup once it had caught
 //! up with that backup's reader (the backup's server, serving the furthest behind first,
 //! closes the gap within a tenth of a second) and came back only a high watermark later: its
-//! progress swung by a band, each hop down the chain added one, and on a ring of 16 disks
-//! with one at a quarter the slow disk's consumer finished a fifth after the others.
-//!
-//! **Deciding on every report (ours).** The backups in use are judged again whenever a server
-//! reports its state (a reply or a probe's answer), not only when a request is placed: a
-//! consumer starved at its primary by the furthest-behind rule gets no replies, so placed
-//! nothing and could not pass the help on, while its server went on reporting its
-//! progress, now stale, to the consumer behind it.
+//! progress swung by a band, and each hop down the chain added one: on a ring of 16 disks
+//! with one at half speed, a 10 s scan read 87.8% of the layout-aware ideal (97.2% now).
 //!
 //! **A window per copy it catches up on (ours).** While a backup is in use and its own
 //! consumer is ahead of ours (by more than the low watermark, which drift between equal disks
@@ -79,8 +73,6 @@ pub struct PrimaryCopies {
     /// Since when each server has reported nobody reading its primaries.
     none_since: BTreeMap<NodeId, Time>,
     probes: Probes,
-    /// The holders of the piece placed last, primary first: what `refresh` judges.
-    holders: Vec<NodeId>,
 }
 
 impl PrimaryCopies {
@@ -94,7 +86,6 @@ impl PrimaryCopies {
             had_reader: BTreeSet::new(),
             none_since: BTreeMap::new(),
             probes: Probes::default(),
-            holders: Vec::new(),
         }
     }
 
@@ -189,9 +180,6 @@ impl RoutePolicy for PrimaryCopies {
 
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
         let (primary, backups) = holders.split_first().expect("holders are never empty");
-        if self.holders != holders {
-            self.holders = holders.to_vec();
-        }
         self.update_using(view, *primary, backups);
         // The least loaded of the copies in use, the primary on ties. In steady state this
         // is GD's pull rule (each reply frees a slot at the server that sent it); unlike the
@@ -216,14 +204,6 @@ impl RoutePolicy for PrimaryCopies {
                 self.none_since.entry(node).or_insert(now);
             }
         }
-    }
-
-    fn refresh(&mut self, view: &RouteView<'_>) {
-        let holders = std::mem::take(&mut self.holders);
-        if let Some((primary, backups)) = holders.split_first() {
-            self.update_using(view, *primary, backups);
-        }
-        self.holders = holders;
     }
 
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
@@ -447,20 +427,6 @@ mod tests {
         let mut swing = slow.clone();
         swing.get_mut(&NodeId(0)).unwrap().rate_bytes_per_sec = Some(30e6);
         assert!(!caught_up(&swing).is_using(NodeId(1)));
-    }
-
-    #[test]
-    fn a_report_is_judged_when_it_comes_not_when_a_request_is_placed() {
-        let nodes = BTreeMap::new();
-        let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
-        // Nothing placed yet: nothing to judge.
-        p.refresh(&view(&nodes, 0.10));
-        p.pick(&view(&nodes, 0.10), &H);
-        // The backup's reader is 5% ahead; no reply has freed a slot, nothing is placed.
-        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
-        assert!(!p.is_using(NodeId(1)));
-        p.refresh(&view(&nodes, 0.10));
-        assert!(p.is_using(NodeId(1)));
     }
 
     #[test]
