@@ -702,7 +702,9 @@ impl ReadEngine {
     /// The next server to send this consumer's current progress to. Servers learn progress
     /// from each request; a server that has not been sent one for a while would otherwise
     /// compare stale figures, and GD's balance around a ring of servers builds up a
-    /// progress gradient of about a block per hop (measured in `ganges bench scan`).
+    /// progress gradient of about a block per hop (measured in `ganges bench scan`). Drain it
+    /// after `poll_send`: a request sent to a server carries the figure and takes the server
+    /// off the list, so a reply that pulls its next request back costs no notice.
     pub fn poll_notify(&mut self) -> Option<NodeId> {
         self.notify.pop_first()
     }

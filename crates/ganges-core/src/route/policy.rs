@@ -475,6 +475,15 @@ impl NodeView {
         self.queued().is_some_and(|q| q > self.outstanding_at_state)
     }
 
+    /// Whether this server delivered us more than `gap` (a fraction) below `speed` (bytes/s).
+    /// Judged only once what it delivered covers half a server meter's window: at a read's
+    /// start the figure holds the first round trips, and a real disk's first figure its
+    /// first burst.
+    pub fn delivers_below(&self, speed: f64, gap: f64) -> bool {
+        self.delivered.span_secs() >= crate::handoff::RateMeter::WINDOW_SECS / 2.0
+            && self.rate_bytes_per_sec.is_some_and(|r| r < speed * (1.0 - gap))
+    }
+
     /// The server's disk speed as it reported having measured it: the median of its last
     /// `RECENT_REPORTS` figures.
     pub fn reported_disk_bytes_per_sec(&self) -> Option<f64> {

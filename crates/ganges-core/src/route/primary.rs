@@ -145,13 +145,11 @@ impl PrimaryCopies {
 }
 
 /// Whether the primary's disk reads `TROUBLE` slower than backup `b`'s and delivers us that
-/// much less too, over half a server meter's window at least. A real disk's figure alone
-/// swings by a fifth now and then, and its first figures hold a kernel throttle's burst.
+/// much less too: a real disk's figure alone swings by a fifth now and then.
 fn slower(view: &RouteView<'_>, primary: NodeId, b: NodeId) -> bool {
-    let (p, theirs) = (view.node(primary), view.node(b).disk_speed());
-    let seen = p.delivered.span_secs() >= crate::handoff::RateMeter::WINDOW_SECS / 2.0;
-    let below = |r: Option<f64>| r.zip(theirs).is_some_and(|(r, t)| r < (1.0 - TROUBLE) * t);
-    seen && below(p.disk_speed()) && below(p.rate_bytes_per_sec)
+    let Some(theirs) = view.node(b).disk_speed() else { return false };
+    let p = view.node(primary);
+    p.disk_speed().is_some_and(|d| d < (1.0 - TROUBLE) * theirs) && p.delivers_below(theirs, TROUBLE)
 }
 
 impl RoutePolicy for PrimaryCopies {

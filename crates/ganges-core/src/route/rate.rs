@@ -122,13 +122,8 @@ impl ResponseRate {
         // seconds (each server's meter counts its own pauses), while what a primary delivers
         // us agrees with its throttle: a lone figure kept consumers of healthy disks in
         // trouble, reading up to a third of their bytes from backups with no fault at all.
-        //
-        // What a primary delivers us is judged once our figure covers half the servers' window
-        // at least: at a scan's start it holds the first round trips, and a real disk's first
-        // figure its first burst.
-        let seen = p.delivered.span_secs() >= crate::handoff::RateMeter::WINDOW_SECS / 2.0;
-        let delivers_below =
-            |speed: f64, gap: f64| seen && p.rate_bytes_per_sec.is_some_and(|r| r < speed * (1.0 - gap));
+        // (`NodeView::delivers_below` waits for half a server meter's window of replies.)
+        let delivers_below = |speed: f64, gap: f64| p.delivers_below(speed, gap);
         let slow_now = disk < fastest * (1.0 - TROUBLE) && (self.trouble || delivers_below(fastest, TROUBLE));
         self.slow_since = if slow_now { self.slow_since.or(Some(view.now)) } else { None };
         let far = disk < fastest * (1.0 - FAR_BELOW);
