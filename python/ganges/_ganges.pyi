@@ -125,7 +125,7 @@ class Cluster:
         block_size: Size | None = None,
         complete: bool = True,
         seed: int = 1,
-        window: int = ...,
+        window: int | None = None,
         progress_cb: Progress | None = None,
     ) -> Json: ...
     def fault_set(

@@ -35,7 +35,7 @@ use ganges_core::ideal::{layout_ideal, read_demands, river_ideal_seconds};
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::measure::{Change, SAMPLE_SECS, Sampled, scheduled_ideal};
 use ganges_core::parse::ParseError;
-use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_PLAN, WINDOW_RANDOM};
+use ganges_core::route::{PolicySettings, ReadPolicyKind, WINDOW_DEFAULT, WINDOW_GD, WINDOW_PLAN, WINDOW_RANDOM};
 use ganges_core::shape::{Partition, Shape};
 use ganges_core::units::{ByteSize, Dur, mb_per_sec};
 use ganges_harness::local::{LocalCluster, LocalSpec};
@@ -1360,7 +1360,8 @@ pub fn render(report: &Report) -> String {
         if p.fault_schedule.is_empty() { String::new() } else { ", scheduled".into() },
         p.window.map_or_else(
             || match p.access {
-                Access::Scan => format!("by policy ({WINDOW_DEFAULT}, gd-plan {WINDOW_PLAN} MiB)"),
+                Access::Scan =>
+                    format!("by policy (gd {WINDOW_GD}, gd-plan {WINDOW_PLAN} MiB, others {WINDOW_DEFAULT})"),
                 Access::Random => WINDOW_RANDOM.to_string(),
             },
             |w| w.to_string()

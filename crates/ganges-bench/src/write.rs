@@ -58,7 +58,8 @@ pub struct WriteBenchSpec {
     pub fault_layout: FaultLayout,
     pub seed: u64,
     pub policies: Vec<WritePolicyKind>,
-    pub window: u32,
+    /// Blocks in flight per writer; `None`: each policy's own.
+    pub window: Option<u32>,
     pub repeat: u32,
     /// Run replica completion after each write that leaves copies incomplete.
     pub complete: bool,
@@ -87,7 +88,8 @@ pub struct Params {
     pub fault: Fault,
     pub fault_layout: FaultLayout,
     pub seed: u64,
-    pub window: u32,
+    /// Blocks in flight per writer; `None`: each policy's own.
+    pub window: Option<u32>,
     pub repeat: u32,
     pub policies: Vec<WritePolicyKind>,
     pub git_commit: String,

@@ -10,7 +10,7 @@ use ganges_core::ceft::CeftThresholds;
 use ganges_core::disk::{DiskParams, Fault};
 use ganges_core::fault::FaultLayout;
 use ganges_core::route::ceft::CeftSettings;
-use ganges_core::route::{PlanSettings, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind, WINDOW_DEFAULT};
+use ganges_core::route::{PlanSettings, PolicySettings, PrimarySettings, RateSettings, ReadPolicyKind};
 use ganges_core::sched::SchedulerKind;
 use ganges_core::units::{ByteSize, Dur, Rate};
 use ganges_core::write::WritePolicyKind;
@@ -110,7 +110,8 @@ pub(crate) enum Cmd {
         /// gd-rr-handoff, gd-plan or mirror (the README's "Read policies" says what each does)
         #[arg(long, default_value = "gd")]
         policy: ReadPolicyKind,
-        /// Requests in flight per consumer [default: 4; 6 MiB of blocks for gd-plan]
+        /// Requests in flight per consumer [default: 6 for gd, gd-rel, gd-batch and gd-share; 6 MiB
+        /// of blocks for gd-plan; 4 for the others]
         #[arg(long)]
         window: Option<u32>,
         /// Draw each consumer's progress over time to FILE (.svg or .png), with the ideal
@@ -735,9 +736,10 @@ pub(crate) struct WriteArgs {
     pub(crate) replicas: Option<u32>,
     #[arg(long, default_value = "1MiB")]
     pub(crate) block_size: ByteSize,
-    /// Blocks in flight per writer (static, gd; a dq writer has one per server)
-    #[arg(long, default_value_t = WINDOW_DEFAULT)]
-    pub(crate) window: u32,
+    /// Blocks in flight per writer (static, gd; a dq writer has one per server) [default: 8
+    /// for gd, 4 for the others]
+    #[arg(long)]
+    pub(crate) window: Option<u32>,
     /// Seed of the generated data
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -1103,9 +1105,9 @@ pub(crate) struct BenchWriteArgs {
     pub(crate) layout: Option<LayoutChoice>,
     #[command(flatten)]
     pub(crate) ceft: CeftArgs,
-    /// Blocks in flight per static or gd writer
-    #[arg(long, default_value_t = WINDOW_DEFAULT)]
-    pub(crate) window: u32,
+    /// Blocks in flight per static or gd writer [default: 8 for gd, 4 for the others]
+    #[arg(long)]
+    pub(crate) window: Option<u32>,
     /// Runs of each (policy, faults), alternating; the median is reported
     #[arg(long, default_value_t = 1)]
     pub(crate) repeat: u32,
@@ -1215,7 +1217,8 @@ pub(crate) struct BenchScanArgs {
     /// Read policies to compare, by the names `ganges scan --policy` takes
     #[arg(long, value_delimiter = ',', default_value = "static,gd")]
     pub(crate) policies: Vec<ReadPolicyKind>,
-    /// Requests in flight per consumer [default: 4; 6 MiB of blocks for gd-plan; 16 with --access random]
+    /// Requests in flight per consumer [default: 6 for gd, gd-rel, gd-batch and gd-share; 6 MiB of
+    /// blocks for gd-plan; 4 for the others; 16 with --access random]
     #[arg(long)]
     pub(crate) window: Option<u32>,
     #[command(flatten)]

@@ -493,7 +493,7 @@ pub struct WriteArgs {
     pub total_bytes: u64,
     pub block_bytes: u32,
     pub replicas: u32,
-    pub window: u32,
+    pub window: Option<u32>,
     pub source: WriteSource,
     pub complete: bool,
     pub run_blocks: u32,

@@ -30,7 +30,7 @@ fn spec(name: &str, policy: WritePolicyKind, complete: bool) -> WriteSpec {
         block_bytes: 256 << 10,
         replicas: policy.default_replicas(),
         policy,
-        window: 4,
+        window: None,
         source: WriteSource::Generated(G),
         complete,
         run_blocks: 1,

@@ -30,7 +30,7 @@ fn spec(name: &str, policy: WritePolicyKind, total: u64, source: WriteSource, co
         block_bytes: 256 << 10,
         replicas: policy.default_replicas(),
         policy,
-        window: 4,
+        window: None,
         source,
         complete,
         run_blocks: 1,

@@ -550,13 +550,14 @@ pub fn open_scan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ganges_core::route::{WINDOW_DEFAULT, WINDOW_MAX, WINDOW_PLAN};
+    use ganges_core::route::{WINDOW_DEFAULT, WINDOW_GD, WINDOW_MAX, WINDOW_PLAN};
 
     #[test]
     fn each_policy_reads_with_its_own_window_unless_told() {
         const MIB: u64 = 1 << 20;
         let plan = ReadOptions::new(ReadPolicyKind::GdPlan);
-        assert_eq!(ReadOptions::new(ReadPolicyKind::Gd).window_for(MIB / 4), WINDOW_DEFAULT);
+        assert_eq!(ReadOptions::new(ReadPolicyKind::Gd).window_for(MIB / 4), WINDOW_GD);
+        assert_eq!(ReadOptions::new(ReadPolicyKind::GdPc).window_for(MIB), WINDOW_DEFAULT);
         // gd-plan keeps its bytes in flight with smaller blocks or pieces, not with larger
         // ones: 1 MiB blocks are read in pieces of 256 KiB.
         assert_eq!(plan.window_for(MIB), 4 * WINDOW_PLAN);

@@ -365,7 +365,7 @@ pub async fn write_records(
         block_bytes: block as u32,
         replicas,
         policy,
-        window: 4,
+        window: None,
         source,
         complete: replicas > 1,
         run_blocks: 1,

@@ -1079,7 +1079,9 @@ mod tests {
 
     /// GD-5's runs save seeks, and their slack shrinks as the scan ends, so the gaps they open
     /// between a disk's readers close: with a fixed slack gd-batch read 90.6% of the
-    /// layout-aware ideal here with one slow disk, its last consumer 17% after its first.
+    /// layout-aware ideal here with one slow disk, its last consumer 17% after its first
+    /// (93.8% now, with three requests in flight per copy, which real servers need; 95.2%
+    /// with two: `WINDOW_GD`).
     #[test]
     fn gd_batch_s_runs_save_seeks_and_close_their_gaps_by_the_end() {
         let policies = Some(vec![ReadPolicyKind::Gd, ReadPolicyKind::GdBatch]);
@@ -1089,7 +1091,7 @@ mod tests {
         assert!(at("gd-batch", 0).seeks < at("gd", 0).seeks * 9 / 10, "{:?} vs {:?}", at("gd-batch", 0), at("gd", 0));
         for faults in [0, 1] {
             let row = at("gd-batch", faults);
-            assert!(row.frac_layout_ideal >= 0.94, "{row:?}");
+            assert!(row.frac_layout_ideal >= 0.93, "{row:?}");
             let (first, last) = row.consumer_seconds.iter().fold((f64::MAX, 0.0f64), |(a, b), &c| (a.min(c), b.max(c)));
             assert!(last / first < 1.1, "consumers finish together: {row:?}");
         }

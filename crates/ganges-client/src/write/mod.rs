@@ -52,8 +52,8 @@ pub struct WriteSpec {
     pub replicas: u32,
     /// Where each block goes.
     pub policy: WritePolicyKind,
-    /// Blocks in flight per writer.
-    pub window: u32,
+    /// Blocks in flight per writer; `None`: the policy's (`WritePolicyKind::default_window`).
+    pub window: Option<u32>,
     pub source: WriteSource,
     /// Run replica completion right after the commit.
     pub complete: bool,
@@ -227,7 +227,8 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     manifest.state = DatasetState::Incomplete;
     let (staging, _) = begin_live(client, &manifest, false).await?;
     let draft_manifest = Arc::new(manifest.clone());
-    let opts = ReadOptions::new(route).with_window(spec.window).with_settings(settings);
+    let window = spec.window.unwrap_or(spec.policy.default_window());
+    let opts = ReadOptions::new(route).with_window(window).with_settings(settings);
     let started = std::time::Instant::now();
     let log: crate::scan::PlacedLog =
         Arc::new(std::sync::Mutex::new(Landing::new(&draft_manifest.layout, &draft_manifest.shape)));

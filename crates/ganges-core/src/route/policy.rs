@@ -55,9 +55,13 @@ pub enum ReadPolicyKind {
 impl ReadPolicyKind {
     /// Requests in flight per consumer unless the caller says otherwise, reading blocks of
     /// `block_bytes` with `settings`. gd-plan's window is `WINDOW_PLAN` MiB: as many bytes in
-    /// flight with smaller blocks or pieces (`sched::plan_units`).
+    /// flight with smaller blocks or pieces (`sched::plan_units`). The GD policies that pull
+    /// from every copy keep `WINDOW_GD`.
     pub fn default_window(self, block_bytes: u64, settings: &PolicySettings) -> u32 {
         match self {
+            ReadPolicyKind::Gd | ReadPolicyKind::GdRel | ReadPolicyKind::GdBatch | ReadPolicyKind::GdShare => {
+                super::WINDOW_GD
+            }
             ReadPolicyKind::GdPlan => {
                 let request = self.request_bytes(block_bytes, settings);
                 let window = (f64::from(super::WINDOW_PLAN) * crate::sched::plan_units(request)).round();
