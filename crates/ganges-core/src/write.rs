@@ -89,8 +89,8 @@ impl WritePolicyKind {
 /// (`route::WINDOW_GD`), a slow disk's work passes down the chain only while every writer has a
 /// block queued at each server; a write request also carries its block there, so it takes
 /// longer to cross than a read request. On 8 real servers with one disk at a quarter, GD
-/// writes reached 83-85% of the ideal with two per copy, 87-90% with three, 93-95% with four
-/// (100% on 4 servers).
+/// writes reached 83-85% of the ideal with two per copy, 87-90% with three, 93-100% with
+/// four (99% on 4 servers).
 pub const WRITE_WINDOW_GD: u32 = 8;
 
 impl FromStr for WritePolicyKind {
