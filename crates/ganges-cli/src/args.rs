@@ -1262,10 +1262,10 @@ pub(crate) struct BenchScanArgs {
 #[derive(Args, Debug, Clone)]
 pub(crate) struct PolicyArgs {
     /// gd-pc: read a backup copy once its server's primary consumer is this far ahead
-    /// (fraction of the partition)
+    /// (fraction of the partition; at most 6 blocks)
     #[arg(long, default_value_t = PrimarySettings::default().high_watermark)]
     pub(crate) pc_high_watermark: f64,
-    /// gd-pc: stop reading the backup once the gap is below this
+    /// gd-pc: stop reading the backup once the gap is below this (at most 1.5 blocks)
     #[arg(long, default_value_t = PrimarySettings::default().low_watermark)]
     pub(crate) pc_low_watermark: f64,
     /// gd-pc: how often to ask a backup server for its primary consumer's progress

@@ -171,9 +171,9 @@ impl fmt::Display for ReadPolicyKind {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PrimarySettings {
     /// Start reading a backup copy when its server's primary consumer is this far ahead
-    /// (fraction of the partition).
+    /// (fraction of the partition; at most `primary::HIGH_MAX_BLOCKS` blocks).
     pub high_watermark: f64,
-    /// Stop when the gap closes below this.
+    /// Stop when the gap closes below this (at most `primary::LOW_MAX_BLOCKS` blocks).
     pub low_watermark: f64,
     /// How often to ask a backup server for its primary consumer's progress while not
     /// reading from it (replies from it carry the figure otherwise).
