@@ -75,8 +75,7 @@ impl WritePolicyKind {
     }
 
     /// Blocks in flight per writer unless told otherwise (a dq writer keeps one per server
-    /// whatever this says). A gd writer keeps `WRITE_WINDOW_GD`; the others their routing
-    /// policy's read window.
+    /// whatever this says): `WRITE_WINDOW_GD` for gd, `route::WINDOW_DEFAULT` for the others.
     pub fn default_window(self) -> u32 {
         match self {
             WritePolicyKind::Gd => WRITE_WINDOW_GD,

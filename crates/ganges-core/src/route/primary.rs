@@ -81,7 +81,9 @@ pub struct PrimaryCopies {
 /// reading 553 blocks each (4%: 22 blocks), with one disk's link at half or a competing
 /// reader on it, gd-pc read 91% and 90% of the ideal, its consumers finishing in a staircase
 /// from the slow disk down the chain. Capped at 6 blocks (1%), 98% and 94%, and with a kernel
-/// throttle 97% (96% before); with no fault at most 1.9% of bytes still came from backups.
+/// throttle 97% (96% before). The price: with no fault, 0.3-3.3% of bytes came from backups
+/// over eleven runs (0.4-2.0% in the tables before), a 6-block gap being about 60 ms of
+/// reading there.
 pub const HIGH_MAX_BLOCKS: f64 = 6.0;
 /// The most blocks the low watermark may stand for (a quarter of `HIGH_MAX_BLOCKS`, as 1% is
 /// of 4%).

@@ -123,8 +123,7 @@ impl ResponseRate {
         // us agrees with its throttle: a lone figure kept consumers of healthy disks in
         // trouble, reading up to a third of their bytes from backups with no fault at all.
         // (`NodeView::delivers_below` waits for half a server meter's window of replies.)
-        let delivers_below = |speed: f64, gap: f64| p.delivers_below(speed, gap);
-        let slow_now = disk < fastest * (1.0 - TROUBLE) && (self.trouble || delivers_below(fastest, TROUBLE));
+        let slow_now = disk < fastest * (1.0 - TROUBLE) && (self.trouble || p.delivers_below(fastest, TROUBLE));
         self.slow_since = if slow_now { self.slow_since.or(Some(view.now)) } else { None };
         let far = disk < fastest * (1.0 - FAR_BELOW);
         let slow_for = self.s.probe_interval * if far { 1 } else { SLOW_FOR };
@@ -138,7 +137,7 @@ impl ResponseRate {
         // `UNSEEN_CONTENTION` or more.
         let others_queued = p.holds_others();
         let shortfall = if others_queued { TROUBLE } else { UNSEEN_CONTENTION };
-        let short = !self.trouble && delivers_below(disk, shortfall);
+        let short = !self.trouble && p.delivers_below(disk, shortfall);
         // Unseen, it must last a probe interval too: a real disk's figure and our delivered
         // rate swing apart for a moment when the consumer or the server waits for a CPU.
         self.short_since = if short && !others_queued { self.short_since.or(Some(view.now)) } else { None };
