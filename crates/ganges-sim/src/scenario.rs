@@ -1122,6 +1122,36 @@ mod tests {
         assert!(at(1).frac_layout_ideal >= 0.95, "{:?}", at(1));
     }
 
+    /// A 6 s scan on a ring of 8 with one disk at a quarter of its speed. The balanced shares
+    /// of each disk between its own consumer and its neighbour in trouble are graded along the
+    /// ring; with a guard serving the consumer that waited longest, longest-queue servers split
+    /// them half and half and gd-rr read 85.8% of the layout-aware ideal, its two consumers next
+    /// to the slow disk finishing 20% after the others. The guard serves the consumer furthest
+    /// behind now (`sched::GUARD_EVERY`): 94.1%.
+    #[test]
+    fn gd_rr_grades_the_shares_along_a_ring_around_a_slow_disk() {
+        let mib = (1u64 << 20) as f64;
+        let o = SimOptions {
+            producers: Some(8),
+            consumers: Some(8),
+            producer_rate: Some(32.0 * mib),
+            fault_rate: Some(8.0 * mib),
+            blocks: Some(192),
+            block_bytes: Some(1 << 20),
+            faults: Some(vec![0, 1]),
+            policies: Some(vec![ReadPolicyKind::GdRr]),
+            seed: 1,
+            ..SimOptions::default()
+        };
+        let r = run("bench-scan", &o).unwrap();
+        let at = |faults: u32| r.rows.iter().find(|x| x.faults == faults).unwrap();
+        assert_eq!(at(0).backup_bytes_frac, 0.0, "{:?}", at(0));
+        let one = at(1);
+        assert!(one.frac_layout_ideal >= 0.92, "{one:?}");
+        let (first, last) = one.consumer_seconds.iter().fold((f64::MAX, 0.0f64), |(a, b), &c| (a.min(c), b.max(c)));
+        assert!(last / first < 1.1, "consumers finish together: {one:?}");
+    }
+
     #[test]
     fn balance_is_reached_when_every_consumer_keeps_the_mean_rate() {
         // Two consumers: equal from 1 s on; before that one gets four times the other's rate.

@@ -200,8 +200,8 @@ pub struct RateSettings {
     pub warmup_replies: u32,
     /// A server this many times slower than the fastest gets one request at a time (lesson 5).
     pub slow_ratio: f64,
-    /// Every this many picks a server serves the consumer that has waited longest instead of
-    /// the longest queue (lesson 4: no consumer starves; `sched::LongestQueue`).
+    /// Every this many picks a server serves the consumer furthest behind instead of the
+    /// longest queue (lesson 4: no consumer starves; `sched::LongestQueue`).
     #[serde(default = "default_guard_every")]
     pub guard_every: u32,
     /// How often to ask a backup server for its state (its disk speed) while sending it

@@ -1,9 +1,10 @@
 //! GD-4, response-rate graduated declustering, with GD-5's primary servers (virtual-streams
 //! §3.1.2 and §3.3).
 //!
-//! No progress is used. Servers serve the consumer with the longest queue (so a consumer that
-//! needs a server more, and queues more there, is served more), with a starvation guard, and
-//! run one consumer's requests back to back. The consumer side:
+//! Servers serve the consumer with the longest queue (so a consumer that needs a server more,
+//! and queues more there, is served more), every second pick the one furthest behind by the
+//! progress its requests carry (the guard: see `sched::GUARD_EVERY`), and run one consumer's
+//! requests back to back. The consumer side uses no progress:
 //!
 //! - **Primary server (GD-5).** While nothing is wrong, every request goes to the primary
 //!   server: most data (the paper's 99%; here all) comes from the primary and no disk
@@ -27,7 +28,7 @@
 //!   judged while the primary has less than a full share, after `CONTENDED_HOLD` probe
 //!   intervals, to be judged again.
 //!
-//! Lesson 4, the starvation guard, lives in `sched::LongestQueue`; its interval is the
+//! Lesson 4, the guard against starvation, lives in `sched::LongestQueue`; its interval is the
 //! `guard_every` setting, which every request carries to the servers. Lesson 2, "artificial
 //! perturbations" to sense small differences, is the `TROUBLE` threshold's other face: we
 //! react to differences above it and ignore the rest.

@@ -8,10 +8,12 @@
 //!   lowest, so a consumer slowed by its other server catches up here. Progress rides on every
 //!   request and on progress notices between requests (`update_progress`); its metric is the
 //!   consumer's, bytes received (GD-1) or the fraction of its own partition (GD-2).
-//! - **longest queue** (GD-4; virtual-streams §3.1.2): no progress is used; serve the
-//!   consumer with the most requests queued here, because a consumer whose other servers are
-//!   slow sends more of its requests here. A starvation guard serves the longest-waiting
-//!   consumer every `GUARD_EVERY` picks, or as often as the requests ask.
+//! - **longest queue** (GD-4; virtual-streams §3.1.2): serve the consumer with the most
+//!   requests queued here, because a consumer whose other servers are slow sends more of its
+//!   requests here. A guard serves the consumer furthest behind (by the share of its scan left,
+//!   from the progress its requests carry) every `GUARD_EVERY` picks, or as often as the
+//!   requests ask: no consumer starves (lesson 4), and the consumers of a chain around a slow
+//!   disk get the graded shares that queue lengths alone cannot give them.
 //!
 //! and whether it wants **runs** (GD-5; virtual-streams §3.3): once a consumer is chosen, keep
 //! serving its queued requests back to back, up to `RUN_MAX`, while they are on the file
@@ -67,13 +69,23 @@ pub const PLAN_UNIT_BYTES: u64 = 1 << 20;
 pub fn plan_units(block_bytes: u64) -> f64 {
     (PLAN_UNIT_BYTES as f64 / block_bytes.max(1) as f64).max(1.0)
 }
-/// Every this many picks, longest-queue serves the consumer that has waited longest
-/// (virtual-streams §3.1.2, lesson 4: no consumer starves), unless the requests ask for
-/// another interval (`Service::guard_every`, gd-rr's `guard_every` setting). Every second
-/// pick: the longer queue still decides half of them, and a disk shared by a reader in
-/// trouble and its own primary reader is not given over to the first (whose queue is the
-/// longer because it moved its requests there). A guard every run's length (8) left gd-rr
-/// several points further from the ideal under slow disks than every 2.
+/// Every this many picks, longest-queue serves the consumer furthest behind (the share of its
+/// scan left, by the progress on its requests), unless the requests ask for another interval
+/// (`Service::guard_every`, gd-rr's `guard_every` setting). The paper's guard (virtual-streams
+/// §3.1.2, lesson 4: no consumer starves) serves the one that waited longest; the one furthest
+/// behind cannot starve either, since a consumer nobody serves falls behind.
+///
+/// Why furthest behind: on a ring of consumers around one slow disk, the balanced shares of
+/// each disk between its own consumer and its neighbour in trouble are graded along the ring
+/// (0.66 of the disk next to the slow one down to 0.09 at the far end of 8). Queue lengths
+/// cannot tell these apart: longest queue with a longest-wait guard split each disk about half
+/// and half, and the two consumers next to the slow disk finished last, at 86-89% of the
+/// layout-aware ideal on 8 real servers. With the guard by progress, the disk next to the slow
+/// one serves the slow disk's consumer more, and the far end less: 96-99%.
+///
+/// Every second pick: the longer queue still decides half of them, and a disk shared by a
+/// reader in trouble and its own primary reader is not given over to the first (whose queue
+/// is the longer because it moved its requests there).
 pub const GUARD_EVERY: u8 = 2;
 /// A primary consumer that has sent nothing for this long no longer counts as reading
 /// (its scan finished or it died), so backups may use this server freely.

@@ -217,7 +217,8 @@ impl Rule for ByProgress {
     }
 }
 
-/// GD-4's server side: the consumer with the longest queue first, with a starvation guard.
+/// GD-4's server side: the consumer with the longest queue first, and every few picks the
+/// one furthest behind (the guard).
 pub type LongestQueue = PerStream<ByQueue>;
 
 #[derive(Debug, Default)]
@@ -234,10 +235,9 @@ impl Rule for ByQueue {
         self.picks = self.picks.wrapping_add(1);
         let every = s.streams.values().map(|q| q.jobs[0].service.guard_every).filter(|g| *g > 0).min();
         if s.streams.len() > 1 && self.picks.is_multiple_of(u32::from(every.unwrap_or(GUARD_EVERY))) {
-            // Starvation guard: the stream whose oldest request has waited longest.
-            return s.best_by(head, |q, b| {
-                (q.jobs[0].arrival != b.jobs[0].arrival).then_some(q.jobs[0].arrival < b.jobs[0].arrival)
-            });
+            // The guard: the stream with the largest share of its scan left (then, as ever, the
+            // one on the head's file, then the longest wait).
+            return s.best_by(head, |q, b| (q.left() != b.left()).then_some(q.left() > b.left()));
         }
         if let Some(&key) = s.run_candidate(head, f64::from(RUN_MAX)) {
             return Some(key);
