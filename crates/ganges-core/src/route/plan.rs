@@ -15,12 +15,12 @@
 //!   server has answered, the speed its replies showed stands in; a server not heard of at
 //!   all counts at the median of the others. Speeds within `EQUAL_WITHIN`
 //!   of the fastest count as equal (seeks make a busy disk look a little slow); a slower one
-//!   counts as slow once its readers fall behind too (`SLOW_LAG_BLOCKS`, or `SLOW_LAG_SECS` of
-//!   reading if that is more; at once if it is far
-//!   below, `FAR_BELOW`), as a real disk's figure swings where its speed does not, and stays
-//!   slow while it measures slower and its readers do not get as far ahead. Slow ones are
-//!   planned a little below their speed, a reserve for the end of the scan
-//!   (`SLOW_RESERVE_SECS` of the time it has left, `SLOW_MARGIN` at most).
+//!   counts as slow once its readers fall behind too (`SLOW_LAG_BLOCKS`, or `SLOW_LAG_SECS`
+//!   of reading if that is more; at once if it is far below, `FAR_BELOW`), as a real disk's
+//!   figure swings where its speed does not, and stays slow while it measures slower and its
+//!   readers do not get as far ahead. Slow ones are planned a little below their speed, a
+//!   reserve for the end of the scan (`SLOW_RESERVE_SECS` of the time it has left,
+//!   `SLOW_MARGIN` at most).
 //! - **Plan.** From those rates, the layout, and what is left of every fragment (a scan
 //!   reads each fragment whole; the primary servers report their readers' progress), the
 //!   consumer computes the flow that finishes everything at MOD-2's time while reading
@@ -231,9 +231,9 @@ impl Planned {
     /// Which disks are `slow`, by node (see the module's doc), from their `figures` and what
     /// is `left` of each fragment: a disk measured `EQUAL_WITHIN` below the fastest turns
     /// slow once its primary fragments' readers fall `lag` (a fraction: `SLOW_LAG_BLOCKS` or
-    /// `SLOW_LAG_SECS`)
-    /// behind the mean, or at once if it measures under `FAR_BELOW` of the fastest; it stays
-    /// slow while it measures `EQUAL_WITHIN` below and its readers do not get as far ahead.
+    /// `SLOW_LAG_SECS`) behind the mean, or at once if it measures under `FAR_BELOW` of the
+    /// fastest; it stays slow while it measures `EQUAL_WITHIN` below and its readers do not get
+    /// as far ahead.
     fn judge_slow(slow: &mut Vec<bool>, figures: &[Option<f64>], left: &[f64], lag: f64, layout: &Layout) {
         let mean = mean(left);
         // Where each disk's primary readers stand against the others: behind (Greater: more

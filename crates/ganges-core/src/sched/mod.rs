@@ -81,7 +81,7 @@ pub fn plan_units(block_bytes: u64) -> f64 {
 /// cannot tell these apart: longest queue with a longest-wait guard split each disk about half
 /// and half, and the two consumers next to the slow disk finished last, at 86-89% of the
 /// layout-aware ideal on 8 real servers. With the guard by progress, the disk next to the slow
-/// one serves the slow disk's consumer more, and the far end less: 96-99%.
+/// one serves the slow disk's consumer more, and the far end less: 94-99%.
 ///
 /// Every second pick: the longer queue still decides half of them, and a disk shared by a
 /// reader in trouble and its own primary reader is not given over to the first (whose queue
