@@ -1097,26 +1097,32 @@ mod tests {
         }
     }
 
+    /// `policy` on a ring of `disks` at 32 MiB/s, each consumer reading `blocks` blocks of
+    /// 1 MiB, with no fault and with one disk at `slow_mib` MiB/s.
+    fn ring_scan(disks: u32, slow_mib: f64, blocks: u64, policy: ReadPolicyKind) -> Report {
+        let mib = (1u64 << 20) as f64;
+        let o = SimOptions {
+            producers: Some(disks),
+            consumers: Some(disks),
+            producer_rate: Some(32.0 * mib),
+            fault_rate: Some(slow_mib * mib),
+            blocks: Some(blocks),
+            block_bytes: Some(1 << 20),
+            faults: Some(vec![0, 1]),
+            policies: Some(vec![policy]),
+            seed: 1,
+            ..SimOptions::default()
+        };
+        run("bench-scan", &o).unwrap()
+    }
+
     /// A 10 s scan on a ring of 16 with one disk at half speed. gd-pc read 87.8% of the
     /// layout-aware ideal here when the slow disk's consumer left its backup each time it
     /// had caught up with the backup's reader (the paper's low watermark) and came back a high
     /// watermark later; with no fault it reads primaries only.
     #[test]
     fn gd_pc_keeps_a_slow_primary_s_backup_and_reads_primaries_with_no_fault() {
-        let mib = (1u64 << 20) as f64;
-        let o = SimOptions {
-            producers: Some(16),
-            consumers: Some(16),
-            producer_rate: Some(32.0 * mib),
-            fault_rate: Some(16.0 * mib),
-            blocks: Some(320),
-            block_bytes: Some(1 << 20),
-            faults: Some(vec![0, 1]),
-            policies: Some(vec![ReadPolicyKind::GdPc]),
-            seed: 1,
-            ..SimOptions::default()
-        };
-        let r = run("bench-scan", &o).unwrap();
+        let r = ring_scan(16, 16.0, 320, ReadPolicyKind::GdPc);
         let at = |faults: u32| r.rows.iter().find(|x| x.faults == faults).unwrap();
         assert_eq!(at(0).backup_bytes_frac, 0.0, "{:?}", at(0));
         assert!(at(1).frac_layout_ideal >= 0.95, "{:?}", at(1));
@@ -1130,20 +1136,7 @@ mod tests {
     /// behind now (`sched::GUARD_EVERY`): 94.1%.
     #[test]
     fn gd_rr_grades_the_shares_along_a_ring_around_a_slow_disk() {
-        let mib = (1u64 << 20) as f64;
-        let o = SimOptions {
-            producers: Some(8),
-            consumers: Some(8),
-            producer_rate: Some(32.0 * mib),
-            fault_rate: Some(8.0 * mib),
-            blocks: Some(192),
-            block_bytes: Some(1 << 20),
-            faults: Some(vec![0, 1]),
-            policies: Some(vec![ReadPolicyKind::GdRr]),
-            seed: 1,
-            ..SimOptions::default()
-        };
-        let r = run("bench-scan", &o).unwrap();
+        let r = ring_scan(8, 8.0, 192, ReadPolicyKind::GdRr);
         let at = |faults: u32| r.rows.iter().find(|x| x.faults == faults).unwrap();
         assert_eq!(at(0).backup_bytes_frac, 0.0, "{:?}", at(0));
         let one = at(1);
