@@ -230,11 +230,21 @@ impl Planned {
 
     /// Which disks are `slow`, by node (see the module's doc), from their `figures` and what
     /// is `left` of each fragment: a disk measured `EQUAL_WITHIN` below the fastest turns
-    /// slow once its primary fragments' readers fall `lag` (a fraction: `SLOW_LAG_BLOCKS` or
-    /// `SLOW_LAG_SECS`) behind the mean, or at once if it measures under `FAR_BELOW` of the
-    /// fastest; it stays slow while it measures `EQUAL_WITHIN` below and its readers do not get
-    /// as far ahead.
-    fn judge_slow(slow: &mut Vec<bool>, figures: &[Option<f64>], left: &[f64], lag: f64, layout: &Layout) {
+    /// slow once its primary fragments' readers fall behind the mean by `lag_blocks` (a
+    /// fraction of a fragment of `fragment_bytes`) or `SLOW_LAG_SECS` of reading at the fastest
+    /// figure, whichever is more, or at once if it measures under `FAR_BELOW` of the fastest;
+    /// it stays slow while it measures `EQUAL_WITHIN` below and its readers do not get as far
+    /// ahead.
+    fn judge_slow(
+        slow: &mut Vec<bool>,
+        figures: &[Option<f64>],
+        left: &[f64],
+        lag_blocks: f64,
+        fragment_bytes: f64,
+        layout: &Layout,
+    ) {
+        let fastest = figures.iter().flatten().copied().fold(0.0, f64::max);
+        let lag = lag_blocks.max(SLOW_LAG_SECS * fastest / fragment_bytes.max(1.0));
         let mean = mean(left);
         // Where each disk's primary readers stand against the others: behind (Greater: more
         // left), ahead (Less), or on track.
@@ -247,7 +257,6 @@ impl Planned {
                 *at = Ordering::Less;
             }
         }
-        let fastest = figures.iter().flatten().copied().fold(0.0, f64::max);
         slow.resize(figures.len(), false);
         for ((slow, figure), stand) in slow.iter_mut().zip(figures).zip(stand) {
             let below = |by: f64| figure.is_some_and(|r| r < fastest * by);
@@ -316,10 +325,8 @@ impl Planned {
         let raw = Self::left(view, layout);
         let left = Self::on_track(&raw, on_track_blocks * view.block_fraction);
         let figures = Self::figures(view, layout.nodes());
-        let fastest = figures.iter().flatten().copied().fold(0.0, f64::max);
-        let lag = (SLOW_LAG_BLOCKS * units * view.block_fraction)
-            .max(SLOW_LAG_SECS * fastest / view.total_bytes.max(1) as f64);
-        Self::judge_slow(&mut self.slow, &figures, &raw, lag, layout);
+        let lag_blocks = SLOW_LAG_BLOCKS * units * view.block_fraction;
+        Self::judge_slow(&mut self.slow, &figures, &raw, lag_blocks, view.total_bytes as f64, layout);
         let left_bytes = left.iter().sum::<f64>() * view.total_bytes as f64;
         let (rates, known) = Self::rates(&figures, left_bytes, &self.slow);
         // With every disk equally fast the plan is primaries only, whatever the progress:
@@ -720,19 +727,28 @@ mod tests {
         assert_eq!(long[1..], [1e6; 3]);
     }
 
+    /// The part of fragment 0 planned for its backup, node 1.
+    fn backup(p: &Planned) -> f64 {
+        p.fraction(FragmentId(0), NodeId(1)).unwrap_or(0.0)
+    }
+
+    /// The readers of fragments 1 to 3 have read `done` of them, as their servers report.
+    fn others_done(n: &mut BTreeMap<NodeId, NodeView>, done: f64) {
+        for i in 1..4 {
+            let state = ServerState { primary_progress: Some(done), ..ServerState::default() };
+            n.get_mut(&NodeId(i)).unwrap().last_state = Some(state);
+        }
+    }
+
     #[test]
     fn a_disk_measured_a_little_slow_is_slow_once_its_reader_falls_behind_until_it_measures_well() {
         let mut p = policy(4);
         let mut n = rates(&[0.7e6, 1e6, 1e6, 1e6]);
         let holders = [NodeId(0), NodeId(1)];
-        let backup = |p: &Planned| p.fraction(FragmentId(0), NodeId(1)).unwrap_or(0.0);
         p.pick(&view(&n, 0), &holders);
         assert_eq!(backup(&p), 0.0, "its reader is on track: the figure swung, the disk is not slow");
         // The other readers 10 blocks ahead (a block is 1% in the test view).
-        for i in 1..4 {
-            let ahead = ServerState { primary_progress: Some(0.1), ..ServerState::default() };
-            n.get_mut(&NodeId(i)).unwrap().last_state = Some(ahead);
-        }
+        others_done(&mut n, 0.1);
         p.pick(&view(&n, 0), &holders);
         let helped = backup(&p);
         assert!(helped > 0.05, "{helped}");
@@ -762,19 +778,12 @@ mod tests {
         let mut p = policy(4);
         let mut n = rates(&[0.7e9, 1e9, 1e9, 1e9]);
         let holders = [NodeId(0), NodeId(1)];
-        let backup = |p: &Planned| p.fraction(FragmentId(0), NodeId(1)).unwrap_or(0.0);
-        let others_at = |n: &mut BTreeMap<NodeId, NodeView>, done: f64| {
-            for i in 1..4 {
-                let state = ServerState { primary_progress: Some(done), ..ServerState::default() };
-                n.get_mut(&NodeId(i)).unwrap().last_state = Some(state);
-            }
-        };
         // 1 GiB fragments at 1 GB/s: 0.125 s is 11.6% of one. Reader 0 is 7.5% behind the
         // mean, far more than 4 blocks (a block is 1% in the test view), but only 80 ms.
-        others_at(&mut n, 0.1);
+        others_done(&mut n, 0.1);
         p.pick(&view(&n, 0), &holders);
         assert_eq!(backup(&p), 0.0, "80 ms behind: the figure swung");
-        others_at(&mut n, 0.2);
+        others_done(&mut n, 0.2);
         p.pick(&view(&n, 0), &holders);
         assert!(backup(&p) > 0.05, "160 ms behind: slow, {}", backup(&p));
     }
