@@ -458,9 +458,11 @@ impl ReadStream {
         }
     }
 
-    /// The next event, or `None` after a stall check (the engine may have work to send).
+    /// The next event, or `None` when a probe falls due or after a stall check (the engine
+    /// may have work to send).
     async fn next_event(&mut self) -> Option<Event> {
-        let Some(deadline) = self.engine.stall_deadline() else {
+        let probe = self.engine.probe_at(self.now());
+        let Some(deadline) = [self.engine.stall_deadline(), probe].into_iter().flatten().min() else {
             return Some(self.rx.recv().await.expect("the stream holds a sender"));
         };
         let at = self.epoch + Duration::from_nanos(deadline.0);

@@ -241,6 +241,8 @@ enum Ev {
     AskRetry(usize),
     /// A disk that waited for a stream's next request decides again.
     Wake(usize),
+    /// Consumer `c`'s policy has a probe due (`ReadEngine::probe_at`).
+    Probe(usize),
     /// The writing client notices that servers died (`ScanSpec::write`).
     Watch,
     /// A rewritten block's acknowledgement reaches the writing client.
@@ -272,6 +274,8 @@ struct Consumer {
     sink_busy: bool,
     taken: u64,
     finished: Option<Time>,
+    /// When an `Ev::Probe` is due for this consumer, if one is.
+    probe_at: Option<Time>,
     /// Pieces delivered (checked with `ScanSpec::check`).
     got: Vec<bool>,
 }
@@ -367,6 +371,7 @@ impl<'a> Sim<'a> {
                 sink_busy: false,
                 taken: 0,
                 finished: None,
+                probe_at: None,
                 got,
             });
         }
@@ -509,6 +514,13 @@ impl<'a> Sim<'a> {
                     self.ev.after(every, Ev::Sample);
                 }
                 Ev::Wake(s) => self.kick(s),
+                Ev::Probe(c) => {
+                    // A later wake replaced this one: it is due then, not now.
+                    if self.consumers[c].probe_at == Some(now) {
+                        self.consumers[c].probe_at = None;
+                        self.pump(c)?;
+                    }
+                }
                 Ev::AskRetry(s) => {
                     self.servers[s].retry_at = None;
                     self.kick(s);
@@ -574,6 +586,14 @@ impl<'a> Sim<'a> {
         }
         while let Some(d) = self.consumers[c].engine.poll_cancel() {
             self.send_server(me, d.node.0 as usize, HEADER_BYTES, ToServer::Cancel { c, request: d.request });
+        }
+        // The live client's timer: wake for the next probe though no reply comes.
+        let cons = &mut self.consumers[c];
+        if let Some(t) = cons.engine.probe_at(now).filter(|&t| t > now)
+            && cons.probe_at.is_none_or(|pending| t < pending)
+        {
+            cons.probe_at = Some(t);
+            self.ev.at(t, Ev::Probe(c));
         }
         Ok(())
     }

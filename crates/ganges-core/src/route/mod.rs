@@ -727,12 +727,24 @@ impl ReadEngine {
             return None;
         }
         let view = view!(self, now);
-        let n = self.policy.poll_probe(&view)?;
-        if self.down.contains(&n) {
+        // A server down for this read is passed over (it counts as probed), not the end of
+        // the round.
+        loop {
+            let n = self.policy.poll_probe(&view)?;
+            if !self.down.contains(&n) {
+                self.stats.probes += 1;
+                return Some(n);
+            }
+        }
+    }
+
+    /// When the driver should call `poll_probe` again though nothing arrives: the policy's
+    /// next probe, or `None`.
+    pub fn probe_at(&self, now: Time) -> Option<Time> {
+        if self.is_done() {
             return None;
         }
-        self.stats.probes += 1;
-        Some(n)
+        self.policy.probe_at(&view!(self, now))
     }
 
     /// A server reported its state (in a reply, or answering a probe).

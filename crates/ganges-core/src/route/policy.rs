@@ -620,6 +620,12 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn on_reply(&mut self, _view: &RouteView<'_>, _node: NodeId) {}
     /// A server told us its state (in a reply, or answering a probe).
     fn on_state(&mut self, _now: Time, _node: NodeId, _state: &ServerState) {}
+    /// When `poll_probe` will next have a server to ask, if it will: the driver wakes the
+    /// engine then even if no reply arrives (a consumer whose disk is slow hears from it
+    /// seldom, and must not probe its backups as seldom).
+    fn probe_at(&self, _view: &RouteView<'_>) -> Option<Time> {
+        None
+    }
     /// A server to ask for its state now, if any (GD-3's periodic progress).
     fn poll_probe(&mut self, _view: &RouteView<'_>) -> Option<NodeId> {
         None
@@ -716,6 +722,15 @@ impl Probes {
         for &n in nodes {
             self.last.entry(n).or_insert(None);
         }
+    }
+
+    /// When the next of these servers falls due (now for one never probed).
+    pub fn next_at(&self, view: &RouteView<'_>, interval: Duration, whom: ProbeWhom) -> Option<Time> {
+        self.last
+            .iter()
+            .filter(|(n, _)| whom == ProbeWhom::All || view.node(**n).outstanding == 0)
+            .map(|(_, last)| last.map_or(view.now, |t| t + interval))
+            .min()
     }
 
     /// A server due for a probe now, if any; it counts as probed.

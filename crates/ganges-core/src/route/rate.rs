@@ -235,6 +235,10 @@ impl RoutePolicy for ResponseRate {
         false
     }
 
+    fn probe_at(&self, view: &RouteView<'_>) -> Option<crate::time::Time> {
+        self.probes.next_at(view, self.s.probe_interval, ProbeWhom::All)
+    }
+
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
         // Every holder is asked for its disk speed, the primary too: a backup we send nothing
         // to can be measured no other way (no data is read from a backup without trouble),
