@@ -515,7 +515,8 @@ impl<'a> Sim<'a> {
                 }
                 Ev::Wake(s) => self.kick(s),
                 Ev::Probe(c) => {
-                    // A later wake replaced this one: it is due then, not now.
+                    // An earlier wake took this one's place, and the consumer has decided
+                    // anew when it is due.
                     if self.consumers[c].probe_at == Some(now) {
                         self.consumers[c].probe_at = None;
                         self.pump(c)?;
