@@ -1099,21 +1099,26 @@ mod tests {
 
     /// `policy` on a ring of `disks` at 32 MiB/s, each consumer reading `blocks` blocks of
     /// 1 MiB, with no fault and with one disk at `slow_mib` MiB/s.
-    fn ring_scan(disks: u32, slow_mib: f64, blocks: u64, policy: ReadPolicyKind) -> Report {
-        let mib = (1u64 << 20) as f64;
-        let o = SimOptions {
+    fn ring(disks: u32, slow_mib: f64, blocks: u64, policy: ReadPolicyKind) -> SimOptions {
+        SimOptions {
             producers: Some(disks),
             consumers: Some(disks),
-            producer_rate: Some(32.0 * mib),
-            fault_rate: Some(slow_mib * mib),
+            producer_rate: Some(32.0 * MIB),
+            fault_rate: Some(slow_mib * MIB),
             blocks: Some(blocks),
             block_bytes: Some(1 << 20),
             faults: Some(vec![0, 1]),
             policies: Some(vec![policy]),
             seed: 1,
             ..SimOptions::default()
-        };
-        run("bench-scan", &o).unwrap()
+        }
+    }
+
+    const MIB: f64 = (1u64 << 20) as f64;
+
+    /// `ring`'s scan.
+    fn ring_scan(disks: u32, slow_mib: f64, blocks: u64, policy: ReadPolicyKind) -> Report {
+        run("bench-scan", &ring(disks, slow_mib, blocks, policy)).unwrap()
     }
 
     /// A 10 s scan on a ring of 16 with one disk at half speed. gd-pc read 87.8% of the
@@ -1134,19 +1139,11 @@ mod tests {
     /// layout-aware ideal. Woken for its probes (`RoutePolicy::probe_at`): 93.2%.
     #[test]
     fn gd_pc_probes_on_time_though_its_primary_is_slow() {
-        let mib = (1u64 << 20) as f64;
         let o = SimOptions {
-            producers: Some(10),
-            consumers: Some(10),
-            producer_rate: Some(20.0 * mib),
-            fault_rate: Some(7.0 * mib),
+            producer_rate: Some(20.0 * MIB),
             seek: Some(Duration::from_millis(6)),
-            blocks: Some(32),
-            block_bytes: Some(1 << 20),
             faults: Some(vec![2]),
-            policies: Some(vec![ReadPolicyKind::GdPc]),
-            seed: 1,
-            ..SimOptions::default()
+            ..ring(10, 7.0, 32, ReadPolicyKind::GdPc)
         };
         let r = run("bench-scan", &o).unwrap();
         assert!(r.rows[0].frac_layout_ideal >= 0.92, "{:?}", r.rows[0]);

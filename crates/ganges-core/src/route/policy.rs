@@ -716,6 +716,13 @@ pub enum ProbeWhom {
     All,
 }
 
+impl ProbeWhom {
+    /// Whether `node` is one of these.
+    fn may_probe(self, view: &RouteView<'_>, node: NodeId) -> bool {
+        self == ProbeWhom::All || view.node(node).outstanding == 0
+    }
+}
+
 impl Probes {
     /// Remember these servers.
     pub fn meet(&mut self, nodes: &[NodeId]) {
@@ -728,7 +735,7 @@ impl Probes {
     pub fn next_at(&self, view: &RouteView<'_>, interval: Duration, whom: ProbeWhom) -> Option<Time> {
         self.last
             .iter()
-            .filter(|(n, _)| whom == ProbeWhom::All || view.node(**n).outstanding == 0)
+            .filter(|(n, _)| whom.may_probe(view, **n))
             .map(|(_, last)| last.map_or(view.now, |t| t + interval))
             .min()
     }
@@ -736,9 +743,10 @@ impl Probes {
     /// A server due for a probe now, if any; it counts as probed.
     pub fn due(&mut self, view: &RouteView<'_>, interval: Duration, whom: ProbeWhom) -> Option<NodeId> {
         let now = view.now;
-        let (&n, _) = self.last.iter().find(|(n, last)| {
-            (whom == ProbeWhom::All || view.node(**n).outstanding == 0) && last.is_none_or(|t| now.since(t) >= interval)
-        })?;
+        let (&n, _) = self
+            .last
+            .iter()
+            .find(|(n, last)| whom.may_probe(view, **n) && last.is_none_or(|t| now.since(t) >= interval))?;
         self.last.insert(n, Some(now));
         Some(n)
     }

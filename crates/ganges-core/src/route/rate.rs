@@ -12,10 +12,11 @@
 //!   carries their measured disk speed) at once and every `probe_interval`.
 //! - **Trouble** is read off the replies, which carry each request's time on the server's
 //!   disk: the primary's *disk* is slow (its speed, and what it delivers us, more than
-//!   `TROUBLE` below the fastest holder's disk), or the primary is *contended* (it delivers
-//!   to us more than `TROUBLE` below what its disk can do, because it now serves a neighbour
-//!   that came to it for help). A decision waits for `warmup_replies` replies (lesson 3: no
-//!   decision on setup noise).
+//!   `TROUBLE` below the fastest holder's disk), or the primary is *contended*: it holds a
+//!   neighbour's requests that came to it for help while a backup has fewer waiting, or,
+//!   with nobody else queued there, it delivers to us `UNSEEN_CONTENTION` below what its
+//!   disk can do for a probe interval (a slow link). A decision waits for `warmup_replies`
+//!   replies (lesson 3: no decision on setup noise).
 //! - **In trouble (GD-4)** the consumer keeps a window per holder (ours), split over the
 //!   holders in proportion to how fast each answered this consumer (replies per second while
 //!   it had requests there; equal to start with), so more requests go where answers come
