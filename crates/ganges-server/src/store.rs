@@ -201,6 +201,10 @@ pub struct Store {
     /// Read and write data files with direct I/O (`crate::direct`).
     direct: bool,
     inner: Mutex<Inner>,
+    /// Held while a write is committed or aborted: the client's commit and the janitor's
+    /// roll-forward of the same write may arrive together, and each must see the other's
+    /// rename whole, not a staging folder that vanishes between its check and its rename.
+    resolving: Mutex<()>,
     opened: Instant,
 }
 
@@ -411,6 +415,7 @@ impl Store {
             root: root.to_path_buf(),
             direct,
             inner: Mutex::new(Inner::default()),
+            resolving: Mutex::new(()),
             opened: Instant::now(),
         };
         store.clean_staging();
@@ -1182,6 +1187,7 @@ impl Store {
     /// Rename a prepared staging folder to the dataset's name. Committing a write this
     /// server already committed (the janitor rolled it forward first) is done.
     pub fn commit(&self, txid: u64, name: &DatasetName) -> Result<()> {
+        let _resolving = self.resolving.lock();
         let dir = self.root.join("staging").join(staging_dir_name(name, txid));
         if !dir.exists() && self.committed_txid(name) == Some(txid) {
             return Ok(());
@@ -1268,6 +1274,7 @@ impl Store {
 
     /// Drop a staging folder.
     pub fn abort(&self, txid: u64, name: &DatasetName) -> Result<()> {
+        let _resolving = self.resolving.lock();
         self.inner.lock().txns.remove(&(name.clone(), txid));
         let dir = self.root.join("staging").join(staging_dir_name(name, txid));
         if dir.exists() {
@@ -1456,6 +1463,35 @@ mod tests {
         store.commit(7, &m.name).expect("committing twice is done");
         assert!(matches!(store.commit(8, &m.name), Err(StoreError::NoSuchTxn { .. })));
         assert!(store.unresolved().is_empty());
+    }
+
+    /// The janitor rolling a write forward and the client's own commit can arrive at once;
+    /// both must hear that it is committed (the loser once answered "no such transaction").
+    #[test]
+    fn two_commits_of_one_write_at_once_are_both_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), NodeId(1), false).unwrap();
+        for txid in 1..=40 {
+            let m = manifest(&format!("d{txid}"), 4);
+            staged(&store, &m, txid);
+            store.prepare(txid, &m, NodeId(0)).unwrap();
+            let go = std::sync::Barrier::new(2);
+            let results: Vec<_> = std::thread::scope(|s| {
+                let racers: Vec<_> = (0..2)
+                    .map(|_| {
+                        s.spawn(|| {
+                            go.wait();
+                            store.commit(txid, &m.name)
+                        })
+                    })
+                    .collect();
+                racers.into_iter().map(|r| r.join().unwrap()).collect()
+            });
+            for r in results {
+                assert!(r.is_ok(), "write {txid}: {r:?}");
+            }
+            assert_eq!(store.txn_status(txid, &m.name), Verdict::Committed);
+        }
     }
 
     #[test]
