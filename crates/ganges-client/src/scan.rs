@@ -376,10 +376,8 @@ impl ReadStream {
                         primary_progress: st.primary_progress,
                         node_load: st.node_load,
                     };
-                    self.engine.on_state(now, node, state);
-                    if let Some(rate) = st.disk_bytes_per_sec {
-                        self.engine.on_disk_rate(node, rate, st.disk_measured);
-                    }
+                    let rate = st.disk_bytes_per_sec.map(|r| (r, st.disk_measured));
+                    self.engine.on_probe_answer(now, node, state, rate);
                 }
                 continue;
             }

@@ -603,12 +603,7 @@ impl<'a> Sim<'a> {
         let now = self.ev.now();
         let cons = &mut self.consumers[c];
         match m {
-            ToConsumer::State { node, state, rate } => {
-                cons.engine.on_state(now, node, state);
-                if let Some((r, measured)) = rate {
-                    cons.engine.on_disk_rate(node, r, measured);
-                }
-            }
+            ToConsumer::State { node, state, rate } => cons.engine.on_probe_answer(now, node, state, rate),
             ToConsumer::Moved { request, to } => {
                 if let Some((piece, node)) = cons.engine.in_flight(request) {
                     cons.engine.on_moved(now, piece, node, to);

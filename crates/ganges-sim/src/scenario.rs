@@ -1149,6 +1149,21 @@ mod tests {
         assert!(r.rows[0].frac_layout_ideal >= 0.92, "{:?}", r.rows[0]);
     }
 
+    /// The same ring with one disk at 0.35, the slow disk's consumer's window waiting there:
+    /// it picked, and so judged its backup, once per slow block, and read 74.7% of the
+    /// layout-aware ideal. Judging a backup as its probe's answer comes in: 91.8%.
+    #[test]
+    fn gd_pc_judges_a_backup_when_its_probe_answers() {
+        let o = SimOptions {
+            producer_rate: Some(20.0 * MIB),
+            seek: Some(Duration::from_millis(6)),
+            faults: Some(vec![1]),
+            ..ring(10, 7.0, 32, ReadPolicyKind::GdPc)
+        };
+        let r = run("bench-scan", &o).unwrap();
+        assert!(r.rows[0].frac_layout_ideal >= 0.9, "{:?}", r.rows[0]);
+    }
+
     /// A 6 s scan on a ring of 8 with one disk at a quarter of its speed. The balanced shares
     /// of each disk between its own consumer and its neighbour in trouble are graded along the
     /// ring; with a guard serving the consumer that waited longest, longest-queue servers split

@@ -754,6 +754,16 @@ impl ReadEngine {
         self.policy.on_state(now, node, &state);
     }
 
+    /// A server answered a probe: its state, and its disk speed if it said (`on_disk_rate`).
+    pub fn on_probe_answer(&mut self, now: Time, node: NodeId, state: ServerState, rate: Option<(f64, bool)>) {
+        self.on_state(now, node, state);
+        if let Some((bytes_per_sec, measured)) = rate {
+            self.on_disk_rate(node, bytes_per_sec, measured);
+        }
+        let view = view!(self, now);
+        self.policy.on_answer(&view, node);
+    }
+
     /// A reply of `bytes` spent `service_us` on the server's disk: its disk speed.
     pub fn on_service(&mut self, node: NodeId, bytes: u64, service_us: u32) {
         if service_us > 0 {

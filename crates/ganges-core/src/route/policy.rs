@@ -620,6 +620,10 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn on_reply(&mut self, _view: &RouteView<'_>, _node: NodeId) {}
     /// A server told us its state (in a reply, or answering a probe).
     fn on_state(&mut self, _now: Time, _node: NodeId, _state: &ServerState) {}
+    /// A server answered a probe (after `on_state`). A decision taken only at picks waits
+    /// for a reply to free a slot of the window, once a slow block where the window waits at
+    /// a slow disk: the consumer that most needs its backup would judge it last.
+    fn on_answer(&mut self, _view: &RouteView<'_>, _node: NodeId) {}
     /// When `poll_probe` will next have a server to ask, if it will: the driver wakes the
     /// engine then even if no reply arrives (a consumer whose disk is slow hears from it
     /// seldom, and must not probe its backups as seldom).
