@@ -497,29 +497,24 @@ mod tests {
     /// backup is judged as its probe's answer comes in, not at that pick.
     #[test]
     fn a_faster_backup_is_judged_when_its_probe_answers() {
+        // `node` answers that its primary reader is at `theirs`; ours is at 0.10.
+        fn answer(p: &mut PrimaryCopies, nodes: &BTreeMap<NodeId, NodeView>, node: u32, theirs: f64) -> bool {
+            p.on_state(Time::ZERO, NodeId(node), &state(Some(theirs)));
+            p.on_answer(&view(nodes, 0.10), NodeId(node));
+            p.is_using(NodeId(node))
+        }
         let slow = speeds(8e6, 32e6);
         let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
         p.pick(&view(&slow, 0.10), &H);
-        // A server that holds no copy of what we read says nothing to us.
-        p.on_state(Time::ZERO, NodeId(2), &state(Some(0.9)));
-        p.on_answer(&view(&slow, 0.10), NodeId(2));
-        assert!(!p.is_using(NodeId(2)));
-        // The backup's reader 3% behind us: our slow primary is no reason to pass it.
-        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.07)));
-        p.on_answer(&view(&slow, 0.10), NodeId(1));
-        assert!(!p.is_using(NodeId(1)));
-        // 5% ahead of us: in use at once, and the window grows for it.
-        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
-        p.on_answer(&view(&slow, 0.10), NodeId(1));
-        assert!(p.is_using(NodeId(1)));
-        assert_eq!(p.window(4), 8);
+        assert!(!answer(&mut p, &slow, 2, 0.9), "a server that holds no copy of what we read");
+        assert!(!answer(&mut p, &slow, 1, 0.07), "3% behind us: a slow primary is no reason to pass it");
+        assert!(answer(&mut p, &slow, 1, 0.15), "5% ahead: in use at once");
+        assert_eq!(p.window(4), 8, "and the window grows for it");
         // Equal disks: the answer waits for the next pick, when our own progress has moved.
         let equal = speeds(32e6, 32e6);
         let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
         p.pick(&view(&equal, 0.10), &H);
-        p.on_state(Time::ZERO, NodeId(1), &state(Some(0.15)));
-        p.on_answer(&view(&equal, 0.10), NodeId(1));
-        assert!(!p.is_using(NodeId(1)));
+        assert!(!answer(&mut p, &equal, 1, 0.15));
         p.pick(&view(&equal, 0.10), &H);
         assert!(p.is_using(NodeId(1)));
     }
