@@ -147,7 +147,8 @@ impl PrimaryCopies {
 
     /// The watermarks in effect, never finer than progress itself can be measured: a gap of
     /// less than half a block is noise, and a band narrower than a block flaps. Nor coarser
-    /// than `HIGH_MAX_BLOCKS` and `LOW_MAX_BLOCKS` blocks of a long partition.
+    /// than `HIGH_MAX_BLOCKS` and `LOW_MAX_BLOCKS` blocks of a long partition, unless those
+    /// blocks are less than `HIGH_MIN_SECS` of our own reading.
     fn watermarks(&self, view: &RouteView<'_>) -> (f64, f64) {
         let block = view.block_fraction;
         let low = self.s.low_watermark.min(LOW_MAX_BLOCKS * block).max(0.5 * block);
