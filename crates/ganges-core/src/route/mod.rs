@@ -59,8 +59,8 @@
 //! retried.
 //!
 //! Driving order (the quinn style): feed events with `on_data`, `on_failure`,
-//! `on_node_down`, `on_state`, `on_probe_answer`, `on_moved`, then drain `poll_send`, `poll_cancel`,
-//! `poll_notify` and `poll_probe` until all return `None`.
+//! `on_node_down`, `on_state`, `on_probe_answer`, `on_moved`, then drain `poll_send`,
+//! `poll_cancel`, `poll_notify` and `poll_probe` until all return `None`.
 
 pub mod ceft;
 pub mod plan;
