@@ -375,6 +375,7 @@ impl ReadStream {
                         service_us: 0,
                         primary_progress: st.primary_progress,
                         node_load: st.node_load,
+                        backup_depth: st.backup_depth,
                     };
                     let rate = st.disk_bytes_per_sec.map(|r| (r, st.disk_measured));
                     self.engine.on_probe_answer(now, node, state, rate);
@@ -393,8 +394,16 @@ impl ReadStream {
             self.sent.remove(&ev.tag);
             let Some((piece, node)) = self.engine.take(ev.tag) else { continue };
             match ev.result {
-                Ok(Message::ReadOk(ReadOk { crc, data, queue_len, service_us, primary_progress, .. })) => {
-                    let state = ServerState { queue_len, service_us, primary_progress, node_load: None };
+                Ok(Message::ReadOk(ReadOk {
+                    crc,
+                    data,
+                    queue_len,
+                    service_us,
+                    primary_progress,
+                    backup_depth,
+                    ..
+                })) => {
+                    let state = ServerState { queue_len, service_us, primary_progress, node_load: None, backup_depth };
                     self.engine.on_state(now, node, state);
                     self.engine.on_service(node, data.len() as u64, service_us);
                     let p = *self.engine.piece(piece);
@@ -413,7 +422,8 @@ impl ReadStream {
                 Ok(Message::WriteOk(WriteOk { queue_len, service_us, primary_progress, .. }))
                     if self.write.is_some() =>
                 {
-                    let state = ServerState { queue_len, service_us, primary_progress, node_load: None };
+                    let state =
+                        ServerState { queue_len, service_us, primary_progress, node_load: None, backup_depth: None };
                     self.engine.on_state(now, node, state);
                     let p = *self.engine.piece(piece);
                     self.engine.on_service(node, p.len as u64, service_us);

@@ -80,6 +80,8 @@ pub struct Report {
     /// Whether `disk_bytes_per_sec` was measured. A configured rate is a promise a fault or a
     /// competing load may break; gd-plan does not plan on it.
     pub disk_measured: bool,
+    /// The least `Service::depth` among backup reads queued here, if any.
+    pub backup_depth: Option<u8>,
 }
 
 #[derive(Debug)]
@@ -364,6 +366,13 @@ impl<C: ReadContext> ServerNode<C> {
             primary_progress: self.primaries.progress(dataset, now),
             disk_bytes_per_sec: measured.or(self.model.as_ref().map(|m| m.params().rate_bytes_per_sec)),
             disk_measured: measured.is_some(),
+            backup_depth: self
+                .jobs
+                .values()
+                .map(|(j, _)| j.service)
+                .filter(|s| s.copy > 0 && s.depth > 0)
+                .map(|s| s.depth)
+                .min(),
         }
     }
 
@@ -419,6 +428,27 @@ mod tests {
             queue_depth: 1,
         });
         ServerNode::new(SchedulerKind::Auto.build(), Some(model))
+    }
+
+    /// The least depth among queued backup reads (gd-rr's chains of trouble): reads of the
+    /// primary copy and reads not in trouble (depth 0) do not count, nor reads taken off.
+    #[test]
+    fn reports_the_least_depth_of_the_backup_reads_queued() {
+        let mut q: ServerNode<Ctx> = queue();
+        let read = |stream: u64, copy: u8, depth: u8| Job {
+            service: Service { copy, depth, ..Service::FURTHEST_BEHIND },
+            ..job(stream, 0, false)
+        };
+        let ctx = |conn: u64| Ctx { conn, request: Some(conn) };
+        assert_eq!(q.report(7, Time::ZERO).backup_depth, None);
+        q.enqueue_request(read(1, 0, 1), ctx(1), Some(7), Time::ZERO);
+        q.enqueue_request(read(2, 1, 0), ctx(2), None, Time::ZERO);
+        assert_eq!(q.report(7, Time::ZERO).backup_depth, None, "a primary read, and a backup read in no trouble");
+        q.enqueue_request(read(3, 1, 5), ctx(3), None, Time::ZERO);
+        q.enqueue_request(read(4, 1, 3), ctx(4), None, Time::ZERO);
+        assert_eq!(q.report(7, Time::ZERO).backup_depth, Some(3));
+        assert!(q.cancel(4, 4).is_some());
+        assert_eq!(q.report(7, Time::ZERO).backup_depth, Some(5), "a cancelled read is not queued");
     }
 
     #[test]
@@ -601,6 +631,7 @@ mod tests {
                 copy: (seed >> 5) as u8 % 2,
                 phased: seed & 128 != 0,
                 guard_every: (seed >> 8) as u8 % 4,
+                depth: (seed >> 10) as u8 % 3,
             }
         }
 

@@ -26,6 +26,7 @@ fn codec(c: &mut Criterion) {
         queue_len: 3,
         service_us: 31_000,
         primary_progress: Some(0.5),
+        backup_depth: None,
         origin: None,
         data,
     });

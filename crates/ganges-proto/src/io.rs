@@ -57,6 +57,7 @@ mod tests {
             queue_len: 2,
             service_us: 9,
             primary_progress: Some(0.25),
+            backup_depth: Some(2),
             origin: None,
             data: Bytes::from(vec![7u8; 300_000]),
         });

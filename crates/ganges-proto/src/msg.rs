@@ -5,14 +5,15 @@
 //! written with a vectored write; on receipt the payload is a slice of the frame's buffer.
 //! `progress` below is 24 bytes: done u64, total u64, metric u8 (after a stream u64), and
 //! `primary` is the server's primary consumers' progress in parts per billion, or u32::MAX
-//! when nobody reads its primary copies.
+//! when nobody reads its primary copies. `depth` in a request is its `Service::depth`; in a
+//! reply, the least depth among the backup reads queued at the server (0: none).
 //!
 //! | kind | message   | body |
 //! |------|-----------|------|
 //! | 0x01 | Hello     | JSON `{client, client_id}` |
-//! | 0x02 | Read      | stream u64, progress, service u8, share u16, guard u8, fragment u32, block u32, start u32, len u32, name_len u8, name |
+//! | 0x02 | Read      | stream u64, progress, service u8, share u16, guard u8, depth u8, fragment u32, block u32, start u32, len u32, name_len u8, name |
 //! | 0x03 | Cancel    | empty: the header's request id names the read to cancel |
-//! | 0x04 | Write     | stream u64, progress, service u8, share u16, guard u8, txid u64, fragment u32, block u32, crc u32, name_len u8, name, data |
+//! | 0x04 | Write     | stream u64, progress, service u8, share u16, guard u8, depth u8, txid u64, fragment u32, block u32, crc u32, name_len u8, name, data |
 //! | 0x05 | Progress  | stream u64, progress (no reply) |
 //! | 0x06 | Probe     | stream u64, progress, name_len u8, name (answered by State) |
 //! | 0x07 | Sink      | data, discarded (a network stress's traffic; no reply) |
@@ -20,10 +21,10 @@
 //! | 0x09 | AuthProof | client proof (32 bytes): HMAC-SHA256 over both nonces (`ganges-net`'s `auth`) |
 //! | 0x10 | Control   | JSON `ControlRequest` |
 //! | 0x81 | HelloOk   | JSON `{node, server_version}` |
-//! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, primary u32, data |
+//! | 0x82 | ReadOk    | crc u32, queue_len u32, service_us u32, primary u32, depth u8, data |
 //! | 0x83 | ReadOk from a handed-off request | origin node u32, origin request u64, then as ReadOk |
 //! | 0x84 | WriteOk   | queue_len u32, service_us u32, primary u32, block u32 |
-//! | 0x85 | State     | queue_len u32, primary u32, disk rate u32 (KiB/s, 0 unknown), measured u8 (0 or 1), then the node's load if sampled: cpu f32, load f32, free memory u64, free net f32, free disk f32 (bytes/s) |
+//! | 0x85 | State     | queue_len u32, primary u32, disk rate u32 (KiB/s, 0 unknown), measured u8 (0 or 1), depth u8, then the node's load if sampled: cpu f32, load f32, free memory u64, free net f32, free disk f32 (bytes/s) |
 //! | 0x87 | Error for a handed-off request | origin node u32, origin request u64, then as Error |
 //! | 0x88 | Moved     | to node u32: the header's request id was handed to that server |
 //! | 0x89 | Redirected | to node u32: the header's request (a DQ append) was given back unserved; send it to that server |
@@ -143,6 +144,8 @@ pub struct ReadOk {
     pub service_us: u32,
     /// The server's primary consumers' progress for this dataset (GD-3).
     pub primary_progress: Option<f64>,
+    /// The least `Service::depth` among the backup reads queued at the server.
+    pub backup_depth: Option<u8>,
     /// Set when another server handed this request to the one answering (GD-6).
     pub origin: Option<Origin>,
     pub data: Bytes,
@@ -157,6 +160,8 @@ pub struct State {
     pub disk_bytes_per_sec: Option<f64>,
     /// Whether `disk_bytes_per_sec` was measured.
     pub disk_measured: bool,
+    /// The least `Service::depth` among the backup reads queued at the server.
+    pub backup_depth: Option<u8>,
     /// The node's load as its sampler last saw it (CW-1); `None` before its first interval.
     pub node_load: Option<NodeLoad>,
 }
@@ -491,6 +496,7 @@ impl Message {
                 fields.put_u32_le(r.queue_len);
                 fields.put_u32_le(r.service_us);
                 put_primary(&mut fields, r.primary_progress);
+                fields.put_u8(r.backup_depth.unwrap_or(0));
                 payload = r.data.clone();
             }
             Message::State(s) => {
@@ -499,6 +505,7 @@ impl Message {
                 let kib = s.disk_bytes_per_sec.map_or(0, |r| (r / 1024.0).round().clamp(1.0, u32::MAX as f64) as u32);
                 fields.put_u32_le(kib);
                 fields.put_u8(u8::from(s.disk_measured));
+                fields.put_u8(s.backup_depth.unwrap_or(0));
                 if let Some(l) = &s.node_load {
                     fields.put_f32_le(l.cpu_min_busy as f32);
                     fields.put_f32_le(l.load as f32);
@@ -574,7 +581,7 @@ impl Message {
                 Message::WriteOk(WriteOk { queue_len, service_us, primary_progress, block })
             }
             kind::READ => {
-                need("read", &b, 46)?;
+                need("read", &b, 47)?;
                 let (stream, progress) = get_progress("read", &mut b)?;
                 let service = get_service("read", &mut b)?;
                 let fragment = FragmentId(b.get_u32_le());
@@ -600,15 +607,16 @@ impl Message {
             }
             kind::READ_OK | kind::READ_OK_MOVED => {
                 let origin = get_origin_if(header.kind == kind::READ_OK_MOVED, "read-ok", &mut b)?;
-                need("read-ok", &b, 16)?;
+                need("read-ok", &b, 17)?;
                 let crc = b.get_u32_le();
                 let queue_len = b.get_u32_le();
                 let service_us = b.get_u32_le();
                 let primary_progress = get_primary("read-ok", &mut b)?;
-                Message::ReadOk(ReadOk { crc, queue_len, service_us, primary_progress, origin, data: b })
+                let backup_depth = get_depth(&mut b);
+                Message::ReadOk(ReadOk { crc, queue_len, service_us, primary_progress, backup_depth, origin, data: b })
             }
             kind::STATE => {
-                need("state", &b, 13)?;
+                need("state", &b, 14)?;
                 let queue_len = b.get_u32_le();
                 let primary_progress = get_primary("state", &mut b)?;
                 let kib = b.get_u32_le();
@@ -617,13 +625,21 @@ impl Message {
                     1 => true,
                     v => return Err(ProtoError::malformed("state", format!("measured byte {v}"))),
                 };
+                let backup_depth = get_depth(&mut b);
                 let node_load = match b.remaining() {
                     0 => None,
                     NODE_LOAD_BYTES => Some(get_node_load(&mut b)?),
                     n => return Err(ProtoError::malformed("state", format!("{n} bytes after the disk rate"))),
                 };
                 let disk_bytes_per_sec = (kib > 0).then_some(kib as f64 * 1024.0);
-                Message::State(State { queue_len, primary_progress, disk_bytes_per_sec, disk_measured, node_load })
+                Message::State(State {
+                    queue_len,
+                    primary_progress,
+                    disk_bytes_per_sec,
+                    disk_measured,
+                    backup_depth,
+                    node_load,
+                })
             }
             kind::MOVED | kind::REDIRECTED => {
                 let what = if header.kind == kind::MOVED { "moved" } else { "redirected" };
@@ -633,7 +649,7 @@ impl Message {
                 if header.kind == kind::MOVED { Message::Moved { to } } else { Message::Redirected { to } }
             }
             kind::WRITE => {
-                need("write", &b, 50)?;
+                need("write", &b, 51)?;
                 let (stream, progress) = get_progress("write", &mut b)?;
                 let service = get_service("write", &mut b)?;
                 let txid = b.get_u64_le();
@@ -687,14 +703,22 @@ fn put_service(b: &mut BytesMut, s: &Service) {
     b.put_u8(crate::service::to_byte(*s));
     b.put_u16_le(s.share);
     b.put_u8(s.guard_every);
+    b.put_u8(s.depth);
 }
 
 fn get_service(what: &'static str, b: &mut Bytes) -> Result<Service, ProtoError> {
     let v = b.get_u8();
     let share = b.get_u16_le();
     let guard = b.get_u8();
+    let depth = b.get_u8();
     crate::service::from_byte(v, share, guard)
+        .map(|s| Service { depth, ..s })
         .ok_or_else(|| ProtoError::malformed(what, format!("service byte {v:#04x}")))
+}
+
+/// A reply's least backup-read depth: 0 on the wire is none.
+fn get_depth(b: &mut Bytes) -> Option<u8> {
+    Some(b.get_u8()).filter(|d| *d > 0)
 }
 
 /// The node-load tail of a State frame: 4 + 4 + 8 + 4 + 4 bytes.
@@ -804,8 +828,9 @@ mod tests {
             0..=COPY_MAX,
             any::<bool>(),
             any::<u8>(),
+            any::<u8>(),
         )
-            .prop_map(|(discipline, runs, handoff, share, copy, phased, guard_every)| Service {
+            .prop_map(|(discipline, runs, handoff, share, copy, phased, guard_every, depth)| Service {
                 discipline,
                 runs,
                 handoff,
@@ -813,7 +838,13 @@ mod tests {
                 copy,
                 phased,
                 guard_every,
+                depth,
             })
+    }
+
+    /// A least backup-read depth as the wire carries it (0 is none).
+    fn depth() -> impl Strategy<Value = Option<u8>> {
+        prop::option::of(1u8..=u8::MAX)
     }
 
     /// Fractions that survive parts-per-billion exactly.
@@ -869,20 +900,35 @@ mod tests {
                 progress,
                 dataset
             })),
-            (any::<u32>(), any::<u32>(), any::<u32>(), primary(), origin(), data.clone()).prop_map(
-                |(crc, queue_len, service_us, primary_progress, origin, data)| Message::ReadOk(ReadOk {
+            (any::<u32>(), any::<u32>(), any::<u32>(), primary(), depth(), origin(), data.clone()).prop_map(
+                |(crc, queue_len, service_us, primary_progress, backup_depth, origin, data)| Message::ReadOk(ReadOk {
                     crc,
                     queue_len,
                     service_us,
                     primary_progress,
+                    backup_depth,
                     origin,
                     data
                 })
             ),
-            (any::<u32>(), primary(), prop::option::of(1u32..u32::MAX), any::<bool>(), prop::option::of(node_load()))
-                .prop_map(|(queue_len, primary_progress, kib, disk_measured, node_load)| {
+            (
+                any::<u32>(),
+                primary(),
+                prop::option::of(1u32..u32::MAX),
+                any::<bool>(),
+                depth(),
+                prop::option::of(node_load())
+            )
+                .prop_map(|(queue_len, primary_progress, kib, disk_measured, backup_depth, node_load)| {
                     let disk_bytes_per_sec = kib.map(|k| k as f64 * 1024.0);
-                    Message::State(State { queue_len, primary_progress, disk_bytes_per_sec, disk_measured, node_load })
+                    Message::State(State {
+                        queue_len,
+                        primary_progress,
+                        disk_bytes_per_sec,
+                        disk_measured,
+                        backup_depth,
+                        node_load,
+                    })
                 }),
             any::<u32>().prop_map(|n| Message::Moved { to: NodeId(n) }),
             any::<u32>().prop_map(|n| Message::Redirected { to: NodeId(n) }),
@@ -1016,6 +1062,7 @@ mod tests {
             primary_progress: None,
             disk_bytes_per_sec: None,
             disk_measured: false,
+            backup_depth: Some(3),
             node_load: Some(load),
         };
         let v = Message::State(state).encode(1).to_vec();
@@ -1023,7 +1070,7 @@ mod tests {
         let body = &v[HEADER_BYTES..];
         assert_eq!(Message::decode(&h, Bytes::copy_from_slice(body)).unwrap(), Message::State(state));
         // A CPU above 100%, a NaN rate, a tail cut short: each refused.
-        for (at, bytes) in [(13, 1.5f32.to_le_bytes()), (29, f32::NAN.to_le_bytes())] {
+        for (at, bytes) in [(14, 1.5f32.to_le_bytes()), (30, f32::NAN.to_le_bytes())] {
             let mut bad = body.to_vec();
             bad[at..at + 4].copy_from_slice(&bytes);
             assert!(Message::decode(&h, Bytes::from(bad)).is_err());
@@ -1038,6 +1085,7 @@ mod tests {
             primary_progress: Some(0.5),
             disk_bytes_per_sec: None,
             disk_measured: false,
+            backup_depth: None,
             node_load: None,
         };
         let mut v = Message::State(state).encode(1).to_vec();

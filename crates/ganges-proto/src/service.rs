@@ -35,6 +35,7 @@ pub fn from_byte(b: u8, share: u16, guard_every: u8) -> Option<Service> {
         copy: (b >> 4) & COPY_MAX,
         phased: b & 64 != 0,
         guard_every,
+        depth: 0,
     })
 }
 

@@ -293,6 +293,7 @@ async fn read_loop(
                             primary_progress,
                             disk_bytes_per_sec: r.disk_bytes_per_sec,
                             disk_measured: r.disk_measured,
+                            backup_depth: r.backup_depth,
                             node_load: *shared.node_load.lock(),
                         })
                     }

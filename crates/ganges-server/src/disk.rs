@@ -281,10 +281,10 @@ async fn serve_read(shared: &Arc<Shared>, ctx: JobCtx, job: &Job, modelled: Opti
         .await
         .unwrap_or_else(|e| Err(StoreError::BadRequest(format!("read task failed: {e}"))));
     let service = disk_time(shared, modelled, began, len as u64).await;
-    let (queue_len, primary_progress) = {
+    let (queue_len, primary_progress, backup_depth) = {
         let mut d = shared.disk.lock();
         let r = d.report(ctx.dataset.manifest.id, shared.now());
-        (r.queue_len, r.primary_progress)
+        (r.queue_len, r.primary_progress, r.backup_depth)
     };
     let reply = match read {
         Ok((data, crc)) => {
@@ -305,6 +305,7 @@ async fn serve_read(shared: &Arc<Shared>, ctx: JobCtx, job: &Job, modelled: Opti
                 queue_len,
                 service_us: micros(service),
                 primary_progress,
+                backup_depth,
                 origin: ctx.origin,
                 data,
             })

@@ -733,6 +733,7 @@ impl<'a> Sim<'a> {
                 let state = ServerState {
                     queue_len: r.queue_len,
                     primary_progress: r.primary_progress,
+                    backup_depth: r.backup_depth,
                     ..ServerState::default()
                 };
                 let rate = r.disk_bytes_per_sec.map(|b| (b, r.disk_measured));
@@ -826,6 +827,7 @@ impl<'a> Sim<'a> {
             service_us: busy.as_micros().min(u32::MAX as u128) as u32,
             primary_progress: r.primary_progress,
             node_load: None,
+            backup_depth: r.backup_depth,
         };
         if let Some(r) = ctx.rewrite {
             // Acknowledged to the writing client (consumer 0's host).

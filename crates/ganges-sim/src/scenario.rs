@@ -1184,12 +1184,11 @@ mod tests {
     /// A fault that passes: one disk of a ring of 8 (32 MiB/s, 8 s scans) at a quarter of its
     /// speed for the first 0.5 s only. The consumers that left their primaries for it go back,
     /// so the backups' bytes are about what the fault's half second moved: gd-pc 1.0%, gd-plan
-    /// 2.0% (2.0 s of fault: 7.6% and 8.0%). gd-rr is not held to it: its consumers found
-    /// trouble by contention, each from its neighbour's requests queued at its primary, and
-    /// around a ring that keeps itself going after the slow disk is well: 47% from backups,
-    /// however short the fault (at no cost in time here, 97% of the ideal).
+    /// 2.0%, gd-rr 7.2%. gd-rr read 47% here, however short the fault, before its chains of
+    /// trouble stopped short of a ring (`route::rate`): each consumer took trouble from its
+    /// neighbour's reads queued at its primary, round the ring and back.
     #[test]
-    fn gd_pc_and_gd_plan_read_their_primaries_again_once_a_fault_passes() {
+    fn the_primaries_are_read_again_once_a_fault_passes() {
         let case = GdCase {
             nodes: 8,
             disk_rate: 32.0 * MIB,
@@ -1200,9 +1199,9 @@ mod tests {
             seek: Duration::from_millis(4),
             schedule: vec![FaultWindow { start: Duration::ZERO, end: Some(Duration::from_millis(500)) }],
         };
-        for policy in [ReadPolicyKind::GdPc, ReadPolicyKind::GdPlan] {
+        for policy in [ReadPolicyKind::GdPc, ReadPolicyKind::GdPlan, ReadPolicyKind::GdRr] {
             let row = case.run(policy, FaultLayout::Best, 1, 1, "passing", 1.0).unwrap();
-            assert!(row.backup_bytes_frac < 0.05, "{policy}: {row:?}");
+            assert!(row.backup_bytes_frac < 0.1, "{policy}: {row:?}");
         }
     }
 

@@ -362,6 +362,8 @@ pub struct ServerState {
     pub primary_progress: Option<f64>,
     /// The node's load as its sampler last saw it (CW-1), in answers to probes.
     pub node_load: Option<NodeLoad>,
+    /// The least depth among backup reads queued there (`Service::depth`).
+    pub backup_depth: Option<u8>,
 }
 
 /// What the engine knows about one server, from this consumer's point of view.

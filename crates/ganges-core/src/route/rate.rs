@@ -28,6 +28,12 @@
 //!   the consumer goes back to primary-only; trouble found by contention, which cannot be
 //!   judged while the primary has less than a full share, after `CONTENDED_HOLD` probe
 //!   intervals, to be judged again.
+//! - **A chain of trouble is not a ring (ours).** Contention passes trouble from consumer to
+//!   consumer along the chain of copies, and on a ring of them it could come back to where
+//!   it began and keep itself going with every disk well. So each backup read carries its
+//!   place in the chain (`Service::depth`: 1 from a slow disk, one more than the reads that
+//!   sent its consumer off its primary), servers report the least depth queued there, and
+//!   nobody takes trouble from reads as deep as the layout has servers.
 //!
 //! Lesson 4, the guard against starvation, lives in `sched::LongestQueue`; its interval is the
 //! `guard_every` setting, which every request carries to the servers. Lesson 2, "artificial
@@ -55,6 +61,12 @@ pub const SLOW_FOR: u32 = 2;
 pub const FAR_BELOW: f64 = 0.5;
 /// Probe intervals trouble found by contention lasts before it is judged again.
 pub const CONTENDED_HOLD: u32 = 4;
+/// Seconds after trouble found by others' reads queued at the primary ends before what the
+/// primary delivers us may find new trouble: the delivered rate remembers the last
+/// `RateMeter::WINDOW_SECS` or so, when the primary served them too. Two of those leave a
+/// seventh of the old figure. (After a slow link's trouble the old figure is the link's, and
+/// finds it again a probe interval later, as it should.)
+pub const FRESH_AFTER_SECS: f64 = 2.0 * crate::handoff::RateMeter::WINDOW_SECS;
 
 #[derive(Debug)]
 pub struct ResponseRate {
@@ -71,6 +83,14 @@ pub struct ResponseRate {
     probes: Probes,
     /// Holders of the piece last placed: in trouble, each gets a window's worth.
     holders: u32,
+    /// Our place in a chain of trouble while in it (`Service::depth`).
+    depth: u8,
+    /// The layout's servers: no chain of trouble is longer.
+    horizon: u8,
+    /// Whether others' reads queued at the primary put us in trouble.
+    by_others: bool,
+    /// When trouble that others' reads caused last ended.
+    left_at: Option<crate::time::Time>,
 }
 
 impl ResponseRate {
@@ -84,6 +104,10 @@ impl ResponseRate {
             contended_since: None,
             probes: Probes::default(),
             holders: 1,
+            depth: 0,
+            horizon: u8::MAX,
+            by_others: false,
+            left_at: None,
         }
     }
 
@@ -142,7 +166,8 @@ impl ResponseRate {
         // With nobody else queued (a slow link, or a real disk's figures swinging), a
         // shortfall of `UNSEEN_CONTENTION` or more is.
         let others_queued = p.holds_others();
-        let short = !self.trouble && (others_queued || p.delivers_below(disk, UNSEEN_CONTENTION));
+        let fresh = self.left_at.is_none_or(|t| view.now.since(t).as_secs_f64() >= FRESH_AFTER_SECS);
+        let short = !self.trouble && (others_queued || (fresh && p.delivers_below(disk, UNSEEN_CONTENTION)));
         // Unseen, it must last a probe interval too: a real disk's figure and our delivered
         // rate swing apart for a moment when the consumer or the server waits for a CPU.
         self.short_since = if short && !others_queued { self.short_since.or(Some(view.now)) } else { None };
@@ -153,13 +178,20 @@ impl ResponseRate {
         let queued = |h: &NodeId| view.node(*h).queued();
         let lighter_elsewhere =
             queued(&holders[0]).is_some_and(|mine| holders[1..].iter().any(|h| queued(h).is_some_and(|q| q < mine)));
+        // And only from a chain shorter than the ring: reads as deep as the layout has servers
+        // came round from us. Without this, one consumer's trouble for half a second made a
+        // ring of 8 read 47% of its bytes from backups for the rest of an 8 s scan, with no
+        // fault (and on real disks, 42.9% after a kernel throttle of 1 s).
+        let others_depth = p.last_state.and_then(|s| s.backup_depth).unwrap_or(0);
         let contended = short
-            && ((others_queued && lighter_elsewhere)
+            && ((others_queued && lighter_elsewhere && others_depth < self.horizon)
                 || self.short_since.is_some_and(|t| view.now.since(t) >= self.s.probe_interval));
         if slow_disk {
-            (self.trouble, self.contended_since) = (true, None);
+            (self.trouble, self.contended_since, self.depth, self.by_others) = (true, None, 1, false);
         } else if contended {
-            (self.trouble, self.contended_since) = (true, Some(view.now));
+            let depth = if others_queued { others_depth.saturating_add(1) } else { 1 };
+            (self.trouble, self.contended_since, self.depth, self.by_others) =
+                (true, Some(view.now), depth, others_queued);
         } else if self.trouble && self.s.return_to_primary && !slow_now {
             // Back as soon as the disk is no longer slow: figures that would say it is "as fast
             // as the others again" can stay a fifth apart on equal real disks, and trouble never
@@ -169,6 +201,9 @@ impl ResponseRate {
             // the time, a moment's swing costs one hold.
             let held = self.contended_since.is_none_or(|t| view.now.since(t) >= self.s.probe_interval * CONTENDED_HOLD);
             if held {
+                if self.by_others {
+                    self.left_at = Some(view.now);
+                }
                 (self.trouble, self.contended_since) = (false, None);
             }
         }
@@ -217,12 +252,17 @@ impl RoutePolicy for ResponseRate {
             handoff: self.handoff,
             // Validated to fit (`PolicySettings::validate`).
             guard_every: u8::try_from(self.s.guard_every).unwrap_or(u8::MAX),
+            depth: if self.trouble { self.depth } else { 0 },
             ..Service::FURTHEST_BEHIND
         }
     }
 
     fn steals_at_end(&self) -> bool {
         true
+    }
+
+    fn on_layout(&mut self, layout: &crate::layout::Layout) {
+        self.horizon = u8::try_from(layout.nodes()).unwrap_or(u8::MAX);
     }
 
     /// In trouble, a window per holder: every server in use keeps `min_outstanding` requests
@@ -476,6 +516,68 @@ mod tests {
         assert!(p.in_trouble(), "held while the primary cannot be judged");
         pick_at(&mut p, &fine, CONTENDED_HOLD);
         assert!(!p.in_trouble(), "back to the primary, to be judged again");
+    }
+
+    /// Others' reads queued at the primary pass trouble on one place further down the chain,
+    /// but not from reads as deep as the layout has servers: those came round a ring.
+    #[test]
+    fn trouble_passes_down_a_chain_but_not_round_a_ring() {
+        let ring = crate::layout::Layout::chained(8, 2).unwrap();
+        let contended = |depth: Option<u8>| {
+            let mut n = nodes([32.0, 32.0], [32.0, 4.0], [0.2, 0.2], [4, 0]);
+            n.get_mut(&NodeId(0)).unwrap().last_state =
+                Some(crate::route::ServerState { queue_len: 8, backup_depth: depth, ..Default::default() });
+            n.get_mut(&NodeId(1)).unwrap().last_state =
+                Some(crate::route::ServerState { queue_len: 4, ..Default::default() });
+            let mut p = ResponseRate::new(RateSettings::default(), false);
+            p.on_layout(&ring);
+            assert_eq!(p.service().depth, 0, "not in trouble: no depth");
+            p.pick(&view(&n), &H);
+            p
+        };
+        let p = contended(Some(3));
+        assert!(p.in_trouble());
+        assert_eq!(p.service().depth, 4, "one further than the reads that sent us");
+        assert_eq!(contended(None).service().depth, 1, "others queued there, none of them in trouble");
+        assert!(contended(Some(7)).in_trouble());
+        assert!(!contended(Some(8)).in_trouble(), "8 servers: depth 8 came round the ring");
+        // A slow disk begins a chain.
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        pick_over_time(&mut p, &judged(nodes([8.0, 32.0], [8.0, 32.0], [0.5, 0.1], [4, 0])));
+        assert!(p.in_trouble());
+        assert_eq!(p.service().depth, 1);
+    }
+
+    /// What the primary delivered us while others' reads queued there put us in trouble is
+    /// no shortfall once they are gone.
+    #[test]
+    fn a_shortfall_counts_only_once_the_delivered_rate_forgot_the_trouble() {
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        let mut n = nodes([32.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]);
+        n.get_mut(&NodeId(0)).unwrap().delivered.note(16 << 20, 0.2, 0.25);
+        (p.trouble, p.by_others) = (true, true);
+        p.contended_since = Some(crate::time::Time::ZERO);
+        pick_at(&mut p, &n, CONTENDED_HOLD);
+        assert!(!p.in_trouble(), "the hold is over");
+        let left = CONTENDED_HOLD as f64 * 0.1;
+        let at = |secs: f64| RouteView { now: crate::time::Time::from_secs_f64(secs), ..view(&n) };
+        for t in [left + 0.1, left + 0.3, left + FRESH_AFTER_SECS - 0.01] {
+            p.pick(&at(t), &H);
+            assert!(!p.in_trouble(), "at {t}: the figure still holds the trouble's");
+        }
+        p.pick(&at(left + FRESH_AFTER_SECS), &H);
+        p.pick(&at(left + FRESH_AFTER_SECS + 0.1), &H);
+        assert!(p.in_trouble(), "half short, measured since");
+        // Trouble a slow link made (nobody else queued) is found again once the shortfall has
+        // lasted a probe interval from its end: the figure is the link's.
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        p.trouble = true;
+        p.contended_since = Some(crate::time::Time::ZERO);
+        pick_at(&mut p, &n, CONTENDED_HOLD);
+        assert!(!p.in_trouble(), "the hold is over");
+        pick_at(&mut p, &n, CONTENDED_HOLD + 1);
+        pick_at(&mut p, &n, CONTENDED_HOLD + 2);
+        assert!(p.in_trouble(), "the link is still slow");
     }
 
     #[test]

@@ -209,6 +209,10 @@ pub struct Service {
     /// server's `GUARD_EVERY`. Where streams ask for different intervals, the shortest holds.
     #[serde(default)]
     pub guard_every: u8,
+    /// A backup read's place in a chain of trouble (gd-rr): 1 from a consumer whose primary
+    /// is slow, k + 1 from one that depth-k reads queued at its primary sent off; 0 none.
+    #[serde(default)]
+    pub depth: u8,
 }
 
 /// The highest `Service::copy` (two bits on the wire); later copies count as this one.
@@ -226,6 +230,7 @@ impl Service {
         copy: 0,
         phased: false,
         guard_every: 0,
+        depth: 0,
     };
 
     /// The share as a fraction of the disk.
