@@ -255,6 +255,9 @@ pub struct HandedJob {
     /// `Service::guard_every` (the share is not carried: handoff is gd-rr's, which plans none).
     #[serde(default)]
     pub guard_every: u8,
+    /// `Service::depth`: a handed-off backup read keeps its place in a chain of trouble.
+    #[serde(default)]
+    pub depth: u8,
     pub dataset: DatasetName,
     pub fragment: FragmentId,
     pub block: u32,

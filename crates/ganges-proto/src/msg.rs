@@ -711,8 +711,7 @@ fn get_service(what: &'static str, b: &mut Bytes) -> Result<Service, ProtoError>
     let share = b.get_u16_le();
     let guard = b.get_u8();
     let depth = b.get_u8();
-    crate::service::from_byte(v, share, guard)
-        .map(|s| Service { depth, ..s })
+    crate::service::from_byte(v, share, guard, depth)
         .ok_or_else(|| ProtoError::malformed(what, format!("service byte {v:#04x}")))
 }
 

@@ -1,5 +1,5 @@
 //! A request's service on the wire: one byte for the discipline and its flags, beside the
-//! share (u16) and the guard interval (u8) that travel with it.
+//! share (u16), the guard interval (u8) and the depth (u8) that travel with it.
 
 use ganges_core::sched::{COPY_MAX, Discipline, Service};
 
@@ -16,8 +16,9 @@ pub fn to_byte(s: Service) -> u8 {
         | (u8::from(s.phased) << 6)
 }
 
-/// The service a byte names, with its share and guard; `None` for a byte with unknown bits.
-pub fn from_byte(b: u8, share: u16, guard_every: u8) -> Option<Service> {
+/// The service a byte names, with its share, guard and depth; `None` for a byte with unknown
+/// bits.
+pub fn from_byte(b: u8, share: u16, guard_every: u8, depth: u8) -> Option<Service> {
     if b & !0b111_1111 != 0 {
         return None;
     }
@@ -35,7 +36,7 @@ pub fn from_byte(b: u8, share: u16, guard_every: u8) -> Option<Service> {
         copy: (b >> 4) & COPY_MAX,
         phased: b & 64 != 0,
         guard_every,
-        depth: 0,
+        depth,
     })
 }
 
@@ -54,7 +55,7 @@ mod tests {
             FB,
             FB_RUNS,
             LQ,
-            Service { runs: true, handoff: true, guard_every: 3, ..LQ },
+            Service { runs: true, handoff: true, guard_every: 3, depth: 2, ..LQ },
             Service { discipline: Discipline::LearnedShares, runs: true, share: 7, copy: 1, phased: true, ..FB },
             Service {
                 discipline: Discipline::Planned,
@@ -65,8 +66,8 @@ mod tests {
                 ..FB
             },
         ] {
-            assert_eq!(from_byte(to_byte(s), s.share, s.guard_every), Some(s));
+            assert_eq!(from_byte(to_byte(s), s.share, s.guard_every, s.depth), Some(s));
         }
-        assert_eq!(from_byte(128, 0, 0), None);
+        assert_eq!(from_byte(128, 0, 0, 0), None);
     }
 }

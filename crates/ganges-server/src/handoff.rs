@@ -227,8 +227,8 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
             outbox.send_untracked(origin.request_id, Message::Error(e, Some(origin)));
             continue;
         }
-        let service =
-            ganges_proto::service::from_byte(hj.service, 0, hj.guard_every).unwrap_or(Service::FURTHEST_BEHIND);
+        let service = ganges_proto::service::from_byte(hj.service, 0, hj.guard_every, hj.depth)
+            .unwrap_or(Service::FURTHEST_BEHIND);
         let metric = if hj.fraction { ProgressMetric::Fraction } else { ProgressMetric::Bytes };
         let job = Job {
             id: 0,
@@ -291,6 +291,7 @@ pub fn give(shared: &Arc<Shared>, from: NodeId, rate_idle: f64, clients: &[u64],
                 fraction: job.progress.metric == ProgressMetric::Fraction,
                 service: ganges_proto::service::to_byte(job.service),
                 guard_every: job.service.guard_every,
+                depth: job.service.depth,
                 dataset: ctx.dataset.manifest.name.clone(),
                 fragment: ctx.fragment,
                 block: ctx.block,

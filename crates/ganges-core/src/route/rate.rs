@@ -559,7 +559,7 @@ mod tests {
         p.contended_since = Some(crate::time::Time::ZERO);
         pick_at(&mut p, &n, CONTENDED_HOLD);
         assert!(!p.in_trouble(), "the hold is over");
-        let left = CONTENDED_HOLD as f64 * 0.1;
+        let left = (RateSettings::default().probe_interval * CONTENDED_HOLD).as_secs_f64();
         let at = |secs: f64| RouteView { now: crate::time::Time::from_secs_f64(secs), ..view(&n) };
         for t in [left + 0.1, left + 0.3, left + FRESH_AFTER_SECS - 0.01] {
             p.pick(&at(t), &H);
