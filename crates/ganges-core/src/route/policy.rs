@@ -589,6 +589,13 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn steals_at_end(&self) -> bool {
         false
     }
+    /// Whether, at the end of a scan, a server that still has some of this consumer's
+    /// requests may take one from a slower copy's longer line (slow lines, in the engine's
+    /// module docs): for policies that keep as many requests at every copy, whatever its
+    /// speed.
+    fn steals_from_slow_lines(&self) -> bool {
+        false
+    }
     /// Whether servers should hear of this consumer's progress between requests.
     fn notifies_progress(&self) -> bool {
         false
@@ -777,6 +784,9 @@ impl RoutePolicy for Graduated {
         Service { discipline, runs: self.runs, ..Service::FURTHEST_BEHIND }
     }
     fn steals_at_end(&self) -> bool {
+        true
+    }
+    fn steals_from_slow_lines(&self) -> bool {
         true
     }
     fn notifies_progress(&self) -> bool {

@@ -183,6 +183,35 @@ fn the_end_of_a_scan_steals_from_a_loaded_server_and_drops_the_duplicate() {
     e.assert_invariants();
 }
 
+/// GD keeps as many requests at a slow copy as at a fast one, so at the end of a scan the
+/// slow disk's line is the last to be served. A faster server that answers takes the last
+/// piece of that line while it would serve it sooner, though it still has some of ours;
+/// between disks of about the same speed nothing moves.
+#[test]
+fn the_end_of_a_scan_moves_a_piece_from_a_slow_disks_longer_line() {
+    for (slow, moved) in [(0.3e6, true), (0.9e6, false)] {
+        let mut e = engine(ReadPolicyKind::Gd, 4, 2, 0, 4);
+        for _ in 0..3 {
+            e.on_disk_rate(NodeId(0), slow, true);
+            e.on_disk_rate(NodeId(1), 1e6, true);
+        }
+        let sends = drain(&mut e); // pieces 0..4 on nodes 0,1,0,1
+        assert_eq!(e.cursor, 4);
+        // Node 1 answers one: it still has one of ours, node 0 two.
+        e.on_data(Time::ZERO, sends[1].piece, NodeId(1));
+        let steal = drain(&mut e);
+        if moved {
+            // Second in line at a disk at 0.3 of node 1's speed, against second here.
+            assert_eq!(pns(steal), vec![(2, NodeId(1))]);
+            assert_eq!(e.poll_cancel().map(pn), Some((2, NodeId(0))));
+        } else {
+            assert!(steal.is_empty(), "{steal:?}");
+            assert_eq!(e.poll_cancel(), None);
+        }
+        e.assert_invariants();
+    }
+}
+
 /// Replies are reported by the engine's request ids, even when one piece is asked of one
 /// server twice (a stolen request that its first server handed to the thief).
 #[test]
