@@ -977,9 +977,11 @@ impl ReadEngine {
     /// requested; if it has nothing more of ours, move one piece queued elsewhere to it, or
     /// send it there too; if it has some, move one only when it would answer it sooner.
     fn maybe_steal(&mut self, now: Time, node: NodeId) {
+        let here = self.outstanding(node);
         if !self.policy.steals_at_end()
             || self.cursor < self.pieces.len()
             || !self.retry.is_empty()
+            || (here > 0 && !self.policy.steals_from_slow_lines())
             || self.down.contains(&node)
         {
             return;
@@ -1007,8 +1009,7 @@ impl ReadEngine {
             }
         }
         let Some((load, piece, from, sent)) = best else { return };
-        let here = self.outstanding(node);
-        if here > 0 && !(self.policy.steals_from_slow_lines() && self.sooner_here(node, here, from, load)) {
+        if here > 0 && !self.sooner_here(node, here, from, load) {
             return;
         }
         if load >= 2 {
