@@ -573,8 +573,11 @@ fn bench_write_quick_writes_json_and_a_plot() {
         if r["policy"] == "dq" {
             assert!(r["completion"].is_null(), "one copy: nothing to complete");
         } else {
+            // Every block has its second copy made, unless a request moved at the end of the
+            // write (GD's slow lines) landed on both servers: its cancel came too late.
             let c = &r["completion"];
-            assert_eq!(c["bytes"], 16u64 << 20, "completion copies one copy's worth: {r}");
+            let block = (16u64 << 20) / 128;
+            assert_eq!(c["bytes"], (2 * 128 - placed) * block, "completion copies what has one copy: {r}");
             let b = c["frac_bound"].as_f64().unwrap();
             assert!(b > 0.0 && b <= 1.0, "{r}");
         }
