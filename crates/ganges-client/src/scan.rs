@@ -207,6 +207,7 @@ impl ReadStream {
     ) -> Result<ReadStream> {
         let mut s = ReadStream::open_ended(client, manifest, opts)?;
         s.add_range(partition)?;
+        s.engine.seal();
         Ok(s)
     }
 

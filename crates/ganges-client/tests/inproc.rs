@@ -124,3 +124,33 @@ async fn a_scan_goes_on_when_a_server_stops_under_it() {
     assert_eq!(digest(&reports), m.digest, "every byte once despite the stopped server");
     assert!(reports.iter().map(|r| r.stats.retries).sum::<u64>() > 0, "its requests were read again elsewhere");
 }
+
+/// A finished scan leaves no reader behind: a server reports its primary readers' least
+/// progress to the consumers of its backup copies, and a scan that ended a moment ago must not
+/// count as one all but done, or the next scan of the dataset reads its backups from the
+/// start (GD-3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_scan_is_not_reported_as_a_reader_to_the_next() {
+    use ganges_core::sched::{Progress, ProgressMetric};
+    use ganges_proto::msg::{Message, Probe};
+    let c = InProcessCluster::start(4, disk(64.0)).await.unwrap();
+    let g = Generator::Random { seed: 9 };
+    let m = create(&c, "again", g).await;
+    let client = c.client().await.unwrap();
+    let mut tasks = vec![];
+    for mut s in open_scan(&client, &m, None, ReadOptions::new(ReadPolicyKind::GdPc)).unwrap() {
+        tasks.push(tokio::spawn(async move { while s.next().await.unwrap().is_some() {} }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // At once, over the connections the scan used (its notices went ahead on them).
+    let progress = Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Fraction };
+    for n in 0..4 {
+        let probe = Message::Probe(Probe { stream: 1, progress, dataset: m.name.clone() });
+        match client.conn(NodeId(n)).unwrap().call(&probe).await.unwrap() {
+            Message::State(st) => assert_eq!(st.primary_progress, None, "node {n}: nobody reads its primary copies"),
+            other => panic!("node {n} answered a probe with {other:?}"),
+        }
+    }
+}

@@ -90,6 +90,34 @@ fn gd_tells_the_other_servers_of_new_progress_and_static_does_not() {
     assert_eq!(s.poll_notify(), None);
 }
 
+/// A finished scan tells its servers it is done: otherwise the figure its last request
+/// carried (short of 1) is what a server reports of its primary reader to the next scan of
+/// the dataset for a second, and that scan reads its backups from the start.
+#[test]
+fn the_last_piece_tells_every_server_read_from_that_the_scan_is_done() {
+    let mut e = engine(ReadPolicyKind::GdPc, 4, 2, 0, 3);
+    drain(&mut e);
+    while !e.is_done() {
+        while e.poll_notify().is_some() {}
+        let s = sends_pending(&mut e);
+        e.on_data(Time::ZERO, s.piece, s.node);
+        drain(&mut e);
+    }
+    assert_eq!(e.progress().fraction(), 1.0);
+    assert_eq!(e.poll_notify(), Some(NodeId(0)), "the primary, though it holds nothing of ours now");
+    // An open-ended engine is done only until its caller adds the next piece: no notice.
+    let shape = Shape::uniform(4, 3 * 4096, 4096).unwrap();
+    let layout = Layout::chained(4, 2).unwrap();
+    let policy = ReadPolicyKind::GdPc.build(&PolicySettings::default());
+    let mut e = ReadEngine::open_ended(policy, &layout, ReadConfig::default()).unwrap();
+    let part = shape.fragment_partitions()[0];
+    e.add_pieces(&shape, shape.pieces(part).unwrap().into_iter().take(1).map(|p| (p, None)));
+    let s = drain(&mut e);
+    e.on_data(Time::ZERO, s[0].piece, s[0].node);
+    assert!(e.is_done());
+    assert_eq!(e.poll_notify(), None);
+}
+
 #[test]
 fn gd_rel_reports_fractional_progress_metric() {
     let e = engine(ReadPolicyKind::GdRel, 4, 2, 0, 10);
