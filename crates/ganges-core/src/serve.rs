@@ -354,7 +354,7 @@ impl<C: ReadContext> ServerNode<C> {
         };
         self.last_finish = Some(now);
         let charged = now.since(from);
-        self.rate.note(bytes, charged);
+        self.rate.note_real(bytes, charged);
         charged
     }
 
@@ -473,19 +473,19 @@ mod tests {
     fn overlapping_real_reads_are_charged_the_disk_s_busy_time_once() {
         let mut q: ServerNode<Ctx> = ServerNode::new(SchedulerKind::Fifo.build(), None);
         let ms = |m: u64| Time(m * 1_000_000);
+        let ms_ = |m: u64| Duration::from_millis(m);
         // Two reads of 1 MiB at once, 0-10 ms and 1-11 ms: the disk was busy 11 ms for 2 MiB.
-        q.finished_real(1 << 20, ms(0), ms(10));
-        q.finished_real(1 << 20, ms(1), ms(11));
-        let rate = q.rate.rate().unwrap();
-        assert!((rate - (2u64 << 20) as f64 / 0.011).abs() < 1.0, "{rate}");
+        assert_eq!(q.finished_real(1 << 20, ms(0), ms(10)), ms_(10));
+        assert_eq!(q.finished_real(1 << 20, ms(1), ms(11)), ms_(1));
         // A read after a short pause is charged the pause too (the disk had work coming); after
         // a long one, its own time only.
-        q.finished_real(1 << 20, ms(15), ms(20));
-        let rate = q.rate.rate().unwrap();
-        assert!((rate - (3u64 << 20) as f64 / 0.020).abs() < 1.0, "{rate}");
-        q.finished_real(1 << 20, ms(100), ms(105));
-        let rate = q.rate.rate().unwrap();
-        assert!((rate - (4u64 << 20) as f64 / 0.025).abs() < 1.0, "{rate}");
+        assert_eq!(q.finished_real(1 << 20, ms(15), ms(20)), ms_(9));
+        assert_eq!(q.finished_real(1 << 20, ms(100), ms(105)), ms_(5));
+        // The meter holds those charges, and a real disk's gives no rate over less than a
+        // window of them (`RateMeter::note_real`).
+        assert_eq!(q.rate.rate(), None, "25 ms is less than a window");
+        q.finished_real(1 << 20, ms(105), ms(330));
+        assert!((q.rate.rate().unwrap() - (5u64 << 20) as f64 / 0.250).abs() < 1.0);
     }
 
     #[test]
