@@ -268,6 +268,9 @@ pub struct Row {
     pub repeat_seconds: Vec<f64>,
     /// max - min of the repeats' T.
     pub spread_seconds: f64,
+    /// Every repeat's share of bytes read from backup copies, in run order (`backup_bytes_frac`
+    /// is the median run's).
+    pub repeat_backup_frac: Vec<f64>,
     /// Seeks the modelled disks paid during the run.
     pub seeks: u64,
     pub duplicates: u64,
@@ -1233,6 +1236,7 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
         cpu_seconds_per_gb: (m.server_cpu + m.client_cpu) / (m.bytes as f64 / 1e9),
         repeat_seconds: times,
         spread_seconds: spread,
+        repeat_backup_frac: samples.iter().map(|s| s.backup_bytes as f64 / s.bytes.max(1) as f64).collect(),
         seeks: m.seeks,
         duplicates: m.duplicates,
         steals: m.steals,
