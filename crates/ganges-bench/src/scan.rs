@@ -364,6 +364,13 @@ struct Sample {
     phase: Option<Duration>,
 }
 
+impl Sample {
+    /// The share of the bytes read from backup copies.
+    fn backup_frac(&self) -> f64 {
+        self.backup_bytes as f64 / self.bytes.max(1) as f64
+    }
+}
+
 /// What one run reads and under which faults.
 struct Run<'a> {
     manifest: &'a Arc<Manifest>,
@@ -871,7 +878,7 @@ fn scan_row(block: u32, faults: u32, policy: ReadPolicyKind, s: &Sample, ideal: 
         format!("{:.2}", s.seconds),
         format!("{:.1}", s.bytes as f64 / s.seconds / 1e6),
         of_ideal,
-        format!("{:.0}%", 100.0 * s.backup_bytes as f64 / s.bytes.max(1) as f64),
+        format!("{:.0}%", 100.0 * s.backup_frac()),
     ]
 }
 
@@ -1230,13 +1237,13 @@ fn row(policy: ReadPolicyKind, faults: u32, faulty: &[NodeId], samples: &[Sample
         ideal_layout_seconds: layout,
         frac_river_ideal: river / m.seconds,
         frac_layout_ideal: layout / m.seconds,
-        backup_bytes_frac: m.backup_bytes as f64 / m.bytes.max(1) as f64,
+        backup_bytes_frac: m.backup_frac(),
         server_cpu_seconds: m.server_cpu,
         client_cpu_seconds: m.client_cpu,
         cpu_seconds_per_gb: (m.server_cpu + m.client_cpu) / (m.bytes as f64 / 1e9),
         repeat_seconds: times,
         spread_seconds: spread,
-        repeat_backup_frac: samples.iter().map(|s| s.backup_bytes as f64 / s.bytes.max(1) as f64).collect(),
+        repeat_backup_frac: samples.iter().map(Sample::backup_frac).collect(),
         seeks: m.seeks,
         duplicates: m.duplicates,
         steals: m.steals,

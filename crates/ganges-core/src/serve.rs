@@ -473,14 +473,14 @@ mod tests {
     fn overlapping_real_reads_are_charged_the_disk_s_busy_time_once() {
         let mut q: ServerNode<Ctx> = ServerNode::new(SchedulerKind::Fifo.build(), None);
         let ms = |m: u64| Time(m * 1_000_000);
-        let ms_ = |m: u64| Duration::from_millis(m);
+        let dur = Duration::from_millis;
         // Two reads of 1 MiB at once, 0-10 ms and 1-11 ms: the disk was busy 11 ms for 2 MiB.
-        assert_eq!(q.finished_real(1 << 20, ms(0), ms(10)), ms_(10));
-        assert_eq!(q.finished_real(1 << 20, ms(1), ms(11)), ms_(1));
+        assert_eq!(q.finished_real(1 << 20, ms(0), ms(10)), dur(10));
+        assert_eq!(q.finished_real(1 << 20, ms(1), ms(11)), dur(1));
         // A read after a short pause is charged the pause too (the disk had work coming); after
         // a long one, its own time only.
-        assert_eq!(q.finished_real(1 << 20, ms(15), ms(20)), ms_(9));
-        assert_eq!(q.finished_real(1 << 20, ms(100), ms(105)), ms_(5));
+        assert_eq!(q.finished_real(1 << 20, ms(15), ms(20)), dur(9));
+        assert_eq!(q.finished_real(1 << 20, ms(100), ms(105)), dur(5));
         // The meter holds those charges, and a real disk's gives no rate over less than a
         // window of them (`RateMeter::note_real`).
         assert_eq!(q.rate.rate(), None, "25 ms is less than a window");
