@@ -511,15 +511,14 @@ impl RoutePolicy for Planned {
     }
 }
 
-/// The mean of `xs` (0 for none).
 /// The speed of a healthy disk, against which the others are judged: the fastest figure
 /// that another is within `EQUAL_WITHIN` of, else the fastest. A real disk's figure can
 /// spike far above what it can keep up: on 8 servers each capped by the kernel at 83 MB/s,
 /// one reported 132 (a throttle's budget saved over a pause, spent at once), and against it
-/// four healthy disks at 74-88 measured under `FAR_BELOW` or `EQUAL_WITHIN` of the fastest,
-/// were slow at once, and the scan read from backups with no fault (6.4% of its bytes in a
-/// run 1.5 s slower than the others). A figure no other disk comes near is believed only
-/// when none is (two disks, one slow).
+/// healthy disks at 73-74 measured under `FAR_BELOW` of the fastest: slow at once, their
+/// readers sent to backups with no fault (the likely cause of a run that read 6.4% of its
+/// bytes from backups and took 1.5 s longer than the others). A figure no other disk comes
+/// near is believed only when none is (two disks, one slow).
 fn healthy_speed(figures: &[Option<f64>]) -> f64 {
     let mut sorted: Vec<f64> = figures.iter().flatten().copied().collect();
     sorted.sort_by(|a, b| b.total_cmp(a));
@@ -527,6 +526,7 @@ fn healthy_speed(figures: &[Option<f64>]) -> f64 {
     sorted.windows(2).find(|w| w[1] >= w[0] * (1.0 - EQUAL_WITHIN)).map_or(fastest, |w| w[0])
 }
 
+/// The mean of `xs` (0 for none).
 fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
