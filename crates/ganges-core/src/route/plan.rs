@@ -244,7 +244,7 @@ impl Planned {
         fragment_bytes: f64,
         layout: &Layout,
     ) {
-        let fastest = healthy_speed(figures);
+        let fastest = healthy_speed(figures).unwrap_or(0.0);
         let lag = lag_blocks.max(SLOW_LAG_SECS * fastest / fragment_bytes.max(1.0));
         let mean = mean(left);
         // Where each disk's primary readers stand against the others: behind (Greater: more
@@ -272,13 +272,13 @@ impl Planned {
     }
 
     /// Every server's rate for a plan from its `figures`: unknown ones at the median of the
-    /// known (most disks are well), all but the `slow` ones at the fastest's, slow ones short
+    /// known (most disks are well), all but the `slow` ones at a healthy disk's, slow ones short
     /// by their reserve for a scan with `left_bytes` to read; and how many are known.
     fn rates(figures: &[Option<f64>], left_bytes: f64, slow: &[bool]) -> (Vec<f64>, usize) {
         let mut sorted: Vec<f64> = figures.iter().flatten().copied().collect();
         sorted.sort_by(f64::total_cmp);
         let median = sorted.get(sorted.len() / 2).copied().unwrap_or(1.0);
-        let fastest = if sorted.is_empty() { 1.0 } else { healthy_speed(figures) };
+        let fastest = healthy_speed(figures).unwrap_or(1.0);
         // The time the scan has left at these rates (MOD-1's bound), and the slow disks'
         // reserve in it.
         let secs_left = left_bytes / figures.iter().map(|r| r.unwrap_or(median)).sum::<f64>();
@@ -512,18 +512,18 @@ impl RoutePolicy for Planned {
 }
 
 /// The speed of a healthy disk, against which the others are judged: the fastest figure
-/// that another is within `EQUAL_WITHIN` of, else the fastest. A real disk's figure can
+/// that another is within `EQUAL_WITHIN` of, else the fastest (`None`: no figures yet). A real disk's figure can
 /// spike far above what it can keep up: on 8 servers each capped by the kernel at 83 MB/s,
 /// one reported 132 (a throttle's budget saved over a pause, spent at once), and against it
 /// healthy disks at 73-74 measured under `FAR_BELOW` of the fastest: slow at once, their
 /// readers sent to backups with no fault (the likely cause of a run that read 6.4% of its
 /// bytes from backups and took 1.5 s longer than the others). A figure no other disk comes
 /// near is believed only when none is (two disks, one slow).
-fn healthy_speed(figures: &[Option<f64>]) -> f64 {
+fn healthy_speed(figures: &[Option<f64>]) -> Option<f64> {
     let mut sorted: Vec<f64> = figures.iter().flatten().copied().collect();
     sorted.sort_by(|a, b| b.total_cmp(a));
-    let fastest = sorted.first().copied().unwrap_or(0.0);
-    sorted.windows(2).find(|w| w[1] >= w[0] * (1.0 - EQUAL_WITHIN)).map_or(fastest, |w| w[0])
+    let fastest = *sorted.first()?;
+    Some(sorted.windows(2).find(|w| w[1] >= w[0] * (1.0 - EQUAL_WITHIN)).map_or(fastest, |w| w[0]))
 }
 
 /// The mean of `xs` (0 for none).
@@ -798,10 +798,11 @@ mod tests {
         assert_eq!(p.slow, vec![false; 8]);
         assert_eq!(p.fraction(FragmentId(6), NodeId(7)).unwrap_or(0.0), 0.0);
         let some = |r: &[f64]| r.iter().map(|x| Some(*x)).collect::<Vec<_>>();
-        assert_eq!(healthy_speed(&some(&mb)), 97.0);
+        assert_eq!(healthy_speed(&some(&mb)), Some(97.0));
         // Two disks, one slow: the faster is believed.
-        assert_eq!(healthy_speed(&some(&[100.0, 50.0])), 100.0);
-        assert_eq!(healthy_speed(&[None, Some(40.0)]), 40.0);
+        assert_eq!(healthy_speed(&some(&[100.0, 50.0])), Some(100.0));
+        assert_eq!(healthy_speed(&[None, Some(40.0)]), Some(40.0));
+        assert_eq!(healthy_speed(&[None, None]), None);
     }
 
     /// On fast disks a few blocks are a moment's jitter: the lag that makes a disk slow is at
