@@ -233,23 +233,13 @@ pub async fn measure(client: &Client, spec: &RealSpec) -> BenchResult<Rates> {
 
 /// What share of its rate a server keeps with a competing reader beside it: node 0 made
 /// faulty, its disk measured (through the server, so in its throttle group with the reader),
-/// the fault cleared.
-///
-/// Measured twice, the second time counting: a reader started for the first time on a data
-/// directory writes its file before it reads (256 MiB, at the throttle's write rate), and
-/// while it writes the server's reads keep their whole rate. Measured once, 8 servers capped
-/// at 85 MB/s kept 0.92 of it beside a reader asking for half, where `static`'s runs showed
-/// about half, and every policy's share of the ideal read about 5 points low.
+/// the fault cleared. The server answers `SetRealFaults` once the reader reads.
 async fn competing_kept(client: &Client, spec: &RealSpec, rates: &Rates) -> BenchResult<f64> {
     let node = NodeId(0);
     let faults = faults_of(spec, rates, node, true);
     client.control(node, ControlRequest::SetRealFaults { faults }).await?;
-    // The reader measures the disk alone for half a second before it paces itself.
     tokio::time::sleep(SETTLE).await;
-    let mut c = calibrate_one(client, node, false).await;
-    if c.is_ok() {
-        c = calibrate_one(client, node, false).await;
-    }
+    let c = calibrate_one(client, node, false).await;
     client.control(node, ControlRequest::SetRealFaults { faults: RealFaults::default() }).await?;
     let alone = rates.caps.as_ref().map_or(rates.disk_alone[0], |c| c[0]);
     Ok((c?.read_bytes_per_sec / alone).min(1.0))

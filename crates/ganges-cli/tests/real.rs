@@ -196,18 +196,16 @@ async fn a_competing_reader_runs_while_its_fault_is_set_and_dies_with_its_server
             })
             .count()
     };
-    // The reader is started before the fault is acknowledged, but its command line shows
-    // only once it has exec'd: wait for it, briefly.
-    let until_one = |readers: &dyn Fn() -> usize| {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while readers() != 1 {
-            assert!(Instant::now() < deadline, "{} competing readers, not one", readers());
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    // The fault is acknowledged once the reader reads: its file made, the reader running.
+    let file = root.path().join("node-1/data").join(ganges_server::realfault::COMPETE_FILE);
+    let reading = |readers: &dyn Fn() -> usize| {
+        assert_eq!(readers(), 1, "competing readers once the fault is acknowledged");
+        let len = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+        assert_eq!(len, ganges_server::realfault::COMPETE_FILE_BYTES, "the reader's file, made before the reply");
     };
     let faults = RealFaults { competing_reader: Some(0.5), ..Default::default() };
     client.control(NodeId(1), ControlRequest::SetRealFaults { faults }).await.unwrap();
-    until_one(&readers);
+    reading(&readers);
     client.control(NodeId(1), ControlRequest::SetRealFaults { faults: RealFaults::default() }).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while readers() > 0 {
@@ -216,7 +214,7 @@ async fn a_competing_reader_runs_while_its_fault_is_set_and_dies_with_its_server
     }
     let faults = RealFaults { competing_reader: Some(1.0), ..Default::default() };
     client.control(NodeId(1), ControlRequest::SetRealFaults { faults }).await.unwrap();
-    until_one(&readers);
+    reading(&readers);
     local.kill(NodeId(1));
     let deadline = Instant::now() + Duration::from_secs(5);
     while readers() > 0 {

@@ -423,34 +423,62 @@ fn start_competitor(share: f64, rate: Option<u64>, env: &FaultEnv, group: Option
         .arg(&file)
         .args(["--share", &share.to_string(), "--parent", &std::process::id().to_string()])
         .stdin(Stdio::null())
-        .stdout(Stdio::null());
+        .stdout(Stdio::piped());
     if let Some(g) = group {
         cmd.arg("--cgroup").arg(g);
     }
     if let Some(r) = rate {
         cmd.args(["--rate", &r.to_string()]);
     }
-    cmd.spawn().map_err(|e| RealFaultError::Competitor(format!("starting {}: {e}", helper.display())))
+    let mut child =
+        cmd.spawn().map_err(|e| RealFaultError::Competitor(format!("starting {}: {e}", helper.display())))?;
+    // The fault is in force once the reader reads, not while it makes its file: wait for its
+    // word, on a thread of our own so that a reader stuck on its disk cannot hold us.
+    let out = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = tx.send(std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).map(|_| line));
+    });
+    let failed = |why: String, child: &mut Child| {
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(RealFaultError::Competitor(why))
+    };
+    match rx.recv_timeout(COMPETE_READY_WITHIN) {
+        Ok(Ok(line)) if line.trim() == COMPETE_READY => Ok(child),
+        Ok(Ok(_)) => failed(format!("the reader on {} ended before it read", file.display()), &mut child),
+        Ok(Err(e)) => failed(format!("the reader on {}: {e}", file.display()), &mut child),
+        Err(_) => failed(
+            format!("the reader on {} did not begin within {COMPETE_READY_WITHIN:?}", file.display()),
+            &mut child,
+        ),
+    }
 }
+
+/// What the competing reader says on stdout once it reads, and how long the server waits for
+/// it: making its 256 MiB file takes a few seconds on a disk, and a client waits a minute for
+/// the reply to `fault set`.
+const COMPETE_READY: &str = "reading";
+const COMPETE_READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(40);
 
 /// Readers of the competing process, each a read in flight: as many as a server keeps at its
 /// disk and more, so that the reader gets the pace it asks for from a disk (or a throttle
 /// group) that serves requests in turn.
 const COMPETE_READERS: usize = 4;
 
-/// The competing reader's own body (`ganges compete`): die with the server, join its
-/// throttle group, make the file if it is not there, then read it over and over with direct
-/// I/O, `COMPETE_READERS` reads at once, at `rate` bytes per second, or else at `share` of
-/// the rate of its first half second (flat out when `share` is 1).
+/// The competing reader's own body (`ganges compete`): die with the server, make the file if
+/// it is not there, join the server's throttle group (after the file, so that making it
+/// neither waits on the throttle nor takes the server's share of it), say `COMPETE_READY` on
+/// stdout, then read the file over and over with direct I/O, `COMPETE_READERS` reads at once,
+/// at `rate` bytes per second, or else at `share` of the rate of its first half second (flat
+/// out when `share` is 1).
 pub fn compete(file: &Path, share: f64, rate: Option<u64>, parent: u32, cgroup: Option<&Path>) -> std::io::Result<()> {
     use rustix::process::{Signal, getppid, set_parent_process_death_signal};
     use std::sync::atomic::{AtomicU64, Ordering};
     set_parent_process_death_signal(Some(Signal::KILL)).map_err(std::io::Error::from)?;
     if getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(parent) {
         return Ok(()); // the server is already gone
-    }
-    if let Some(g) = cgroup {
-        std::fs::write(g.join("cgroup.procs"), std::process::id().to_string())?;
     }
     const CHUNK: usize = 1 << 20;
     let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
@@ -461,6 +489,15 @@ pub fn compete(file: &Path, share: f64, rate: Option<u64>, parent: u32, cgroup: 
         for i in 0..COMPETE_FILE_BYTES / CHUNK as u64 {
             crate::direct::write_at(&f, &chunk, i * CHUNK as u64)?;
         }
+    }
+    if let Some(g) = cgroup {
+        std::fs::write(g.join("cgroup.procs"), std::process::id().to_string())?;
+    }
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{COMPETE_READY}")?;
+        out.flush()?;
     }
     let chunks = COMPETE_FILE_BYTES / CHUNK as u64;
     let started = std::time::Instant::now();
