@@ -209,7 +209,26 @@ impl ResponseRate {
         }
     }
 
-    /// How many requests this consumer should keep at each holder now.
+    /// What share of the first consumer's help (ours, after River's graduated declustering)
+    /// this one sends its backup, `depth` hops down a chain of trouble from a slow disk: with
+    /// one slow disk among `n` on a chain of copies, the layout-aware ideal has the consumer at
+    /// depth `d` read `(n - d) / (n - 1)` as much from its backup as the first does, and the
+    /// last none (its backup is the slow disk). Sending more only hands the trouble on, round
+    /// the ring to that last consumer, which has nowhere to go. With more slow disks the
+    /// chains are shorter and this sends more than the ideal, as before it.
+    fn reach(&self) -> f64 {
+        if self.depth <= 1 || self.horizon <= 1 {
+            return 1.0;
+        }
+        let (n, d) = (f64::from(self.horizon), f64::from(self.depth));
+        ((n - d) / (n - 1.0)).clamp(0.0, 1.0)
+    }
+
+    /// How many requests this consumer should keep at each holder now: in trouble, the window
+    /// split by answer speed, the backups' parts scaled by `reach`. A backup deep in a chain
+    /// keeps one request, not `min_outstanding`: with a window of eight, two were a quarter
+    /// of the requests whatever the reach, and the simulator's 16- and 24-disk rings with one
+    /// slow disk still passed the trouble round to the consumer behind it.
     pub fn targets(&self, view: &RouteView<'_>, holders: &[NodeId]) -> Vec<(NodeId, f64)> {
         let w = view.window as f64;
         if !self.trouble {
@@ -220,13 +239,17 @@ impl ResponseRate {
         let known: Vec<f64> = holders.iter().filter_map(|h| speed(view.node(*h))).collect();
         let avg = if known.is_empty() { 1.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
         let speeds: Vec<f64> = holders.iter().map(|h| speed(view.node(*h)).unwrap_or(avg)).collect();
-        let total: f64 = speeds.iter().sum();
+        let reach = self.reach();
+        let weight = |i: usize, sp: f64| if i == 0 { sp } else { sp * reach };
+        let total: f64 = speeds.iter().enumerate().map(|(i, &sp)| weight(i, sp)).sum();
         let fastest = speeds.iter().cloned().fold(0.0, f64::max);
         holders
             .iter()
             .zip(&speeds)
-            .map(|(&h, &sp)| {
-                let mut t = (w * sp / total).max(self.s.min_outstanding as f64);
+            .enumerate()
+            .map(|(i, (&h, &sp))| {
+                let floor = if i > 0 && reach < 1.0 { 1.0 } else { self.s.min_outstanding as f64 };
+                let mut t = (w * weight(i, sp) / total).max(floor);
                 if sp * self.s.slow_ratio < fastest {
                     t = 1.0;
                 }
@@ -546,6 +569,27 @@ mod tests {
         pick_over_time(&mut p, &judged(nodes([8.0, 32.0], [8.0, 32.0], [0.5, 0.1], [4, 0])));
         assert!(p.in_trouble());
         assert_eq!(p.service().depth, 1);
+    }
+
+    /// Deeper in a chain of trouble, less of the window goes to the backup, as in the
+    /// layout-aware ideal: with equal answer speeds, half at depth 1, then shrinking, and one
+    /// request at the last place before the ring closes.
+    #[test]
+    fn the_deeper_in_a_chain_the_less_help_is_sent() {
+        let ring = crate::layout::Layout::chained(8, 2).unwrap();
+        let n = nodes([32.0, 32.0], [32.0, 32.0], [0.2, 0.2], [0, 0]);
+        let backup_at = |depth: u8| {
+            let mut p = ResponseRate::new(RateSettings::default(), false);
+            p.on_layout(&ring);
+            (p.trouble, p.depth) = (true, depth);
+            let t = p.targets(&view(&n), &H);
+            (t[0].1, t[1].1)
+        };
+        assert_eq!(backup_at(1), (4.0, 4.0));
+        let shares: Vec<f64> = (2..=7).map(|d| backup_at(d).1).collect();
+        assert!(shares.windows(2).all(|w| w[1] <= w[0]), "{shares:?}");
+        assert!(shares[0] < 4.0 && shares[0] > 3.0, "depth 2 of 8 sends 6/7 of depth 1's help: {shares:?}");
+        assert_eq!(backup_at(7), (8.0 * 7.0 / 8.0, 1.0), "depth 7 of 8: a request, the floor");
     }
 
     /// What the primary delivered us while others' reads queued there put us in trouble is
