@@ -823,7 +823,8 @@ pub(crate) enum FaultCmd {
         #[arg(long, value_name = "RATE")]
         kernel_write_rate: Option<Rate>,
         /// Real: a process reads another file on the server's disk at this share of the
-        /// rate it measures alone, in (0, 1] (1: as fast as it can)
+        /// rate it measures alone, in (0, 1] (1: as fast as it can); the first time, it
+        /// writes its 256 MiB file first, and the command returns once it reads
         #[arg(long, value_name = "SHARE")]
         competing_reader: Option<f64>,
         /// Real: tc shapes the server's link to this rate, both ways (its own address only)
