@@ -17,11 +17,9 @@ use ganges_core::disk::DiskParams;
 use ganges_core::ids::NodeId;
 use ganges_core::sched::SchedulerKind;
 use ganges_proto::control::{ControlReply, ControlRequest};
-use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// How long a server may take to print its ready line: generous, for a loaded CI machine.
@@ -160,21 +158,6 @@ fn parse_ready(line: &str) -> Option<(u32, SocketAddr)> {
     Some((node.parse().ok()?, addr.parse().ok()?))
 }
 
-/// Read the first line of a child's stdout, with a timeout.
-fn first_line(stdout: std::process::ChildStdout, timeout: Duration) -> Option<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let mut r = BufReader::new(stdout);
-        let _ = r.read_line(&mut line);
-        let _ = tx.send(line);
-        // Keep draining so a child that prints more never blocks on a full pipe.
-        let mut sink = Vec::new();
-        let _ = r.read_to_end(&mut sink);
-    });
-    rx.recv_timeout(timeout).ok().filter(|l| !l.is_empty())
-}
-
 fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
@@ -231,7 +214,7 @@ impl LocalCluster {
         let deadline = Instant::now() + READY_TIMEOUT;
         for (node, out) in outs.into_iter().enumerate() {
             let left = deadline.saturating_duration_since(Instant::now());
-            match first_line(out, left).as_deref().and_then(parse_ready) {
+            match ganges_server::sys::first_line(out, left).as_deref().and_then(parse_ready) {
                 Some((n, addr)) if n == node as u32 => servers.push(ServerEntry::new(NodeId(n), addr.to_string())),
                 _ => {
                     let log = spec.log_path(node as u32);
@@ -320,7 +303,7 @@ impl LocalCluster {
         }
         let (child, out) = self.spawn_server(node.0, &addr, true, env)?;
         self.children[node.index()] = Some(child);
-        match first_line(out, READY_TIMEOUT).as_deref().and_then(parse_ready) {
+        match ganges_server::sys::first_line(out, READY_TIMEOUT).as_deref().and_then(parse_ready) {
             Some((n, at)) if n == node.0 && at.to_string() == addr => {}
             other => {
                 let log = self.spec.log_path(node.0);
@@ -574,7 +557,7 @@ pub fn up_detached(spec: &LocalSpec, supervise_args: &[String]) -> HarnessResult
     sys::tie_to_parent(&mut cmd, true);
     let mut child = cmd.spawn().map_err(HarnessError::io("starting the supervisor"))?;
     let out = child.stdout.take().expect("piped");
-    match first_line(out, READY_TIMEOUT + Duration::from_secs(5)) {
+    match ganges_server::sys::first_line(out, READY_TIMEOUT + Duration::from_secs(5)) {
         Some(l) if l.trim() == "ganges-local ready" => Ok(child.id()),
         _ => {
             let _ = child.kill();

@@ -433,27 +433,18 @@ fn start_competitor(share: f64, rate: Option<u64>, env: &FaultEnv, group: Option
     let mut child =
         cmd.spawn().map_err(|e| RealFaultError::Competitor(format!("starting {}: {e}", helper.display())))?;
     // The fault is in force once the reader reads, not while it makes its file: wait for its
-    // word, on a thread of our own so that a reader stuck on its disk cannot hold us.
+    // word, at most `COMPETE_READY_WITHIN`.
     let out = child.stdout.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = tx.send(std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).map(|_| line));
-    });
-    let failed = |why: String, child: &mut Child| {
-        let _ = child.kill();
-        let _ = child.wait();
-        Err(RealFaultError::Competitor(why))
-    };
-    match rx.recv_timeout(COMPETE_READY_WITHIN) {
-        Ok(Ok(line)) if line.trim() == COMPETE_READY => Ok(child),
-        Ok(Ok(_)) => failed(format!("the reader on {} ended before it read", file.display()), &mut child),
-        Ok(Err(e)) => failed(format!("the reader on {}: {e}", file.display()), &mut child),
-        Err(_) => failed(
-            format!("the reader on {} did not begin within {COMPETE_READY_WITHIN:?}", file.display()),
-            &mut child,
-        ),
+    if crate::sys::first_line(out, COMPETE_READY_WITHIN).is_some_and(|l| l.trim() == COMPETE_READY) {
+        return Ok(child);
     }
+    let why = match child.try_wait() {
+        Ok(Some(status)) => format!("the reader on {} ended before it read ({status})", file.display()),
+        _ => format!("the reader on {} did not begin within {COMPETE_READY_WITHIN:?}", file.display()),
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(RealFaultError::Competitor(why))
 }
 
 /// What the competing reader says on stdout once it reads, and how long the server waits for

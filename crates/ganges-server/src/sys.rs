@@ -1,11 +1,28 @@
 //! System calls the standard library does not offer as we need them: resource use of this
-//! process (CPU time and memory, for stats and benchmarks), and positional reads into memory
-//! that is not zeroed first.
+//! process (CPU time and memory, for stats and benchmarks), positional reads into memory
+//! that is not zeroed first, and a child's first line of output within a time limit.
 
 use rustix::buffer::spare_capacity;
 use rustix::io::Errno;
 use std::fs::File;
 use std::io;
+
+/// The first line a child prints on stdout, if it prints one within `timeout` (`None` also
+/// when it closes stdout first). Read on a thread of its own, which then drains the rest so
+/// that a child printing more never blocks on a full pipe.
+pub fn first_line(stdout: std::process::ChildStdout, timeout: std::time::Duration) -> Option<String> {
+    use std::io::{BufRead, Read};
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let mut r = std::io::BufReader::new(stdout);
+        let _ = r.read_line(&mut line);
+        let _ = tx.send(line);
+        let mut sink = Vec::new();
+        let _ = r.read_to_end(&mut sink);
+    });
+    rx.recv_timeout(timeout).ok().filter(|l| !l.is_empty())
+}
 
 /// User + system CPU seconds this process has used.
 pub fn cpu_secs() -> f64 {

@@ -244,8 +244,8 @@ impl Planned {
         fragment_bytes: f64,
         layout: &Layout,
     ) {
-        let fastest = healthy_speed(figures).unwrap_or(0.0);
-        let lag = lag_blocks.max(SLOW_LAG_SECS * fastest / fragment_bytes.max(1.0));
+        let healthy = healthy_speed(figures).unwrap_or(0.0);
+        let lag = lag_blocks.max(SLOW_LAG_SECS * healthy / fragment_bytes.max(1.0));
         let mean = mean(left);
         // Where each disk's primary readers stand against the others: behind (Greater: more
         // left), ahead (Less), or on track.
@@ -260,7 +260,7 @@ impl Planned {
         }
         slow.resize(figures.len(), false);
         for ((slow, figure), stand) in slow.iter_mut().zip(figures).zip(stand) {
-            let below = |by: f64| figure.is_some_and(|r| r < fastest * by);
+            let below = |by: f64| figure.is_some_and(|r| r < healthy * by);
             let behind = stand == Ordering::Greater;
             *slow = below(1.0 - EQUAL_WITHIN) && ((*slow && stand != Ordering::Less) || behind || below(FAR_BELOW));
         }
@@ -278,14 +278,14 @@ impl Planned {
         let mut sorted: Vec<f64> = figures.iter().flatten().copied().collect();
         sorted.sort_by(f64::total_cmp);
         let median = sorted.get(sorted.len() / 2).copied().unwrap_or(1.0);
-        let fastest = healthy_speed(figures).unwrap_or(1.0);
+        let healthy = healthy_speed(figures).unwrap_or(1.0);
         // The time the scan has left at these rates (MOD-1's bound), and the slow disks'
         // reserve in it.
         let secs_left = left_bytes / figures.iter().map(|r| r.unwrap_or(median)).sum::<f64>();
         let margin = SLOW_MARGIN.min(SLOW_RESERVE_SECS / secs_left);
         let rate = |(r, slow): (&Option<f64>, &bool)| {
             let r = r.unwrap_or(median);
-            if *slow { r * (1.0 - margin) } else { fastest }
+            if *slow { r * (1.0 - margin) } else { healthy }
         };
         (figures.iter().zip(slow).map(rate).collect(), sorted.len())
     }
@@ -512,8 +512,8 @@ impl RoutePolicy for Planned {
 }
 
 /// The speed of a healthy disk, against which the others are judged: the fastest figure
-/// that another is within `EQUAL_WITHIN` of, else the fastest (`None`: no figures yet). A real disk's figure can
-/// spike far above what it can keep up: on 8 servers each capped by the kernel at 83 MB/s,
+/// that another is within `EQUAL_WITHIN` of, else the fastest (`None`: no figures yet). A
+/// real disk's figure can spike far above what it can keep up: on 8 servers each capped by the kernel at 83 MB/s,
 /// one reported 132 (a throttle's budget saved over a pause, spent at once), and against it
 /// healthy disks at 73-74 measured under `FAR_BELOW` of the fastest: slow at once, their
 /// readers sent to backups with no fault (the likely cause of a run that read 6.4% of its
