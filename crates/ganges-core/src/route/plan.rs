@@ -14,9 +14,9 @@
 //!   ([`crate::handoff::RateMeter`]), so all consumers plan on the same figures. Until a
 //!   server has answered, the speed its replies showed stands in; a server not heard of at
 //!   all counts at the median of the others. Speeds within `EQUAL_WITHIN` of a healthy
-//!   disk's (the fastest that another comes near, as kept up over `KEPT_FOR`:
-//!   `healthy_speed`) count as equal (seeks make a busy disk look a little slow); a slower
-//!   one counts as slow once its readers fall behind too (`SLOW_LAG_BLOCKS`, or `SLOW_LAG_SECS`
+//!   disk's (the fastest that another comes near: `healthy_speed`) count as equal (seeks
+//!   make a busy disk look a little slow); a slower one
+//!   counts as slow once its readers fall behind too (`SLOW_LAG_BLOCKS`, or `SLOW_LAG_SECS`
 //!   of reading if that is more; at once if it is far below, `FAR_BELOW`), as a real disk's
 //!   figure swings where its speed does not, and stays slow while it measures slower and its
 //!   readers do not get as far ahead. Slow ones are planned a little below their speed, a
@@ -68,7 +68,6 @@ use crate::sched::{Discipline, ProgressMetric, SHARE_ONE, Service, plan_units};
 use crate::time::Time;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::Duration;
 
 /// A rate that moved by more than this fraction since the last plan makes a new plan. Plans
 /// are cheap (a max-flow over a node per fragment and per server) and move smoothly with the
@@ -80,15 +79,6 @@ pub const REPLAN_CHANGE: f64 = 0.05;
 /// costs 13% with 1 MiB blocks at 32 MiB/s and 4 ms seeks); planning on that difference
 /// would send reads to backups, and so make seeks, with no fault at all.
 pub const EQUAL_WITHIN: f64 = 0.15;
-/// A disk's figure sets the healthy speed (`healthy_speed`) only at what it kept up over
-/// this long: the lowest it reported in that time. On one machine whose servers share a
-/// device, every disk's figure fell to 2-15 MB/s in a host-wide stall early in a scan, and
-/// then half the servers' kernel throttles spent the budget they had saved at 137-139 MB/s
-/// together (capped at 83): against that, healthy disks at 69-94 measured far below, were
-/// slow at once, and their readers went to backups (2.3 and 6.5% of the bytes of two of 18
-/// scans with no fault). A disk that is really slow stays slow, so its own figure is taken as
-/// it is now.
-pub const KEPT_FOR: Duration = Duration::from_millis(500);
 /// A disk measured slow counts as slow only once its primary fragments' readers are this
 /// many blocks (of 1 MiB) behind the mean, and no longer once they are as far ahead (its
 /// slowness was overrated). Real disks' figures swing: on one machine whose servers share
@@ -184,8 +174,6 @@ pub struct Planned {
     sent: BTreeMap<(u32, NodeId), f64>,
     /// Which disks count as slow, by node (`judge_slow`).
     slow: Vec<bool>,
-    /// Every node's figures of the last `KEPT_FOR`, with when they were first seen.
-    kept: Vec<VecDeque<(Time, f64)>>,
 }
 
 impl Planned {
@@ -207,7 +195,6 @@ impl Planned {
             returns: 0,
             sent: BTreeMap::new(),
             slow: vec![],
-            kept: vec![],
         }
     }
 
@@ -242,23 +229,22 @@ impl Planned {
         }
     }
 
-    /// Which disks are `slow`, by node (see the module's doc), from their `figures`, the
-    /// `healthy` speed and what is `left` of each fragment: a disk measured `EQUAL_WITHIN`
-    /// below the healthy speed turns slow once its primary fragments' readers fall behind the
-    /// mean by `lag_blocks` (a fraction of a fragment of `fragment_bytes`) or `SLOW_LAG_SECS`
-    /// of reading at the healthy speed, whichever is more, or at once if it measures under
-    /// `FAR_BELOW` of it; it stays slow while it measures `EQUAL_WITHIN` below and its readers
-    /// do not get as far ahead.
+    /// Which disks are `slow`, by node (see the module's doc), from their `figures` and what
+    /// is `left` of each fragment: a disk measured `EQUAL_WITHIN` below the fastest turns
+    /// slow once its primary fragments' readers fall behind the mean by `lag_blocks` (a
+    /// fraction of a fragment of `fragment_bytes`) or `SLOW_LAG_SECS` of reading at the fastest
+    /// figure, whichever is more, or at once if it measures under `FAR_BELOW` of the fastest;
+    /// it stays slow while it measures `EQUAL_WITHIN` below and its readers do not get as far
+    /// ahead.
     fn judge_slow(
         slow: &mut Vec<bool>,
         figures: &[Option<f64>],
-        healthy: Option<f64>,
         left: &[f64],
         lag_blocks: f64,
         fragment_bytes: f64,
         layout: &Layout,
     ) {
-        let healthy = healthy.unwrap_or(0.0);
+        let healthy = healthy_speed(figures).unwrap_or(0.0);
         let lag = lag_blocks.max(SLOW_LAG_SECS * healthy / fragment_bytes.max(1.0));
         let mean = mean(left);
         // Where each disk's primary readers stand against the others: behind (Greater: more
@@ -286,13 +272,13 @@ impl Planned {
     }
 
     /// Every server's rate for a plan from its `figures`: unknown ones at the median of the
-    /// known (most disks are well), all but the `slow` ones at the `healthy` speed, slow ones
-    /// short by their reserve for a scan with `left_bytes` to read; and how many are known.
-    fn rates(figures: &[Option<f64>], healthy: Option<f64>, left_bytes: f64, slow: &[bool]) -> (Vec<f64>, usize) {
+    /// known (most disks are well), all but the `slow` ones at a healthy disk's, slow ones short
+    /// by their reserve for a scan with `left_bytes` to read; and how many are known.
+    fn rates(figures: &[Option<f64>], left_bytes: f64, slow: &[bool]) -> (Vec<f64>, usize) {
         let mut sorted: Vec<f64> = figures.iter().flatten().copied().collect();
         sorted.sort_by(f64::total_cmp);
         let median = sorted.get(sorted.len() / 2).copied().unwrap_or(1.0);
-        let healthy = healthy.unwrap_or(1.0);
+        let healthy = healthy_speed(figures).unwrap_or(1.0);
         // The time the scan has left at these rates (MOD-1's bound), and the slow disks'
         // reserve in it.
         let secs_left = left_bytes / figures.iter().map(|r| r.unwrap_or(median)).sum::<f64>();
@@ -341,10 +327,9 @@ impl Planned {
         let left = Self::on_track(&raw, on_track_blocks * view.block_fraction);
         let figures = Self::figures(view, layout.nodes());
         let lag_blocks = SLOW_LAG_BLOCKS * units * view.block_fraction;
-        let healthy = healthy_speed(&kept_figures(&mut self.kept, &figures, view.now));
-        Self::judge_slow(&mut self.slow, &figures, healthy, &raw, lag_blocks, view.total_bytes as f64, layout);
+        Self::judge_slow(&mut self.slow, &figures, &raw, lag_blocks, view.total_bytes as f64, layout);
         let left_bytes = left.iter().sum::<f64>() * view.total_bytes as f64;
-        let (rates, known) = Self::rates(&figures, healthy, left_bytes, &self.slow);
+        let (rates, known) = Self::rates(&figures, left_bytes, &self.slow);
         // With every disk equally fast the plan is primaries only, whatever the progress:
         // nothing is gained by moving reads, and every move costs seeks.
         let fastest = rates.iter().copied().fold(0.0, f64::max);
@@ -539,26 +524,6 @@ fn healthy_speed(figures: &[Option<f64>]) -> Option<f64> {
     sorted.sort_by(|a, b| b.total_cmp(a));
     let fastest = *sorted.first()?;
     Some(sorted.windows(2).find(|w| w[1] >= w[0] * (1.0 - EQUAL_WITHIN)).map_or(fastest, |w| w[0]))
-}
-
-/// Each node's figure now noted in `kept` (its figures of the last `KEPT_FOR`), and the
-/// lowest of them: what the node kept up over that time.
-fn kept_figures(kept: &mut Vec<VecDeque<(Time, f64)>>, figures: &[Option<f64>], now: Time) -> Vec<Option<f64>> {
-    kept.resize_with(figures.len(), VecDeque::new);
-    let since = Time(now.0.saturating_sub(KEPT_FOR.as_nanos() as u64));
-    let note = |(seen, figure): (&mut VecDeque<(Time, f64)>, &Option<f64>)| {
-        if let Some(f) = *figure
-            && seen.back().is_none_or(|&(_, last)| last != f)
-        {
-            seen.push_back((now, f));
-        }
-        // The figure that stood at `since` still counts; those it replaced do not.
-        while seen.get(1).is_some_and(|&(t, _)| t <= since) {
-            seen.pop_front();
-        }
-        seen.iter().map(|&(_, f)| f).min_by(f64::total_cmp)
-    };
-    kept.iter_mut().zip(figures).map(note).collect()
 }
 
 /// The mean of `xs` (0 for none).
@@ -771,9 +736,9 @@ mod tests {
         // its speed (a fixed 6% would have given its reader a lead all scan long).
         let slow = [true, false, false, false];
         let figures = Planned::figures(&v, 4);
-        let (short, _) = Planned::rates(&figures, healthy_speed(&figures), 3.5e6, &slow);
+        let (short, _) = Planned::rates(&figures, 3.5e6, &slow);
         assert_eq!(short, vec![0.5e6 * (1.0 - SLOW_MARGIN), 1e6, 1e6, 1e6]);
-        let (long, _) = Planned::rates(&figures, healthy_speed(&figures), 350e6, &slow);
+        let (long, _) = Planned::rates(&figures, 350e6, &slow);
         assert!((long[0] - 0.5e6 * (1.0 - SLOW_RESERVE_SECS / 100.0)).abs() < 1.0, "{long:?}");
         assert_eq!(long[1..], [1e6; 3]);
     }
@@ -838,27 +803,6 @@ mod tests {
         assert_eq!(healthy_speed(&some(&[100.0, 50.0])), Some(100.0));
         assert_eq!(healthy_speed(&[None, Some(40.0)]), Some(40.0));
         assert_eq!(healthy_speed(&[None, None]), None);
-    }
-
-    /// After a stall of the whole machine, the servers whose kernel throttles spend the budget
-    /// they saved report far above what they keep up (figures measured on 8 real servers each
-    /// capped at 83 MB/s): no disk is slow against that; one that keeps far below the speed the
-    /// others keep is slow at once.
-    #[test]
-    fn a_burst_after_a_stall_makes_no_disk_slow() {
-        let mut p = policy(8);
-        let holders = [NodeId(6), NodeId(7)];
-        let pick = |p: &mut Planned, mb: [f64; 8], ms: u64| {
-            let n = rates(&mb.map(|r| r * 1e6));
-            p.pick(&RouteView { now: Time::ZERO + Duration::from_millis(ms), ..view(&n, 6) }, &holders);
-        };
-        pick(&mut p, [5.0, 3.0, 8.0, 2.0, 15.0, 6.0, 4.0, 9.0], 0);
-        pick(&mut p, [138.0, 137.0, 139.0, 138.0, 94.0, 80.0, 69.0, 85.0], 200);
-        assert_eq!(p.slow, vec![false; 8]);
-        assert_eq!(p.fraction(FragmentId(6), NodeId(7)).unwrap_or(0.0), 0.0);
-        pick(&mut p, [83.0, 83.0, 83.0, 83.0, 83.0, 83.0, 20.0, 83.0], 800);
-        assert_eq!(p.slow, (0..8).map(|n| n == 6).collect::<Vec<_>>());
-        assert!(p.fraction(FragmentId(6), NodeId(7)).unwrap_or(0.0) > 0.3);
     }
 
     /// On fast disks a few blocks are a moment's jitter: the lag that makes a disk slow is at
