@@ -11,15 +11,14 @@ use std::io;
 /// when it closes stdout first). Read on a thread of its own, which then drains the rest so
 /// that a child printing more never blocks on a full pipe.
 pub fn first_line(stdout: std::process::ChildStdout, timeout: std::time::Duration) -> Option<String> {
-    use std::io::{BufRead, Read};
+    use std::io::BufRead;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
         let mut r = std::io::BufReader::new(stdout);
         let _ = r.read_line(&mut line);
         let _ = tx.send(line);
-        let mut sink = Vec::new();
-        let _ = r.read_to_end(&mut sink);
+        let _ = std::io::copy(&mut r, &mut std::io::sink());
     });
     rx.recv_timeout(timeout).ok().filter(|l| !l.is_empty())
 }

@@ -513,12 +513,12 @@ impl RoutePolicy for Planned {
 
 /// The speed of a healthy disk, against which the others are judged: the fastest figure
 /// that another is within `EQUAL_WITHIN` of, else the fastest (`None`: no figures yet). A
-/// real disk's figure can spike far above what it can keep up: on 8 servers each capped by the kernel at 83 MB/s,
-/// one reported 132 (a throttle's budget saved over a pause, spent at once), and against it
-/// healthy disks at 73-74 measured under `FAR_BELOW` of the fastest: slow at once, their
-/// readers sent to backups with no fault (the likely cause of a run that read 6.4% of its
-/// bytes from backups and took 1.5 s longer than the others). A figure no other disk comes
-/// near is believed only when none is (two disks, one slow).
+/// real disk's figure can spike far above what it can keep up: on 8 servers each capped by
+/// the kernel at 83 MB/s, one reported 132 (a throttle's budget saved over a pause, spent at
+/// once), and against it healthy disks at 73-74 measured under `FAR_BELOW` of the fastest:
+/// slow at once, their readers sent to backups with no fault (the likely cause of a run that
+/// read 6.4% of its bytes from backups and took 1.5 s longer than the others). A figure no
+/// other disk comes near is believed only when none is (two disks, one slow).
 fn healthy_speed(figures: &[Option<f64>]) -> Option<f64> {
     let mut sorted: Vec<f64> = figures.iter().flatten().copied().collect();
     sorted.sort_by(|a, b| b.total_cmp(a));
