@@ -240,8 +240,11 @@ async fn a_client_that_never_reads_its_replies_pins_bounded_memory_and_stalls_no
     create(&client, "d", vec![8 << 20], BLOCK, 1, Generator::Random { seed: 3 }).await;
     let rss = |s: &ganges_proto::control::ServerStats| s.rss_bytes;
     let before = rss(&stats(&client).await);
-    // 500,000 reads of a whole block: 33 GB of replies, were they all kept.
-    const READS: u64 = 500_000;
+    // 5,000,000 reads of a whole block: 330 GB of replies, were they all kept. The server
+    // admits 1,024 at a time and refuses the rest with an error frame each; served blocks
+    // and refusals both count against the bound, so the client stops being read however
+    // fast the server serves.
+    const READS: u64 = 5_000_000;
     let abuser = std::thread::spawn(move || {
         let mut s = TcpStream::connect(addr.as_str()).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
