@@ -15,13 +15,12 @@
 //!   server has answered, the speed its replies showed stands in; a server not heard of at
 //!   all counts at the median of the others. Speeds within `EQUAL_WITHIN` of a healthy
 //!   disk's (the fastest that another comes near: `healthy_speed`) count as equal (seeks
-//!   make a busy disk look a little slow); a slower one
-//!   counts as slow once its readers fall behind too (`SLOW_LAG_BLOCKS`, or `SLOW_LAG_SECS`
-//!   of reading if that is more; at once if it is far below, `FAR_BELOW`), as a real disk's
-//!   figure swings where its speed does not, and stays slow while it measures slower and its
-//!   readers do not get as far ahead. Slow ones are planned a little below their speed, a
-//!   reserve for the end of the scan (`SLOW_RESERVE_SECS` of the time it has left,
-//!   `SLOW_MARGIN` at most).
+//!   make a busy disk look a little slow); a slower one counts as slow once its readers fall
+//!   behind too (`SLOW_LAG_BLOCKS`, or `SLOW_LAG_SECS` of reading if that is more; at once if
+//!   it is far below, `FAR_BELOW`), as a real disk's figure swings where its speed does not,
+//!   and stays slow while it measures slower and its readers do not get as far ahead. Slow
+//!   ones are planned a little below their speed, a reserve for the end of the scan
+//!   (`SLOW_RESERVE_SECS` of the time it has left, `SLOW_MARGIN` at most).
 //! - **Plan.** From those rates, the layout, and what is left of every fragment (a scan
 //!   reads each fragment whole; the primary servers report their readers' progress), the
 //!   consumer computes the flow that finishes everything at MOD-2's time while reading
