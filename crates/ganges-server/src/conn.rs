@@ -32,6 +32,10 @@ pub const INFLIGHT_PER_CONNECTION_MAX: u32 = 1024;
 /// reading its requests: a client that stops reading its replies stops being read, and
 /// what it pins is this plus its in-flight requests' replies.
 pub const UNSENT_PER_CONNECTION_MAX: u64 = 64 << 20;
+/// What a queued frame costs beyond its bytes (its allocations and the channel's node),
+/// counted against `UNSENT_PER_CONNECTION_MAX`: millions of small refusals must not pin many
+/// times the bound.
+const FRAME_OVERHEAD: u64 = 256;
 /// Most blocks of write data one connection may have queued. Past it the connection's
 /// reader waits, and TCP pushes back on the writer: queued data stays bounded by this many
 /// blocks (at most 16 MiB each) per connection, far above a writer's window.
@@ -92,7 +96,7 @@ impl Outbox {
 
     fn queue(&self, request_id: u64, msg: Message, tracked: bool) {
         let frame = msg.encode(request_id);
-        self.backlog.unsent.fetch_add(frame.len() as u64, Ordering::AcqRel);
+        self.backlog.unsent.fetch_add(frame.len() as u64 + FRAME_OVERHEAD, Ordering::AcqRel);
         // A closed connection drops its replies: nobody is there to read them.
         let _ = self.tx.send(Outgoing::Frame(frame, tracked));
     }
@@ -214,13 +218,14 @@ async fn write_loop(
                 if write_frame(&mut wr, &f).await.is_err() {
                     break;
                 }
-                let before = backlog.unsent.fetch_sub(f.len() as u64, Ordering::AcqRel);
+                let cost = f.len() as u64 + FRAME_OVERHEAD;
+                let before = backlog.unsent.fetch_sub(cost, Ordering::AcqRel);
                 if tracked {
                     backlog.inflight.fetch_sub(1, Ordering::AcqRel);
                 }
                 // Only a reader paused over the bound waits: wake it as the backlog drops
                 // back under (its permit keeps if it has not started waiting yet).
-                if before > UNSENT_PER_CONNECTION_MAX && before - f.len() as u64 <= UNSENT_PER_CONNECTION_MAX {
+                if before > UNSENT_PER_CONNECTION_MAX && before - cost <= UNSENT_PER_CONNECTION_MAX {
                     backlog.drained.notify_one();
                 }
             }
