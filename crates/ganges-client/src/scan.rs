@@ -245,6 +245,13 @@ impl ReadStream {
         Ok(s)
     }
 
+    /// What this open-ended stream's reads will come to in all (`ReadEngine::expect_bytes`):
+    /// its progress, which servers rank readers by, counts against it, and the stream seals
+    /// itself once ranges of that many bytes are added.
+    pub fn expect_bytes(&mut self, bytes: u64) {
+        self.engine.expect_bytes(bytes);
+    }
+
     /// Add a byte range of the dataset to read; returns the indices of its pieces.
     pub fn add_range(&mut self, range: Partition) -> Result<std::ops::Range<usize>> {
         let pieces = self.manifest.shape.pieces(range)?;

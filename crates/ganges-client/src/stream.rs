@@ -135,7 +135,12 @@ impl OrderedReader {
             let reading = match self.reading.entry(p.fragment) {
                 Entry::Occupied(e) => e.into_mut(),
                 Entry::Vacant(e) => {
-                    let stream = ReadStream::open_ended(self.client.clone(), self.manifest.clone(), self.opts)?;
+                    let mut stream = ReadStream::open_ended(self.client.clone(), self.manifest.clone(), self.opts)?;
+                    // What this reader will read of the fragment, from here: the stream's
+                    // progress counts against it, as a scan's does.
+                    let shape = &self.manifest.shape;
+                    let fragment_end = shape.fragment_start(p.fragment) + shape.fragment_bytes(p.fragment);
+                    stream.expect_bytes(fragment_end.min(self.end) - self.ask_at);
                     e.insert(Reading { stream, pending: 0 })
                 }
             };
@@ -265,6 +270,12 @@ impl AsyncReader {
             done: vec![],
             submitted_bytes: 0,
         })
+    }
+
+    /// What this reader's reads will come to in all, when the caller knows: its progress,
+    /// which servers rank readers by, counts against it (`ReadStream::expect_bytes`).
+    pub fn expect_bytes(&mut self, bytes: u64) {
+        self.stream.expect_bytes(bytes);
     }
 
     /// Start reading `len` bytes at dataset offset `offset`.
@@ -434,10 +445,14 @@ impl WrittenOrderReader {
         };
         origin.validate(&manifest.shape).map_err(|e| ClientError::Invalid(format!("`{}`: {e}", manifest.name)))?;
         manifest.shape.check_partition(range)?;
+        let starts = origin.block_starts(&manifest.shape);
+        let block = manifest.shape.block_bytes() as u64;
+        let mut reader = AsyncReader::open(client, manifest, opts)?;
+        reader.expect_bytes(range.len);
         Ok(WrittenOrderReader {
-            starts: origin.block_starts(&manifest.shape),
-            block: manifest.shape.block_bytes() as u64,
-            reader: AsyncReader::open(client, manifest, opts)?,
+            starts,
+            block,
+            reader,
             buffer_blocks: buffer_blocks as usize,
             in_flight: HashMap::new(),
             early: BTreeMap::new(),

@@ -120,6 +120,7 @@ pub(crate) async fn read_regions(
     // Enough in flight to keep every server's disk busy from one reader.
     let opts = ReadOptions::new(policy).with_window(4 * manifest.shape.fragment_count());
     let mut reader = AsyncReader::open(client.clone(), manifest.clone(), opts)?;
+    reader.expect_bytes(order.iter().map(|&i| subs.bytes(i)).sum());
     let mut buffers: HashMap<usize, Vec<u8>> = HashMap::new();
     let mut tickets = HashMap::new();
     let mut budget = 0u64;

@@ -67,7 +67,9 @@
 //! `OrderedReader` adds a piece at a time).
 //!
 //! **Open-ended reads.** An engine made with `open_ended` starts with no pieces; the async
-//! interface adds pieces as the caller submits reads.
+//! interface adds pieces as the caller submits reads, and the in-order reader a few blocks
+//! at a time. A caller that knows what the whole read comes to says so (`expect_bytes`), so
+//! its progress, and the end of its read, are a scan's.
 //!
 //! **Moved requests.** When a server hands a queued request to another (GD-6), the engine is
 //! told (`on_moved`), so the reply from the new server is expected and a failure there is
@@ -149,9 +151,9 @@ macro_rules! view {
         RouteView {
             now: $now,
             nodes: &$e.nodes,
-            own_fraction: $e.done_bytes as f64 / $e.total_bytes.max(1) as f64,
-            block_fraction: $e.block_bytes as f64 / $e.total_bytes.max(1) as f64,
-            total_bytes: $e.total_bytes,
+            own_fraction: $e.done_bytes as f64 / $e.read_bytes().max(1) as f64,
+            block_fraction: $e.block_bytes as f64 / $e.read_bytes().max(1) as f64,
+            total_bytes: $e.read_bytes(),
             window: $e.window(),
             fragment: None,
             phased: $e.phased(),
@@ -346,6 +348,8 @@ pub struct ReadEngine {
     /// Whether no more pieces will be added (`seal`): done is then done for good, not only
     /// until the caller's next read.
     sealed: bool,
+    /// What the whole read will come to, when an open-ended engine is told (`expect_bytes`).
+    expected_bytes: u64,
     stats: ReadStats,
 }
 
@@ -409,6 +413,7 @@ impl ReadEngine {
             total_bytes: 0,
             block_bytes: 0,
             sealed: false,
+            expected_bytes: 0,
             stats: ReadStats::default(),
         })
     }
@@ -417,6 +422,30 @@ impl ReadEngine {
     /// is told this consumer's progress is whole (`poll_notify`). `new` seals its engine.
     pub fn seal(&mut self) {
         self.sealed = true;
+    }
+
+    /// An open-ended engine whose caller knows what the whole read comes to (an in-order
+    /// reader adds a few blocks at a time to a fragment it reads through): its progress counts
+    /// against `bytes`, and once pieces of that many bytes are added it seals itself. Without
+    /// it, progress counts against what has been added so far, which stays near 1 while a
+    /// caller adds as it goes: the servers' furthest-behind rule then served such a reader
+    /// after everyone else, and told the readers of its backup copies that it was all but
+    /// done.
+    pub fn expect_bytes(&mut self, bytes: u64) {
+        self.expected_bytes = bytes;
+        self.seal_if_expected();
+    }
+
+    fn seal_if_expected(&mut self) {
+        if self.expected_bytes > 0 && self.total_bytes >= self.expected_bytes {
+            self.seal();
+        }
+    }
+
+    /// What progress counts against: the read's expected size if told, else what has been
+    /// added.
+    fn read_bytes(&self) -> u64 {
+        self.total_bytes.max(self.expected_bytes)
     }
 
     /// Add one piece, to be read from `only` these holders if given (a dataset still
@@ -457,6 +486,7 @@ impl ReadEngine {
             }
         }
         self.policy.on_range(&fragment_parts(shape, &self.pieces[first..]));
+        self.seal_if_expected();
         if self.policy.reads_in_step() {
             // Each piece's place in its fragment's run of the range, as a fraction.
             let mut runs: BTreeMap<FragmentId, (usize, usize)> = BTreeMap::new();
@@ -540,7 +570,7 @@ impl ReadEngine {
 
     /// The progress to send with the next request.
     pub fn progress(&self) -> Progress {
-        Progress { done_bytes: self.done_bytes, total_bytes: self.total_bytes, metric: self.policy.metric() }
+        Progress { done_bytes: self.done_bytes, total_bytes: self.read_bytes(), metric: self.policy.metric() }
     }
 
     fn live_holders(&self, piece: usize) -> Vec<NodeId> {

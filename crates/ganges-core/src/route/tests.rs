@@ -519,6 +519,38 @@ fn an_open_ended_engine_reads_pieces_as_they_are_added() {
     assert_eq!(e.total_bytes(), 100);
 }
 
+/// An in-order reader adds a block at a time: told what the whole read comes to, its
+/// progress is how far through that it is (not near 1 from the start), and the last block
+/// tells every server it read from that it is done.
+#[test]
+fn an_open_ended_engine_told_its_size_counts_progress_against_it_and_seals_itself() {
+    let (shape, layout) = shape_and_layout(2, 4);
+    let mut e =
+        ReadEngine::open_ended(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, ReadConfig::default())
+            .unwrap();
+    e.expect_bytes(4 * 4096);
+    let mut servers = BTreeSet::new();
+    for block in 0..4u64 {
+        let p = shape.pieces(Partition { offset: block * 4096, len: 4096 }).unwrap()[0];
+        let i = e.add_pieces(&shape, [(p, None)]).start;
+        let progress = e.progress();
+        assert_eq!((progress.done_bytes, progress.total_bytes), (block * 4096, 4 * 4096));
+        let sends = drain(&mut e);
+        assert_eq!(sends.len(), 1);
+        servers.insert(sends[0].node);
+        while e.poll_notify().is_some() {}
+        e.on_data(Time::ZERO, i, sends[0].node);
+        let told: BTreeSet<_> = std::iter::from_fn(|| e.poll_notify()).collect();
+        if block < 3 {
+            assert!(told.is_empty(), "nothing held anywhere, and not done yet: {told:?}");
+        } else {
+            assert_eq!(told, servers, "done: every server read from is told");
+        }
+    }
+    assert!(e.is_done());
+    assert_eq!(e.progress().fraction(), 1.0);
+}
+
 #[test]
 fn a_moved_request_is_expected_from_its_new_server_and_retried_if_that_dies() {
     let mut e = engine(ReadPolicyKind::GdRrHandoff, 4, 2, 0, 4);
