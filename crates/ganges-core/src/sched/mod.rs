@@ -43,11 +43,12 @@ use std::time::Duration;
 
 pub type JobId = u64;
 
-/// Longest run of one consumer's requests served back to back (GD-5). Eight 1 MiB blocks at
-/// 32 MiB/s is a quarter second: long enough to make seeks rare, short enough that the other
-/// consumer of the disk waits at most that long.
+/// Longest run of one consumer's requests served back to back (GD-5), in `PLAN_UNIT_BYTES`
+/// of its requests (`plan_units`: sixteen of 512 KiB). Eight MiB at 32 MiB/s is a quarter
+/// second: long enough to make seeks rare, short enough that the other consumer of the disk
+/// waits at most that long.
 pub const RUN_MAX: u32 = 8;
-/// How far ahead, in its own requests' worth of progress, a furthest-behind run may take a
+/// How far ahead, in `PLAN_UNIT_BYTES` of its own progress, a furthest-behind run may take a
 /// consumer before the one furthest behind gets the disk back, at the start of its scan.
 /// The slack shrinks in proportion to what the consumer has left to read, so the gaps that
 /// runs open close as the scan ends. With a fixed slack every server on a chain let its
@@ -56,16 +57,16 @@ pub const RUN_MAX: u32 = 8;
 /// 91% of the layout-aware ideal with one slow disk where gd, without runs, read 91 to 93.
 /// Shrinking, it reads 90 to 95 there (`ganges sim generality`, `ganges sim bench-scan`).
 pub const RUN_SLACK_JOBS: f64 = 4.0;
-/// The block size the planned discipline's counts (its runs, credits, debts and lags, and
-/// the end of a scan) and gd-plan's window were tuned in. A dataset of smaller blocks counts
-/// proportionally more of them ([`plan_units`]), so the schedule is the same in bytes and in
-/// time whatever the block size; larger blocks are counted as they are. Counted in blocks,
-/// small blocks made runs short (more seeks between files) and gd-plan's window too small
-/// to keep a disk busy.
+/// The request size runs (`RUN_MAX`, `RUN_SLACK_JOBS`), the share disciplines' counts
+/// (credits, debts and lags, and the end of a scan) and gd-plan's window were tuned in.
+/// Smaller requests count proportionally more of them ([`plan_units`]), so the schedule is
+/// the same in bytes and in time whatever the block or piece size; larger ones are counted
+/// as they are. Counted in requests, small blocks made runs short (more seeks between files)
+/// and gd-plan's window too small to keep a disk busy.
 pub const PLAN_UNIT_BYTES: u64 = 1 << 20;
 
-/// How many blocks of `block_bytes` the planned discipline and gd-plan count for each block
-/// of their settings: `PLAN_UNIT_BYTES` over the block size, at least 1.
+/// How many requests of `block_bytes` count as one of `PLAN_UNIT_BYTES`: their ratio, at
+/// least 1.
 pub fn plan_units(block_bytes: u64) -> f64 {
     (PLAN_UNIT_BYTES as f64 / block_bytes.max(1) as f64).max(1.0)
 }

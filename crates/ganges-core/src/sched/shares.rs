@@ -87,9 +87,6 @@ pub struct ShareSettings {
     /// Phased credits: the period over which each stream earns its share in one slot (see
     /// [`LearnedShares`]); `None`: every pick earns each stream its share.
     pub phase: Option<Duration>,
-    /// Runs, credits, debts, leads and lags are counted in `PLAN_UNIT_BYTES` of each stream's
-    /// blocks ([`plan_units`]), not in blocks.
-    pub per_unit: bool,
 }
 
 impl ShareSettings {
@@ -100,7 +97,6 @@ impl ShareSettings {
         run_lead: f64::INFINITY,
         anticipate: None,
         phase: None,
-        per_unit: false,
     };
     /// Credits within two picks, runs one into debt (unphased, that still lets a stream of
     /// half the disk run four to six blocks: it earns half a pick each pick). With 2 ms
@@ -120,7 +116,6 @@ impl ShareSettings {
         run_lead: 1.0,
         anticipate: Some(Duration::from_millis(4)),
         phase: Some(Duration::from_millis(500)),
-        per_unit: true,
     };
 }
 
@@ -174,12 +169,11 @@ impl Shares {
         Shares { how, state: BTreeMap::new(), waiting: None, last_pick: None, pick_every: None, slots_decide: false }
     }
 
-    /// How many of `stream`'s requests count as one block of the settings (`per_unit`).
+    /// How many of `stream`'s requests count as one block of the settings: runs, credits,
+    /// debts, leads and lags are counted in `PLAN_UNIT_BYTES` of each stream's requests
+    /// ([`plan_units`]), so a disk's schedule is the same in bytes whatever their size.
     fn units(&self, stream: &StreamKey) -> f64 {
-        match self.state.get(stream) {
-            Some(st) if self.how.per_unit => plan_units(st.block),
-            _ => 1.0,
-        }
+        self.state.get(stream).map_or(1.0, |st| plan_units(st.block))
     }
 
     /// Anticipation: the stream whose run the disk was on has nothing queued, but its next

@@ -78,6 +78,13 @@ impl Streams {
         job
     }
 
+    /// The longest run of the running stream's requests: `RUN_MAX` of `PLAN_UNIT_BYTES`,
+    /// counted in its requests' size (`plan_units`).
+    pub(super) fn run_jobs(&self) -> f64 {
+        let bytes = self.run.and_then(|(k, _)| self.streams.get(&k)).map_or(PLAN_UNIT_BYTES, |q| q.jobs[0].bytes);
+        f64::from(RUN_MAX) * plan_units(bytes)
+    }
+
     /// The stream a run would continue with, if its next job is on the head's file and the
     /// run is shorter than `longest` jobs; the discipline still decides whether that is fair.
     pub(super) fn run_candidate(&self, head: Option<FileKey>, longest: f64) -> Option<&StreamKey> {
@@ -205,10 +212,11 @@ impl Rule for ByProgress {
     }
 
     fn choose(&mut self, s: &mut Streams, _now: Time, head: Option<FileKey>) -> Option<StreamKey> {
-        if let Some(&key) = s.run_candidate(head, f64::from(RUN_MAX)) {
+        if let Some(&key) = s.run_candidate(head, s.run_jobs()) {
             let q = &s.streams[&key];
             let others = s.streams.iter().filter(|(k, _)| **k != key).map(|(_, o)| o.progress_key);
-            let slack = q.jobs[0].progress.key_step(q.jobs[0].bytes) * RUN_SLACK_JOBS * q.left();
+            let j = &q.jobs[0];
+            let slack = j.progress.key_step(j.bytes) * plan_units(j.bytes) * RUN_SLACK_JOBS * q.left();
             if others.fold(f64::INFINITY, f64::min) + slack >= q.progress_key {
                 return Some(key);
             }
@@ -239,7 +247,7 @@ impl Rule for ByQueue {
             // one on the head's file, then the longest wait).
             return s.best_by(head, |q, b| (q.left() != b.left()).then_some(q.left() > b.left()));
         }
-        if let Some(&key) = s.run_candidate(head, f64::from(RUN_MAX)) {
+        if let Some(&key) = s.run_candidate(head, s.run_jobs()) {
             return Some(key);
         }
         s.best_by(head, |q, b| (q.jobs.len() != b.jobs.len()).then_some(q.jobs.len() > b.jobs.len()))

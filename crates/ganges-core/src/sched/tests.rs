@@ -97,16 +97,23 @@ fn progress_reported_between_requests_changes_the_order() {
 }
 
 /// GD-5: a run continues on the head's file while the consumer is not too far ahead.
-/// Serves stream 1 (8 jobs on file 1, at `at`) and stream 2 (3 jobs on file 2, 15 bytes
+/// Serves stream 1 (8 jobs on file 1, at `at`) and stream 2 (3 jobs on file 2, 15 units
 /// ahead) with file 1 under the head, stream 1's progress climbing with each job as the
-/// client's notices report it; the order of the first seven jobs.
+/// client's notices report it; the order of the first seven jobs. A job is 10 units, one
+/// `PLAN_UNIT_BYTES` (runs and their slack count in those, whatever the request size).
 fn a_run_from(at: u64, total: u64) -> Vec<JobId> {
+    const UNIT: u64 = PLAN_UNIT_BYTES / 10;
+    let (at, total) = (at * UNIT, total * UNIT);
+    let sized = |mut j: Job| {
+        j.bytes = 10 * UNIT;
+        j
+    };
     let mut s = FurthestBehind::default();
     for id in 0..8 {
-        s.push(job(id, 1, 1, at, total, ProgressMetric::Bytes, FB_RUNS));
+        s.push(sized(job(id, 1, 1, at, total, ProgressMetric::Bytes, FB_RUNS)));
     }
     for id in 10..13 {
-        s.push(job(id, 2, 2, at + 15, total, ProgressMetric::Bytes, FB_RUNS));
+        s.push(sized(job(id, 2, 2, at + 15 * UNIT, total, ProgressMetric::Bytes, FB_RUNS)));
     }
     let mut order = vec![];
     let mut done = at;
@@ -114,7 +121,7 @@ fn a_run_from(at: u64, total: u64) -> Vec<JobId> {
         let j = s.pop(Time::ZERO, Some(1)).unwrap();
         order.push(j.id);
         if j.stream.stream == 1 {
-            done += 10;
+            done += 10 * UNIT;
             s.update_progress(
                 j.stream,
                 Progress { done_bytes: done, total_bytes: total, metric: ProgressMetric::Bytes },
@@ -126,9 +133,9 @@ fn a_run_from(at: u64, total: u64) -> Vec<JobId> {
 
 #[test]
 fn runs_save_seeks_without_breaking_the_progress_goal() {
-    // Early in a long scan each job is 10 bytes, so the slack is 40 bytes of progress:
-    // stream 1 is behind and starts, and the run goes on while it is at most 40 ahead of
-    // stream 2 (up to 155), so six run; at 160 stream 2 gets the disk back.
+    // Early in a long scan the slack is 40 units of progress (four jobs): stream 1 is behind
+    // and starts, and the run goes on while it is at most 40 ahead of stream 2 (up to 155),
+    // so six run; at 160 stream 2 gets the disk back.
     assert_eq!(a_run_from(100, 1 << 40), vec![0, 1, 2, 3, 4, 5, 10]);
     // Near the end of its scan (90% read), under a tenth of the slack: the run stops once
     // stream 1 is 5 ahead, and stream 2, reporting no progress here, keeps the disk.
