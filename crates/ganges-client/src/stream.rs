@@ -138,9 +138,7 @@ impl OrderedReader {
                     let mut stream = ReadStream::open_ended(self.client.clone(), self.manifest.clone(), self.opts)?;
                     // What this reader will read of the fragment, from here: the stream's
                     // progress counts against it, as a scan's does.
-                    let shape = &self.manifest.shape;
-                    let fragment_end = shape.fragment_start(p.fragment) + shape.fragment_bytes(p.fragment);
-                    stream.expect_bytes(fragment_end.min(self.end) - self.ask_at);
+                    stream.expect_bytes(self.manifest.shape.fragment_end(p.fragment).min(self.end) - self.ask_at);
                     e.insert(Reading { stream, pending: 0 })
                 }
             };
@@ -171,8 +169,7 @@ impl OrderedReader {
         let r = self.reading.get_mut(&f).expect("a fragment being read");
         r.pending -= 1;
         // A fragment all asked for and arrived is done with.
-        let fragment_end = self.manifest.shape.fragment_start(f) + self.manifest.shape.fragment_bytes(f);
-        if r.pending == 0 && fragment_end.min(self.end) <= self.ask_at {
+        if r.pending == 0 && self.manifest.shape.fragment_end(f).min(self.end) <= self.ask_at {
             self.closed.push(self.reading.remove(&f).expect("present").stream.close());
         }
         Ok(())

@@ -173,6 +173,11 @@ impl Shape {
         self.fragment_bytes[f.index()]
     }
 
+    /// The dataset offset just past fragment `f`.
+    pub fn fragment_end(&self, f: FragmentId) -> u64 {
+        self.fragment_start(f) + self.fragment_bytes(f)
+    }
+
     pub fn fragment_sizes(&self) -> &[u64] {
         &self.fragment_bytes
     }

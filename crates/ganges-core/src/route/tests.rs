@@ -502,12 +502,14 @@ fn shape_and_layout(nodes: u32, blocks: u64) -> (Shape, Layout) {
     (Shape::uniform(nodes, blocks * 4096, 4096).unwrap(), Layout::chained(nodes, 2).unwrap())
 }
 
+fn open_ended_gd(layout: &Layout) -> ReadEngine {
+    ReadEngine::open_ended(ReadPolicyKind::Gd.build(&PolicySettings::default()), layout, ReadConfig::default()).unwrap()
+}
+
 #[test]
 fn an_open_ended_engine_reads_pieces_as_they_are_added() {
     let (shape, layout) = shape_and_layout(2, 4);
-    let mut e =
-        ReadEngine::open_ended(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, ReadConfig::default())
-            .unwrap();
+    let mut e = open_ended_gd(&layout);
     assert!(e.is_done() && drain(&mut e).is_empty());
     let p = shape.pieces(Partition { offset: 8192, len: 100 }).unwrap()[0];
     let i = e.add_pieces(&shape, [(p, None)]).start;
@@ -525,9 +527,7 @@ fn an_open_ended_engine_reads_pieces_as_they_are_added() {
 #[test]
 fn an_open_ended_engine_told_its_size_counts_progress_against_it_and_seals_itself() {
     let (shape, layout) = shape_and_layout(2, 4);
-    let mut e =
-        ReadEngine::open_ended(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, ReadConfig::default())
-            .unwrap();
+    let mut e = open_ended_gd(&layout);
     e.expect_bytes(4 * 4096);
     let mut servers = BTreeSet::new();
     for block in 0..4u64 {

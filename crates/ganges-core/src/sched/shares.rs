@@ -422,8 +422,7 @@ impl Rule for Shares {
             .filter(|k| keys.contains(k));
         self.slots_decide = slots_decide;
         // A run continues while its debt is small and it is not ahead of the others.
-        let longest = s.run.map_or(0.0, |(k, _)| f64::from(RUN_MAX) * self.units(&k));
-        let run = s.run_candidate(head, longest).copied().filter(|k| {
+        let run = s.run_candidate(head, s.run_jobs()).copied().filter(|k| {
             let lag = keys.iter().position(|x| x == k).map_or(0.0, |i| lags[i]);
             let units = self.units(k);
             self.state[k].credit > -self.how.run_debt * units && lag > -self.how.run_lead * units
