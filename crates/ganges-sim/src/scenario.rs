@@ -1186,10 +1186,11 @@ mod tests {
 
     /// A fault that passes: one disk of a ring of 8 (32 MiB/s, 8 s scans) at a quarter of its
     /// speed for the first 0.5 s only. The consumers that left their primaries for it go back,
-    /// so the backups' bytes are about what the fault's half second moved: gd-pc 1.0%, gd-plan
-    /// 2.0%, gd-rr 7.2%. gd-rr read 47% here, however short the fault, before its chains of
+    /// so the backups' bytes are about what the fault's half second moved: gd-pc 3.8%, gd-plan
+    /// 2.0%, gd-rr 3.3%. gd-rr read 47% here, however short the fault, before its chains of
     /// trouble stopped short of a ring (`route::rate`): each consumer took trouble from its
-    /// neighbour's reads queued at its primary, round the ring and back.
+    /// neighbour's reads queued at its primary, round the ring and back. gd-pc read 44% once it
+    /// took its neighbours' figures as of now, before its help stopped short of a ring too.
     #[test]
     fn the_primaries_are_read_again_once_a_fault_passes() {
         let case = GdCase {

@@ -210,8 +210,9 @@ pub struct Service {
     /// server's `GUARD_EVERY`. Where streams ask for different intervals, the shortest holds.
     #[serde(default)]
     pub guard_every: u8,
-    /// A backup read's place in a chain of trouble (gd-rr): 1 from a consumer whose primary
-    /// is slow, k + 1 from one that depth-k reads queued at its primary sent off; 0 none.
+    /// A backup read's place in a chain of trouble (gd-rr) or of help (gd-pc): 1 from a
+    /// consumer whose primary is slow, k + 1 from one that depth-k reads queued at its
+    /// primary sent off; 0 none.
     #[serde(default)]
     pub depth: u8,
 }
