@@ -589,11 +589,11 @@ mod tests {
         let mut p = PrimaryCopies::new(PrimarySettings::default(), false);
         let alone = queues([4, 0], [4, 0]);
         p.pick(&view(&alone, 0.0), &H);
-        // 30% read in the first 100 ms, the neighbour level with us then; 200 ms later,
-        // nothing more has come to either of us.
+        // The neighbour said 30% at 100 ms; at 300 ms we have read 30% too, at a pace of 1 a
+        // second: uncapped, the guess moves it on to 50%, 20% ahead of us.
         p.on_state(at(100), NodeId(1), &state(Some(0.30)));
         p.pick(&RouteView { now: at(300), ..view(&alone, 0.30) }, &H);
-        assert!(!p.is_using(NodeId(1)), "a 60% guess is no gap");
+        assert!(!p.is_using(NodeId(1)), "a gap of 20% by the guess alone is no gap");
         // A real gap is still seen.
         p.on_state(at(300), NodeId(1), &state(Some(0.36)));
         p.pick(&RouteView { now: at(300), ..view(&alone, 0.30) }, &H);
