@@ -380,6 +380,8 @@ pub struct NodeView {
     /// could be ours.
     pub outstanding_at_state: u32,
     pub last_reply: Option<Time>,
+    /// When `last_state` came.
+    pub state_at: Option<Time>,
     /// The server's disk speed, from its reported service times, smoothed (bytes/s).
     pub disk_bytes_per_sec: Option<f64>,
     /// The disk speeds the server itself reported having measured (its bytes over busy time

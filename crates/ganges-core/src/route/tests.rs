@@ -95,16 +95,18 @@ fn gd_tells_the_other_servers_of_new_progress_and_static_does_not() {
 /// the dataset for a second, and that scan reads its backups from the start.
 #[test]
 fn the_last_piece_tells_every_server_read_from_that_the_scan_is_done() {
-    let mut e = engine(ReadPolicyKind::GdPc, 4, 2, 0, 3);
-    drain(&mut e);
-    while !e.is_done() {
-        while e.poll_notify().is_some() {}
-        let s = sends_pending(&mut e);
-        e.on_data(Time::ZERO, s.piece, s.node);
+    for kind in ReadPolicyKind::ALL {
+        let mut e = engine(kind, 4, 2, 0, 3);
         drain(&mut e);
+        while !e.is_done() {
+            while e.poll_notify().is_some() {}
+            let s = sends_pending(&mut e);
+            e.on_data(Time::ZERO, s.piece, s.node);
+            drain(&mut e);
+        }
+        assert_eq!(e.progress().fraction(), 1.0);
+        assert_eq!(e.poll_notify(), Some(NodeId(0)), "{kind}: the primary, though it holds nothing of ours now");
     }
-    assert_eq!(e.progress().fraction(), 1.0);
-    assert_eq!(e.poll_notify(), Some(NodeId(0)), "the primary, though it holds nothing of ours now");
     // An open-ended engine is done only until its caller adds the next piece: no notice.
     let shape = Shape::uniform(4, 3 * 4096, 4096).unwrap();
     let layout = Layout::chained(4, 2).unwrap();
@@ -116,6 +118,46 @@ fn the_last_piece_tells_every_server_read_from_that_the_scan_is_done() {
     e.on_data(Time::ZERO, s[0].piece, s[0].node);
     assert!(e.is_done());
     assert_eq!(e.poll_notify(), None);
+}
+
+/// In the second half of a read, a holder that reports nothing queued and no reader of its
+/// own takes up to `IDLE_TAKE` requests, whatever the policy picks; not in the first half,
+/// not when its report is stale, and never for static.
+#[test]
+fn an_idle_copy_takes_the_end_of_a_read() {
+    let idle = ServerState { queue_len: 0, primary_progress: None, ..ServerState::default() };
+    let busy = ServerState { primary_progress: Some(0.6), ..idle };
+    let reply = |e: &mut ReadEngine, at: Time| {
+        let s = sends_pending(e);
+        e.on_data(at, s.piece, s.node);
+        drain_at(e, at)
+    };
+    for kind in [ReadPolicyKind::GdRr, ReadPolicyKind::Static] {
+        let mut e = engine(kind, 4, 2, 0, 20);
+        let mut at = Time::ZERO;
+        assert!(drain(&mut e).iter().all(|s| s.node == NodeId(0)), "primary only, no fault");
+        e.on_probe_answer(at, NodeId(1), idle, None);
+        assert!(reply(&mut e, at).iter().all(|s| s.node == NodeId(0)), "{kind}: the first half is the policy's");
+        while e.progress().fraction() < 0.5 {
+            at = at + Duration::from_millis(10);
+            reply(&mut e, at);
+        }
+        e.on_probe_answer(at, NodeId(1), busy, None);
+        assert!(reply(&mut e, at).iter().all(|s| s.node == NodeId(0)), "{kind}: its own reader still reads");
+        e.on_probe_answer(at, NodeId(1), idle, None);
+        let later = at + IDLE_FRESH + Duration::from_millis(1);
+        assert!(reply(&mut e, later).iter().all(|s| s.node == NodeId(0)), "{kind}: a stale report");
+        e.on_probe_answer(later, NodeId(1), idle, None);
+        let sent: Vec<NodeId> = (0..4).flat_map(|_| reply(&mut e, later)).map(|s| s.node).collect();
+        let at_idle = sent.iter().filter(|n| **n == NodeId(1)).count();
+        let want = if kind == ReadPolicyKind::Static { 0 } else { IDLE_TAKE as usize };
+        assert_eq!(at_idle, want, "{kind}: {sent:?}");
+        e.assert_invariants();
+    }
+}
+
+fn drain_at(e: &mut ReadEngine, at: Time) -> Vec<Dispatch> {
+    std::iter::from_fn(|| e.poll_send(at).unwrap()).collect()
 }
 
 #[test]
