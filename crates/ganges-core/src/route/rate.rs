@@ -23,6 +23,16 @@
 //!   faster, and a server that needs us, by longest queue, serves us more. Every server in
 //!   use keeps at least `min_outstanding` requests (lesson 1: full pipelines); a server
 //!   `slow_ratio` times slower than the fastest gets one at a time (lesson 5).
+//! - **Catching up (ours).** Answer speeds balance rates, not progress: a consumer found in
+//!   trouble a few tenths of a second into a scan, behind its neighbours by what its slow
+//!   disk did not deliver meanwhile, then read at its fair rate and finished that far behind
+//!   them. So in trouble a backup whose own reader (the least progress its server reports of
+//!   its primary readers) is ahead of us by more than a block gets one more request per
+//!   block of the lead, up to a window: at that server our queue is then the longest, and we
+//!   are served until we have caught up. On 10 disks at 20 MiB/s with one at 0.35 of its
+//!   speed (a 1.8 s scan), 87.8% of the layout-aware ideal before, 90.7% with it; with two
+//!   slow, 91.1% and 94.4%; on 8 disks with one at half, 94.1% and 92.8%, the one
+//!   configuration of `ganges sim generality` it costs more than a point.
 //! - **Return to the primary (ours; virtual-streams §5 leaves it open).** With
 //!   `return_to_primary`, once the primary's disk is no longer `TROUBLE` below the others,
 //!   the consumer goes back to primary-only; trouble found by contention, which cannot be
@@ -251,10 +261,21 @@ impl ResponseRate {
                 if sp * self.s.slow_ratio < fastest {
                     t = 1.0;
                 }
+                if i > 0 {
+                    t += lead_blocks(view, h).min(w);
+                }
                 (h, t)
             })
             .collect()
     }
+}
+
+/// Whole blocks by which `backup`'s own reader was ahead of us when its server last
+/// reported, if more than one; else 0 (see "Catching up").
+fn lead_blocks(view: &RouteView<'_>, backup: NodeId) -> f64 {
+    let Some(theirs) = view.node(backup).last_state.and_then(|s| s.primary_progress) else { return 0.0 };
+    let lead = ((theirs - view.own_fraction) / view.block_fraction.max(f64::MIN_POSITIVE)).floor();
+    if lead > 1.0 { lead } else { 0.0 }
 }
 
 impl RoutePolicy for ResponseRate {
@@ -412,6 +433,35 @@ mod tests {
         assert!(p.in_trouble());
         let t = p.targets(&view(&n), &H);
         assert_eq!((t[0].1, t[1].1), (4.0, 4.0), "equal answer speeds: equal shares");
+    }
+
+    /// In trouble, a backup whose reader is ahead of us gets one more request per whole block
+    /// of the lead beyond the first, up to a window; with no trouble, none.
+    #[test]
+    fn in_trouble_a_backup_whose_reader_is_ahead_gets_more_requests() {
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        let mut n = judged(nodes([16.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]));
+        let ahead_by = |n: &mut BTreeMap<NodeId, NodeView>, lead: f64| {
+            let state = crate::route::ServerState { primary_progress: Some(0.30 + lead), ..Default::default() };
+            n.get_mut(&NodeId(1)).expect("two holders").last_state = Some(state);
+        };
+        // A partition of 100 blocks: each block is 0.01; we are at 0.30.
+        fn at(n: &BTreeMap<NodeId, NodeView>) -> RouteView<'_> {
+            RouteView { own_fraction: 0.30, block_fraction: 0.01, ..view(n) }
+        }
+        ahead_by(&mut n, 0.055);
+        assert_eq!(p.targets(&at(&n), &H)[1].1, 0.0, "no trouble: the primary only");
+        p.pick(&at(&n), &H);
+        pick_at(&mut p, &n, SLOW_FOR);
+        assert!(p.in_trouble());
+        let backup = |p: &ResponseRate, n: &BTreeMap<NodeId, NodeView>| p.targets(&at(n), &H)[1].1;
+        assert_eq!(backup(&p, &n), 4.0 + 5.0, "five whole blocks ahead");
+        ahead_by(&mut n, 0.015);
+        assert_eq!(backup(&p, &n), 4.0, "one block and a half: within a block's noise");
+        ahead_by(&mut n, -0.05);
+        assert_eq!(backup(&p, &n), 4.0, "behind us");
+        ahead_by(&mut n, 0.5);
+        assert_eq!(backup(&p, &n), 4.0 + 8.0, "at most a window more");
     }
 
     /// Every disk equally slow: the backup measured its disk at the primary's speed, though
