@@ -71,7 +71,8 @@
 //! requests whenever its progress changes (`poll_notify`), unless a request sent there since
 //! carried it, so every server's furthest-behind choice uses fresh figures (river §6.3).
 //! A sealed engine (`seal`: no more pieces will come), whatever its policy, tells every
-//! server it read from when its last piece arrives, so none reports it to the next scan as a reader not quite done.
+//! server it read from when its last piece arrives, so none reports it to the next scan as a
+//! reader not quite done.
 //!
 //! **Stalls.** A server holding our requests that answers nothing for `stall_timeout` is
 //! treated as down for this read; its requests go to the other copies.
