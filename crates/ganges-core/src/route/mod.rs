@@ -54,8 +54,9 @@
 //! reading its primary copies: its own reader has finished) takes the next request, up to
 //! `IDLE_TAKE` at a time, whatever the policy would pick: its disk would otherwise stand
 //! still while our last blocks wait elsewhere. Not in the first half, where a server may not
-//! yet have heard from its own reader; not for `static` and `mirror`, whose copies are fixed;
-//! never a holder the policy dropped. The primary-preferring policies pass a slow disk's work
+//! yet have heard from its own reader; only for policies that move requests at the end of a
+//! scan (`steals_at_end`: not `static` or `mirror`, whose copies are fixed); never a holder
+//! the policy dropped. The primary-preferring policies pass a slow disk's work
 //! down the chain of copies a hop at a time, and the far end of the chain finished last while
 //! the slow disk, its own reader long done, stood idle: gd-rr on 16 disks at 32 MiB/s with
 //! one at half speed (a 10.5 s scan) read 92.5% of the layout-aware ideal, 93.8% with this;
@@ -732,17 +733,20 @@ impl ReadEngine {
         }
         let view = RouteView { fragment: Some(self.pieces[piece].fragment), ..view!(self, now) };
         let pick = self.policy.pick(&view, &live);
-        let idle = self.idle_holder(now, piece, &live);
-        let node = match (pick, idle) {
-            (Pick::To(n), Some(i)) if i != n && !self.is_idle(now, n) => i,
-            (Pick::To(n), _) => {
+        let picked = match pick {
+            Pick::To(n) => {
                 assert!(live.contains(&n), "policy {} picked a non-holder", self.policy.kind());
-                n
+                Some(n)
             }
-            (Pick::Hold, Some(i)) => i,
+            Pick::Hold => None,
+        };
+        let node = match (picked, self.idle_holder(now, piece, &live)) {
+            (Some(n), _) if self.is_idle(now, n) => n,
+            (_, Some(idle)) => idle,
+            (Some(n), None) => n,
             // A hold with nothing in flight would stall the read: the primary gets it.
-            (Pick::Hold, None) if self.inflight == 0 => live[0],
-            (Pick::Hold, None) => return Ok(None),
+            (None, None) if self.inflight == 0 => live[0],
+            (None, None) => return Ok(None),
         };
         if from_retry {
             self.retry.pop_front();
@@ -765,7 +769,7 @@ impl ReadEngine {
     /// read (see "An idle copy takes the end of a read").
     fn idle_holder(&self, now: Time, piece: usize, live: &[NodeId]) -> Option<NodeId> {
         let second_half = self.done_bytes.saturating_mul(2) >= self.read_bytes();
-        if !self.policy.kind().adaptive() || !second_half {
+        if !self.policy.steals_at_end() || !second_half {
             return None;
         }
         let fragment = self.pieces[piece].fragment;

@@ -13,11 +13,12 @@ fn engine(kind: ReadPolicyKind, nodes: u32, replicas: u32, fragment: u32, blocks
 }
 
 fn drain(e: &mut ReadEngine) -> Vec<Dispatch> {
-    let mut out = vec![];
-    while let Some(s) = e.poll_send(Time::ZERO).unwrap() {
-        out.push(s);
-    }
-    out
+    drain_at(e, Time::ZERO)
+}
+
+/// Every request the engine sends at `at`.
+fn drain_at(e: &mut ReadEngine, at: Time) -> Vec<Dispatch> {
+    std::iter::from_fn(|| e.poll_send(at).unwrap()).collect()
 }
 
 #[test]
@@ -154,10 +155,6 @@ fn an_idle_copy_takes_the_end_of_a_read() {
         assert_eq!(at_idle, want, "{kind}: {sent:?}");
         e.assert_invariants();
     }
-}
-
-fn drain_at(e: &mut ReadEngine, at: Time) -> Vec<Dispatch> {
-    std::iter::from_fn(|| e.poll_send(at).unwrap()).collect()
 }
 
 #[test]
