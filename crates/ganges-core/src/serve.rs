@@ -632,6 +632,7 @@ mod tests {
                 phased: seed & 128 != 0,
                 guard_every: (seed >> 8) as u8 % 4,
                 depth: (seed >> 10) as u8 % 3,
+                level: seed & 4096 != 0,
             }
         }
 

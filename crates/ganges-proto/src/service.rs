@@ -3,7 +3,8 @@
 
 use ganges_core::sched::{COPY_MAX, Discipline, Service};
 
-/// Bits 0-1 the discipline, bit 2 runs, bit 3 handoff, bits 4-5 the copy, bit 6 phased.
+/// Bits 0-1 the discipline, bit 2 runs, bit 3 handoff, bits 4-5 the copy, bit 6 phased, bit
+/// 7 level.
 pub fn to_byte(s: Service) -> u8 {
     (match s.discipline {
         Discipline::FurthestBehind => 0,
@@ -14,21 +15,19 @@ pub fn to_byte(s: Service) -> u8 {
         | (u8::from(s.handoff) << 3)
         | (s.copy.min(COPY_MAX) << 4)
         | (u8::from(s.phased) << 6)
+        | (u8::from(s.level) << 7)
 }
 
-/// The service a byte names, with its share, guard and depth; `None` for a byte with unknown
-/// bits.
-pub fn from_byte(b: u8, share: u16, guard_every: u8, depth: u8) -> Option<Service> {
-    if b & !0b111_1111 != 0 {
-        return None;
-    }
+/// The service a byte names, with its share, guard and depth (every bit of the byte is
+/// a field).
+pub fn from_byte(b: u8, share: u16, guard_every: u8, depth: u8) -> Service {
     let discipline = match b & 0b11 {
         0 => Discipline::FurthestBehind,
         1 => Discipline::LongestQueue,
         2 => Discipline::LearnedShares,
         _ => Discipline::Planned,
     };
-    Some(Service {
+    Service {
         discipline,
         runs: b & 4 != 0,
         handoff: b & 8 != 0,
@@ -37,7 +36,8 @@ pub fn from_byte(b: u8, share: u16, guard_every: u8, depth: u8) -> Option<Servic
         phased: b & 64 != 0,
         guard_every,
         depth,
-    })
+        level: b & 128 != 0,
+    }
 }
 
 #[cfg(test)]
@@ -50,12 +50,13 @@ mod tests {
     const LQ: Service = Service { discipline: Discipline::LongestQueue, ..Service::FURTHEST_BEHIND };
 
     #[test]
-    fn service_bytes_round_trip_and_reject_unknown_bits() {
+    fn service_bytes_round_trip() {
         for s in [
             FB,
             FB_RUNS,
             LQ,
             Service { runs: true, handoff: true, guard_every: 3, depth: 2, ..LQ },
+            Service { level: true, ..FB },
             Service { discipline: Discipline::LearnedShares, runs: true, share: 7, copy: 1, phased: true, ..FB },
             Service {
                 discipline: Discipline::Planned,
@@ -66,8 +67,10 @@ mod tests {
                 ..FB
             },
         ] {
-            assert_eq!(from_byte(to_byte(s), s.share, s.guard_every, s.depth), Some(s));
+            assert_eq!(from_byte(to_byte(s), s.share, s.guard_every, s.depth), s);
         }
-        assert_eq!(from_byte(128, 0, 0, 0), None);
+        for b in 0..=u8::MAX {
+            assert_eq!(to_byte(from_byte(b, 0, 0, 0)), b, "every bit is a field");
+        }
     }
 }

@@ -31,7 +31,7 @@ use crate::Shared;
 use crate::disk::{Ctx, JobCtx, WriteCtx, WriteReply, WriteTarget};
 use ganges_core::handoff::{APPEND_HANDOFF_MIN, REDIRECT_WAIT, share_at_least};
 use ganges_core::ids::NodeId;
-use ganges_core::sched::{Job, Progress, ProgressMetric, Service, StreamKey};
+use ganges_core::sched::{Job, Progress, ProgressMetric, StreamKey};
 use ganges_core::serve::Ask;
 use ganges_net::transport::{BoxRead, BoxWrite};
 use ganges_proto::control::{ControlReply, ControlRequest, HandedJob, Peer};
@@ -227,8 +227,7 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
             outbox.send_untracked(origin.request_id, Message::Error(e, Some(origin)));
             continue;
         }
-        let service = ganges_proto::service::from_byte(hj.service, 0, hj.guard_every, hj.depth)
-            .unwrap_or(Service::FURTHEST_BEHIND);
+        let service = ganges_proto::service::from_byte(hj.service, 0, hj.guard_every, hj.depth);
         let metric = if hj.fraction { ProgressMetric::Fraction } else { ProgressMetric::Bytes };
         let job = Job {
             id: 0,

@@ -1081,7 +1081,9 @@ mod tests {
     /// between a disk's readers close: with a fixed slack gd-batch read 90.6% of the
     /// layout-aware ideal here with one slow disk, its last consumer 17% after its first
     /// (95.1% now, with three requests in flight per copy, which real servers need:
-    /// `WINDOW_GD`). With a slow disk its runs save a seventh of gd's seeks. With none, its
+    /// `WINDOW_GD`). With a slow disk its runs keep its seeks to gd's, whose requests are
+    /// twice as large (they saved a seventh of them before gd was levelled, which lets a
+    /// disk serve one reader a few times in a row as well). With none, its
     /// 512 KiB requests (`RUN_PIECE_BYTES`) leave a run only three queued per copy, and a run
     /// ends whenever the reader's next request is still crossing: it seeks as often as gd
     /// there (a fifth less with 1 MiB requests), and reads as fast.
@@ -1091,7 +1093,7 @@ mod tests {
         let o = SimOptions { faults: Some(vec![0, 1]), seed: 1, policies, ..SimOptions::default() };
         let r = run("bench-scan", &o).unwrap();
         let at = |policy: &str, faults: u32| r.rows.iter().find(|x| x.series == policy && x.faults == faults).unwrap();
-        assert!(at("gd-batch", 1).seeks < at("gd", 1).seeks * 9 / 10, "{:?} vs {:?}", at("gd-batch", 1), at("gd", 1));
+        assert!(at("gd-batch", 1).seeks <= at("gd", 1).seeks * 11 / 10, "{:?} vs {:?}", at("gd-batch", 1), at("gd", 1));
         for faults in [0, 1] {
             let row = at("gd-batch", faults);
             assert!(row.frac_layout_ideal >= 0.93, "{row:?}");

@@ -9,8 +9,8 @@
 //! | name | spec | consumer side | server side |
 //! | --- | --- | --- | --- |
 //! | `static` | GD-8 | primary copy only | furthest behind |
-//! | `gd` | GD-1 | round-robin start, replies pull requests | furthest behind, progress in bytes |
-//! | `gd-rel` | GD-2 | same | furthest behind, progress as a fraction |
+//! | `gd` | GD-1 | round-robin start, replies pull requests | furthest behind, progress in bytes, levelled |
+//! | `gd-rel` | GD-2 | same | furthest behind, progress as a fraction, levelled |
 //! | `gd-batch` | GD-2 + GD-5 runs | same, in 512 KiB pieces (`RUN_PIECE_BYTES`) | same, with runs |
 //! | `gd-share` | GD-2 + ours | same, in 512 KiB pieces | shares learnt per consumer, runs |
 //! | `gd-pc` | GD-3 + ours | primary, backups between watermarks or while the primary helps another | furthest behind, fraction |

@@ -798,7 +798,9 @@ impl RoutePolicy for Graduated {
     fn service(&self) -> Service {
         let discipline =
             if self.kind == ReadPolicyKind::GdShare { Discipline::LearnedShares } else { Discipline::FurthestBehind };
-        Service { discipline, runs: self.runs, ..Service::FURTHEST_BEHIND }
+        // Without runs nothing else closes the standing lag of whole-block steps (gd-batch's
+        // run slack shrinks it as the scan ends): the servers level it (`sched::FurthestBehind`).
+        Service { discipline, runs: self.runs, level: !self.runs, ..Service::FURTHEST_BEHIND }
     }
     fn steals_at_end(&self) -> bool {
         true

@@ -7,7 +7,10 @@
 //! - **furthest behind** (GD-1, GD-2, GD-3; river §3.3): serve the consumer whose progress is
 //!   lowest, so a consumer slowed by its other server catches up here. Progress rides on every
 //!   request and on progress notices between requests (`update_progress`); its metric is the
-//!   consumer's, bytes received (GD-1) or the fraction of its own partition (GD-2).
+//!   consumer's, bytes received (GD-1) or the fraction of its own partition (GD-2). A
+//!   consumer whose requests ask to be **levelled** (gd, gd-rel; ours, see
+//!   [`FurthestBehind`]) is compared with a learned bias that takes away the standing lag
+//!   whole-request steps leave between a disk's readers.
 //! - **longest queue** (GD-4; virtual-streams §3.1.2): serve the consumer with the most
 //!   requests queued here, because a consumer whose other servers are slow sends more of its
 //!   requests here. A guard serves the consumer furthest behind (by the share of its scan left,
@@ -215,6 +218,11 @@ pub struct Service {
     /// primary sent off; 0 none.
     #[serde(default)]
     pub depth: u8,
+    /// Furthest behind levels this stream's progress with the others' over time: the
+    /// standing lag that whole-request steps leave is learnt and served away (see
+    /// [`FurthestBehind`]). Set by the GD policies that read every copy without runs.
+    #[serde(default)]
+    pub level: bool,
 }
 
 /// The highest `Service::copy` (two bits on the wire); later copies count as this one.
@@ -233,6 +241,7 @@ impl Service {
         phased: false,
         guard_every: 0,
         depth: 0,
+        level: false,
     };
 
     /// The share as a fraction of the disk.

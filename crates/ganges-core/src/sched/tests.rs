@@ -153,6 +153,68 @@ fn runs_save_seeks_without_breaking_the_progress_goal() {
     assert_eq!(s.pop(Time::ZERO, Some(1)).unwrap().id, 3);
 }
 
+/// One disk shared by two readers of 1 MiB blocks, for `picks` picks: reader 0's other copy
+/// delivers it a block every `a_every` picks, reader 1's every `b_every`; each block this
+/// disk serves reaches its reader and is reported one pick later (it is on its way while the
+/// disk picks again). The mean of reader 0's lag behind reader 1 as the disk sees it, in
+/// blocks.
+fn mean_lag(level: bool, a_every: u64, b_every: u64, picks: u64) -> f64 {
+    const MIB: u64 = 1 << 20;
+    let total = 1 << 40;
+    let service = Service { level, ..FB };
+    let mut s = FurthestBehind::default();
+    let mut done = [0u64; 2];
+    let mut id = 0;
+    let mut push = |s: &mut FurthestBehind, r: u64, done: u64| {
+        id += 1;
+        s.push(Job { bytes: MIB, ..job(id, r, r, done, total, ProgressMetric::Bytes, service) });
+    };
+    for r in 0..2 {
+        for _ in 0..3 {
+            push(&mut s, r, 0);
+        }
+    }
+    let (mut in_flight, mut head, mut lag) = (None, None, 0.0);
+    for pick in 1..=picks {
+        let j = s.pop(Time(pick), head).expect("both readers keep three queued");
+        head = Some(j.file);
+        // The block served last arrives now; the one just picked is on its way.
+        if let Some(r) = in_flight.replace(j.stream.stream) {
+            done[r as usize] += MIB;
+            push(&mut s, r, done[r as usize]);
+        }
+        for (r, every) in [(0usize, a_every), (1, b_every)] {
+            if pick % every == 0 {
+                done[r] += MIB;
+                let stream = StreamKey { conn: 1, stream: r as u64 };
+                s.update_progress(
+                    stream,
+                    Progress { done_bytes: done[r], total_bytes: total, metric: ProgressMetric::Bytes },
+                );
+            }
+        }
+        lag += (done[1] as f64 - done[0] as f64) / MIB as f64;
+    }
+    lag / picks as f64
+}
+
+/// Levelling (ours): a reader that needs the disk more (its other copy is slower) stands
+/// behind the other by a steady part of a block under furthest behind alone; levelled, the
+/// mean lag goes to zero. And it changes nothing where both need the disk alike.
+#[test]
+fn levelling_takes_away_the_standing_lag_of_whole_block_steps() {
+    for (a_every, b_every) in [(7, 2), (5, 2), (2, 7)] {
+        let plain = mean_lag(false, a_every, b_every, 2000);
+        let levelled = mean_lag(true, a_every, b_every, 2000);
+        assert!(plain.abs() > 0.35, "furthest behind alone leaves the needier reader behind: {plain}");
+        assert!(levelled.abs() < 0.05, "levelled: {levelled} (plain {plain})");
+    }
+    for level in [false, true] {
+        let even = mean_lag(level, 3, 3, 2000);
+        assert!(even.abs() < 0.1, "level {level}: {even}");
+    }
+}
+
 /// A stream reading two files here (a logical partition read in step) finishes what it
 /// has on the head's file before the head moves, if it allows runs; else in order.
 #[test]
