@@ -268,8 +268,7 @@ impl Rule for ByProgress {
         if let Some(&key) = s.run_candidate(head, s.run_jobs()) {
             let q = &s.streams[&key];
             let others = s.streams.iter().filter(|(k, _)| **k != key).map(|(k, o)| self.levelled(k, o));
-            let j = &q.jobs[0];
-            let slack = j.progress.key_step(j.bytes) * plan_units(j.bytes) * RUN_SLACK_JOBS * q.left();
+            let slack = Self::block(q) * RUN_SLACK_JOBS * q.left();
             if others.fold(f64::INFINITY, f64::min) + slack >= self.levelled(&key, q) {
                 return Some(key);
             }
