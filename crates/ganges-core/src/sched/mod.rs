@@ -8,7 +8,7 @@
 //!   lowest, so a consumer slowed by its other server catches up here. Progress rides on every
 //!   request and on progress notices between requests (`update_progress`); its metric is the
 //!   consumer's, bytes received (GD-1) or the fraction of its own partition (GD-2). A
-//!   consumer whose requests ask to be **levelled** (gd, gd-rel; ours, see
+//!   consumer whose requests ask to be **levelled** (gd, gd-rel, gd-share; ours, see
 //!   [`FurthestBehind`]) is compared with a learned bias that takes away the standing lag
 //!   whole-request steps leave between a disk's readers.
 //! - **longest queue** (GD-4; virtual-streams §3.1.2): serve the consumer with the most
@@ -220,7 +220,8 @@ pub struct Service {
     pub depth: u8,
     /// Furthest behind levels this stream's progress with the others' over time: the
     /// standing lag that whole-request steps leave is learnt and served away (see
-    /// [`FurthestBehind`]). Set by the GD policies that read every copy without runs.
+    /// [`FurthestBehind`]). Set by the GD policies that read every copy without runs, and by
+    /// gd-share.
     #[serde(default)]
     pub level: bool,
 }

@@ -1,5 +1,6 @@
-//! Learned (gd-share) and planned (gd-plan) shares: credits, runs, anticipation and
-//! phase slots.
+//! Learned and planned (gd-plan) shares: credits, runs, anticipation and phase slots.
+//! gd-share asked for learned weights until its servers learnt shares by levelling instead
+//! (`route::Graduated`); the discipline stays on the wire for clients that ask for it.
 
 use super::*;
 
@@ -49,7 +50,7 @@ use super::*;
 /// lost 3 points at four slow disks with it phased).
 pub type LearnedShares = PerStream<Shares>;
 
-/// The share disciplines' rule: learned (gd-share) or planned (gd-plan) weights, credits,
+/// The share disciplines' rule: learned or planned (gd-plan) weights, credits,
 /// runs and, for planned streams, anticipation. The two differ only in these settings.
 #[derive(Debug)]
 pub struct Shares {
