@@ -168,6 +168,7 @@ fn describe_scan(s: &ScanSpec) -> String {
                 Chaos::Restart(n) => format!("{n} restarts"),
                 Chaos::Disconnect { consumer, node } => format!("consumer {consumer} loses {node}"),
                 Chaos::Corrupt { node, fragment, block } => format!("{node}'s {fragment} block {block} corrupt"),
+                Chaos::Rate { node, factor } => format!("{node}'s disk at x{factor}"),
             };
             format!("{what} at {:.2} s", at.as_secs_f64())
         })

@@ -38,7 +38,7 @@ pub struct FaultWindow {
 }
 
 /// A fault beyond a slow disk, at an instant of the scan (the simulator's hunts, `hunt`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Chaos {
     /// The server dies: its queue and its disk's current read are lost, every connection to
     /// it closes (each consumer hears of it a network latency later), and messages to it
@@ -52,6 +52,9 @@ pub enum Chaos {
     Disconnect { consumer: usize, node: NodeId },
     /// The server's copy of a block fails its checksum from now on.
     Corrupt { node: NodeId, fragment: FragmentId, block: u32 },
+    /// The server's disk reads `factor` of its peak rate from now on (1: its peak), whatever
+    /// fault it had: a real device's rate swinging with no fault.
+    Rate { node: NodeId, factor: f64 },
 }
 
 /// Everything a simulated scan needs.
@@ -392,6 +395,7 @@ impl<'a> Sim<'a> {
             let bad_node = |n: NodeId| n.0 as usize >= n_servers(spec);
             let bad = match chaos {
                 Chaos::Crash(n) | Chaos::Restart(n) | Chaos::Corrupt { node: n, .. } => bad_node(n),
+                Chaos::Rate { node, factor } => bad_node(node) || !(factor > 0.0 && factor <= 1.0),
                 Chaos::Disconnect { consumer, node } => bad_node(node) || consumer >= sim.consumers.len(),
             };
             if bad {
@@ -499,13 +503,10 @@ impl<'a> Sim<'a> {
                         self.on_disk_done(s);
                     }
                 }
-                Ev::Chaos(chaos) => self.on_chaos(chaos),
+                Ev::Chaos(chaos) => self.on_chaos(chaos)?,
                 Ev::Consumer(c, m) => self.on_consumer(c, m)?,
                 Ev::SinkDone(c) => self.on_sink_done(c)?,
-                Ev::Fault(s, f) => {
-                    let model = self.servers[s].q.model.as_mut().expect("simulated servers model their disks");
-                    model.set_fault(f).map_err(|e| SimError::Invalid(e.to_string()))?;
-                }
+                Ev::Fault(s, f) => self.set_fault(s, f)?,
                 Ev::Sample => {
                     for (c, d) in self.delivered.iter_mut().enumerate() {
                         d.push(self.consumers[c].taken);
@@ -849,12 +850,17 @@ impl<'a> Sim<'a> {
 
     // ---- the hunts' faults ----
 
-    fn on_chaos(&mut self, chaos: Chaos) {
+    fn set_fault(&mut self, s: usize, fault: Option<Fault>) -> Result<(), SimError> {
+        let model = self.servers[s].q.model.as_mut().expect("simulated servers model their disks");
+        model.set_fault(fault).map_err(|e| SimError::Invalid(e.to_string()))
+    }
+
+    fn on_chaos(&mut self, chaos: Chaos) -> Result<(), SimError> {
         match chaos {
             Chaos::Crash(node) => {
                 let s = node.0 as usize;
                 if self.servers[s].down {
-                    return;
+                    return Ok(());
                 }
                 let srv = &mut self.servers[s];
                 srv.down = true;
@@ -884,7 +890,11 @@ impl<'a> Sim<'a> {
             Chaos::Corrupt { node, fragment, block } => {
                 self.corrupt.insert((node.0 as usize, fragment, block));
             }
+            Chaos::Rate { node, factor } => {
+                self.set_fault(node.0 as usize, (factor < 1.0).then_some(Fault::Factor { factor }))?;
+            }
         }
+        Ok(())
     }
 
     /// Consumer `c`'s connection to server `s` closes; it hears of it a latency later.
