@@ -624,7 +624,7 @@ mod tests {
         /// Each stream's service, fixed for the run: its discipline and options from `seed`.
         fn service(seed: u16) -> Service {
             Service {
-                discipline: Discipline::ALL[seed as usize % 4],
+                discipline: Discipline::ALL[seed as usize % Discipline::ALL.len()],
                 runs: seed & 4 != 0,
                 handoff: seed & 8 != 0,
                 share: if seed & 16 != 0 { seed | 1 } else { 0 },

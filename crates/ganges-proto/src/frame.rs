@@ -11,7 +11,7 @@ use ganges_core::shape::BLOCK_BYTES_MAX;
 
 /// The protocol version this build speaks. A peer sending another version gets an
 /// `UnsupportedVersion` error frame and the connection closes.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Bytes of the fixed header, including the length field.
 pub const HEADER_BYTES: usize = 16;
 /// Bytes counted by `len` that belong to the header.

@@ -583,7 +583,7 @@ impl Message {
             kind::READ => {
                 need("read", &b, 47)?;
                 let (stream, progress) = get_progress("read", &mut b)?;
-                let service = get_service(&mut b);
+                let service = get_service("read", &mut b)?;
                 let fragment = FragmentId(b.get_u32_le());
                 let block = b.get_u32_le();
                 let start_in_block = b.get_u32_le();
@@ -651,7 +651,7 @@ impl Message {
             kind::WRITE => {
                 need("write", &b, 51)?;
                 let (stream, progress) = get_progress("write", &mut b)?;
-                let service = get_service(&mut b);
+                let service = get_service("write", &mut b)?;
                 let txid = b.get_u64_le();
                 let fragment = FragmentId(b.get_u32_le());
                 let block = b.get_u32_le();
@@ -706,12 +706,13 @@ fn put_service(b: &mut BytesMut, s: &Service) {
     b.put_u8(s.depth);
 }
 
-fn get_service(b: &mut Bytes) -> Service {
+fn get_service(what: &'static str, b: &mut Bytes) -> Result<Service, ProtoError> {
     let v = b.get_u8();
     let share = b.get_u16_le();
     let guard = b.get_u8();
     let depth = b.get_u8();
     crate::service::from_byte(v, share, guard, depth)
+        .ok_or_else(|| ProtoError::malformed(what, format!("unknown discipline in service byte {v:#04x}")))
 }
 
 /// A reply's least backup-read depth: 0 on the wire is none.
@@ -1016,7 +1017,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_names_and_metrics_are_rejected() {
+    fn bad_names_metrics_and_disciplines_are_rejected() {
         let r = Message::Read(ReadReq {
             stream: 1,
             progress: Progress { done_bytes: 0, total_bytes: 1, metric: ProgressMetric::Bytes },
@@ -1033,6 +1034,10 @@ mod tests {
         v[HEADER_BYTES + 24] = 7; // metric
         assert!(decode(&v).is_err());
         v[HEADER_BYTES + 24] = 0;
+        assert!(decode(&v).is_ok());
+        v[HEADER_BYTES + 25] = 2; // discipline 2: no build of this version asks for it
+        assert!(matches!(decode(&v), Err(ProtoError::Malformed { why, .. }) if why.contains("discipline")));
+        v[HEADER_BYTES + 25] = 0;
         assert!(decode(&v).is_ok());
         let at = v.len() - 2;
         v[at] = b'/'; // a path separator in the name

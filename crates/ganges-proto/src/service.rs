@@ -9,7 +9,6 @@ pub fn to_byte(s: Service) -> u8 {
     (match s.discipline {
         Discipline::FurthestBehind => 0,
         Discipline::LongestQueue => 1,
-        Discipline::LearnedShares => 2,
         Discipline::Planned => 3,
     }) | (u8::from(s.runs) << 2)
         | (u8::from(s.handoff) << 3)
@@ -18,16 +17,16 @@ pub fn to_byte(s: Service) -> u8 {
         | (u8::from(s.level) << 7)
 }
 
-/// The service a byte names, with its share, guard and depth (every bit of the byte is
-/// a field).
-pub fn from_byte(b: u8, share: u16, guard_every: u8, depth: u8) -> Service {
+/// The service a byte names, with its share, guard and depth; `None` for discipline 2, which
+/// no build of this protocol version asks for (every other bit of the byte is a field).
+pub fn from_byte(b: u8, share: u16, guard_every: u8, depth: u8) -> Option<Service> {
     let discipline = match b & 0b11 {
         0 => Discipline::FurthestBehind,
         1 => Discipline::LongestQueue,
-        2 => Discipline::LearnedShares,
+        2 => return None,
         _ => Discipline::Planned,
     };
-    Service {
+    Some(Service {
         discipline,
         runs: b & 4 != 0,
         handoff: b & 8 != 0,
@@ -37,7 +36,7 @@ pub fn from_byte(b: u8, share: u16, guard_every: u8, depth: u8) -> Service {
         guard_every,
         depth,
         level: b & 128 != 0,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -57,7 +56,6 @@ mod tests {
             LQ,
             Service { runs: true, handoff: true, guard_every: 3, depth: 2, ..LQ },
             Service { level: true, ..FB },
-            Service { discipline: Discipline::LearnedShares, runs: true, share: 7, copy: 1, phased: true, ..FB },
             Service {
                 discipline: Discipline::Planned,
                 runs: true,
@@ -67,10 +65,13 @@ mod tests {
                 ..FB
             },
         ] {
-            assert_eq!(from_byte(to_byte(s), s.share, s.guard_every, s.depth), s);
+            assert_eq!(from_byte(to_byte(s), s.share, s.guard_every, s.depth), Some(s));
         }
         for b in 0..=u8::MAX {
-            assert_eq!(to_byte(from_byte(b, 0, 0, 0)), b, "every bit is a field");
+            match from_byte(b, 0, 0, 0) {
+                Some(s) => assert_eq!(to_byte(s), b, "every other bit is a field"),
+                None => assert_eq!(b & 0b11, 2, "only discipline 2 is refused: {b:#010b}"),
+            }
         }
     }
 }

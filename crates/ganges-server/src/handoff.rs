@@ -222,12 +222,19 @@ fn take_over(shared: &Arc<Shared>, jobs: Vec<HandedJob>) -> usize {
                 continue;
             }
         };
+        let Some(service) = ganges_proto::service::from_byte(hj.service, 0, hj.guard_every, hj.depth) else {
+            let why = format!("a handed-off read's service byte {:#04x} names no discipline", hj.service);
+            outbox.send_untracked(
+                origin.request_id,
+                Message::Error(WireError::new(ErrorCode::BadRequest, why), Some(origin)),
+            );
+            continue;
+        };
         if !outbox.admit() {
             let e = WireError::new(ErrorCode::TooManyInFlight, "too many requests in flight to take a handoff");
             outbox.send_untracked(origin.request_id, Message::Error(e, Some(origin)));
             continue;
         }
-        let service = ganges_proto::service::from_byte(hj.service, 0, hj.guard_every, hj.depth);
         let metric = if hj.fraction { ProgressMetric::Fraction } else { ProgressMetric::Bytes };
         let job = Job {
             id: 0,

@@ -80,7 +80,7 @@ pub struct ScanSpec {
     /// in the same nanosecond, and perfect symmetry hides behaviour a real run shows.
     pub start_jitter: Duration,
     /// Where in a second of the servers' clock the scan starts ([`start_phase`]). Planned
-    /// disks lay their phase slots out from whole seconds (`sched::LearnedShares`), and a
+    /// disks lay their phase slots out from whole seconds (`sched::PlannedShares`), and a
     /// real scan starts at any point of them; every time the outcome reports counts from
     /// the scan's start.
     pub start_phase: Duration,

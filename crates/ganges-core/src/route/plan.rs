@@ -33,7 +33,7 @@
 //!   each stream a slot of every period as long as its share, in the same phase at every
 //!   server and backup readers first, so that a consumer's two disks take turns at it, and
 //!   serve by credits on the shares with GD-5 runs and a correction for the current lag
-//!   where no slot decides (`sched::LearnedShares::planned`).
+//!   where no slot decides (`sched::PlannedShares::planned`).
 //! - **Routing.** Holders the plan gives (almost) nothing of a fragment are not used (with no
 //!   fault: the primary only, so no disk alternates between files); each of the rest always
 //!   has two requests of ours queued (`QUEUED_PER_HOLDER`; one for a reader of several
@@ -111,7 +111,7 @@ pub const SLOW_RESERVE_SECS: f64 = 0.12;
 /// Progress within this many blocks (of 1 MiB: `sched::plan_units`) of the mean counts as
 /// on track (see `on_track`): the
 /// plan moves shares for a reader only once it is further behind (or ahead) than this; a
-/// smaller lag is left to the disks' own lag terms (`sched::LearnedShares`). A plan that
+/// smaller lag is left to the disks' own lag terms (`sched::PlannedShares`). A plan that
 /// follows every block of lag makes each reader that caught up slow its neighbours down, and
 /// the slowest consumer's 500 ms rate swings with it (in the simulator's fault-schedule case,
 /// 8 blocks kept it on track in about twice as many windows as 1 block).

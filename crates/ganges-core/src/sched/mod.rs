@@ -26,7 +26,7 @@
 //! consumer that wants runs and has requests on two files here (a logical partition read in
 //! step) is served on the head's file first.
 //!
-//! - **planned** (gd-plan, ours; see [`LearnedShares`]): each consumer's share of this disk,
+//! - **planned** (gd-plan, ours; see [`PlannedShares`]): each consumer's share of this disk,
 //!   computed by the consumer from every server's speed, rides on its requests; served by
 //!   credits, a lagging consumer first, with runs and anticipation.
 //!
@@ -158,19 +158,16 @@ impl Progress {
 pub enum Discipline {
     FurthestBehind,
     LongestQueue,
-    /// Ours: furthest behind with shares learnt by integral action (see [`LearnedShares`]).
-    LearnedShares,
     /// Ours: shares planned by the consumers from every server's rate (`Service::share`),
-    /// corrected by the current lag (see [`LearnedShares`]).
+    /// corrected by the current lag (see [`PlannedShares`]).
     Planned,
 }
 
 impl Discipline {
-    pub const ALL: [Discipline; 4] =
-        [Discipline::FurthestBehind, Discipline::LongestQueue, Discipline::LearnedShares, Discipline::Planned];
+    pub const ALL: [Discipline; 3] = [Discipline::FurthestBehind, Discipline::LongestQueue, Discipline::Planned];
 
     /// The period a server's phase slots repeat with under this discipline, counted from
-    /// whole seconds of the wall clock (see [`LearnedShares`]); `None`: no slots, so where in
+    /// whole seconds of the wall clock (see [`PlannedShares`]); `None`: no slots, so where in
     /// the second a scan starts does not matter to it.
     pub fn phase_period(self) -> Option<Duration> {
         match self {
@@ -183,8 +180,7 @@ impl Discipline {
         match self {
             Discipline::FurthestBehind => Box::<FurthestBehind>::default(),
             Discipline::LongestQueue => Box::<LongestQueue>::default(),
-            Discipline::LearnedShares => Box::<LearnedShares>::default(),
-            Discipline::Planned => Box::new(LearnedShares::planned()),
+            Discipline::Planned => Box::new(PlannedShares::planned()),
         }
     }
 }
@@ -192,7 +188,7 @@ impl Discipline {
 /// A request's scheduling wishes: a discipline, whether runs (GD-5) are welcome, whether
 /// the server may hand it to another server holding a copy (GD-6), the share of the
 /// server's disk the consumer's plan gives it (the planned discipline only), and which copy
-/// of its fragment it reads (where a phased disk puts its slot: see [`LearnedShares`]).
+/// of its fragment it reads (where a phased disk puts its slot: see [`PlannedShares`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Service {
     pub discipline: Discipline,
@@ -206,7 +202,7 @@ pub struct Service {
     pub copy: u8,
     /// The consumer reads one fragment, so a phased disk's slots can make its two disks take
     /// turns at it; one reading several at once gains nothing from slots, only waits, and a
-    /// disk serving such a stream does not phase (see [`LearnedShares`]).
+    /// disk serving such a stream does not phase (see [`PlannedShares`]).
     #[serde(default)]
     pub phased: bool,
     /// Longest queue: serve the stream that waited longest every this many picks; 0: the

@@ -1,31 +1,25 @@
-//! Learned and planned (gd-plan) shares: credits, runs, anticipation and phase slots.
-//! gd-share asked for learned weights until its servers learnt shares by levelling instead
-//! (`route::Graduated`); the discipline stays on the wire for clients that ask for it.
+//! Planned shares (gd-plan): credits, runs, anticipation and phase slots.
 
 use super::*;
 
-/// Ours: furthest behind, with the share each consumer needs *learnt*.
+/// Ours: each stream's share of this disk, *planned* by its consumer, served by credits.
 ///
 /// Under furthest behind, a server can only give one consumer more than the other while
 /// that consumer is behind, so a ring of servers that must give unequal shares (one slow
 /// disk under chained declustering: 47% to the neighbour's consumer, less at each hop) holds
-/// a progress gradient, and the consumers far from the slow disk finish early while their
-/// disks then idle. Here each stream has a weight; streams behind the mean progress of the
-/// server's streams gain weight, those ahead lose it (integral action, `GAIN` per block of
-/// lag per pick), so once progress is level the weights keep the shares. The server serves
-/// by credits on those weights plus a proportional term for the current lag, and lets a
-/// stream run on the file under the head while its credit is above `-run_debt` (GD-5 runs
-/// without drifting apart: the debt is paid back).
+/// a progress gradient. Here each stream's weight is the share its consumer's plan gives it
+/// at this server (`Service::share`, from every server's measured rate and the layout: see
+/// `ideal::plan`), so the shares are right from the first request. The server serves by
+/// credits on those weights plus a proportional term for the current lag, which corrects
+/// what the plan got wrong, and lets a stream run on the file under the head while its
+/// credit is above `-run_debt` (GD-5 runs without drifting apart: the debt is paid back).
+/// The disk *anticipates*: when the stream it is running has nothing queued, it waits up to
+/// `ShareSettings::anticipate` for that stream's next request (a reply pulls one within a
+/// round trip) before seeking to another file, within a run of `RUN_MAX` or, phased
+/// (below), within the stream's slot.
 ///
-/// **Planned** (gd-plan, ours): the same credits and runs, but each stream's weight is the
-/// share its consumer's plan gives it at this server (`Service::share`, from every server's
-/// measured rate and the layout: see `ideal::plan`), so the shares are right from the first
-/// request instead of learnt; the lag term still corrects what the plan got wrong. Planned
-/// runs may go deeper into debt, and the disk *anticipates*: when the stream it is running
-/// has nothing queued, it waits up to `ShareSettings::anticipate` for that stream's next
-/// request (a reply pulls one within a round trip) before seeking to another file, within a
-/// run of `RUN_MAX` or, phased (below), within the stream's slot. [`ShareSettings`] holds
-/// everything that differs between the two.
+/// (Learning the weights instead, from each stream's lag, was gd-share's discipline; its
+/// servers now learn shares by levelling furthest behind: see `route::Graduated`.)
 ///
 /// **Phased** (planned streams, ours): a disk that alternates between two readers' files
 /// serves each in runs, and a consumer reading from two such disks is served by both at
@@ -48,10 +42,10 @@ use super::*;
 /// several fragments at once is queued (`Service::phased` unset: its disks are not a pair
 /// that can take turns, and it would only wait for its slots; unequal logical partitions
 /// lost 3 points at four slow disks with it phased).
-pub type LearnedShares = PerStream<Shares>;
+pub type PlannedShares = PerStream<Shares>;
 
-/// The share disciplines' rule: learned or planned (gd-plan) weights, credits,
-/// runs and, for planned streams, anticipation. The two differ only in these settings.
+/// The planned discipline's rule: planned weights, credits, runs, anticipation and phase
+/// slots, as [`ShareSettings`] sets them.
 #[derive(Debug)]
 pub struct Shares {
     how: ShareSettings,
@@ -69,11 +63,9 @@ pub struct Shares {
     slots_decide: bool,
 }
 
-/// What sets learned and planned shares apart.
+/// How the planned discipline serves its shares.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ShareSettings {
-    /// Weights come from the requests' planned shares, not from learning.
-    pub planned: bool,
     /// Credit stays within this many picks either way. Bounded, a stream that lags gets the
     /// disk beyond its share until it has caught up, instead of paying the extra back as
     /// debt and keeping its lag.
@@ -86,19 +78,11 @@ pub struct ShareSettings {
     /// `choose`); `None`: it does not wait.
     pub anticipate: Option<Duration>,
     /// Phased credits: the period over which each stream earns its share in one slot (see
-    /// [`LearnedShares`]); `None`: every pick earns each stream its share.
+    /// [`PlannedShares`]); `None`: every pick earns each stream its share.
     pub phase: Option<Duration>,
 }
 
 impl ShareSettings {
-    pub const LEARNED: ShareSettings = ShareSettings {
-        planned: false,
-        credit_bound: f64::INFINITY,
-        run_debt: 1.0,
-        run_lead: f64::INFINITY,
-        anticipate: None,
-        phase: None,
-    };
     /// Credits within two picks, runs one into debt (unphased, that still lets a stream of
     /// half the disk run four to six blocks: it earns half a pick each pick). With 2 ms
     /// anticipation and gd-plan's window of 6, longer runs starve the slowest consumer for
@@ -111,19 +95,12 @@ impl ShareSettings {
     /// local processes is near a millisecond each way, not loopback's tens of
     /// microseconds: 2 ms left gd-plan about a point lower at one and two slow disks.
     pub const PLANNED: ShareSettings = ShareSettings {
-        planned: true,
         credit_bound: 2.0,
         run_debt: 1.0,
         run_lead: 1.0,
         anticipate: Some(Duration::from_millis(4)),
         phase: Some(Duration::from_millis(500)),
     };
-}
-
-impl Default for Shares {
-    fn default() -> Self {
-        Shares::new(ShareSettings::LEARNED)
-    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -144,9 +121,6 @@ pub(super) struct ShareState {
 }
 
 impl Shares {
-    /// Weight gained per pick per block of lag behind the mean. Learns a 0.5 change of share
-    /// in about 20 picks with a 1-block lag: fast against a 64-block scan, slow against noise.
-    const GAIN: f64 = 0.01;
     /// Credit each block of current lag is worth when choosing (the proportional term).
     const PROPORTIONAL: f64 = 1.0;
     /// Weights of streams idle this long are forgotten (their scans ended).
@@ -329,7 +303,7 @@ pub(super) fn slot_overlap(from: u64, to: u64, period: u64, start: f64, len: f64
 
 impl PerStream<Shares> {
     /// The planned discipline: weights from the requests.
-    pub fn planned() -> LearnedShares {
+    pub fn planned() -> PlannedShares {
         PerStream { s: Streams::default(), rule: Shares::new(ShareSettings::PLANNED) }
     }
 
@@ -340,7 +314,7 @@ impl PerStream<Shares> {
 
 impl Rule for Shares {
     fn name(&self) -> &'static str {
-        if self.how.planned { "planned" } else { "learned-shares" }
+        "planned"
     }
 
     fn on_push(&mut self, job: &Job) {
@@ -357,9 +331,7 @@ impl Rule for Shares {
         st.block = st.block.max(job.bytes);
         st.copy = job.service.copy;
         st.phased = job.service.phased;
-        if self.how.planned {
-            st.weight = job.service.share_fraction().max(Self::WEIGHT_MIN);
-        }
+        st.weight = job.service.share_fraction().max(Self::WEIGHT_MIN);
     }
 
     fn choose(&mut self, s: &mut Streams, now: Time, head: Option<FileKey>) -> Option<StreamKey> {
@@ -383,11 +355,7 @@ impl Rule for Shares {
             })
             .collect();
         for (k, &l) in keys.iter().zip(&lags) {
-            let st = self.state.get_mut(k).expect("pushed streams have state");
-            if !self.how.planned {
-                st.weight = (st.weight * (1.0 + Self::GAIN * l)).max(Self::WEIGHT_MIN);
-            }
-            st.lag = l;
+            self.state.get_mut(k).expect("pushed streams have state").lag = l;
         }
         if let (Some(last), Some(p)) = (self.last_pick, self.how.phase) {
             let gap = now.since(last).as_nanos() as f64;
