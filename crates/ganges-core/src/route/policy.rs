@@ -682,7 +682,7 @@ const _: () = assert!(RUN_PIECE_BYTES.is_multiple_of(crate::shape::CHECK_BYTES),
 /// them: furthest behind with runs, and levelled (`sched::FurthestBehind`), so each server
 /// learns, as a bias in blocks, how far behind a reader must stand to get the share its
 /// other copy leaves it, and serves that share with the readers level. Its servers used to
-/// learn weights and serve by credits (the discipline gd-plan's planned shares still use),
+/// learn weights and serve them by credits (as gd-plan's servers serve its planned shares),
 /// which on 10 disks at 20 MiB/s with one at 0.35 of its speed held 90.9-92.7% of the
 /// layout-aware ideal whatever the learning gain: credits let runs of 8 MiB (0.4 s there)
 /// fall so that a consumer's two disks both served others, and the consumers ended up to a
