@@ -395,7 +395,7 @@ impl<'a> Sim<'a> {
             let bad_node = |n: NodeId| n.0 as usize >= n_servers(spec);
             let bad = match chaos {
                 Chaos::Crash(n) | Chaos::Restart(n) | Chaos::Corrupt { node: n, .. } => bad_node(n),
-                Chaos::Rate { node, factor } => bad_node(node) || !(factor > 0.0 && factor <= 1.0),
+                Chaos::Rate { node, factor } => bad_node(node) || Fault::Factor { factor }.validate().is_err(),
                 Chaos::Disconnect { consumer, node } => bad_node(node) || consumer >= sim.consumers.len(),
             };
             if bad {

@@ -103,10 +103,14 @@ impl ReadPolicyKind {
     pub fn build(self, settings: &PolicySettings) -> Box<dyn RoutePolicy> {
         match self {
             ReadPolicyKind::Static => Box::new(Static),
-            ReadPolicyKind::Gd => Box::new(Graduated::new(self, ProgressMetric::Bytes, false)),
-            ReadPolicyKind::GdRel => Box::new(Graduated::new(self, ProgressMetric::Fraction, false)),
-            ReadPolicyKind::GdBatch => Box::new(Graduated::new(self, ProgressMetric::Fraction, true)),
-            ReadPolicyKind::GdShare => Box::new(Graduated::new(self, ProgressMetric::Fraction, true)),
+            // Without runs nothing else closes the standing lag of whole-block steps (gd-batch's
+            // run slack shrinks it as the scan ends): the servers level it
+            // (`sched::FurthestBehind`). gd-share's level it with runs too: the bias each learns
+            // is the share its consumer needs there (see [`Graduated`]).
+            ReadPolicyKind::Gd => Box::new(Graduated::new(self, ProgressMetric::Bytes, false, true)),
+            ReadPolicyKind::GdRel => Box::new(Graduated::new(self, ProgressMetric::Fraction, false, true)),
+            ReadPolicyKind::GdBatch => Box::new(Graduated::new(self, ProgressMetric::Fraction, true, false)),
+            ReadPolicyKind::GdShare => Box::new(Graduated::new(self, ProgressMetric::Fraction, true, true)),
             ReadPolicyKind::GdPc => Box::new(PrimaryCopies::new(settings.primary, false)),
             ReadPolicyKind::GdPcShrink => Box::new(PrimaryCopies::new(settings.primary, true)),
             ReadPolicyKind::GdRr => Box::new(ResponseRate::new(settings.rate, false)),
@@ -694,6 +698,8 @@ pub struct Graduated {
     kind: ReadPolicyKind,
     metric: ProgressMetric,
     runs: bool,
+    /// Its servers level its progress with their other readers' (`Service::level`).
+    level: bool,
     pulls: Pulls,
 }
 
@@ -795,8 +801,8 @@ impl Probes {
 }
 
 impl Graduated {
-    pub fn new(kind: ReadPolicyKind, metric: ProgressMetric, runs: bool) -> Graduated {
-        Graduated { kind, metric, runs, pulls: Pulls::default() }
+    pub fn new(kind: ReadPolicyKind, metric: ProgressMetric, runs: bool, level: bool) -> Graduated {
+        Graduated { kind, metric, runs, level, pulls: Pulls::default() }
     }
 }
 
@@ -808,12 +814,7 @@ impl RoutePolicy for Graduated {
         self.metric
     }
     fn service(&self) -> Service {
-        // Without runs nothing else closes the standing lag of whole-block steps (gd-batch's
-        // run slack shrinks it as the scan ends): the servers level it (`sched::FurthestBehind`).
-        // gd-share's servers level it with runs too: the bias each learns is the share its
-        // consumer needs there (see [`Graduated`]).
-        let level = !self.runs || self.kind == ReadPolicyKind::GdShare;
-        Service { runs: self.runs, level, ..Service::FURTHEST_BEHIND }
+        Service { runs: self.runs, level: self.level, ..Service::FURTHEST_BEHIND }
     }
     fn steals_at_end(&self) -> bool {
         true
