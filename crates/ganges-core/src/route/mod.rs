@@ -13,7 +13,7 @@
 //! | `gd-rel` | GD-2 | same | furthest behind, progress as a fraction, levelled |
 //! | `gd-batch` | GD-2 + GD-5 runs | same, in 512 KiB pieces (`RUN_PIECE_BYTES`) | same, with runs |
 //! | `gd-share` | GD-2 + ours | same, in 512 KiB pieces | same, levelled: shares learnt per consumer |
-//! | `gd-pc` | GD-3 + ours | primary, backups between watermarks or while the primary helps another | furthest behind, fraction |
+//! | `gd-pc` | GD-3 + ours | primary, backups between watermarks or while the primary helps another | furthest behind, fraction, levelled |
 //! | `gd-pc-shrink` | GD-3 + ours | watermark shrinking near the end | same |
 //! | `gd-rr` | GD-4 + GD-5 | more requests where answers come faster, primary preferred | longest queue, runs |
 //! | `gd-rr-handoff` | + GD-6 | same | same, and idle servers take queued requests |

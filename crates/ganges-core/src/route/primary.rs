@@ -81,6 +81,15 @@
 //! fault, a window per copy in use let a ring of consumers helping each other feed itself,
 //! every one reading half its bytes from its backup.
 //!
+//! **Levelled (ours).** The servers level a gd-pc consumer's progress with their other
+//! readers' (`sched::FurthestBehind`), as gd's. A backup serving a slow disk's consumer
+//! beside its own otherwise settles a standing lag of up to a block between them, and the
+//! lags add up down a chain of help. Levelling it was once worse: a backup reader, there
+//! only a window at a time, lost its bias at each gap. With the bias kept over the gaps,
+//! `ganges sim generality`'s least rose from 92.5% to 93.2% of the layout-aware ideal
+//! (8 disks at 32 MiB/s with one at half speed: 92.5 -> 93.8). With no fault a disk serves its
+//! own reader alone and nothing changes.
+//!
 //! **Shrinking high watermark (ours, gd-enhancements §5).** With `shrink`, the high watermark
 //! closes linearly towards the low one as the consumer's own progress goes from 0 to 1. Early
 //! on the wide band lets neighbours drift without multiplexing disks; near the end a narrow
@@ -313,7 +322,7 @@ impl RoutePolicy for PrimaryCopies {
 
     fn service(&self) -> crate::sched::Service {
         let depth = if self.using.is_empty() { 0 } else { self.depth };
-        crate::sched::Service { depth, ..crate::sched::Service::FURTHEST_BEHIND }
+        crate::sched::Service { depth, level: true, ..crate::sched::Service::FURTHEST_BEHIND }
     }
 
     fn on_layout(&mut self, layout: &crate::layout::Layout) {

@@ -216,8 +216,8 @@ pub struct Service {
     pub depth: u8,
     /// Furthest behind levels this stream's progress with the others' over time: the
     /// standing lag that whole-request steps leave is learnt and served away (see
-    /// [`FurthestBehind`]). Set by the GD policies that read every copy without runs, and by
-    /// gd-share.
+    /// [`FurthestBehind`]). Set by the GD policies that read every copy without runs, by
+    /// gd-share, and by gd-pc.
     #[serde(default)]
     pub level: bool,
 }

@@ -215,6 +215,40 @@ fn levelling_takes_away_the_standing_lag_of_whole_block_steps() {
     }
 }
 
+/// A reader that comes and goes (gd-pc's reads of a backup, a window at a time) keeps the
+/// bias it learnt across a gap of a few picks, and loses it once gone `LEVEL_KEEP_PICKS`.
+#[test]
+fn a_levelled_bias_outlives_a_short_gap_but_not_a_stream_gone() {
+    const MIB: u64 = 1 << 20;
+    let service = Service { level: true, ..FB };
+    // Reader 0, 8 blocks behind reader 1, is served 10 blocks (the biases grow to the
+    // largest, for reader 0 and against reader 1), then is gone for `gap` picks; it comes
+    // back 6 blocks ahead of reader 1. Who is served first?
+    let served_on_return = |gap: u64| {
+        let mut s = FurthestBehind::default();
+        let mut id = 0;
+        let mut push = |s: &mut FurthestBehind, r: u64, done: u64| {
+            id += 1;
+            s.push(Job { bytes: MIB, ..job(id, r, r, done, 1 << 40, ProgressMetric::Bytes, service) });
+        };
+        for _ in 0..10 {
+            push(&mut s, 0, 0);
+        }
+        for _ in 0..=gap {
+            push(&mut s, 1, 8 * MIB);
+        }
+        for pick in 0..10 + gap {
+            let j = s.pop(Time(pick), None).unwrap();
+            assert_eq!(j.stream.stream, u64::from(pick >= 10), "pick {pick}: reader 0 first, then reader 1 alone");
+        }
+        push(&mut s, 0, 14 * MIB);
+        s.pop(Time(10 + gap), None).unwrap().stream.stream
+    };
+    assert_eq!(served_on_return(0), 0, "its bias kept, reader 0 is still owed the disk");
+    assert_eq!(served_on_return(LEVEL_KEEP_PICKS - 2), 0);
+    assert_eq!(served_on_return(LEVEL_KEEP_PICKS), 1, "gone too long: no bias, furthest behind alone");
+}
+
 /// A stream reading two files here (a logical partition read in step) finishes what it
 /// has on the head's file before the head moves, if it allows runs; else in order.
 #[test]
