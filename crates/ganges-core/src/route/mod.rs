@@ -943,7 +943,7 @@ impl ReadEngine {
             // one at 0.35, its slow consumer finishing a fifth after the rest).
             //
             // The last piece tells every server we read from that we are done, whatever the
-            // policy (static's and gd-rr's requests carry progress too). A server
+            // policy (static's requests carry progress too). A server
             // reports the least progress of its primary readers heard from in the last
             // `PRIMARY_STALE_AFTER`, and our last request there carried a figure short of 1: a
             // scan of the same dataset started within that second (a bench's next run, a
