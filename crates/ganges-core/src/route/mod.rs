@@ -40,10 +40,11 @@
 //! **Slow lines.** GD's pull rule (gd, gd-rel, gd-batch, gd-share) keeps as many requests at
 //! a slow copy as at a fast one, so at the end of a scan the slow disk's line is the last to
 //! be served; so does gd-pc's window at a slow primary and at the backup it catches up on,
-//! and gd-rr's `min_outstanding` at every holder in trouble. For these policies a server that replies with some of ours still queued also
-//! takes the piece requested last at another server, by a move, when that server's disk reads
-//! `TROUBLE` slower and the piece would come sooner from here: its place in the line there,
-//! in that disk's time, is more than our line here plus one, in this disk's. On 10 disks at
+//! and gd-rr's `min_outstanding` at every holder in trouble. For these policies a server
+//! that replies with some of ours still queued also takes the piece requested last at
+//! another server, by a move, when that server's disk reads `TROUBLE` slower and the piece
+//! would come sooner from here: its place in the line there, in that disk's time, is more
+//! than our line here plus one, in this disk's. On 10 disks at
 //! 20 MiB/s with one at 0.35, a 1.9 s scan waited for the slow disk's last blocks, moved one
 //! at a time once the other copy had nothing of ours left: gd read 91.7% of the layout-aware
 //! ideal, 92.6% with slow lines; on 8 disks at 32 MiB/s, one at half, 91.2% and 93.8%

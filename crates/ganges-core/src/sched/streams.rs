@@ -231,10 +231,10 @@ pub const LEVEL_GAIN: f64 = 0.2;
 /// reads go elsewhere) must not be owed the disk without end when they come.
 pub const LEVEL_MAX_BLOCKS: f64 = 4.0;
 /// Picks a stream's bias outlives its last queued request here (see [`FurthestBehind`]).
-/// gd-pc read 93.0-93.2% or more of the layout-aware ideal in every configuration of
-/// `ganges sim generality` kept 2 to 32 picks (92.5% dropped at once), and gd, gd-share
-/// read the same as before; a time (0.15-0.6 s) did as well but is no measure of a disk
-/// whose requests take 7 ms or 70.
+/// Kept 2 to 32 picks, gd-pc's least over `ganges sim generality`'s configurations was
+/// 93.0-93.2% of the layout-aware ideal (92.5% dropped at once), and gd and gd-share read
+/// as before; kept 0.15-0.6 s, the same, but a time is no measure of a disk whose requests
+/// take 7 ms or 70.
 pub const LEVEL_KEEP_PICKS: u64 = 8;
 
 #[derive(Debug, Default)]
