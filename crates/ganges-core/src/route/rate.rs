@@ -3,8 +3,9 @@
 //!
 //! Servers serve the consumer with the longest queue (so a consumer that needs a server more,
 //! and queues more there, is served more), every second pick the one furthest behind by the
-//! progress its requests carry and its replies report (the guard: see `sched::GUARD_EVERY`),
-//! and run one consumer's requests back to back. The consumer side uses no progress:
+//! progress its requests carried or it has told them since (the guard: see
+//! `sched::GUARD_EVERY`), and run one consumer's requests back to back. The consumer side
+//! routes by disk speeds and answer times, and uses progress only to catch up:
 //!
 //! - **Primary server (GD-5).** While nothing is wrong, every request goes to the primary
 //!   server: most data (the paper's 99%; here all) comes from the primary and no disk
