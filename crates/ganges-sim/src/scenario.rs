@@ -835,7 +835,7 @@ fn bench_scan(o: &SimOptions) -> Result<Plan, SimError> {
 
 /// Configurations a user would pick, away from the bench's defaults, each with its own
 /// disks, seek, scan length, fault severity and fault counts.
-const GENERALITY: [(u32, f64, u64, u64, f64, [u32; 2]); 6] = [
+const GENERALITY: [(u32, f64, u64, u64, f64, [u32; 2]); 7] = [
     // (disks, MiB/s, seek ms, fragment MiB, fault factor, fault counts)
     (10, 20.0, 6, 32, 0.35, [1, 2]),
     (8, 32.0, 4, 32, 0.5, [1, 2]),
@@ -843,6 +843,8 @@ const GENERALITY: [(u32, f64, u64, u64, f64, [u32; 2]); 6] = [
     (16, 32.0, 4, 320, 0.5, [1, 4]),
     (24, 32.0, 4, 64, 0.75, [1, 6]),
     (24, 20.0, 6, 100, 0.35, [1, 3]),
+    // Two thirds of the disks slow, two by two: a reader whose copies are both slow.
+    (24, 32.0, 4, 64, 0.25, [1, 16]),
 ];
 
 /// Every adaptive read policy over `GENERALITY`'s configurations (the case first: 10
