@@ -45,10 +45,10 @@
 //!   judged slow, one it no longer uses for their fragment, are taken back and sent again.
 //!   Placed there in a scan's first few tenths of a second, before the consumer's figures
 //!   showed every slow disk, they were served a few a period for two seconds, and took that
-//!   slow disk's time from its other reader, which needed all of it. On
-//!   24 disks with 16 at a quarter of their speed, two by two, such a reader read 6 of its
-//!   64 MiB from its slow primary, and the scan read 90.6% of the layout-aware ideal (92.9%
-//!   taken back; `ganges sim bench-scan --producers 24 --fault-rate 8MiB/s`).
+//!   slow disk's time from its other reader, which needed all of it. On 24 disks with 16 at
+//!   a quarter of their speed, two by two, such a reader read 6 of its 64 MiB from its slow
+//!   primary, and the scan read 90.6% of the layout-aware ideal (92.9% taken back; `ganges
+//!   sim bench-scan --producers 24 --fault-rate 8MiB/s`).
 //! - **Pieces.** A block is read in pieces of `PlanSettings::piece_bytes` (256 KiB), each a
 //!   request of its own: the servers check them against their own checksum units
 //!   (`shape::CHECK_BYTES`), so a piece costs the disk its own length, and a slot's boundary

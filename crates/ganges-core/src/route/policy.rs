@@ -623,7 +623,8 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn drop_epoch(&self) -> u64 {
         0
     }
-    /// Whether the current plan reads none of `fragment` from `node`.
+    /// Whether the policy no longer reads `fragment` from `node`: requests queued there come
+    /// back (gd-plan: a plan back to primaries only, or one that strands them at a slow disk).
     fn drops(&self, _fragment: FragmentId, _node: NodeId) -> bool {
         false
     }
