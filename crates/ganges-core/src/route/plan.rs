@@ -541,7 +541,7 @@ impl RoutePolicy for Planned {
 /// slow at once, their readers sent to backups with no fault (the likely cause of a run that
 /// read 6.4% of its bytes from backups and took 1.5 s longer than the others). A figure no
 /// other disk comes near is believed only when none is (two disks, one slow).
-fn healthy_speed(figures: &[Option<f64>]) -> Option<f64> {
+pub(super) fn healthy_speed(figures: &[Option<f64>]) -> Option<f64> {
     let mut sorted: Vec<f64> = figures.iter().flatten().copied().collect();
     sorted.sort_by(|a, b| b.total_cmp(a));
     let fastest = *sorted.first()?;

@@ -9,11 +9,13 @@
 //!
 //! - **Primary server (GD-5).** While nothing is wrong, every request goes to the primary
 //!   server: most data (the paper's 99%; here all) comes from the primary and no disk
-//!   alternates between files. Backups are measured by asking them for their state (which
-//!   carries their measured disk speed) at once and every `probe_interval`.
+//!   alternates between files. Every server of the layout, backups and others, is measured
+//!   by asking it for its state (which carries its measured disk speed) at once and every
+//!   `probe_interval`.
 //! - **Trouble** is read off the replies, which carry each request's time on the server's
 //!   disk: the primary's *disk* is slow (its speed, and what it delivers us, more than
-//!   `TROUBLE` below the fastest holder's disk), or the primary is *contended*: it holds a
+//!   `TROUBLE` below the fastest holder's disk, or `FAR_BELOW` the cluster's healthy disks:
+//!   see "Slow against the cluster"), or the primary is *contended*: it holds a
 //!   neighbour's requests that came to it for help while a backup has fewer waiting, or,
 //!   with nobody else queued there, it delivers to us `UNSEEN_CONTENTION` below what its
 //!   disk can do for a probe interval (a slow link). A decision waits for `warmup_replies`
@@ -34,6 +36,19 @@
 //!   speed (a 1.8 s scan), 87.8% of the layout-aware ideal before, 90.7% with it; with two
 //!   slow, 91.1% and 94.4%; on 8 disks with one at half, 94.1% and 92.8%, the one
 //!   configuration of `ganges sim generality` it costs more than a point.
+//! - **Slow against the cluster (ours).** A primary whose backup is as slow has nowhere
+//!   better among its holders, and judged against them alone it never found trouble; yet
+//!   that backup's own reader has left it for a fast disk, and the layout-aware ideal has us
+//!   share it. So a primary far below the healthy disks of the whole cluster (the fastest
+//!   figure another comes near, as gd-plan judges) is trouble too. With 16 of 24 disks at a
+//!   quarter of their speed, two by two, a 4 s scan read 79.6% of the layout-aware ideal,
+//!   85.7% with it; real disks' figures do not swing by half.
+//! - **A slow primary keeps its pipeline (ours).** In trouble with a slow disk, a backup
+//!   whose reader is far ahead wants more than the window (catching up), and took every
+//!   request that came free while our primary, ours alone, idled. Every holder not held to
+//!   one request keeps `min_outstanding` first (lesson 1); the rest goes by the targets.
+//!   There: 88.7%; on 8 disks with one at half speed, 92.8% -> 95.8%. A primary found in
+//!   trouble by contention is left as it was: a neighbour needs it more than we do.
 //! - **Return to the primary (ours; virtual-streams §5 leaves it open).** With
 //!   `return_to_primary`, once the primary's disk is no longer `TROUBLE` below the others,
 //!   the consumer goes back to primary-only; trouble found by contention, which cannot be
@@ -51,6 +66,7 @@
 //! perturbations" to sense small differences, is the `TROUBLE` threshold's other face: we
 //! react to differences above it and ignore the rest.
 
+use super::plan::healthy_speed;
 use super::policy::{NodeView, Pick, ProbeWhom, Probes, RateSettings, ReadPolicyKind, RoutePolicy, RouteView};
 use crate::ids::NodeId;
 use crate::sched::{Discipline, ProgressMetric, Service};
@@ -160,9 +176,18 @@ impl ResponseRate {
         // us agrees with its throttle: a lone figure kept consumers of healthy disks in
         // trouble, reading up to a third of their bytes from backups with no fault at all.
         // (`NodeView::delivers_below` waits for half a server meter's window of replies.)
-        let slow_now = disk < fastest * (1.0 - TROUBLE) && (self.trouble || p.delivers_below(fastest, TROUBLE));
+        //
+        // Or far below the cluster's healthy disks, whatever the other holders read: a
+        // primary whose backup is as slow has nowhere better among its holders, yet the
+        // backup's own reader has left it for a fast disk, and sharing our reads with it is
+        // what the layout-aware ideal does.
+        let healthy = healthy_speed(&view.nodes.values().map(NodeView::disk_speed).collect::<Vec<_>>()).unwrap_or(0.0);
+        let below_cluster =
+            disk < healthy * (1.0 - FAR_BELOW) && (self.trouble || p.delivers_below(healthy, FAR_BELOW));
+        let slow_now =
+            below_cluster || (disk < fastest * (1.0 - TROUBLE) && (self.trouble || p.delivers_below(fastest, TROUBLE)));
         self.slow_since = if slow_now { self.slow_since.or(Some(view.now)) } else { None };
-        let far = disk < fastest * (1.0 - FAR_BELOW);
+        let far = below_cluster || disk < fastest * (1.0 - FAR_BELOW);
         let slow_for = self.s.probe_interval * if far { 1 } else { SLOW_FOR };
         let slow_disk = self.slow_since.is_some_and(|t| view.now.since(t) >= slow_for);
         // Contention (a neighbour served there too, or a slow link: either way it delivers us
@@ -315,6 +340,7 @@ impl RoutePolicy for ResponseRate {
 
     fn on_layout(&mut self, layout: &crate::layout::Layout) {
         self.horizon = u8::try_from(layout.nodes()).unwrap_or(u8::MAX);
+        self.probes.meet(&(0..layout.nodes()).map(NodeId).collect::<Vec<_>>());
     }
 
     /// In trouble, a window per holder: every server in use keeps `min_outstanding` requests
@@ -344,10 +370,11 @@ impl RoutePolicy for ResponseRate {
     }
 
     fn poll_probe(&mut self, view: &RouteView<'_>) -> Option<NodeId> {
-        // Every holder is asked for its disk speed, the primary too: a backup we send nothing
+        // Every server is asked for its disk speed, the primary too: a backup we send nothing
         // to can be measured no other way (no data is read from a backup without trouble),
-        // and the primary is then judged by the same measure as the backups (its server's
-        // meter), not by its replies to us, which on a bursty disk swing by a third.
+        // the primary is then judged by the same measure as the backups (its server's meter),
+        // not by its replies to us, which on a bursty disk swing by a third, and the others
+        // say how fast a healthy disk is.
         self.probes.due(view, self.s.probe_interval, ProbeWhom::All)
     }
 
@@ -355,13 +382,20 @@ impl RoutePolicy for ResponseRate {
         self.probes.meet(holders);
         self.holders = u32::try_from(holders.len()).unwrap_or(u32::MAX);
         self.assess(view, holders);
-        let best = self.targets(view, holders).into_iter().map(|(h, t)| (h, t - view.node(h).outstanding as f64)).fold(
-            None,
-            |best: Option<(NodeId, f64)>, (h, d)| match best {
-                Some((_, bd)) if bd >= d => best,
-                _ => Some((h, d)),
-            },
-        );
+        let targets = self.targets(view, holders);
+        let out = |h: NodeId| view.node(h).outstanding as f64;
+        let floor = self.s.min_outstanding as f64;
+        let slow_trouble = self.trouble && self.contended_since.is_none();
+        if slow_trouble && let Some(&(h, _)) = targets.iter().find(|(h, t)| *t >= floor && out(*h) < floor) {
+            return Pick::To(h);
+        }
+        let best =
+            targets.into_iter().map(|(h, t)| (h, t - out(h))).fold(None, |best: Option<(NodeId, f64)>, (h, d)| {
+                match best {
+                    Some((_, bd)) if bd >= d => best,
+                    _ => Some((h, d)),
+                }
+            });
         match best {
             Some((h, deficit)) if deficit > 0.0 => Pick::To(h),
             _ => Pick::Hold,
@@ -527,6 +561,68 @@ mod tests {
         assert!(!p.in_trouble(), "one figure is not yet a slow disk");
         pick_at(&mut p, &n, 1);
         assert!(p.in_trouble());
+    }
+
+    /// `n` with servers 2 and 3, holders of neither copy, measured at these speeds.
+    fn with_others(mut n: BTreeMap<NodeId, NodeView>, speeds: [f64; 2]) -> BTreeMap<NodeId, NodeView> {
+        for (i, d) in speeds.into_iter().enumerate() {
+            let v = NodeView { reports: crate::route::policy::RecentReports::of(d), ..NodeView::default() };
+            n.insert(NodeId(2 + i as u32), v);
+        }
+        n
+    }
+
+    /// Both holders equally slow, two other servers measured four times as fast: the primary
+    /// is far below the cluster's healthy disks, and that is trouble after one probe
+    /// interval, the window split over the two slow holders. One fast figure alone is not
+    /// believed (a real disk's figure spikes), and with the others as slow as ours, or not
+    /// known, nothing says ours is slow.
+    #[test]
+    fn a_primary_far_below_the_cluster_is_trouble_though_its_backup_is_as_slow() {
+        let two = judged(nodes([8.0, 8.0], [8.0, 0.0], [0.2, 0.2], [4, 0]));
+        for (others, why) in [
+            (two.clone(), "nothing else known"),
+            (with_others(two.clone(), [8.5, 7.5]), "the others as slow"),
+            (with_others(two.clone(), [32.0, 8.0]), "one fast figure"),
+        ] {
+            let mut p = ResponseRate::new(RateSettings::default(), false);
+            for i in 0..=3 * SLOW_FOR {
+                pick_at(&mut p, &others, i);
+            }
+            assert!(!p.in_trouble(), "{why}");
+        }
+        let n = with_others(two, [32.0, 31.0]);
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        p.pick(&view(&n), &H);
+        assert!(!p.in_trouble(), "one figure is not yet a slow disk");
+        pick_at(&mut p, &n, 1);
+        assert!(p.in_trouble());
+        let t = p.targets(&view(&n), &H);
+        assert_eq!((t[0].1, t[1].1), (4.0, 4.0), "equal answer speeds: equal shares");
+    }
+
+    /// In trouble with a slow disk, a backup whose reader is far ahead wants more than the
+    /// window, yet the primary, ours alone, is never left without `min_outstanding`
+    /// requests: the next pick goes there.
+    #[test]
+    fn a_slow_primary_keeps_its_pipeline_while_we_catch_up_at_the_backup() {
+        let mut n = with_others(judged(nodes([8.0, 8.0], [8.0, 0.0], [0.2, 0.2], [4, 0])), [32.0, 31.0]);
+        let state = crate::route::ServerState { primary_progress: Some(0.40), ..Default::default() };
+        n.get_mut(&NodeId(1)).expect("two holders").last_state = Some(state);
+        fn at(n: &BTreeMap<NodeId, NodeView>) -> RouteView<'_> {
+            RouteView { own_fraction: 0.30, block_fraction: 0.01, ..view(n) }
+        }
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        p.pick(&at(&n), &H);
+        p.pick(&RouteView { now: crate::time::Time::ZERO + RateSettings::default().probe_interval, ..at(&n) }, &H);
+        assert!(p.in_trouble());
+        let t = p.targets(&at(&n), &H);
+        assert!(t[1].1 - 7.0 > t[0].1, "the backup's lead outweighs the primary's share: {t:?}");
+        for (node, v) in n.iter_mut() {
+            v.outstanding = if *node == NodeId(1) { 7 } else { 0 };
+        }
+        let later = crate::time::Time::ZERO + RateSettings::default().probe_interval * 2;
+        assert_eq!(p.pick(&RouteView { now: later, ..at(&n) }, &H), Pick::To(NodeId(0)));
     }
 
     /// In trouble every holder gets a window's worth of requests: with the pipelines'
