@@ -47,8 +47,9 @@
 //!   whose reader is far ahead wants more than the window (catching up), and took every
 //!   request that came free while our primary, ours alone, idled. Every holder not held to
 //!   one request keeps `min_outstanding` first (lesson 1); the rest goes by the targets.
-//!   There: 88.7%; on 8 disks with one at half speed, 92.8% -> 95.8%. A primary found in
-//!   trouble by contention is left as it was: a neighbour needs it more than we do.
+//!   With 16 of 24 slow: 88.7%; on 8 disks with one at half speed, 92.8% -> 95.8%. A
+//!   primary found in trouble by contention is left as it was: a neighbour needs it more
+//!   than we do.
 //! - **Return to the primary (ours; virtual-streams §5 leaves it open).** With
 //!   `return_to_primary`, once the primary's disk is no longer `TROUBLE` below the others,
 //!   the consumer goes back to primary-only; trouble found by contention, which cannot be
