@@ -66,7 +66,7 @@
 //! split its primary between them. Read one part after another, a partition of twice the
 //! size would wait on one disk at a time, and read far below the ideal with no fault.
 
-use super::policy::{Pick, PlanSettings, Pulls, ReadPolicyKind, RoutePolicy, RouteView};
+use super::policy::{EQUAL_WITHIN, Pick, PlanSettings, Pulls, ReadPolicyKind, RoutePolicy, RouteView, healthy_speed};
 use crate::ideal::{Demand, plan};
 use crate::ids::{ConsumerId, FragmentId, NodeId};
 use crate::layout::Layout;
@@ -80,11 +80,6 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// rates, so a small change is worth following: a plan made on a rate caught half-way through
 /// a server's smoothing would otherwise stay wrong.
 pub const REPLAN_CHANGE: f64 = 0.05;
-/// Disks measured within this fraction of the fastest count as equally fast. A disk that
-/// alternates between two files measures slower than one that does not (a seek per block
-/// costs 13% with 1 MiB blocks at 32 MiB/s and 4 ms seeks); planning on that difference
-/// would send reads to backups, and so make seeks, with no fault at all.
-pub const EQUAL_WITHIN: f64 = 0.15;
 /// A disk measured slow counts as slow only once its primary fragments' readers are this
 /// many blocks (of 1 MiB) behind the mean, and no longer once they are as far ahead (its
 /// slowness was overrated). Real disks' figures swing: on one machine whose servers share
@@ -531,21 +526,6 @@ impl RoutePolicy for Planned {
         self.probe_next = (self.probe_next + 1) % nodes;
         Some(n)
     }
-}
-
-/// The speed of a healthy disk, against which the others are judged: the fastest figure
-/// that another is within `EQUAL_WITHIN` of, else the fastest (`None`: no figures yet). A
-/// real disk's figure can spike far above what it can keep up: on 8 servers each capped by
-/// the kernel at 83 MB/s, one reported 132 (a throttle's budget saved over a pause, spent at
-/// once), and against it healthy disks at 73-74 measured under `FAR_BELOW` of the fastest:
-/// slow at once, their readers sent to backups with no fault (the likely cause of a run that
-/// read 6.4% of its bytes from backups and took 1.5 s longer than the others). A figure no
-/// other disk comes near is believed only when none is (two disks, one slow).
-pub(super) fn healthy_speed(figures: &[Option<f64>]) -> Option<f64> {
-    let mut sorted: Vec<f64> = figures.iter().flatten().copied().collect();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    let fastest = *sorted.first()?;
-    Some(sorted.windows(2).find(|w| w[1] >= w[0] * (1.0 - EQUAL_WITHIN)).map_or(fastest, |w| w[0]))
 }
 
 /// The mean of `xs` (0 for none).

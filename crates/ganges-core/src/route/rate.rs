@@ -67,7 +67,6 @@
 //! perturbations" to sense small differences, is the `TROUBLE` threshold's other face: we
 //! react to differences above it and ignore the rest.
 
-use super::plan::healthy_speed;
 use super::policy::{NodeView, Pick, ProbeWhom, Probes, RateSettings, ReadPolicyKind, RoutePolicy, RouteView};
 use crate::ids::NodeId;
 use crate::sched::{Discipline, ProgressMetric, Service};
@@ -182,7 +181,7 @@ impl ResponseRate {
         // primary whose backup is as slow has nowhere better among its holders, yet the
         // backup's own reader has left it for a fast disk, and sharing our reads with it is
         // what the layout-aware ideal does.
-        let healthy = healthy_speed(&view.nodes.values().map(NodeView::disk_speed).collect::<Vec<_>>()).unwrap_or(0.0);
+        let healthy = view.healthy_disk_speed().unwrap_or(0.0);
         let below_cluster =
             disk < healthy * (1.0 - FAR_BELOW) && (self.trouble || p.delivers_below(healthy, FAR_BELOW));
         let slow_now =
@@ -390,13 +389,8 @@ impl RoutePolicy for ResponseRate {
         if slow_trouble && let Some(&(h, _)) = targets.iter().find(|(h, t)| *t >= floor && out(*h) < floor) {
             return Pick::To(h);
         }
-        let best =
-            targets.into_iter().map(|(h, t)| (h, t - out(h))).fold(None, |best: Option<(NodeId, f64)>, (h, d)| {
-                match best {
-                    Some((_, bd)) if bd >= d => best,
-                    _ => Some((h, d)),
-                }
-            });
+        // The largest deficit, the first holder on a tie.
+        let best = targets.into_iter().map(|(h, t)| (h, t - out(h))).reduce(|b, c| if b.1 >= c.1 { b } else { c });
         match best {
             Some((h, deficit)) if deficit > 0.0 => Pick::To(h),
             _ => Pick::Hold,
