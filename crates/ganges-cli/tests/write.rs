@@ -432,19 +432,7 @@ async fn a_write_is_committed_whole_or_not_at_all() {
     assert_eq!(out.missing, vec![NodeId(2)]);
     assert!(out.completion.is_none(), "nothing to complete onto a dead server");
     let dies: DatasetName = "dies".parse().unwrap();
-    let m = client.manifest(&dies).await.unwrap();
-    assert_eq!(m.state, DatasetState::Incomplete);
-    let placement = m.placement.as_ref().unwrap();
-    for f in (0..4).map(FragmentId) {
-        for copy in 0..2 {
-            if m.layout.node_of(f, copy) == NodeId(2) {
-                assert_eq!(placement.present(f, copy), 0, "nothing counted on the dead server");
-            }
-        }
-    }
-    let (bytes, digest) = read_all(&client, &m, ReadPolicyKind::Gd).await;
-    assert_eq!(digest, m.digest);
-    assert!(bytes == generated(g, 16 << 20), "every byte has a live copy");
+    degraded_without(&client, &dies, NodeId(2), g, 16 << 20).await;
     let err = write::complete(&client, &dies).await.unwrap_err();
     assert!(matches!(err, ganges_client::ClientError::NodeDown { node: NodeId(2) }), "{err}");
     c.local.restart(NodeId(2)).unwrap();
@@ -548,6 +536,85 @@ async fn write_losing_servers(
         c.local.kill(node);
     }
     w.await.unwrap()
+}
+
+/// `name` is committed degraded: incomplete, nothing counted on `dead`, and every one of
+/// its `len` bytes from `g` read back from the live copies.
+async fn degraded_without(
+    client: &Arc<ganges_client::Client>,
+    name: &DatasetName,
+    dead: NodeId,
+    g: Generator,
+    len: u64,
+) {
+    let m = client.manifest(name).await.unwrap();
+    assert_eq!(m.state, DatasetState::Incomplete);
+    let placement = m.placement.as_ref().unwrap();
+    for f in (0..m.shape.fragment_count()).map(FragmentId) {
+        for copy in 0..m.layout.replicas() {
+            if m.layout.node_of(f, copy) == dead {
+                assert_eq!(placement.present(f, copy), 0, "{name}: nothing counted on the dead server");
+            }
+        }
+    }
+    let (bytes, digest) = read_all(client, &m, ReadPolicyKind::Gd).await;
+    assert_eq!(digest, m.digest);
+    assert!(bytes == generated(g, len), "{name}: every byte has a live copy");
+}
+
+/// What `node` holds of `name`: committed, and staging folders.
+async fn held_on(client: &ganges_client::Client, node: NodeId, name: &DatasetName) -> (bool, usize) {
+    let r = client.control(node, ControlRequest::ListDatasets { staging: true }).await;
+    let Ok(ControlReply::Datasets { datasets }) = r else { panic!("{node} answers: {r:?}") };
+    let mine = datasets.iter().filter(|d| d.name == *name);
+    let committed = mine.clone().any(|d| d.staging_txid.is_none());
+    (committed, mine.filter(|d| d.staging_txid.is_some()).count())
+}
+
+/// Node 2 crashes at `point` in its prepare, once every block is written: the client
+/// prepares the others again without it and commits degraded. Back up, node 2 drops what
+/// it staged, even a prepared copy (the coordinator says the write committed without it),
+/// and `complete` gives it its copies.
+async fn a_server_dies_at_its_prepare(point: &str) {
+    let mut c = start(4, common::disk(64.0));
+    let spec_env = format!("{point}=crash");
+    c.local.restart_with_env(NodeId(2), &[(ganges_net::failpoint::ENV, &spec_env)]).unwrap();
+    let client = c.client().await;
+    let g = Generator::Random { seed: 9 };
+    let name: DatasetName = "late".parse().unwrap();
+    let s = spec("late", WritePolicyKind::Gd, 8 << 20, WriteSource::Generated(g), true);
+    let out = write::write(&client, s, None).await.expect("the write commits without the server");
+    assert_eq!(out.missing, vec![NodeId(2)], "{point}");
+    degraded_without(&client, &name, NodeId(2), g, 8 << 20).await;
+
+    c.local.restart(NodeId(2)).unwrap();
+    let client = c.client().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let held = loop {
+        let held = held_on(&client, NodeId(2), &name).await;
+        if held.1 == 0 || std::time::Instant::now() > deadline {
+            break held;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(held, (false, 0), "{point}: node 2 rolls back its copy, never forward");
+    let done = write::complete(&client, &name).await.unwrap();
+    assert_eq!(done.restored, vec![NodeId(2)]);
+    assert!(dataset::verify(&client, &name, None).await.unwrap().is_clean());
+    let m = client.manifest(&name).await.unwrap();
+    let (bytes, _) = read_all(&client, &m, ReadPolicyKind::Static).await;
+    assert!(bytes == generated(g, 8 << 20), "{point}: primaries alone read it all");
+    c.local.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_dies_before_its_prepare_is_durable_is_written_around() {
+    a_server_dies_at_its_prepare("server.prepare.synced").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_dies_prepared_but_unanswered_rolls_back_once_back() {
+    a_server_dies_at_its_prepare("server.prepare.done").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -214,15 +214,46 @@ impl<'c> Staging<'c> {
         Ok(manifest)
     }
 
-    /// Prepare everywhere, then commit the coordinator (the first node), then the rest
-    /// (the commit rule, ganges-core's `commit`).
+    /// Prepare everywhere, then commit: a server that does not answer its prepare aborts
+    /// the write (callers that can go on without it use [`prepare`](Staging::prepare)).
     async fn finish(self, manifest: &Manifest) -> Result<()> {
-        let coordinator = self.nodes[0];
-        let prepare = ControlRequest::Prepare { txid: self.txid, manifest: manifest.clone(), coordinator };
-        if let Some(e) = first_error(self.client.control_all(&self.nodes, &prepare).await) {
+        if let Some((_, e)) = self.prepare(manifest).await?.into_iter().next() {
             self.abort().await;
             return Err(e);
         }
+        self.commit().await
+    }
+
+    /// Prepare on every node of the write, naming the first its coordinator and all of them
+    /// its members. The servers that do not answer come back with their errors and nothing
+    /// is aborted: the caller goes on without them ([`without`](Staging::without), then
+    /// prepare again; a server that prepared unanswered rolls its copy back once back, as
+    /// the coordinator tells it the write committed without it) or aborts. Any other error
+    /// aborts the write everywhere.
+    pub(crate) async fn prepare(&self, manifest: &Manifest) -> Result<Vec<(NodeId, ClientError)>> {
+        let Some(&coordinator) = self.nodes.first() else {
+            return Err(ClientError::Invalid(format!("no server is left to commit `{}` on", self.name)));
+        };
+        let members = self.nodes.clone();
+        let prepare = ControlRequest::Prepare { txid: self.txid, manifest: manifest.clone(), coordinator, members };
+        let mut unanswered = vec![];
+        for (node, r) in self.client.control_all(&self.nodes, &prepare).await {
+            match expect_done(node, r) {
+                Ok(()) => {}
+                Err(e) if e.unanswered() => unanswered.push((node, e)),
+                Err(e) => {
+                    self.abort().await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(unanswered)
+    }
+
+    /// Once every node prepared: commit the coordinator (the first node), then the rest
+    /// (the commit rule, ganges-core's `commit`).
+    pub(crate) async fn commit(self) -> Result<()> {
+        let coordinator = self.nodes[0];
         ganges_net::failpoint::hit("client.write.prepared");
         // The coordinator alone: if the name was taken meanwhile, it fails there and nothing
         // is visible anywhere. If it does not answer, it alone knows the outcome.

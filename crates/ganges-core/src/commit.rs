@@ -12,9 +12,10 @@
 //!   refuses (the name was taken meanwhile) it aborts everywhere; if the coordinator does
 //!   not answer, the outcome is the coordinator's to tell, and the client aborts nothing;
 //! - a server holding a prepared write that is not the coordinator, once the client is
-//!   late, asks the coordinator: committed, it commits too (rolls forward); unknown there
-//!   (aborted, or never prepared, or since removed), it aborts (rolls back); still pending
-//!   or unreachable, it waits and asks again;
+//!   late, asks the coordinator: committed, it commits too (rolls forward); committed
+//!   without it (its prepare went unanswered and the client went on with the others),
+//!   or unknown there (aborted, or never prepared, or since removed), it aborts (rolls
+//!   back); still pending or unreachable, it waits and asks again;
 //! - the coordinator holding a prepared write that no client commits within the timeout
 //!   (the client died after `prepare`) aborts it: the commit point is its to pass;
 //! - a staged write that is not prepared and sees no activity for the timeout (its client
@@ -44,7 +45,7 @@ pub enum Phase {
 }
 
 /// What the coordinator said of a write (`TxnStatus` on the wire; a server answers one of
-/// the first three).
+/// the first four).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
@@ -52,6 +53,9 @@ pub enum Verdict {
     Committed,
     /// It still stages or holds the write, prepared or not.
     Pending,
+    /// It committed the write without the asking server: that server's prepare went
+    /// unanswered, and the client committed on the others (a degraded write).
+    Excluded,
     /// It knows nothing of it: aborted, never prepared there, or since removed.
     Unknown,
     /// It could not be reached.
@@ -83,7 +87,7 @@ pub fn decide(me: NodeId, phase: Phase, idle: Duration, timeout: Duration, verdi
             match verdict {
                 None => Action::Ask(coordinator),
                 Some(Verdict::Committed) => Action::RollForward,
-                Some(Verdict::Unknown) => Action::RollBack,
+                Some(Verdict::Excluded | Verdict::Unknown) => Action::RollBack,
                 Some(Verdict::Pending | Verdict::Unreachable) => Action::Wait,
             }
         }
@@ -127,6 +131,9 @@ mod tests {
         assert_eq!(decide(ME, prepared(COORD), late, T, None), Action::Ask(COORD));
         assert_eq!(decide(ME, prepared(COORD), late, T, Some(Verdict::Committed)), Action::RollForward);
         assert_eq!(decide(ME, prepared(COORD), late, T, Some(Verdict::Unknown)), Action::RollBack);
+        // Committed on the others after this server's prepare went unanswered: its copy is
+        // not the dataset's, and rolling it forward would hold a manifest no one else has.
+        assert_eq!(decide(ME, prepared(COORD), late, T, Some(Verdict::Excluded)), Action::RollBack);
         assert_eq!(decide(ME, prepared(COORD), late, T, Some(Verdict::Pending)), Action::Wait);
         // Never on its own, however long: only the coordinator passes the commit point.
         assert_eq!(decide(ME, prepared(COORD), T * 100, T, Some(Verdict::Unreachable)), Action::Wait);

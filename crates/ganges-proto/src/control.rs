@@ -59,15 +59,30 @@ pub enum ControlRequest {
     /// Generate blocks `[block_from, block_to)` of this node's copy of `fragment`.
     Generate { txid: u64, name: DatasetName, fragment: FragmentId, block_from: u32, block_to: u32 },
     /// Make the staged copies durable and write the final manifest beside them, with the
-    /// server whose commit decides the write (`ganges_core::commit`).
-    Prepare { txid: u64, manifest: Manifest, coordinator: NodeId },
+    /// server whose commit decides the write (`ganges_core::commit`) and the servers it
+    /// commits on (`members`; empty means every server staging it). Preparing again with
+    /// another manifest, coordinator or members replaces them: a client whose prepare went
+    /// unanswered on one server goes on without it.
+    Prepare {
+        txid: u64,
+        manifest: Manifest,
+        coordinator: NodeId,
+        #[serde(default)]
+        members: Vec<NodeId>,
+    },
     /// Make the dataset visible (rename staging to its name).
     Commit { txid: u64, name: DatasetName },
     /// Drop a staging folder.
     Abort { txid: u64, name: DatasetName },
-    /// Whether this server committed the write `txid` of `name`, still holds it, or knows
-    /// nothing of it: a coordinator's verdict, asked by a server holding it prepared.
-    TxnStatus { txid: u64, name: DatasetName },
+    /// Whether this server committed the write `txid` of `name` (with or without `asker`),
+    /// still holds it, or knows nothing of it: a coordinator's verdict, asked by a server
+    /// holding it prepared.
+    TxnStatus {
+        txid: u64,
+        name: DatasetName,
+        #[serde(default)]
+        asker: Option<NodeId>,
+    },
     /// Remove a dataset and any staging folders of that name.
     Remove { name: DatasetName },
     /// Check blocks `[block_from, block_to)` of this node's copy of `fragment` against their

@@ -646,8 +646,8 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
             store.generate(txid, &name, fragment, block_from, block_to)?;
             ControlReply::Done
         }
-        ControlRequest::Prepare { txid, manifest, coordinator } => {
-            store.prepare(txid, &manifest, coordinator)?;
+        ControlRequest::Prepare { txid, manifest, coordinator, members } => {
+            store.prepare(txid, &manifest, coordinator, &members)?;
             ControlReply::Done
         }
         ControlRequest::Commit { txid, name } => {
@@ -658,7 +658,9 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
             store.abort(txid, &name)?;
             ControlReply::Done
         }
-        ControlRequest::TxnStatus { txid, name } => ControlReply::TxnStatus { status: store.txn_status(txid, &name) },
+        ControlRequest::TxnStatus { txid, name, asker } => {
+            ControlReply::TxnStatus { status: store.txn_status(txid, &name, asker) }
+        }
         ControlRequest::Remove { name } => {
             let (committed, staging) = store.remove(&name)?;
             ControlReply::Removed { committed, staging }

@@ -90,12 +90,15 @@ impl StoreError {
 
 type Result<T> = std::result::Result<T, StoreError>;
 
-/// A prepared write's transaction and the server whose commit decides it, written in its
-/// folder before the manifest (which marks it prepared), and kept once it is committed.
+/// A prepared write's transaction, the server whose commit decides it and the servers it
+/// commits on (empty: every server that staged it), written in its folder before the
+/// manifest (which marks it prepared), and kept once it is committed.
 #[derive(Serialize, Deserialize)]
 struct TxnFile {
     txid: u64,
     coordinator: NodeId,
+    #[serde(default)]
+    members: Vec<NodeId>,
 }
 
 /// A write the janitor must look at (`Store::unresolved`).
@@ -172,8 +175,8 @@ struct Txn {
     append: Option<Mutex<BTreeMap<FragmentId, Log>>>,
     /// When it last saw a request (milliseconds since the store opened).
     touched: AtomicU64,
-    /// The coordinator `prepare` named, once prepared.
-    prepared: std::sync::OnceLock<NodeId>,
+    /// The coordinator the last `prepare` named, once prepared.
+    prepared: Mutex<Option<NodeId>>,
 }
 
 /// A written block's CRC32C, and its units' (`Shape::check_bytes`).
@@ -748,7 +751,7 @@ impl Store {
         }
         let append = append.then(|| Mutex::new(copies.keys().map(|&f| (f, Log::default())).collect()));
         let touched = AtomicU64::new(self.millis());
-        let prepared = std::sync::OnceLock::new();
+        let prepared = Mutex::new(None);
         let txn = Txn { manifest, dir, copies, crcs: Mutex::new(crcs), append, touched, prepared };
         self.inner.lock().txns.insert((name, txid), Arc::new(txn));
         Ok(())
@@ -1096,7 +1099,10 @@ impl Store {
 
     /// Make the staged copies durable and write the final manifest beside them, with the
     /// transaction's coordinator (`ganges_core::commit`).
-    pub fn prepare(&self, txid: u64, manifest: &Manifest, coordinator: NodeId) -> Result<()> {
+    ///
+    /// Preparing again replaces the manifest, the coordinator and the members: a client
+    /// whose prepare went unanswered on one server prepares the others again without it.
+    pub fn prepare(&self, txid: u64, manifest: &Manifest, coordinator: NodeId, members: &[NodeId]) -> Result<()> {
         let txn = self.txn(&manifest.name, txid)?;
         let prepared = match &txn.append {
             Some(logs) => self.prepare_logs(&txn, &logs.lock(), manifest),
@@ -1104,10 +1110,13 @@ impl Store {
         };
         prepared?;
         ganges_net::failpoint::hit("server.prepare.synced");
-        let text = serde_json::to_vec(&TxnFile { txid, coordinator }).expect("serialises");
-        self.write_synced(&txn.dir.join("txn.json"), &text)?;
+        let text = serde_json::to_vec(&TxnFile { txid, coordinator, members: members.to_vec() }).expect("serialises");
+        // Whole or not at all: a second prepare replaces the first.
+        let tmp = txn.dir.join("txn.json.tmp");
+        self.write_synced(&tmp, &text)?;
+        fs::rename(&tmp, txn.dir.join("txn.json")).map_err(io_err("renaming the transaction file"))?;
         self.write_manifest(&txn.dir, manifest)?;
-        let _ = txn.prepared.set(coordinator);
+        *txn.prepared.lock() = Some(coordinator);
         txn.touched.store(self.millis(), Ordering::Relaxed);
         ganges_net::failpoint::hit("server.prepare.done");
         Ok(())
@@ -1221,14 +1230,17 @@ impl Store {
         read_txn_file(&self.root.join("datasets").join(name.as_str())).map(|t| t.txid)
     }
 
-    /// This server's side of a write, as its coordinator tells it (`TxnStatus`).
-    pub fn txn_status(&self, txid: u64, name: &DatasetName) -> Verdict {
+    /// This server's side of a write, as its coordinator tells it (`TxnStatus`) to `asker`.
+    pub fn txn_status(&self, txid: u64, name: &DatasetName, asker: Option<NodeId>) -> Verdict {
         if self.root.join("staging").join(staging_dir_name(name, txid)).exists() {
-            Verdict::Pending
-        } else if self.committed_txid(name) == Some(txid) {
-            Verdict::Committed
-        } else {
-            Verdict::Unknown
+            return Verdict::Pending;
+        }
+        match read_txn_file(&self.root.join("datasets").join(name.as_str())) {
+            Some(t) if t.txid == txid => match asker {
+                Some(a) if !t.members.is_empty() && !t.members.contains(&a) => Verdict::Excluded,
+                _ => Verdict::Committed,
+            },
+            _ => Verdict::Unknown,
         }
     }
 
@@ -1242,7 +1254,7 @@ impl Store {
         let txns: Vec<_> = self.inner.lock().txns.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
         for ((name, txid), txn) in txns {
             let idle = Duration::from_millis(now.saturating_sub(txn.touched.load(Ordering::Relaxed)));
-            let phase = txn.prepared.get().map_or(Phase::Staged, |&coordinator| Phase::Prepared { coordinator });
+            let phase = txn.prepared.lock().map_or(Phase::Staged, |coordinator| Phase::Prepared { coordinator });
             seen.insert(txn.dir.clone());
             out.push(Unresolved { name, txid, phase, idle: Some(idle) });
         }
@@ -1420,7 +1432,7 @@ mod tests {
         assert_eq!(store.list(false).unwrap().len(), 0);
         assert_eq!(store.list(true).unwrap()[0].staging_txid, Some(7));
         assert!(matches!(store.commit(7, &m.name), Err(StoreError::Incomplete(_))));
-        store.prepare(7, &m, NodeId(0)).unwrap();
+        store.prepare(7, &m, NodeId(0), &[]).unwrap();
         store.commit(7, &m.name).unwrap();
         let ds = store.dataset(&m.name).unwrap();
         // Node 1 holds fragment 1 (primary) and fragment 0 (backup).
@@ -1441,25 +1453,31 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), NodeId(1), false).unwrap();
         let m = manifest("d", 4);
-        assert_eq!(store.txn_status(7, &m.name), Verdict::Unknown);
+        assert_eq!(store.txn_status(7, &m.name, None), Verdict::Unknown);
         staged(&store, &m, 7);
-        assert_eq!(store.txn_status(7, &m.name), Verdict::Pending);
+        assert_eq!(store.txn_status(7, &m.name, None), Verdict::Pending);
         let u = store.unresolved();
         assert_eq!((u.len(), u[0].phase, u[0].idle.is_some()), (1, Phase::Staged, true));
-        store.prepare(7, &m, NodeId(2)).unwrap();
-        assert_eq!(store.unresolved()[0].phase, Phase::Prepared { coordinator: NodeId(2) });
-        // A crash: the prepared folder is found on disk, with its coordinator, and no idle
-        // time this process could know.
+        store.prepare(7, &m, NodeId(0), &[]).unwrap();
+        assert_eq!(store.unresolved()[0].phase, Phase::Prepared { coordinator: NodeId(0) });
+        // Node 0 did not answer its prepare: the client prepares again without it.
+        let members = [NodeId(1), NodeId(2), NodeId(3)];
+        store.prepare(7, &m, NodeId(1), &members).unwrap();
+        assert_eq!(store.unresolved()[0].phase, Phase::Prepared { coordinator: NodeId(1) });
+        // A crash: the prepared folder is found on disk, with its last coordinator, and no
+        // idle time this process could know.
         drop(store);
         let store = Store::open(dir.path(), NodeId(1), false).unwrap();
         let u = store.unresolved();
         assert_eq!(
             (u.len(), u[0].txid, u[0].phase, u[0].idle),
-            (1, 7, Phase::Prepared { coordinator: NodeId(2) }, None)
+            (1, 7, Phase::Prepared { coordinator: NodeId(1) }, None)
         );
         store.commit(7, &m.name).unwrap();
-        assert_eq!(store.txn_status(7, &m.name), Verdict::Committed);
-        assert_eq!(store.txn_status(8, &m.name), Verdict::Unknown, "another write of that name");
+        assert_eq!(store.txn_status(7, &m.name, None), Verdict::Committed);
+        assert_eq!(store.txn_status(7, &m.name, Some(NodeId(2))), Verdict::Committed);
+        assert_eq!(store.txn_status(7, &m.name, Some(NodeId(0))), Verdict::Excluded, "committed without node 0");
+        assert_eq!(store.txn_status(8, &m.name, None), Verdict::Unknown, "another write of that name");
         store.commit(7, &m.name).expect("committing twice is done");
         assert!(matches!(store.commit(8, &m.name), Err(StoreError::NoSuchTxn { .. })));
         assert!(store.unresolved().is_empty());
@@ -1474,7 +1492,7 @@ mod tests {
         for txid in 1..=40 {
             let m = manifest(&format!("d{txid}"), 4);
             staged(&store, &m, txid);
-            store.prepare(txid, &m, NodeId(0)).unwrap();
+            store.prepare(txid, &m, NodeId(0), &[]).unwrap();
             let go = std::sync::Barrier::new(2);
             let results: Vec<_> = std::thread::scope(|s| {
                 let racers: Vec<_> = (0..2)
@@ -1490,7 +1508,7 @@ mod tests {
             for r in results {
                 assert!(r.is_ok(), "write {txid}: {r:?}");
             }
-            assert_eq!(store.txn_status(txid, &m.name), Verdict::Committed);
+            assert_eq!(store.txn_status(txid, &m.name, None), Verdict::Committed);
         }
     }
 
@@ -1500,7 +1518,7 @@ mod tests {
         let store = Store::open(dir.path(), NodeId(0), false).unwrap();
         let m = manifest("d", 2);
         staged(&store, &m, 1);
-        store.prepare(1, &m, NodeId(0)).unwrap();
+        store.prepare(1, &m, NodeId(0), &[]).unwrap();
         store.commit(1, &m.name).unwrap();
         let path = dir.path().join("datasets/d").join(copy_file_name(FragmentId(0), 0, "data"));
         let mut bytes = fs::read(&path).unwrap();
@@ -1522,7 +1540,7 @@ mod tests {
         // Blocks of 256 KiB, four units each; the last block of 75,712 bytes has two.
         m.shape = Shape::uniform(2, 600_000, 256 << 10).unwrap();
         staged(&store, &m, 1);
-        store.prepare(1, &m, NodeId(0)).unwrap();
+        store.prepare(1, &m, NodeId(0), &[]).unwrap();
         store.commit(1, &m.name).unwrap();
         let f = FragmentId(0);
         let data = fs::read(dir.path().join("datasets/units").join(copy_file_name(f, 0, "data"))).unwrap();
@@ -1567,7 +1585,7 @@ mod tests {
         let m = manifest("d", 2);
         for txid in [1, 2] {
             staged(&store, &m, txid);
-            store.prepare(txid, &m, NodeId(0)).unwrap();
+            store.prepare(txid, &m, NodeId(0), &[]).unwrap();
         }
         store.commit(1, &m.name).unwrap();
         assert!(matches!(store.commit(2, &m.name), Err(StoreError::Exists(_))));
@@ -1595,7 +1613,7 @@ mod tests {
             Err(StoreError::BadRequest(_))
         ));
         store.write_block(5, &m.name, FragmentId(0), 0, crc, &data).unwrap();
-        assert!(matches!(store.prepare(5, &m, NodeId(0)), Err(StoreError::Incomplete(_))));
+        assert!(matches!(store.prepare(5, &m, NodeId(0), &[]), Err(StoreError::Incomplete(_))));
         assert!(matches!(store.generate(5, &m.name, FragmentId(0), 0, 1), Err(StoreError::BadRequest(_))));
         store.abort(5, &m.name).unwrap();
         assert!(store.list(true).unwrap().is_empty());

@@ -61,7 +61,8 @@ async fn ask(shared: &Shared, coordinator: NodeId, name: &DatasetName, txid: u64
     let Some(addr) = addr else { return Verdict::Unreachable };
     let asked = async {
         let mut conn = PeerConn::connect(shared, &addr).await?;
-        conn.control(ControlRequest::TxnStatus { txid, name: name.clone() }).await
+        let asker = Some(shared.config.node);
+        conn.control(ControlRequest::TxnStatus { txid, name: name.clone(), asker }).await
     };
     match tokio::time::timeout(Duration::from_secs(5), asked).await {
         Ok(Ok(ControlReply::TxnStatus { status })) => status,

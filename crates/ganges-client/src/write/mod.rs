@@ -16,6 +16,7 @@ use ganges_core::datagen::Generator;
 use ganges_core::digest::Digest;
 use ganges_core::ids::{FragmentId, NodeId};
 use ganges_core::layout::Layout;
+use ganges_core::placement::Placement;
 use ganges_core::route::PolicySettings;
 use ganges_core::route::ceft::CeftSettings;
 use ganges_core::sched::{Progress, ProgressMetric, Service};
@@ -263,24 +264,10 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
         let _ = stop_watching.send(());
         let _ = watcher.await;
         let writers = writers?;
-        // Servers down now took what they staged with them: write again what no live server
-        // holds, until every block is on one (or some has no live copy left).
+        // Servers down now took what they staged with them.
         for n in unanswering(client).await {
             landing(&log).on_down(n);
         }
-        loop {
-            let todo = landing(&log).rewrites().map_err(|e| no_live_copy(&draft_manifest, e))?;
-            if todo.is_empty() {
-                break;
-            }
-            for r in rewrite(client, &draft_manifest, staging.txid, &*source, todo).await? {
-                landing(&log).on_acked(r.fragment, r.block, r.node);
-            }
-        }
-        let (placement, down) = {
-            let l = landing(&log);
-            (l.placement().map_err(|e| no_live_copy(&draft_manifest, e))?, l.down().to_vec())
-        };
         let mut digest = Digest::default();
         let mut reports = vec![];
         for w in writers {
@@ -288,9 +275,9 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
             digest.merge(report.digest);
             reports.push(report);
         }
-        Ok((placement, digest, reports, down))
+        Ok((digest, reports))
     };
-    let (placement, digest, reports, down) = match work.await {
+    let (digest, reports) = match work.await {
         Ok(x) => x,
         Err(e) => {
             staging.abort().await;
@@ -299,16 +286,39 @@ pub async fn write(client: &Arc<Client>, spec: WriteSpec, progress: Option<Progr
     };
     let seconds = started.elapsed().as_secs_f64();
     let mut staging = staging;
-    if placement.is_complete() {
-        manifest.state = DatasetState::Complete;
-    } else {
-        manifest.placement = Some(placement);
-    }
+    manifest.digest = digest;
+    // Write again what no live server holds, then prepare; a server that does not answer
+    // its prepare is down too, and the write goes on without it.
+    let down = loop {
+        let settled = settle(client, &draft_manifest, staging.txid, &*source, &log).await;
+        let (placement, down) = match settled {
+            Ok(x) => x,
+            Err(e) => {
+                staging.abort().await;
+                return Err(e);
+            }
+        };
+        if placement.is_complete() {
+            manifest.state = DatasetState::Complete;
+            manifest.placement = None;
+        } else {
+            manifest.state = DatasetState::Incomplete;
+            manifest.placement = Some(placement);
+        }
+        staging.without(&down);
+        let unanswered = staging.prepare(&manifest).await?;
+        if unanswered.is_empty() {
+            break down;
+        }
+        for (node, e) in unanswered {
+            tracing::warn!(%node, %e, dataset = %spec.name, "a server did not answer its prepare; going on without it");
+            landing(&log).on_down(node);
+        }
+    };
     if !down.is_empty() {
         tracing::warn!(dataset = %spec.name, down = ?down, "committing without the servers that went down");
-        staging.without(&down);
     }
-    let manifest = staging.conclude(manifest, Ok(digest)).await?;
+    staging.commit().await?;
     if !down.is_empty() {
         // Degraded: its copies on the servers that went down are restored by `complete`
         // once they are back.
@@ -765,6 +775,29 @@ async fn write_tail(
         Message::Error(err, _) => Err(ClientError::Server { node, err }),
         other => Err(ClientError::Protocol { node, why: format!("kind {:#04x}", other.kind()) }),
     }
+}
+
+/// Write again what no live server holds (the servers down took what they staged with
+/// them), until every block is on one; then where each block is, and the servers down.
+/// Fails if some block has no live copy left.
+async fn settle(
+    client: &Client,
+    manifest: &Manifest,
+    txid: u64,
+    source: &dyn crate::scan::BlockSource,
+    log: &crate::scan::PlacedLog,
+) -> Result<(Placement, Vec<NodeId>)> {
+    loop {
+        let todo = landing(log).rewrites().map_err(|e| no_live_copy(manifest, e))?;
+        if todo.is_empty() {
+            break;
+        }
+        for r in rewrite(client, manifest, txid, source, todo).await? {
+            landing(log).on_acked(r.fragment, r.block, r.node);
+        }
+    }
+    let l = landing(log);
+    Ok((l.placement().map_err(|e| no_live_copy(manifest, e))?, l.down().to_vec()))
 }
 
 /// Servers that do not answer now: a connection closed, or no answer to a question within
