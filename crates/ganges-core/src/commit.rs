@@ -62,6 +62,16 @@ pub enum Verdict {
     Unreachable,
 }
 
+/// The coordinator's verdict to `asker` on a write it committed on `members` (empty: a
+/// write prepared by a build that did not name them, committed on every server that staged
+/// it): a server left out (its prepare went unanswered) hears `Excluded`, so it rolls back.
+pub fn committed_verdict(members: &[NodeId], asker: Option<NodeId>) -> Verdict {
+    match asker {
+        Some(a) if !members.is_empty() && !members.contains(&a) => Verdict::Excluded,
+        _ => Verdict::Committed,
+    }
+}
+
 /// What the server should do with a write now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -137,6 +147,15 @@ mod tests {
         assert_eq!(decide(ME, prepared(COORD), late, T, Some(Verdict::Pending)), Action::Wait);
         // Never on its own, however long: only the coordinator passes the commit point.
         assert_eq!(decide(ME, prepared(COORD), T * 100, T, Some(Verdict::Unreachable)), Action::Wait);
+    }
+
+    #[test]
+    fn a_server_left_out_of_the_commit_hears_excluded() {
+        let members = [NodeId(0), NodeId(1), NodeId(3)];
+        assert_eq!(committed_verdict(&members, Some(NodeId(1))), Verdict::Committed);
+        assert_eq!(committed_verdict(&members, Some(NodeId(2))), Verdict::Excluded);
+        assert_eq!(committed_verdict(&members, None), Verdict::Committed, "an asker that does not say who it is");
+        assert_eq!(committed_verdict(&[], Some(NodeId(2))), Verdict::Committed, "members not recorded: all");
     }
 
     #[test]

@@ -1198,7 +1198,7 @@ impl Store {
     pub fn commit(&self, txid: u64, name: &DatasetName) -> Result<()> {
         let _resolving = self.resolving.lock();
         let dir = self.root.join("staging").join(staging_dir_name(name, txid));
-        if !dir.exists() && self.committed_txid(name) == Some(txid) {
+        if !dir.exists() && self.committed_txn(name).is_some_and(|t| t.txid == txid) {
             return Ok(());
         }
         if !dir.join("manifest.json").exists() {
@@ -1226,8 +1226,8 @@ impl Store {
 
     /// The write that made this server's copy of `name`, if it is committed here (and was
     /// written by a build that records it).
-    fn committed_txid(&self, name: &DatasetName) -> Option<u64> {
-        read_txn_file(&self.root.join("datasets").join(name.as_str())).map(|t| t.txid)
+    fn committed_txn(&self, name: &DatasetName) -> Option<TxnFile> {
+        read_txn_file(&self.root.join("datasets").join(name.as_str()))
     }
 
     /// This server's side of a write, as its coordinator tells it (`TxnStatus`) to `asker`.
@@ -1235,11 +1235,8 @@ impl Store {
         if self.root.join("staging").join(staging_dir_name(name, txid)).exists() {
             return Verdict::Pending;
         }
-        match read_txn_file(&self.root.join("datasets").join(name.as_str())) {
-            Some(t) if t.txid == txid => match asker {
-                Some(a) if !t.members.is_empty() && !t.members.contains(&a) => Verdict::Excluded,
-                _ => Verdict::Committed,
-            },
+        match self.committed_txn(name) {
+            Some(t) if t.txid == txid => ganges_core::commit::committed_verdict(&t.members, asker),
             _ => Verdict::Unknown,
         }
     }
