@@ -1281,8 +1281,8 @@ pub(crate) struct PolicyArgs {
     /// gd-rr: a server this many times slower than the fastest gets one request at a time
     #[arg(long, default_value_t = RateSettings::default().slow_ratio)]
     pub(crate) rr_slow_ratio: f64,
-    /// gd-rr: every this many picks a server serves the consumer furthest behind, not the
-    /// longest queue (the guard)
+    /// gd-rr: every this many picks a server serves the consumer furthest behind (the guard);
+    /// the picks between go to the longest queue, as in the paper
     #[arg(long, default_value_t = RateSettings::default().guard_every)]
     pub(crate) rr_guard_every: u32,
     /// gd-rr: how often to ask a backup server for its disk speed
