@@ -116,8 +116,13 @@ pub const SLOW_RESERVE_SECS: f64 = 0.12;
 /// smaller lag is left to the disks' own lag terms (`sched::PlannedShares`). A plan that
 /// follows every block of lag makes each reader that caught up slow its neighbours down, and
 /// the slowest consumer's 500 ms rate swings with it (in the simulator's fault-schedule case,
-/// 8 blocks kept it on track in about twice as many windows as 1 block).
-pub const ON_TRACK_BLOCKS: f64 = 8.0;
+/// 8 blocks kept it on track in about twice as many windows as 1 block). But those terms do
+/// not close a lag a slow disk's reader took before its disk was found slow: with 8 blocks,
+/// on 12 disks at 25 MiB/s with one at 0.3 of its speed, it stayed 3 to 5 blocks behind for
+/// all of a 2 s scan and finished last, at 92.6% of the layout-aware ideal (94.1% with 2);
+/// `ganges sim generality`'s least rose from 92.9% to 94.7%, and the fault-schedule case
+/// adapts as fast at seeds 1 to 8.
+pub const ON_TRACK_BLOCKS: f64 = 2.0;
 /// `ON_TRACK_BLOCKS` for a consumer that reads parts of fragments (logical partitions,
 /// GD-7). With 8 blocks for them too, unequal partitions under slow disks fell a few points
 /// below equal ones; why the wide band costs partitions is not established.
@@ -744,11 +749,11 @@ mod tests {
 
     #[test]
     fn a_small_lag_moves_the_plan_only_for_a_reader_of_parts_of_fragments() {
-        // Three blocks behind (a block is 1% in the test view): inside ON_TRACK_BLOCKS,
-        // outside PARTIAL_ON_TRACK_BLOCKS.
-        let (before, after) = backup_share_on_track_then_at(1.0, 0.27);
+        // A block and a half behind (a block is 1% in the test view): inside
+        // ON_TRACK_BLOCKS, outside PARTIAL_ON_TRACK_BLOCKS.
+        let (before, after) = backup_share_on_track_then_at(1.0, 0.285);
         assert!((after - before).abs() < 1e-9, "a whole fragment's reader keeps its plan: {before} then {after}");
-        let (before, after) = backup_share_on_track_then_at(0.5, 0.27);
+        let (before, after) = backup_share_on_track_then_at(0.5, 0.285);
         assert!(after > before, "a partition's reader is planned more: {before} then {after}");
     }
 

@@ -135,8 +135,8 @@ impl Shares {
     const PHASE_END_BLOCKS: u64 = 16;
     /// Part of its lag (in blocks) a phased slot is lengthened by each period. With half, a
     /// reader three blocks behind takes 1.5 blocks a period from the disk's other reader, a
-    /// tenth of its share; a quarter (with `route::plan::ON_TRACK_BLOCKS`, which leaves lags
-    /// under 8 blocks to this term) kept the most half-second windows on track in the
+    /// tenth of its share; a quarter (with `route::plan::ON_TRACK_BLOCKS`, which then left
+    /// lags under 8 blocks to this term) kept the most half-second windows on track in the
     /// simulator.
     const PHASE_LAG_GAIN: f64 = 0.25;
 
