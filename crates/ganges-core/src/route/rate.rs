@@ -226,13 +226,14 @@ impl ResponseRate {
         // ring of 8 read 47% of its bytes from backups for the rest of an 8 s scan, with no
         // fault (and on real disks, 42.9% after a kernel throttle of 1 s).
         let others_depth = p.last_state.and_then(|s| s.backup_depth).unwrap_or(0);
+        let next_depth = others_depth.saturating_add(1);
         let contended = short
             && ((others_queued && lighter_elsewhere && others_depth < self.horizon)
                 || self.short_since.is_some_and(|t| view.now.since(t) >= self.s.probe_interval));
         if slow_disk {
             (self.trouble, self.contended_since, self.depth, self.by_others) = (true, None, 1, false);
         } else if contended {
-            let depth = if others_queued { others_depth.saturating_add(1) } else { 1 };
+            let depth = if others_queued { next_depth } else { 1 };
             (self.trouble, self.contended_since, self.depth, self.by_others) =
                 (true, Some(view.now), depth, others_queued);
         } else if self.trouble && self.s.return_to_primary && !slow_now {
@@ -251,7 +252,7 @@ impl ResponseRate {
             // after it did the same, and the far end of the chain took its share late.
             let still_contended = self.by_others && others_queued && others_depth < self.horizon;
             if held && still_contended {
-                (self.contended_since, self.depth) = (Some(view.now), others_depth.saturating_add(1));
+                (self.contended_since, self.depth) = (Some(view.now), next_depth);
             } else if held {
                 if self.by_others {
                     self.left_at = Some(view.now);
@@ -574,6 +575,27 @@ mod tests {
         assert!(p.in_trouble());
     }
 
+    /// `n` with the queue lengths its two holders reported last, and the least depth of the
+    /// backup reads queued at the primary.
+    fn queued(
+        mut n: BTreeMap<NodeId, NodeView>,
+        [primary, backup]: [u32; 2],
+        depth: Option<u8>,
+    ) -> BTreeMap<NodeId, NodeView> {
+        let state =
+            |queue_len, backup_depth| Some(crate::route::ServerState { queue_len, backup_depth, ..Default::default() });
+        n.get_mut(&NodeId(0)).expect("two holders").last_state = state(primary, depth);
+        n.get_mut(&NodeId(1)).expect("two holders").last_state = state(backup, None);
+        n
+    }
+
+    /// A consumer of a ring of 8 (chains of trouble stop at depth 8), not in trouble.
+    fn on_ring_of_8() -> ResponseRate {
+        let mut p = ResponseRate::new(RateSettings::default(), false);
+        p.on_layout(&crate::layout::Layout::chained(8, 2).expect("a ring of 8"));
+        p
+    }
+
     /// `n` with servers 2 and 3, holders of neither copy, measured at these speeds.
     fn with_others(mut n: BTreeMap<NodeId, NodeView>, speeds: [f64; 2]) -> BTreeMap<NodeId, NodeView> {
         for (i, d) in speeds.into_iter().enumerate() {
@@ -676,18 +698,16 @@ mod tests {
         unseen.pick(&view(&n), &H);
         assert!(!unseen.in_trouble());
         n.get_mut(&NodeId(0)).unwrap().rate_bytes_per_sec = Some(32.0);
-        let state = |queue_len| Some(crate::route::ServerState { queue_len, ..Default::default() });
-        n.get_mut(&NodeId(0)).unwrap().last_state = state(3);
-        n.get_mut(&NodeId(1)).unwrap().last_state = state(4);
+        let n = queued(n, [3, 4], None);
         let mut q = ResponseRate::new(RateSettings::default(), false);
         q.pick(&view(&n), &H);
         assert!(!q.in_trouble());
-        n.get_mut(&NodeId(0)).unwrap().last_state = state(6);
+        let n = queued(n, [6, 4], None);
         q.pick(&view(&n), &H);
         assert!(q.in_trouble(), "others queued at the primary, fewer at the backup");
         // As many waiting at the backup (a ring of equal disks whose consumers all moved some
         // reads): no reason to move more.
-        n.get_mut(&NodeId(1)).unwrap().last_state = state(6);
+        let n = queued(n, [6, 6], None);
         let mut r = ResponseRate::new(RateSettings::default(), false);
         r.pick(&view(&n), &H);
         assert!(!r.in_trouble(), "no holder has less waiting");
@@ -701,11 +721,7 @@ mod tests {
         let mut p = ResponseRate::new(RateSettings::default(), false);
         let mut n = nodes([32.0, 32.0], [16.0, 4.0], [0.2, 0.2], [4, 0]);
         n.get_mut(&NodeId(0)).unwrap().delivered.note(16 << 20, 0.2, 0.25);
-        n.get_mut(&NodeId(0)).unwrap().last_state =
-            Some(crate::route::ServerState { queue_len: 8, ..Default::default() });
-        n.get_mut(&NodeId(1)).unwrap().last_state =
-            Some(crate::route::ServerState { queue_len: 4, ..Default::default() });
-        p.pick(&view(&n), &H);
+        p.pick(&view(&queued(n, [8, 4], None)), &H);
         assert!(p.in_trouble(), "half short with others queued there: contended at once");
         let fine = nodes([32.0, 32.0], [16.0, 16.0], [0.2, 0.2], [2, 2]);
         pick_at(&mut p, &fine, CONTENDED_HOLD - 1);
@@ -719,17 +735,10 @@ mod tests {
     /// at the first hold's end that finds them gone.
     #[test]
     fn contention_by_others_lasts_while_their_reads_wait_at_the_primary() {
-        let ring = crate::layout::Layout::chained(8, 2).unwrap();
         let with_queues = |primary: u32, depth: Option<u8>| {
-            let mut n = nodes([32.0, 32.0], [32.0, 4.0], [0.2, 0.2], [4, 0]);
-            n.get_mut(&NodeId(0)).unwrap().last_state =
-                Some(crate::route::ServerState { queue_len: primary, backup_depth: depth, ..Default::default() });
-            n.get_mut(&NodeId(1)).unwrap().last_state =
-                Some(crate::route::ServerState { queue_len: 2, ..Default::default() });
-            n
+            queued(nodes([32.0, 32.0], [32.0, 4.0], [0.2, 0.2], [4, 0]), [primary, 2], depth)
         };
-        let mut p = ResponseRate::new(RateSettings::default(), false);
-        p.on_layout(&ring);
+        let mut p = on_ring_of_8();
         p.pick(&view(&with_queues(8, Some(2))), &H);
         assert!(p.in_trouble());
         assert_eq!(p.service().depth, 3);
@@ -739,8 +748,7 @@ mod tests {
         pick_at(&mut p, &with_queues(8, Some(8)), 2 * CONTENDED_HOLD);
         assert!(!p.in_trouble(), "reads as deep as the ring came round from us");
         // Others gone by the hold's end (the queue is ours alone): back to the primary.
-        let mut q = ResponseRate::new(RateSettings::default(), false);
-        q.on_layout(&ring);
+        let mut q = on_ring_of_8();
         q.pick(&view(&with_queues(8, Some(2))), &H);
         pick_at(&mut q, &with_queues(4, None), CONTENDED_HOLD);
         assert!(!q.in_trouble());
@@ -750,15 +758,9 @@ mod tests {
     /// but not from reads as deep as the layout has servers: those came round a ring.
     #[test]
     fn trouble_passes_down_a_chain_but_not_round_a_ring() {
-        let ring = crate::layout::Layout::chained(8, 2).unwrap();
         let contended = |depth: Option<u8>| {
-            let mut n = nodes([32.0, 32.0], [32.0, 4.0], [0.2, 0.2], [4, 0]);
-            n.get_mut(&NodeId(0)).unwrap().last_state =
-                Some(crate::route::ServerState { queue_len: 8, backup_depth: depth, ..Default::default() });
-            n.get_mut(&NodeId(1)).unwrap().last_state =
-                Some(crate::route::ServerState { queue_len: 4, ..Default::default() });
-            let mut p = ResponseRate::new(RateSettings::default(), false);
-            p.on_layout(&ring);
+            let n = queued(nodes([32.0, 32.0], [32.0, 4.0], [0.2, 0.2], [4, 0]), [8, 4], depth);
+            let mut p = on_ring_of_8();
             assert_eq!(p.service().depth, 0, "not in trouble: no depth");
             p.pick(&view(&n), &H);
             p
@@ -781,11 +783,9 @@ mod tests {
     /// `min_outstanding` at the last place before the ring closes.
     #[test]
     fn the_deeper_in_a_chain_the_less_help_is_sent() {
-        let ring = crate::layout::Layout::chained(8, 2).unwrap();
         let n = nodes([32.0, 32.0], [32.0, 32.0], [0.2, 0.2], [0, 0]);
         let backup_at = |depth: u8| {
-            let mut p = ResponseRate::new(RateSettings::default(), false);
-            p.on_layout(&ring);
+            let mut p = on_ring_of_8();
             (p.trouble, p.depth) = (true, depth);
             let t = p.targets(&view(&n), &H);
             (t[0].1, t[1].1)
