@@ -525,17 +525,35 @@ async fn write_losing_servers(
     s: WriteSpec,
     nodes: &[NodeId],
 ) -> ganges_client::Result<WriteOutcome> {
-    let before = common::stats(client, nodes[0]).await.write_bytes;
+    let staging = c.data_dir(nodes[0].0).join("staging");
+    let prefix = format!("{}.", s.name);
     let w = {
         let client = client.clone();
         tokio::spawn(async move { write::write(&client, s, None).await })
     };
-    common::until_moved(client, nodes[0], before + 1, true).await;
+    // Until the server holds bytes of this write's staging: its write counter also moves
+    // while its disk drains the blocks of a write aborted just before, and a server killed
+    // then died before this write began.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !holds_staged_bytes(&staging, &prefix) {
+        assert!(std::time::Instant::now() < deadline, "{} never took a block of the write", nodes[0]);
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
     assert!(!w.is_finished(), "the server dies mid-write");
     for &node in nodes {
         c.local.kill(node);
     }
     w.await.unwrap()
+}
+
+/// Whether a staging folder in `staging` whose name starts with `prefix` holds a data file
+/// with bytes in it.
+fn holds_staged_bytes(staging: &std::path::Path, prefix: &str) -> bool {
+    let folders = std::fs::read_dir(staging).into_iter().flatten().flatten();
+    folders
+        .filter(|f| f.file_name().to_string_lossy().starts_with(prefix))
+        .flat_map(|f| std::fs::read_dir(f.path()).into_iter().flatten().flatten())
+        .any(|f| f.file_name().to_string_lossy().ends_with(".data") && f.metadata().is_ok_and(|m| m.len() > 0))
 }
 
 /// `name` is committed degraded: incomplete, nothing counted on `dead`, and every one of
@@ -569,6 +587,28 @@ async fn held_on(client: &ganges_client::Client, node: NodeId, name: &DatasetNam
     let mine = datasets.iter().filter(|d| d.name == *name);
     let committed = mine.clone().any(|d| d.staging_txid.is_none());
     (committed, mine.filter(|d| d.staging_txid.is_some()).count())
+}
+
+/// Node 2 crashes as it takes the write's stage request, before anything of the write is
+/// on it: the write begins again on the others, as if node 2 had been down from the start,
+/// and commits degraded; back up, `complete` gives node 2 its copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_dies_as_the_write_begins_is_written_around() {
+    let mut c = start(4, common::disk(64.0));
+    c.local.restart_with_env(NodeId(2), &[(ganges_net::failpoint::ENV, "server.stage.received=crash")]).unwrap();
+    let client = c.client().await;
+    let g = Generator::Random { seed: 5 };
+    let name: DatasetName = "early".parse().unwrap();
+    let s = spec("early", WritePolicyKind::Gd, 8 << 20, WriteSource::Generated(g), true);
+    let out = write::write(&client, s, None).await.expect("the write begins again without the server");
+    assert_eq!(out.missing, vec![NodeId(2)]);
+    degraded_without(&client, &name, NodeId(2), g, 8 << 20).await;
+    c.local.restart(NodeId(2)).unwrap();
+    let client = c.client().await;
+    let done = write::complete(&client, &name).await.unwrap();
+    assert_eq!(done.restored, vec![NodeId(2)]);
+    assert!(dataset::verify(&client, &name, None).await.unwrap().is_clean());
+    c.local.stop();
 }
 
 /// Node 2 crashes at `point` in its prepare, once every block is written: the client

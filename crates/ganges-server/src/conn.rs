@@ -639,6 +639,7 @@ fn blocking_control(store: &crate::store::Store, req: ControlRequest) -> Result<
             ControlReply::Manifest { manifest: Box::new(store.dataset(&name)?.manifest.clone()) }
         }
         ControlRequest::Stage { txid, manifest, append } => {
+            ganges_net::failpoint::hit("server.stage.received");
             store.stage(txid, manifest, append)?;
             ControlReply::Done
         }
