@@ -537,11 +537,8 @@ async fn write_losing_servers(
     // Until the server holds bytes of this write's staging: its write counter also moves
     // while its disk drains the blocks of a write aborted just before, and a server killed
     // then died before this write began.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !holds_staged_bytes(&staging, &prefix) {
-        assert!(std::time::Instant::now() < deadline, "{} never took a block of the write", nodes[0]);
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
+    let what = format!("{} took a block of the write", nodes[0]);
+    common::until(&what, || async { holds_staged_bytes(&staging, &prefix) }).await;
     assert!(!w.is_finished(), "the server dies mid-write");
     for &node in nodes {
         c.local.kill(node);

@@ -857,7 +857,7 @@ const GENERALITY: [(u32, f64, u64, u64, f64, [u32; 2]); 10] = [
 /// seeds of the same cell gd, gd-batch and gd-plan read up to 3.1-3.6 points apart (a point
 /// in the median cell; gd-rr within 0.1), and the least of a table of single runs measured
 /// luck as much as policy.
-pub const GENERALITY_SEEDS: u64 = 5;
+const GENERALITY_SEEDS: u64 = 5;
 
 /// The run of median `frac_layout_ideal` among `runs`, counting every run's events.
 fn median_run(runs: impl Iterator<Item = Result<Row, SimError>>) -> Result<Row, SimError> {

@@ -139,23 +139,27 @@ pub fn processes_with(needle: &str) -> Vec<u32> {
     out
 }
 
+/// Poll `done` every 2 ms until it holds; after 30 s fail the test, saying what never came.
+pub async fn until<F: std::future::Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !done().await {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// Wait until `node` has read (or, with `writes`, written) at least `bytes`, polling its
 /// stats: a fault injected after this lands in the middle of the transfer whatever this
 /// machine's speed, where a fixed sleep lands wherever the setup's timing puts it.
-#[allow(dead_code)]
 pub async fn until_moved(client: &Client, node: ganges_core::ids::NodeId, bytes: u64, writes: bool) {
     use ganges_proto::control::{ControlReply, ControlRequest};
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(ControlReply::Stats { stats }) = client.control(node, ControlRequest::Stats).await {
-            let moved = if writes { stats.write_bytes } else { stats.read_bytes };
-            if moved >= bytes {
-                return;
-            }
+    until(&format!("{node} moved {bytes} bytes"), || async {
+        match client.control(node, ControlRequest::Stats).await {
+            Ok(ControlReply::Stats { stats }) => (if writes { stats.write_bytes } else { stats.read_bytes }) >= bytes,
+            _ => false,
         }
-        assert!(std::time::Instant::now() < deadline, "{node} never moved {bytes} bytes");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    })
+    .await;
 }
 
 /// A server's counters (`ganges node stats`).

@@ -419,26 +419,33 @@ async fn write_dq(
 }
 
 /// Stage a write on the live servers (one down already is written around from the start,
-/// as one that dies mid-write), `append` for a DQ write's logs; and which they are.
+/// as one that dies mid-write), `append` for a DQ write's logs; and which they are. A server
+/// that dies as the write begins (its connection closed under the stage request) counts as
+/// down from the start: the staging was aborted where it answered, and begins again on the
+/// servers up now.
 async fn begin_live<'c>(client: &'c Client, manifest: &Manifest, append: bool) -> Result<(Staging<'c>, Vec<NodeId>)> {
-    let begin = |live: Vec<NodeId>| async move {
-        let staging = if live.len() == client.nodes() as usize {
-            Staging::begin_with(client, manifest, append).await?
-        } else {
-            Staging::begin_on(client, manifest, &live, append).await?
-        };
-        Ok((staging, live))
-    };
-    match begin(client.live_nodes()).await {
-        // A server that died as the write began (its connection closed under the stage
-        // request): the staging was aborted where it answered; begin again on the servers
-        // up now, as if it had been down from the start.
-        Err(e) if matches!(e, ClientError::NodeDown { .. }) && client.live_nodes().len() < client.nodes() as usize => {
-            tracing::warn!(%e, dataset = %manifest.name, "a server went down as the write began; beginning on the rest");
-            begin(client.live_nodes()).await
+    match begin_on_live(client, manifest, append).await {
+        Err(ClientError::NodeDown { node }) if client.conn(node).is_err() => {
+            tracing::warn!(%node, dataset = %manifest.name, "server down as the write began; beginning on the rest");
+            begin_on_live(client, manifest, append).await
         }
         r => r,
     }
+}
+
+/// Stage a write on the servers up now.
+async fn begin_on_live<'c>(
+    client: &'c Client,
+    manifest: &Manifest,
+    append: bool,
+) -> Result<(Staging<'c>, Vec<NodeId>)> {
+    let live = client.live_nodes();
+    let staging = if live.len() == client.nodes() as usize {
+        Staging::begin_with(client, manifest, append).await?
+    } else {
+        Staging::begin_on(client, manifest, &live, append).await?
+    };
+    Ok((staging, live))
 }
 
 /// How a DQ write's logs are finished: its units' size, where its bytes come from, its short
