@@ -262,19 +262,8 @@ impl ResponseRate {
         }
     }
 
-    /// What share of the first consumer's help (ours, after River's graduated declustering)
-    /// this one sends its backup, `depth` hops down a chain of trouble from a slow disk: with
-    /// one slow disk among `n` on a chain of copies, the layout-aware ideal has the consumer at
-    /// depth `d` read `(n - d) / (n - 1)` as much from its backup as the first does, and the
-    /// last none (its backup is the slow disk). Sending more only hands the trouble on, round
-    /// the ring to that last consumer, which has nowhere to go. With more slow disks the
-    /// chains are shorter and this sends more than the ideal, as before it.
     fn reach(&self) -> f64 {
-        if self.depth <= 1 || self.horizon <= 1 {
-            return 1.0;
-        }
-        let (n, d) = (f64::from(self.horizon), f64::from(self.depth));
-        ((n - d) / (n - 1.0)).clamp(0.0, 1.0)
+        reach(self.depth, self.horizon)
     }
 
     /// How many requests this consumer should keep at each holder now: in trouble, the window
@@ -311,6 +300,22 @@ impl ResponseRate {
             })
             .collect()
     }
+}
+
+/// What share of the first consumer's help (ours, after River's graduated declustering) a
+/// consumer sends its backup, `depth` hops down a chain of trouble or help from a slow disk,
+/// on a layout of `horizon` servers: with one slow disk among `n` on a chain of copies, the
+/// layout-aware ideal has the consumer at depth `d` read `(n - d) / (n - 1)` as much from its
+/// backup as the first does, and the last none (its backup is the slow disk). Sending more
+/// only hands the trouble on, round the ring to that last consumer, which has nowhere to go.
+/// With more slow disks the chains are shorter and this sends more than the ideal, as before
+/// it. gd-rr and gd-pc share it.
+pub fn reach(depth: u8, horizon: u8) -> f64 {
+    if depth <= 1 || horizon <= 1 {
+        return 1.0;
+    }
+    let (n, d) = (f64::from(horizon), f64::from(depth));
+    ((n - d) / (n - 1.0)).clamp(0.0, 1.0)
 }
 
 /// Whole blocks by which `backup`'s own reader was ahead of us when its server last

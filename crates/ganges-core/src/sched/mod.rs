@@ -216,7 +216,9 @@ pub struct Service {
     pub guard_every: u8,
     /// A backup read's place in a chain of trouble (gd-rr) or of help (gd-pc): 1 from a
     /// consumer whose primary is slow, k + 1 from one that depth-k reads queued at its
-    /// primary sent off; 0 none.
+    /// primary sent off; 0 none. gd-pc marks a chain that no slow disk began (a consumer
+    /// catching up on its backup's reader) with `CATCH_UP`, so a server's least depth is a
+    /// slow disk's chain's wherever one reaches it.
     #[serde(default)]
     pub depth: u8,
     /// Furthest behind levels this stream's progress with the others' over time: the
@@ -226,6 +228,10 @@ pub struct Service {
     #[serde(default)]
     pub level: bool,
 }
+
+/// The mark of a `Service::depth` in a chain of help that no slow disk began (gd-pc); the
+/// depth itself is the bits below it.
+pub const CATCH_UP: u8 = 0x80;
 
 /// The highest `Service::copy` (two bits on the wire); later copies count as this one.
 pub const COPY_MAX: u8 = 3;
