@@ -382,15 +382,12 @@ impl RoutePolicy for PrimaryCopies {
         // window (the primary's 1, a backup's our `reach`), the primary on ties. In steady
         // state this is GD's pull rule (each reply frees a slot at the server that sent it);
         // unlike the pull rule it also gives a backup that has just joined its share at once.
-        let load = |n: NodeId, share: f64| f64::from(view.node(n).outstanding + 1) / share;
-        let (reach, mut best) = (self.reach(), *primary);
-        let mut least = load(best, 1.0);
-        for &b in backups.iter().filter(|b| self.using.contains(b) && reach > 0.0) {
-            if load(b, reach) < least {
-                (best, least) = (b, load(b, reach));
-            }
-        }
-        Pick::To(best)
+        // A share of 0 (the ring's last) leaves a backup infinitely loaded.
+        let reach = self.reach();
+        let load = |&(n, share): &(NodeId, f64)| f64::from(view.node(n).outstanding + 1) / share;
+        let in_use = backups.iter().filter(|b| self.using.contains(b)).map(|&b| (b, reach));
+        let best = std::iter::once((*primary, 1.0)).chain(in_use).min_by(|a, b| load(a).total_cmp(&load(b)));
+        Pick::To(best.map_or(*primary, |(n, _)| n))
     }
 
     fn on_state(&mut self, now: Time, node: NodeId, state: &ServerState) {
