@@ -154,3 +154,75 @@ async fn a_finished_scan_is_not_reported_as_a_reader_to_the_next() {
         }
     }
 }
+
+/// A server whose link is slower than its disk measures the link as it sends, and reports
+/// the slower of the two as its speed: a planner that took the disk's figure (gd-plan) gave
+/// that server a full share and its reader finished last. So with the link's figure, gd-plan
+/// reads much of that server's primary copy from its backup. `ForgetRate` forgets both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_behind_a_slow_link_reports_the_link_as_its_speed() {
+    use ganges_proto::msg::{Message, Probe};
+    let mib = 1024.0 * 1024.0;
+    let c = InProcessCluster::start_with(4, |mut config| {
+        config.disk = disk(32.0);
+        if config.node == NodeId(0) {
+            (config.model_link, config.node_sampling.net_bytes_per_sec) = (true, 8.0 * mib);
+        }
+        config
+    })
+    .await
+    .unwrap();
+    let client = c.client().await.unwrap();
+    let g = Generator::Random { seed: 10 };
+    let spec = CreateSpec {
+        name: "link".parse().unwrap(),
+        fragment_bytes: vec![16 << 20; 4],
+        block_bytes: 256 << 10,
+        replicas: 2,
+        generator: g,
+    };
+    let m = Arc::new(dataset::create(&client, spec, None).await.expect("create"));
+    let rates = |node: u32| {
+        let client = client.clone();
+        async move {
+            match client.control(NodeId(node), ControlRequest::Stats).await.unwrap() {
+                ControlReply::Stats { stats } => (stats.measured_disk_bytes_per_sec, stats.measured_link_bytes_per_sec),
+                other => panic!("node {node} answered Stats with {other:?}"),
+            }
+        }
+    };
+    for n in 0..4 {
+        client.control(NodeId(n), ControlRequest::ForgetRate).await.unwrap();
+    }
+    let reports = scan(&c, &m, ReadPolicyKind::Static, g).await;
+    assert_eq!(digest(&reports), m.digest);
+    let (disk0, link0) = rates(0).await;
+    let (disk0, link0) = (disk0.expect("node 0's disk measured"), link0.expect("node 0's link was busy a second"));
+    assert!(disk0 > 24.0 * mib, "its disk at about 32 MiB/s, not {disk0}");
+    assert!(link0 > 6.0 * mib && link0 < 9.0 * mib, "its link at about 8 MiB/s, not {link0}");
+    let (disk1, link1) = rates(1).await;
+    assert!(disk1.is_some() && link1.is_none_or(|l| l > disk1.unwrap()), "a fast link: {link1:?}");
+    let progress = ganges_core::sched::Progress {
+        done_bytes: 0,
+        total_bytes: 1,
+        metric: ganges_core::sched::ProgressMetric::Fraction,
+    };
+    let probe = Message::Probe(Probe { stream: 1, progress, dataset: m.name.clone() });
+    match client.conn(NodeId(0)).unwrap().call(&probe).await.unwrap() {
+        // The answers since crossed the link too, so its figure moved a little.
+        Message::State(st) => {
+            let speed = st.disk_bytes_per_sec.expect("measured");
+            assert!((speed / link0 - 1.0).abs() < 0.05, "the link is what it serves at: {speed}, not {link0}");
+        }
+        other => panic!("node 0 answered a probe with {other:?}"),
+    }
+    let reports = scan(&c, &m, ReadPolicyKind::GdPlan, g).await;
+    assert_eq!(digest(&reports), m.digest);
+    // Its first probe answers wait behind the data already queued on the slow link (three
+    // quarters of a second); then the plan moves most of what is left to the backup: half of
+    // the whole read here, none on the disk's figure.
+    let backup = reports[0].stats.backup_bytes() as f64 / reports[0].bytes as f64;
+    assert!(backup > 0.3, "gd-plan read {backup:.2} of node 0's primary copy from its backup");
+    client.control(NodeId(0), ControlRequest::ForgetRate).await.unwrap();
+    assert_eq!(rates(0).await, (None, None), "forgotten");
+}

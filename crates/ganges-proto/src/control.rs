@@ -412,6 +412,12 @@ pub struct ServerStats {
     /// first read, or since a `ForgetRate`.
     #[serde(default)]
     pub measured_disk_bytes_per_sec: Option<f64>,
+    /// What its outgoing link carried while it had replies to send (bytes/s): far above the
+    /// disk's figure on a healthy link. Where it is below, the server reports it as its speed
+    /// to the consumers that plan on speeds. `None` until the link was busy long enough to
+    /// measure, or since a `ForgetRate`.
+    #[serde(default)]
+    pub measured_link_bytes_per_sec: Option<f64>,
     pub queued: u64,
     pub connections: u64,
     pub reads: u64,

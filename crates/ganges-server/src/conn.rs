@@ -10,7 +10,6 @@ use crate::Shared;
 use crate::disk::{self, Ctx, JobCtx, WriteCtx, WriteReply, WriteTarget};
 use crate::store::StoreError;
 use ganges_core::disk::Fault;
-use ganges_core::handoff::RateMeter;
 use ganges_core::sched::{Job, Service, StreamKey};
 use ganges_net::transport::{BoxRead, BoxWrite};
 use ganges_proto::control::{ControlReply, ControlRequest};
@@ -214,11 +213,15 @@ async fn write_loop(
     while let Some(item) = rx.recv().await {
         match item {
             Outgoing::Frame(f, tracked) => {
+                let began = shared.now();
                 cross_link(&shared, f.head.len() + f.payload.len()).await;
                 if write_frame(&mut wr, &f).await.is_err() {
                     break;
                 }
                 let cost = f.len() as u64 + FRAME_OVERHEAD;
+                // The link's meter (`ServerNode::sent`): a full socket held the write until
+                // the link had drained room for it.
+                shared.disk.lock().sent(cost, began, shared.now());
                 let before = backlog.unsent.fetch_sub(cost, Ordering::AcqRel);
                 if tracked {
                     backlog.inflight.fetch_sub(1, Ordering::AcqRel);
@@ -543,7 +546,7 @@ pub(crate) async fn control(shared: &Arc<Shared>, req: ControlRequest) -> Messag
             }
         }
         ControlRequest::ForgetRate => {
-            shared.disk.lock().rate = RateMeter::default();
+            shared.disk.lock().forget_rates();
             Message::ControlOk(Box::new(ControlReply::Done))
         }
         ControlRequest::Meet { run, rank, size, addr } => {

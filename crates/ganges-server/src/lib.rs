@@ -236,6 +236,7 @@ impl Shared {
             scheduler: self.config.scheduler,
             disk_stats: d.model.as_ref().map(|m| m.stats()).unwrap_or_default(),
             measured_disk_bytes_per_sec: d.rate.rate(),
+            measured_link_bytes_per_sec: d.link.rate(),
             queued: d.sched.len() as u64,
             connections: c.connections.load(Ordering::Relaxed),
             reads: c.reads.load(Ordering::Relaxed),

@@ -213,6 +213,10 @@ pub fn render(stats: &ServerStats, m: &Metrics) -> String {
     if let Some(rate) = stats.measured_disk_bytes_per_sec {
         t.one("ganges_disk_measured_bytes_per_second", "gauge", "Disk bandwidth measured while serving.", rate);
     }
+    if let Some(rate) = stats.measured_link_bytes_per_sec {
+        let what = "Outgoing link bandwidth measured while replies waited for it.";
+        t.one("ganges_link_measured_bytes_per_second", "gauge", what, rate);
+    }
     if let Some(d) = stats.disk {
         let fraction = stats.fault.map_or(1.0, |f| f.rate_fraction());
         t.one("ganges_disk_model_bytes_per_second", "gauge", "The disk model's peak rate.", d.rate_bytes_per_sec);

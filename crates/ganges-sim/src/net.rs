@@ -45,11 +45,17 @@ impl Network {
 
     /// Send `bytes` from `from` to `to` at `now`; returns when the message has arrived.
     pub fn send(&mut self, now: Time, from: usize, to: usize, bytes: u64) -> Time {
+        self.send_span(now, from, to, bytes).0
+    }
+
+    /// [`Network::send`], and when the sender's link has carried the message (`now` on a
+    /// network with no rate limit): a server's link meter reads it.
+    pub fn send_span(&mut self, now: Time, from: usize, to: usize, bytes: u64) -> (Time, Time) {
         self.bytes += bytes;
         let latency = self.params.latency;
-        let Some(links) = self.links.as_mut() else { return now + latency };
-        let (left, _) = links[from][0].carry_span(now, bytes);
-        links[to][1].carry(left + latency, bytes)
+        let Some(links) = self.links.as_mut() else { return (now + latency, now) };
+        let (left, off) = links[from][0].carry_span(now, bytes);
+        (links[to][1].carry(left + latency, bytes), off)
     }
 
     /// Bytes sent so far.

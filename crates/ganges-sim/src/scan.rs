@@ -459,7 +459,8 @@ impl<'a> Sim<'a> {
 
     fn send_consumer(&mut self, s: usize, c: usize, bytes: u64, msg: ToConsumer) {
         let now = self.ev.now();
-        let at = self.net.send(now, self.server_endpoint(s), self.consumer_endpoint(c), bytes);
+        let (at, off) = self.net.send_span(now, self.server_endpoint(s), self.consumer_endpoint(c), bytes);
+        self.servers[s].q.sent(bytes, now, off);
         self.ev.at(at, Ev::Consumer(c, msg));
     }
 
