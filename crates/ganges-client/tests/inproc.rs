@@ -218,11 +218,11 @@ async fn a_server_behind_a_slow_link_reports_the_link_as_its_speed() {
     }
     let reports = scan(&c, &m, ReadPolicyKind::GdPlan, g).await;
     assert_eq!(digest(&reports), m.digest);
-    // Its first probe answers wait behind the data already queued on the slow link (three
-    // quarters of a second); then the plan moves most of what is left to the backup: half of
-    // the whole read here, none on the disk's figure.
+    // The plan moves most of node 0's copy to the backup: a balanced finish reads 0.69 of it
+    // there (8 MiB/s against 3 x 32). Its probe answers go out ahead of the data already
+    // queued on the slow link; behind it (as before they had a lane of their own) it read 0.5.
     let backup = reports[0].stats.backup_bytes() as f64 / reports[0].bytes as f64;
-    assert!(backup > 0.3, "gd-plan read {backup:.2} of node 0's primary copy from its backup");
+    assert!(backup > 0.55, "gd-plan read {backup:.2} of node 0's primary copy from its backup");
     client.control(NodeId(0), ControlRequest::ForgetRate).await.unwrap();
     assert_eq!(rates(0).await, (None, None), "forgotten");
 }

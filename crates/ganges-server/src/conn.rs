@@ -1,5 +1,6 @@
 //! One client connection: a reader that parses and dispatches frames, and a writer task
-//! that sends replies in the order they are ready.
+//! that sends replies in the order they are ready, those without bulk bytes (probe answers,
+//! acknowledgements, errors) ahead of queued data.
 //!
 //! Protocol errors (a malformed or oversized frame, a request before `Hello`, a kind only
 //! servers send) get one `Error` frame, and the connection is closed; the server keeps
@@ -49,12 +50,17 @@ enum Outgoing {
 
 /// Where replies to one connection go. Cheap to clone; each queued request holds one.
 ///
-/// The channel is unbounded on purpose: the disk driver must never wait on one slow client.
-/// What can queue is bounded by `INFLIGHT_PER_CONNECTION_MAX` replies, and by the reader's
-/// pause at `UNSENT_PER_CONNECTION_MAX` bytes.
+/// The channels are unbounded on purpose: the disk driver must never wait on one slow
+/// client. What can queue is bounded by `INFLIGHT_PER_CONNECTION_MAX` replies, and by the
+/// reader's pause at `UNSENT_PER_CONNECTION_MAX` bytes.
+///
+/// Two lanes: frames with bulk bytes in `tx`, the rest in `ahead`, which the writer empties
+/// first. Behind a slow link a server's queue and speed would otherwise reach a client only
+/// after every block already queued for it, long after they were true.
 #[derive(Clone, Debug)]
 pub struct Outbox {
     tx: mpsc::UnboundedSender<Outgoing>,
+    ahead: mpsc::UnboundedSender<Outgoing>,
     backlog: Arc<Backlog>,
 }
 
@@ -96,8 +102,9 @@ impl Outbox {
     fn queue(&self, request_id: u64, msg: Message, tracked: bool) {
         let frame = msg.encode(request_id);
         self.backlog.unsent.fetch_add(frame.len() as u64 + FRAME_OVERHEAD, Ordering::AcqRel);
+        let lane = if frame.payload.is_empty() { &self.ahead } else { &self.tx };
         // A closed connection drops its replies: nobody is there to read them.
-        let _ = self.tx.send(Outgoing::Frame(frame, tracked));
+        let _ = lane.send(Outgoing::Frame(frame, tracked));
     }
 
     /// Count a new request; false if the connection is at its limit.
@@ -158,9 +165,10 @@ pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, conn: u64) {
     let peer = Some(stream.peer);
     let (rd, wr) = (stream.rd, stream.wr);
     let (tx, rx) = mpsc::unbounded_channel();
+    let (ahead, ahead_rx) = mpsc::unbounded_channel();
     let backlog = Arc::new(Backlog::default());
-    let mut writer = AbortOnDrop(tokio::spawn(write_loop(shared.clone(), wr, rx, backlog.clone())));
-    let outbox = Outbox { tx, backlog };
+    let mut writer = AbortOnDrop(tokio::spawn(write_loop(shared.clone(), wr, [ahead_rx, rx], backlog.clone())));
+    let outbox = Outbox { tx, ahead, backlog };
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
     let mut client_id = 0;
     let result = read_loop(&shared, rd, &outbox, conn, &mut client_id).await;
@@ -179,6 +187,7 @@ pub async fn handle(shared: Arc<Shared>, tcp: TcpStream, conn: u64) {
         if let Some(w) = e.wire() {
             shared.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
             outbox.send(0, Message::Error(w, None));
+            // Behind every queued data frame: they are flushed first.
             let _ = outbox.tx.send(Outgoing::Close);
         }
     }
@@ -207,10 +216,16 @@ async fn cross_link(shared: &Shared, bytes: usize) {
 async fn write_loop(
     shared: Arc<Shared>,
     mut wr: BoxWrite,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    [mut ahead, mut rx]: [mpsc::UnboundedReceiver<Outgoing>; 2],
     backlog: Arc<Backlog>,
 ) {
-    while let Some(item) = rx.recv().await {
+    loop {
+        let item = tokio::select! {
+            biased;
+            Some(item) = ahead.recv() => item,
+            Some(item) = rx.recv() => item,
+            else => break,
+        };
         match item {
             Outgoing::Frame(f, tracked) => {
                 let began = shared.now();
