@@ -50,6 +50,17 @@
 //! ideal, 92.6% with slow lines; on 8 disks at 32 MiB/s, one at half, 91.2% and 93.8%
 //! (`ganges sim generality`).
 //!
+//! **A fine tail.** gd and gd-rel have no runs, so they request whole blocks to the end, and
+//! the last block a slow disk has of ours, a block long in that disk's time, decides when
+//! the read finishes: a move to the other copy has to wait for it to come up in the line.
+//! When a range ends the read (`new`, or `expect_bytes` reached), the last `window` blocks of
+//! each fragment are read in 512 KiB pieces (`tail_piece_bytes`), so the finish evens out
+//! in half blocks for a few more seeks. Over `ganges sim generality` the least cell of gd
+//! went from 92.9% of the layout-aware ideal to 93.3%, of gd-rel from 92.9% to 93.7%, and
+//! their mean up 0.3 and 0.5 points, no cell down by more than 0.3; the default
+//! `bench-scan` moved within its seed-to-seed noise. gd-pc and gd-rr, whose tails already
+//! shift to backups, lost 1 to 3 points with it and keep whole blocks.
+//!
 //! **An idle copy takes the end of a read.** In the second half of a read, a holder that
 //! reported, within `IDLE_FRESH`, that it is idle (nothing queued there but ours, and nobody
 //! reading its primary copies: its own reader has finished) takes the next request, up to
@@ -386,6 +397,7 @@ impl ReadEngine {
         config: ReadConfig,
     ) -> Result<ReadEngine, RouteError> {
         let mut e = ReadEngine::open_ended(policy, layout, config)?;
+        e.expect_bytes(pieces.iter().map(|p| p.len as u64).sum());
         e.add_pieces(shape, pieces.into_iter().map(|p| (p, None)));
         e.seal();
         Ok(e)
@@ -493,10 +505,13 @@ impl ReadEngine {
 
     /// Add a range of `shape`'s dataset, as its pieces (each with the holders that have it,
     /// if only some do), each cut to the policy's longest request (`piece_bytes`); returns
-    /// their indices. The policy is told what part of each fragment the range is. The pieces
-    /// are first requested in order, unless the policy reads in step: then a range that spans
-    /// fragments (a logical partition, GD-7) reads its part of each at the same pace, so
-    /// that its fraction done, which servers balance and plans count on, is each part's too.
+    /// their indices. When the range ends the read (`expect_bytes`; `new` always), the last
+    /// window of whole blocks of each fragment is cut finer where the policy asks
+    /// (`tail_piece_bytes`; see "A fine tail"). The policy is told what part of each fragment
+    /// the range is. The pieces are first requested in order, unless the policy reads in
+    /// step: then a range that spans fragments (a logical partition, GD-7) reads its part of
+    /// each at the same pace, so that its fraction done, which servers balance and plans
+    /// count on, is each part's too.
     pub fn add_pieces(
         &mut self,
         shape: &Shape,
@@ -504,8 +519,26 @@ impl ReadEngine {
     ) -> Range<usize> {
         let first = self.pieces.len();
         let most = self.policy.piece_bytes().unwrap_or(u32::MAX);
+        let pieces: Vec<_> = pieces.into_iter().collect();
+        let added: u64 = pieces.iter().map(|(p, _)| p.len as u64).sum();
+        let ends_read = self.expected_bytes > 0 && self.total_bytes + added >= self.expected_bytes;
+        let tail = match self.policy.tail_piece_bytes() {
+            Some(fine) if ends_read => Some((u64::from(self.config.window) * u64::from(shape.block_bytes()), fine)),
+            _ => None,
+        };
+        // Bytes of each fragment this range still adds after the piece at hand.
+        let mut after: BTreeMap<FragmentId, u64> = BTreeMap::new();
+        for (p, _) in &pieces {
+            *after.entry(p.fragment).or_default() += p.len as u64;
+        }
         for (p, only) in pieces {
-            for part in p.split(most) {
+            let rest = after.get_mut(&p.fragment).expect("counted above");
+            *rest -= p.len as u64;
+            let cut = match tail {
+                Some((bytes, fine)) if *rest < bytes => most.min(fine),
+                _ => most,
+            };
+            for part in p.split(cut) {
                 self.push_piece(part, only.clone());
             }
         }

@@ -643,6 +643,12 @@ pub trait RoutePolicy: Send + fmt::Debug {
     fn piece_bytes(&self) -> Option<u32> {
         None
     }
+    /// The request size of the end of a read: the last window of whole blocks of each
+    /// fragment is read in pieces of at most this many bytes (`ReadEngine::add_pieces`);
+    /// `None`: as the rest.
+    fn tail_piece_bytes(&self) -> Option<u32> {
+        None
+    }
     /// A range was added to the read: the fraction of each fragment it covers.
     fn on_range(&mut self, _parts: &BTreeMap<FragmentId, f64>) {}
     /// Moves whenever holders may have been dropped (`drops`): the engine then takes back
@@ -855,6 +861,9 @@ impl RoutePolicy for Graduated {
     }
     fn piece_bytes(&self) -> Option<u32> {
         self.runs.then_some(RUN_PIECE_BYTES)
+    }
+    fn tail_piece_bytes(&self) -> Option<u32> {
+        (!self.runs).then_some(RUN_PIECE_BYTES)
     }
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
         Pick::To(self.pulls.next(view, holders))

@@ -709,11 +709,52 @@ fn gd_plan_reads_a_block_in_pieces_and_the_others_read_it_whole() {
         read
     };
     let whole = vec![(0, 300_000, MIB - 300_000), (1, 0, MIB), (2, 0, MIB), (3, 0, 100_000)];
-    assert_eq!(read(ReadPolicyKind::Gd), whole);
+    assert_eq!(read(ReadPolicyKind::GdPc), whole);
+    assert_eq!(read(ReadPolicyKind::GdRr), whole);
     let mut pieces = vec![(0, 300_000, 2 * Q - 300_000), (0, 2 * Q, Q), (0, 3 * Q, Q)];
     pieces.extend([1, 2].into_iter().flat_map(|b| (0..4).map(move |i| (b, i * Q, Q))));
     pieces.push((3, 0, 100_000));
     assert_eq!(read(ReadPolicyKind::GdPlan), pieces);
+}
+
+/// gd and gd-rel read the last window of whole blocks of each fragment in half blocks (see
+/// "A fine tail"); gd-pc reads every block whole, and so does a read that never says where
+/// it ends.
+#[test]
+fn gd_reads_the_last_window_of_each_fragment_in_half_blocks() {
+    const MIB: u32 = 1 << 20;
+    const H: u32 = MIB / 2;
+    let shape = Shape::uniform(2, 6 * MIB as u64, MIB).unwrap();
+    let layout = Layout::chained(2, 2).unwrap();
+    let config = ReadConfig { window: 2, ..ReadConfig::default() };
+    let all = || shape.pieces(Partition { offset: 0, len: shape.total_bytes() }).unwrap();
+    let cuts = |e: &ReadEngine| {
+        let mut cuts: Vec<_> =
+            (0..e.pieces.len()).map(|i| e.piece(i)).map(|p| (p.fragment.0, p.block, p.start_in_block, p.len)).collect();
+        cuts.sort();
+        cuts
+    };
+    let whole: Vec<_> = (0..2).flat_map(|f| (0..6).map(move |b| (f, b, 0, MIB))).collect();
+    let mut fine: Vec<_> = (0..2).flat_map(|f| (0..4).map(move |b| (f, b, 0, MIB))).collect();
+    fine.extend((0..2).flat_map(|f| (4..6).flat_map(move |b| [(f, b, 0, H), (f, b, H, H)])));
+    fine.sort();
+    let built = |kind: ReadPolicyKind| {
+        ReadEngine::new(kind.build(&PolicySettings::default()), &layout, &shape, all(), config).unwrap()
+    };
+    assert_eq!(cuts(&built(ReadPolicyKind::Gd)), fine);
+    assert_eq!(cuts(&built(ReadPolicyKind::GdRel)), fine);
+    assert_eq!(cuts(&built(ReadPolicyKind::GdPc)), whole);
+    let open = |expect: bool| {
+        let mut e =
+            ReadEngine::open_ended(ReadPolicyKind::Gd.build(&PolicySettings::default()), &layout, config).unwrap();
+        if expect {
+            e.expect_bytes(shape.total_bytes());
+        }
+        e.add_pieces(&shape, all().into_iter().map(|p| (p, None)));
+        cuts(&e)
+    };
+    assert_eq!(open(false), whole);
+    assert_eq!(open(true), fine);
 }
 
 /// A read of blocks 2 and 3 of fragment 0 (pieces 0 and 1), then all of fragment 1 (pieces 2
