@@ -330,6 +330,34 @@ pub struct Machine {
     /// A raw TCP stream over loopback between two threads, same buffer size, same run.
     pub loopback_mb_per_sec: Option<f64>,
     pub cpus: usize,
+    /// The share of the machine's CPU time that was busy in the half second before the runs
+    /// (`/proc/stat`; `None` where there is none): the benches run in wall time, and work
+    /// beside them reads as a slower cluster.
+    pub busy_before: Option<f64>,
+}
+
+/// Over this share of busy CPU time before its runs, a bench warns that its figures may read
+/// low. Idle servers waiting for the first run take next to none.
+const BUSY_WARN: f64 = 0.25;
+
+impl Machine {
+    /// This machine as a bench starting its runs finds it: its CPUs, and how busy they are
+    /// over half a second, with a warning on standard error when others are using them.
+    pub async fn here(loopback_mb_per_sec: Option<f64>) -> Machine {
+        let sample = || std::fs::read_to_string("/proc/stat").ok().map(|t| ganges_core::ceft::parse_proc_stat(&t));
+        let before = sample();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let busy_before = before.zip(sample()).and_then(|(b, a)| ganges_core::ceft::cpu_mean_busy(&b, &a));
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(busy) = busy_before.filter(|&b| b > BUSY_WARN) {
+            eprintln!(
+                "warning: the CPUs were {:.0}% busy before the runs; this bench runs in wall time, so other \
+                 work on the machine makes its figures read low (recorded as machine.busy_before)",
+                100.0 * busy
+            );
+        }
+        Machine { loopback_mb_per_sec, cpus, busy_before }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -767,6 +795,7 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> Bench
     } else {
         None
     };
+    let machine = Machine::here(loopback).await;
     let layout_of = |f: u32| -> Vec<NodeId> { place(spec.fault_layout, spec.nodes, f, spec.seed) };
     let runs =
         spec.block_sizes.len() * spec.repeat as usize * spec.faults.len() * spec.ratios.len() * spec.policies.len();
@@ -855,15 +884,7 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> Bench
     let mut params = spec.params();
     params.fragment_bytes = fragment_bytes;
     params.measured = faulting.measured().cloned();
-    Ok(Report {
-        bench: "scan",
-        params,
-        machine: Machine {
-            loopback_mb_per_sec: loopback,
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        },
-        rows,
-    })
+    Ok(Report { bench: "scan", params, machine, rows })
 }
 
 /// The dashboard's table of a scan bench: one row a run, as it ends.

@@ -338,6 +338,7 @@ async fn bench_on_cluster(
         Some(r) if spec.fragment_bytes == 0 => crate::real::fragment_bytes_for(r, 6.0, u64::from(spec.block_bytes)),
         _ => spec.fragment_bytes,
     };
+    let machine = Machine::here(None).await;
     let run = Runner { client: &client, spec, faulting: &faulting, fragment_bytes };
     let states = spec.states();
     let (nf, np) = (states.len(), spec.policies.len());
@@ -409,10 +410,7 @@ async fn bench_on_cluster(
             real: spec.real,
             measured: faulting.measured().cloned(),
         },
-        machine: Machine {
-            loopback_mb_per_sec: None,
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        },
+        machine,
         rows,
     })
 }

@@ -195,6 +195,15 @@ pub fn parse_proc_stat(text: &str) -> Vec<CpuTimes> {
         .collect()
 }
 
+/// The whole machine's utilization between two samples of `/proc/stat`, 0 to 1 (`None` if
+/// no time passed between them).
+pub fn cpu_mean_busy(before: &[CpuTimes], after: &[CpuTimes]) -> Option<f64> {
+    let delta =
+        |f: fn(&CpuTimes) -> u64| -> u64 { before.iter().zip(after).map(|(b, a)| f(a).saturating_sub(f(b))).sum() };
+    let total = delta(|c| c.total);
+    (total > 0).then(|| (delta(|c| c.busy) as f64 / total as f64).clamp(0.0, 1.0))
+}
+
 /// The least busy CPU's utilization between two samples of `/proc/stat`, 0 to 1.
 pub fn cpu_min_busy(before: &[CpuTimes], after: &[CpuTimes]) -> f64 {
     before
@@ -297,6 +306,9 @@ mod tests {
         assert_eq!(a, vec![CpuTimes { busy: 10, total: 50 }; 2]);
         // cpu0 did 45 busy of 50; cpu1 1 busy of 60: the least busy is 1/60.
         assert!((cpu_min_busy(&a, &b) - 1.0 / 60.0).abs() < 1e-9);
+        // Together, 46 busy of 110.
+        assert!((cpu_mean_busy(&a, &b).unwrap() - 46.0 / 110.0).abs() < 1e-9);
+        assert_eq!(cpu_mean_busy(&a, &a), None, "no time passed");
         assert_eq!(parse_loadavg("2.50 1.00 0.50 1/123 4567\n"), Some(2.5));
         assert_eq!(parse_mem_available("MemTotal: 100 kB\nMemAvailable:    2048 kB\n"), Some(2 << 20));
         let dev = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n    lo: 100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n  eth0: 50 1 0 0 0 0 0 0 70 1 0 0 0 0 0 0\n";
