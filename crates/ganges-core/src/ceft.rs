@@ -198,10 +198,11 @@ pub fn parse_proc_stat(text: &str) -> Vec<CpuTimes> {
 /// The whole machine's utilization between two samples of `/proc/stat`, 0 to 1 (`None` if
 /// no time passed between them).
 pub fn cpu_mean_busy(before: &[CpuTimes], after: &[CpuTimes]) -> Option<f64> {
-    let delta =
-        |f: fn(&CpuTimes) -> u64| -> u64 { before.iter().zip(after).map(|(b, a)| f(a).saturating_sub(f(b))).sum() };
-    let total = delta(|c| c.total);
-    (total > 0).then(|| (delta(|c| c.busy) as f64 / total as f64).clamp(0.0, 1.0))
+    // The machine as one CPU: the sum of each CPU's times.
+    let all =
+        |c: &[CpuTimes]| CpuTimes { busy: c.iter().map(|t| t.busy).sum(), total: c.iter().map(|t| t.total).sum() };
+    let (before, after) = (all(before), all(after));
+    (after.total > before.total).then(|| cpu_min_busy(&[before], &[after]))
 }
 
 /// The least busy CPU's utilization between two samples of `/proc/stat`, 0 to 1.

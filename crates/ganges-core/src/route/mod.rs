@@ -520,22 +520,25 @@ impl ReadEngine {
         let first = self.pieces.len();
         let most = self.policy.piece_bytes().unwrap_or(u32::MAX);
         let pieces: Vec<_> = pieces.into_iter().collect();
-        let added: u64 = pieces.iter().map(|(p, _)| p.len as u64).sum();
-        let ends_read = self.expected_bytes > 0 && self.total_bytes + added >= self.expected_bytes;
-        let tail = match self.policy.tail_piece_bytes() {
-            Some(fine) if ends_read => Some((u64::from(self.config.window) * u64::from(shape.block_bytes()), fine)),
-            _ => None,
-        };
-        // Bytes of each fragment this range still adds after the piece at hand.
+        // A fine tail: its request size, if this range ends the read and the policy has one.
+        let fine = self.policy.tail_piece_bytes().filter(|_| {
+            let added: u64 = pieces.iter().map(|(p, _)| p.len as u64).sum();
+            self.expected_bytes > 0 && self.total_bytes + added >= self.expected_bytes
+        });
+        let tail_bytes = u64::from(self.config.window) * u64::from(shape.block_bytes());
+        // With a tail: the bytes of each fragment this range still adds after the piece at hand.
         let mut after: BTreeMap<FragmentId, u64> = BTreeMap::new();
-        for (p, _) in &pieces {
-            *after.entry(p.fragment).or_default() += p.len as u64;
+        if fine.is_some() {
+            for (p, _) in &pieces {
+                *after.entry(p.fragment).or_default() += p.len as u64;
+            }
         }
         for (p, only) in pieces {
-            let rest = after.get_mut(&p.fragment).expect("counted above");
-            *rest -= p.len as u64;
-            let cut = match tail {
-                Some((bytes, fine)) if *rest < bytes => most.min(fine),
+            let cut = match (fine, after.get_mut(&p.fragment)) {
+                (Some(fine), Some(rest)) => {
+                    *rest -= p.len as u64;
+                    if *rest < tail_bytes { most.min(fine) } else { most }
+                }
                 _ => most,
             };
             for part in p.split(cut) {

@@ -863,7 +863,8 @@ impl RoutePolicy for Graduated {
         self.runs.then_some(RUN_PIECE_BYTES)
     }
     fn tail_piece_bytes(&self) -> Option<u32> {
-        (!self.runs).then_some(RUN_PIECE_BYTES)
+        // With runs every piece is this size already.
+        Some(RUN_PIECE_BYTES)
     }
     fn pick(&mut self, view: &RouteView<'_>, holders: &[NodeId]) -> Pick {
         Pick::To(self.pulls.next(view, holders))
