@@ -225,6 +225,37 @@ impl Flow {
         self.run_placed(None).await
     }
 
+    /// What a failure of this worker's instances reports, `first` the first to come: the
+    /// others are stopped and drained, and a panic, or else an instance's own error, wins
+    /// over an error that only says its neighbour had ended (which may come first).
+    async fn cause(
+        &self,
+        first: FlowError,
+        tasks: &mut JoinSet<(usize, usize, Ran)>,
+        ids: &HashMap<tokio::task::Id, (usize, usize)>,
+    ) -> FlowError {
+        let knock_on =
+            |e: &FlowError| matches!(e, FlowError::Module { why, .. } if why == CONSUMER_GONE || why == PRODUCERS_GONE);
+        let mut cause = first;
+        tasks.abort_all();
+        while let Some(joined) = tasks.join_next().await {
+            let e = match joined {
+                Err(e) if e.is_panic() => {
+                    let (s, i) = ids[&e.id()];
+                    FlowError::Panicked { stage: self.stages[s].name.clone(), instance: i }
+                }
+                Ok((s, i, Err(why))) => FlowError::Module { stage: self.stages[s].name.clone(), instance: i, why },
+                _ => continue,
+            };
+            if matches!(e, FlowError::Panicked { .. }) && !matches!(cause, FlowError::Panicked { .. })
+                || knock_on(&cause) && !knock_on(&e)
+            {
+                cause = e;
+            }
+        }
+        cause
+    }
+
     /// Run this worker's part of the flow: instance `mesh.rank()` of every stage (each
     /// stage has one instance per worker), the others running theirs in their processes.
     /// Every worker of the mesh runs the same flows in the same order. Worker 0's report
@@ -353,9 +384,9 @@ impl Flow {
                     let (s, i, r) = match joined {
                         Ok(x) => x,
                         Err(e) => {
-                            tasks.abort_all();
                             let (s, i) = ids[&e.id()];
-                            return Err(fail(FlowError::Panicked { stage: self.stages[s].name.clone(), instance: i }));
+                            let e = FlowError::Panicked { stage: self.stages[s].name.clone(), instance: i };
+                            return Err(fail(self.cause(e, &mut tasks, &ids).await));
                         }
                     };
                     match r {
@@ -366,9 +397,8 @@ impl Flow {
                             }
                         }
                         Err(why) => {
-                            tasks.abort_all();
                             let e = FlowError::Module { stage: self.stages[s].name.clone(), instance: i, why };
-                            return Err(fail(e));
+                            return Err(fail(self.cause(e, &mut tasks, &ids).await));
                         }
                     }
                 }
@@ -579,6 +609,12 @@ fn none<T>(n: usize) -> Vec<Option<T>> {
 /// How an instance ended: its report and (for the last stage) its output.
 type Ran = Result<(InstanceReport, Vec<Batch>), String>;
 
+/// Why an instance fails when one it sends to ended before it: a knock-on of that one's end,
+/// never the cause of a flow's failure (`Flow::cause`).
+const CONSUMER_GONE: &str = "a consumer went away";
+/// Why an instance fails when every one it takes from ended without saying so: likewise.
+const PRODUCERS_GONE: &str = "every producer went away";
+
 #[derive(Debug)]
 enum Msg {
     Batch { from: usize, batch: Batch, progress: u64 },
@@ -650,7 +686,7 @@ impl Outlet {
 
     /// Wait for a credit to come back.
     async fn wait_credit(&mut self) -> Result<(), String> {
-        let c = self.credits.recv().await.ok_or("a consumer went away")?;
+        let c = self.credits.recv().await.ok_or(CONSUMER_GONE)?;
         self.on_credit(c);
         while let Ok(c) = self.credits.try_recv() {
             self.on_credit(c);
@@ -667,7 +703,7 @@ impl Outlet {
         }
         self.put += batch.bytes().len() as u64;
         let msg = Msg::Batch { from: self.me, batch, progress: self.put };
-        self.consumers[c].send(msg).map_err(|_| "a consumer went away".to_string())
+        self.consumers[c].send(msg).map_err(|_| CONSUMER_GONE.to_string())
     }
 
     /// Put a batch downstream, waiting for credits (back-pressure).
@@ -861,7 +897,7 @@ async fn run_module(
             if queue.ended == inbox.producers {
                 break;
             }
-            let m = inbox.rx.recv().await.ok_or("every producer went away")?;
+            let m = inbox.rx.recv().await.ok_or(PRODUCERS_GONE)?;
             queue.take(m);
             continue;
         };
