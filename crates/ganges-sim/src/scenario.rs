@@ -835,7 +835,7 @@ fn bench_scan(o: &SimOptions) -> Result<Plan, SimError> {
 
 /// Configurations a user would pick, away from the bench's defaults, each with its own
 /// disks, seek, scan length, fault severity and fault counts.
-const GENERALITY: [(u32, f64, u64, u64, f64, [u32; 2]); 10] = [
+const GENERALITY: [(u32, f64, u64, u64, f64, [u32; 2]); 11] = [
     // (disks, MiB/s, seek ms, fragment MiB, fault factor, fault counts)
     (10, 20.0, 6, 32, 0.35, [1, 2]),
     (8, 32.0, 4, 32, 0.5, [1, 2]),
@@ -850,6 +850,9 @@ const GENERALITY: [(u32, f64, u64, u64, f64, [u32; 2]); 10] = [
     (16, 20.0, 6, 40, 0.25, [1, 2]),
     (8, 20.0, 6, 24, 0.35, [1, 2]),
     (10, 32.0, 4, 48, 0.6, [1, 2]),
+    // A mild fault on a short scan, whose slow disks measure near the healthy ones (these pay
+    // seeks for their neighbours, those do not): added with gd-plan's `SLOW_LAG_SHARE`.
+    (8, 20.0, 6, 24, 0.75, [1, 2]),
 ];
 
 /// Runs per cell of `generality`, each from its own seed (its consumers' start phase); the
