@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use tokio::task::JoinError;
 use tokio::task::{JoinSet, block_in_place};
 
 /// How the batches of one stage reach the next (a point of flexibility, river §7.1).
@@ -225,6 +226,24 @@ impl Flow {
         self.run_placed(None).await
     }
 
+    /// How an instance's task ended badly, if it did: it panicked (or never finished), or its
+    /// module returned an error.
+    fn failure(
+        &self,
+        joined: &Result<(usize, usize, Ran), JoinError>,
+        ids: &HashMap<tokio::task::Id, (usize, usize)>,
+    ) -> Option<FlowError> {
+        let name = |s: usize| self.stages[s].name.clone();
+        match joined {
+            Err(e) => {
+                let (s, i) = ids[&e.id()];
+                Some(FlowError::Panicked { stage: name(s), instance: i })
+            }
+            Ok((s, i, Err(why))) => Some(FlowError::Module { stage: name(*s), instance: *i, why: why.clone() }),
+            Ok(_) => None,
+        }
+    }
+
     /// What a failure of this worker's instances reports, `first` the first to come: the
     /// others are stopped and drained, and a panic, or else an instance's own error, wins
     /// over an error that only says its neighbour had ended (which may come first).
@@ -234,22 +253,18 @@ impl Flow {
         tasks: &mut JoinSet<(usize, usize, Ran)>,
         ids: &HashMap<tokio::task::Id, (usize, usize)>,
     ) -> FlowError {
-        let knock_on =
-            |e: &FlowError| matches!(e, FlowError::Module { why, .. } if why == CONSUMER_GONE || why == PRODUCERS_GONE);
+        let weight = |e: &FlowError| match e {
+            FlowError::Panicked { .. } => 2,
+            FlowError::Module { why, .. } if why == CONSUMER_GONE || why == PRODUCERS_GONE => 0,
+            _ => 1,
+        };
         let mut cause = first;
         tasks.abort_all();
         while let Some(joined) = tasks.join_next().await {
-            let e = match joined {
-                Err(e) if e.is_panic() => {
-                    let (s, i) = ids[&e.id()];
-                    FlowError::Panicked { stage: self.stages[s].name.clone(), instance: i }
-                }
-                Ok((s, i, Err(why))) => FlowError::Module { stage: self.stages[s].name.clone(), instance: i, why },
-                _ => continue,
-            };
-            if matches!(e, FlowError::Panicked { .. }) && !matches!(cause, FlowError::Panicked { .. })
-                || knock_on(&cause) && !knock_on(&e)
-            {
+            if matches!(&joined, Err(e) if e.is_cancelled()) {
+                continue;
+            }
+            if let Some(e) = self.failure(&joined, ids).filter(|e| weight(e) > weight(&cause)) {
                 cause = e;
             }
         }
@@ -381,24 +396,13 @@ impl Flow {
             tokio::select! {
                 joined = tasks.join_next() => {
                     let Some(joined) = joined else { break };
-                    let (s, i, r) = match joined {
-                        Ok(x) => x,
-                        Err(e) => {
-                            let (s, i) = ids[&e.id()];
-                            let e = FlowError::Panicked { stage: self.stages[s].name.clone(), instance: i };
-                            return Err(fail(self.cause(e, &mut tasks, &ids).await));
-                        }
-                    };
-                    match r {
-                        Ok((report, kept)) => {
-                            reports[s].instances[i] = report;
-                            if s == last {
-                                output[i] = kept;
-                            }
-                        }
-                        Err(why) => {
-                            let e = FlowError::Module { stage: self.stages[s].name.clone(), instance: i, why };
-                            return Err(fail(self.cause(e, &mut tasks, &ids).await));
+                    if let Some(e) = self.failure(&joined, &ids) {
+                        return Err(fail(self.cause(e, &mut tasks, &ids).await));
+                    }
+                    if let Ok((s, i, Ok((report, kept)))) = joined {
+                        reports[s].instances[i] = report;
+                        if s == last {
+                            output[i] = kept;
                         }
                     }
                 }
