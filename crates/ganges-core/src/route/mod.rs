@@ -75,6 +75,17 @@
 //! on 24 disks with one at 0.75, 91.8% and 94.4% (`ganges sim generality`, least of seeds
 //! 1-6; no other policy or configuration moved).
 //!
+//! Once everything is requested, an idle copy that answers a probe takes a piece queued
+//! elsewhere (the end-of-scan steal, below, as if it had just replied), when its disk reads
+//! within `EQUAL_WITHIN` of the fastest holding our requests: a slow disk whose reader is done
+//! looks idle too, and a piece moved there came back last. Steals otherwise followed replies
+//! only, and a backup the policy sent nothing to never replied: on 8 disks at 20 MiB/s with
+//! 6 ms seeks, 24 MiB fragments and one disk at 0.75 of its speed, gd-pc's consumer before the
+//! slow disk waited 0.19 s at its primary while its backup, its own reader done, stood idle:
+//! 89.0% of the layout-aware ideal, 92.3% with this (gd-rr on 16 disks at 20 MiB/s, 64 MiB
+//! fragments, one at 0.75: 92.8% -> 93.9%). No cell of `ganges sim generality`, of 40 other
+//! configurations, or of the default `bench-scan` over five seeds moved down.
+//!
 //! A request a server handed to another (GD-6) is never stolen, hedged or moved: its id
 //! belongs to the first server, so it could not be cancelled. A cancel that arrives too late
 //! yields a duplicate, which the engine drops and counts: every piece is delivered exactly
@@ -908,6 +919,17 @@ impl ReadEngine {
         }
         let view = view!(self, now);
         self.policy.on_answer(&view, node);
+        if self.is_idle(now, node) && self.among_the_fastest(node) {
+            self.maybe_steal(now, node);
+        }
+    }
+
+    /// Whether `node`'s disk reads within `EQUAL_WITHIN` of the fastest disk that holds our
+    /// requests (see "An idle copy takes the end of a read").
+    fn among_the_fastest(&self, node: NodeId) -> bool {
+        let speed = |v: &NodeView| v.disk_speed().unwrap_or(0.0);
+        let fastest = self.nodes.values().filter(|v| v.outstanding > 0).map(speed).fold(0.0, f64::max);
+        self.nodes.get(&node).is_some_and(|v| speed(v) >= fastest * (1.0 - policy::EQUAL_WITHIN))
     }
 
     /// A reply of `bytes` spent `service_us` on the server's disk: its disk speed.

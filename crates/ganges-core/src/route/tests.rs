@@ -157,6 +157,34 @@ fn an_idle_copy_takes_the_end_of_a_read() {
     }
 }
 
+/// Once everything is requested, an idle copy that answers a probe takes a piece queued at a
+/// busier holder, unless its disk is slower than the one holding our requests.
+#[test]
+fn an_idle_copy_that_answers_a_probe_takes_a_piece_at_the_end() {
+    let idle = ServerState { queue_len: 0, primary_progress: None, ..ServerState::default() };
+    for (rate, steals) in [(100e6, 1), (60e6, 0)] {
+        let mut e = engine(ReadPolicyKind::GdPc, 4, 2, 0, 20);
+        e.on_disk_rate(NodeId(0), 100e6, true);
+        let mut at = Time::ZERO;
+        drain(&mut e);
+        while e.cursor < e.pieces.len() {
+            at = at + Duration::from_millis(10);
+            let s = sends_pending(&mut e);
+            e.on_data(at, s.piece, s.node);
+            assert!(drain_at(&mut e, at).iter().all(|s| s.node == NodeId(0)), "primary only, no fault");
+        }
+        assert_eq!(e.outstanding(NodeId(0)), WINDOW_DEFAULT);
+        e.on_probe_answer(at, NodeId(1), idle, Some((rate, true)));
+        let moved = drain_at(&mut e, at);
+        assert_eq!((e.stats().steals, moved.len()), (steals, steals as usize), "disk at {rate}");
+        if steals > 0 {
+            assert_eq!(moved[0].node, NodeId(1));
+            assert_eq!(e.poll_cancel().map(pn), Some((moved[0].piece, NodeId(0))), "taken from the primary");
+        }
+        e.assert_invariants();
+    }
+}
+
 #[test]
 fn gd_rel_reports_fractional_progress_metric() {
     let e = engine(ReadPolicyKind::GdRel, 4, 2, 0, 10);
