@@ -334,11 +334,21 @@ pub struct Machine {
     /// (`/proc/stat`; `None` where there is none): the benches run in wall time, and work
     /// beside them reads as a slower cluster.
     pub busy_before: Option<f64>,
+    /// The largest share of the machine's CPU time that processes other than the bench and
+    /// its servers took during one timed run (`/proc/stat`'s busy time less the bench's and
+    /// the servers' own): work that starts while the runs go on, which the look before them
+    /// cannot see.
+    pub busy_others_max: Option<f64>,
 }
 
 /// Over this share of busy CPU time before its runs, a bench warns that its figures may read
 /// low. Idle servers waiting for the first run take next to none.
 const BUSY_WARN: f64 = 0.25;
+
+/// Over this share of the CPU time taken by other processes during a run, a bench warns that
+/// its figures may read low. With nothing else running, the kernel's own threads take about
+/// 1% here.
+const BUSY_OTHERS_WARN: f64 = 0.1;
 
 impl Machine {
     /// This machine as a bench starting its runs finds it: its CPUs, and how busy they are
@@ -356,7 +366,39 @@ impl Machine {
                 100.0 * busy
             );
         }
-        Machine { loopback_mb_per_sec, cpus, busy_before }
+        Machine { loopback_mb_per_sec, cpus, busy_before, busy_others_max: None }
+    }
+
+    /// Records the most that other processes took of the CPUs in one run (`others`, a share
+    /// per run), with a warning on standard error when it was over `BUSY_OTHERS_WARN`.
+    pub fn after_runs(&mut self, others: impl IntoIterator<Item = Option<f64>>) {
+        self.busy_others_max = others.into_iter().flatten().reduce(f64::max);
+        if let Some(busy) = self.busy_others_max.filter(|&b| b > BUSY_OTHERS_WARN) {
+            eprintln!(
+                "warning: other processes took up to {:.0}% of the CPUs during a run; this bench runs in wall \
+                 time, so its figures may read low (recorded as machine.busy_others_max)",
+                100.0 * busy
+            );
+        }
+    }
+}
+
+/// What the machine's CPUs did during a run: its busy and total CPU time, and the bench's own,
+/// when the run began (see `Machine::busy_others_max`).
+#[derive(Debug)]
+pub struct CpuWatch(Option<(f64, f64)>, f64);
+
+impl CpuWatch {
+    pub fn start() -> CpuWatch {
+        CpuWatch(ganges_harness::sys::machine_cpu_secs(), process_cpu_secs())
+    }
+
+    /// The share of the machine's CPU time since `start` that went to processes other than
+    /// this one and servers that used `servers_cpu` seconds meanwhile.
+    pub fn others(&self, servers_cpu: f64) -> Option<f64> {
+        let ((busy0, total0), (busy1, total1)) = (self.0?, ganges_harness::sys::machine_cpu_secs()?);
+        let ours = process_cpu_secs() - self.1 + servers_cpu;
+        (total1 > total0).then(|| ((busy1 - busy0 - ours) / (total1 - total0)).clamp(0.0, 1.0))
     }
 }
 
@@ -390,6 +432,8 @@ struct Sample {
     delivered: Vec<Vec<u64>>,
     /// The point of the wall clock's second the run started at, if it waited for one.
     phase: Option<Duration>,
+    /// The share of the machine's CPU time other processes took during the run.
+    others_busy: Option<f64>,
 }
 
 impl Sample {
@@ -795,12 +839,13 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> Bench
     } else {
         None
     };
-    let machine = Machine::here(loopback).await;
+    let mut machine = Machine::here(loopback).await;
     let layout_of = |f: u32| -> Vec<NodeId> { place(spec.fault_layout, spec.nodes, f, spec.seed) };
     let runs =
         spec.block_sizes.len() * spec.repeat as usize * spec.faults.len() * spec.ratios.len() * spec.policies.len();
     let bar = steps_bar(runs as u64, "scan");
     let mut rows = vec![];
+    let mut samples_others = vec![];
     let mut phases = ganges_sim::scan::start_phases(spec.seed);
     for &block in &spec.block_sizes {
         let manifest = create_dataset(&client, spec, block, fragment_bytes).await?;
@@ -832,6 +877,7 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> Bench
                             let layout = ideals(spec, &faulting, &manifest, parts, &faulty)?.1;
                             live.push_row(scan_row(block, f, policy, &sample, layout));
                         }
+                        samples_others.push(sample.others_busy);
                         samples[fi][ri][pi].push(sample);
                         bar.inc(1);
                     }
@@ -878,6 +924,7 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> Bench
         client.control_all(&client.live_nodes(), &ControlRequest::Remove { name: manifest.name.clone() }).await;
     }
     bar.finish_and_clear();
+    machine.after_runs(samples_others.iter().copied());
     if spec.real.is_some() {
         crate::real::clear(&client).await?;
     }
@@ -1109,6 +1156,7 @@ async fn run_once(
         .into_iter()
         .map(|r| Consumer::open(client, run.manifest, spec.access, r, opts))
         .collect::<Result<_, _>>()?;
+    let watch = CpuWatch::start();
     let before = all_stats(client).await?;
     let cpu_before = process_cpu_secs();
     let barrier = Arc::new(tokio::sync::Barrier::new(consumers.len() + 1));
@@ -1164,6 +1212,8 @@ async fn run_once(
     let seconds = t_end.duration_since(t0).as_secs_f64();
     let client_cpu = process_cpu_secs() - cpu_before;
     let after = all_stats(client).await?;
+    let server_cpu = after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum();
+    let others_busy = watch.others(server_cpu);
 
     let mut digest = Digest::default();
     for (r, _) in &reports {
@@ -1189,7 +1239,7 @@ async fn run_once(
         bytes,
         slowest_mb_per_sec: slowest,
         backup_bytes: reports.iter().map(|(r, _)| r.stats.backup_bytes()).sum(),
-        server_cpu: after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum(),
+        server_cpu,
         client_cpu,
         seeks: delta(|s| s.disk_stats.seeks),
         duplicates: reports.iter().map(|(r, _)| r.stats.duplicates).sum(),
@@ -1207,6 +1257,7 @@ async fn run_once(
         disk_seeks: after.iter().zip(&before).map(|(a, b)| a.disk_stats.seeks - b.disk_stats.seeks).collect(),
         delivered: sample_timelines(&timelines, t0, t_end),
         phase: run.phase,
+        others_busy,
     })
 }
 

@@ -22,7 +22,7 @@
 
 use crate::plot::{self, Series};
 use crate::real::{Rates, RealSpec};
-use crate::scan::{BenchCluster, Faulting, Machine, all_stats, median_and_spread};
+use crate::scan::{BenchCluster, CpuWatch, Faulting, Machine, all_stats, median_and_spread};
 use crate::util::{BenchResult, Table, fail, git_commit, process_cpu_secs, steps_bar};
 use ganges_client::client::Client;
 use ganges_client::write::{WriteSource, WriteSpec};
@@ -171,6 +171,8 @@ struct Sample {
     steals: u64,
     redirects: u64,
     completion: Option<Completion>,
+    /// The share of the machine's CPU time other processes took during the write.
+    others_busy: Option<f64>,
 }
 
 impl WriteBenchSpec {
@@ -338,7 +340,7 @@ async fn bench_on_cluster(
         Some(r) if spec.fragment_bytes == 0 => crate::real::fragment_bytes_for(r, 6.0, u64::from(spec.block_bytes)),
         _ => spec.fragment_bytes,
     };
-    let machine = Machine::here(None).await;
+    let mut machine = Machine::here(None).await;
     let run = Runner { client: &client, spec, faulting: &faulting, fragment_bytes };
     let states = spec.states();
     let (nf, np) = (states.len(), spec.policies.len());
@@ -370,7 +372,12 @@ async fn bench_on_cluster(
                     nodes.len(),
                     if spec.stress.is_some() { "stressed" } else { "faults" }
                 ));
-                samples[fi][pi].push(run.once(policy, &slowed, "bench-write").await?);
+                let mut sample = run.once(policy, &slowed, "bench-write").await?;
+                if !stressors.is_empty() {
+                    // The stress's own processes are the point of the run.
+                    sample.others_busy = None;
+                }
+                samples[fi][pi].push(sample);
                 bar.inc(1);
             }
             drop(stressors);
@@ -381,6 +388,7 @@ async fn bench_on_cluster(
         crate::real::clear(&client).await?;
     }
     bar.finish_and_clear();
+    machine.after_runs(samples.iter().flatten().flatten().map(|s| s.others_busy));
     let mut rows = vec![];
     for (fi, nodes) in states.iter().enumerate() {
         let slowed = spec.slowed(nodes);
@@ -430,6 +438,7 @@ impl Runner<'_> {
     async fn once(&self, policy: WritePolicyKind, faulty: &[NodeId], name: &str) -> BenchResult<Sample> {
         let (client, spec) = (self.client, self.spec);
         self.faulting.before_run(client, faulty).await?;
+        let watch = CpuWatch::start();
         let before = all_stats(client).await?;
         let cpu0 = process_cpu_secs();
         let w = WriteSpec {
@@ -451,6 +460,7 @@ impl Runner<'_> {
         let client_cpu = process_cpu_secs() - cpu0;
         let after = all_stats(client).await?;
         let server_cpu = after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum();
+        let others_busy = watch.others(server_cpu);
         let m = &out.manifest;
         let blocks_per_server = blocks_per_server(m);
         if blocks_per_server.iter().sum::<u64>() < m.shape.total_blocks() {
@@ -476,6 +486,7 @@ impl Runner<'_> {
             steals: out.writers.iter().map(|r| r.stats.steals).sum(),
             redirects: out.writers.iter().map(|r| r.stats.moved).sum(),
             completion,
+            others_busy,
         })
     }
 }

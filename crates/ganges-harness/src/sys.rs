@@ -111,8 +111,43 @@ pub fn cpu_secs(p: u32) -> Option<f64> {
     Some((utime + stime) / rustix::param::clock_ticks_per_second() as f64)
 }
 
+/// CPU seconds the whole machine has spent busy and in all, summed over its CPUs
+/// (`/proc/stat`'s `cpu` line: busy is every field but idle and iowait, in clock ticks);
+/// `None` where there is no `/proc/stat`.
+pub fn machine_cpu_secs() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.split_whitespace().next() == Some("cpu"))?;
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).take(8).filter_map(|x| x.parse().ok()).collect();
+    let total: u64 = ticks.iter().sum();
+    let busy = total - ticks.get(3)? - ticks.get(4)?;
+    let hz = rustix::param::clock_ticks_per_second() as f64;
+    Some((busy as f64 / hz, total as f64 / hz))
+}
+
 /// Bytes free for an unprivileged user on the file system holding `path`, if it can be asked.
 pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
     let st = rustix::fs::statvfs(path).ok()?;
     Some(st.f_bavail * st.f_frsize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_machine_counts_a_spinning_thread_as_busy() {
+        let Some((busy0, total0)) = machine_cpu_secs() else {
+            eprintln!("skipped: this machine has no /proc/stat");
+            return;
+        };
+        assert!(busy0 > 0.0 && busy0 <= total0, "busy {busy0} of {total0}");
+        // Spin for 0.3 s of wall time: at least most of that is busy CPU time somewhere.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(300);
+        while std::time::Instant::now() < until {
+            std::hint::black_box(0u64);
+        }
+        let (busy1, total1) = machine_cpu_secs().expect("read once, read again");
+        assert!(busy1 - busy0 >= 0.2, "a 0.3 s spin showed {:.3} busy CPU seconds", busy1 - busy0);
+        assert!(total1 - total0 >= busy1 - busy0);
+    }
 }
