@@ -369,10 +369,14 @@ impl Machine {
         Machine { loopback_mb_per_sec, cpus, busy_before, busy_others_max: None }
     }
 
-    /// Records the most that other processes took of the CPUs in one run (`others`, a share
-    /// per run), with a warning on standard error when it was over `BUSY_OTHERS_WARN`.
-    pub fn after_runs(&mut self, others: impl IntoIterator<Item = Option<f64>>) {
-        self.busy_others_max = others.into_iter().flatten().reduce(f64::max);
+    /// Notes what other processes took of the CPUs in runs (`others`, a share per run).
+    pub fn note_runs(&mut self, others: impl IntoIterator<Item = Option<f64>>) {
+        self.busy_others_max = self.busy_others_max.into_iter().chain(others.into_iter().flatten()).reduce(f64::max);
+    }
+
+    /// Once every run is in: a warning on standard error when other processes took more than
+    /// `BUSY_OTHERS_WARN` of the CPUs in one.
+    pub fn warn_if_others_busy(&self) {
         if let Some(busy) = self.busy_others_max.filter(|&b| b > BUSY_OTHERS_WARN) {
             eprintln!(
                 "warning: other processes took up to {:.0}% of the CPUs during a run; this bench runs in wall \
@@ -845,7 +849,6 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> Bench
         spec.block_sizes.len() * spec.repeat as usize * spec.faults.len() * spec.ratios.len() * spec.policies.len();
     let bar = steps_bar(runs as u64, "scan");
     let mut rows = vec![];
-    let mut samples_others = vec![];
     let mut phases = ganges_sim::scan::start_phases(spec.seed);
     for &block in &spec.block_sizes {
         let manifest = create_dataset(&client, spec, block, fragment_bytes).await?;
@@ -877,7 +880,6 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> Bench
                             let layout = ideals(spec, &faulting, &manifest, parts, &faulty)?.1;
                             live.push_row(scan_row(block, f, policy, &sample, layout));
                         }
-                        samples_others.push(sample.others_busy);
                         samples[fi][ri][pi].push(sample);
                         bar.inc(1);
                     }
@@ -922,9 +924,10 @@ async fn bench_on_cluster(spec: &ScanBenchSpec, cluster: &LocalCluster) -> Bench
             }
         }
         client.control_all(&client.live_nodes(), &ControlRequest::Remove { name: manifest.name.clone() }).await;
+        machine.note_runs(samples.iter().flatten().flatten().flatten().map(|s| s.others_busy));
     }
     bar.finish_and_clear();
-    machine.after_runs(samples_others.iter().copied());
+    machine.warn_if_others_busy();
     if spec.real.is_some() {
         crate::real::clear(&client).await?;
     }

@@ -388,7 +388,8 @@ async fn bench_on_cluster(
         crate::real::clear(&client).await?;
     }
     bar.finish_and_clear();
-    machine.after_runs(samples.iter().flatten().flatten().map(|s| s.others_busy));
+    machine.note_runs(samples.iter().flatten().flatten().map(|s| s.others_busy));
+    machine.warn_if_others_busy();
     let mut rows = vec![];
     for (fi, nodes) in states.iter().enumerate() {
         let slowed = spec.slowed(nodes);

@@ -112,16 +112,12 @@ pub fn cpu_secs(p: u32) -> Option<f64> {
 }
 
 /// CPU seconds the whole machine has spent busy and in all, summed over its CPUs
-/// (`/proc/stat`'s `cpu` line: busy is every field but idle and iowait, in clock ticks);
-/// `None` where there is no `/proc/stat`.
+/// (`/proc/stat`, read by `ceft::parse_proc_stat`); `None` where there is no `/proc/stat`.
 pub fn machine_cpu_secs() -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().find(|l| l.split_whitespace().next() == Some("cpu"))?;
-    let ticks: Vec<u64> = line.split_whitespace().skip(1).take(8).filter_map(|x| x.parse().ok()).collect();
-    let total: u64 = ticks.iter().sum();
-    let busy = total - ticks.get(3)? - ticks.get(4)?;
+    let cpus = ganges_core::ceft::parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?);
     let hz = rustix::param::clock_ticks_per_second() as f64;
-    Some((busy as f64 / hz, total as f64 / hz))
+    let secs = |ticks: u64| ticks as f64 / hz;
+    (!cpus.is_empty()).then(|| (secs(cpus.iter().map(|c| c.busy).sum()), secs(cpus.iter().map(|c| c.total).sum())))
 }
 
 /// Bytes free for an unprivileged user on the file system holding `path`, if it can be asked.
