@@ -354,10 +354,9 @@ impl Machine {
     /// This machine as a bench starting its runs finds it: its CPUs, and how busy they are
     /// over half a second, with a warning on standard error when others are using them.
     pub async fn here(loopback_mb_per_sec: Option<f64>) -> Machine {
-        let sample = || std::fs::read_to_string("/proc/stat").ok().map(|t| ganges_core::ceft::parse_proc_stat(&t));
-        let before = sample();
+        let watch = CpuWatch::start();
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let busy_before = before.zip(sample()).and_then(|(b, a)| ganges_core::ceft::cpu_mean_busy(&b, &a));
+        let busy_before = watch.busy_share(0.0);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         if let Some(busy) = busy_before.filter(|&b| b > BUSY_WARN) {
             eprintln!(
@@ -387,21 +386,19 @@ impl Machine {
     }
 }
 
-/// What the machine's CPUs did during a run: its busy and total CPU time, and the bench's own,
-/// when the run began (see `Machine::busy_others_max`).
+/// The machine's busy and total CPU seconds when a span began (`None` without `/proc/stat`).
 #[derive(Debug)]
-pub struct CpuWatch(Option<(f64, f64)>, f64);
+pub struct CpuWatch(Option<(f64, f64)>);
 
 impl CpuWatch {
     pub fn start() -> CpuWatch {
-        CpuWatch(ganges_harness::sys::machine_cpu_secs(), process_cpu_secs())
+        CpuWatch(ganges_harness::sys::machine_cpu_secs())
     }
 
-    /// The share of the machine's CPU time since `start` that went to processes other than
-    /// this one and servers that used `servers_cpu` seconds meanwhile.
-    pub fn others(&self, servers_cpu: f64) -> Option<f64> {
+    /// The share of the machine's CPU time since `start` that was busy, less `ours` seconds
+    /// (the bench's and its servers' own, to leave what other processes took).
+    pub fn busy_share(&self, ours: f64) -> Option<f64> {
         let ((busy0, total0), (busy1, total1)) = (self.0?, ganges_harness::sys::machine_cpu_secs()?);
-        let ours = process_cpu_secs() - self.1 + servers_cpu;
         (total1 > total0).then(|| ((busy1 - busy0 - ours) / (total1 - total0)).clamp(0.0, 1.0))
     }
 }
@@ -1216,7 +1213,7 @@ async fn run_once(
     let client_cpu = process_cpu_secs() - cpu_before;
     let after = all_stats(client).await?;
     let server_cpu = after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum();
-    let others_busy = watch.others(server_cpu);
+    let others_busy = watch.busy_share(client_cpu + server_cpu);
 
     let mut digest = Digest::default();
     for (r, _) in &reports {

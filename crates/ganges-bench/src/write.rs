@@ -461,7 +461,7 @@ impl Runner<'_> {
         let client_cpu = process_cpu_secs() - cpu0;
         let after = all_stats(client).await?;
         let server_cpu = after.iter().zip(&before).map(|(a, b)| a.cpu_secs - b.cpu_secs).sum();
-        let others_busy = watch.others(server_cpu);
+        let others_busy = watch.busy_share(client_cpu + server_cpu);
         let m = &out.manifest;
         let blocks_per_server = blocks_per_server(m);
         if blocks_per_server.iter().sum::<u64>() < m.shape.total_blocks() {

@@ -195,14 +195,9 @@ pub fn parse_proc_stat(text: &str) -> Vec<CpuTimes> {
         .collect()
 }
 
-/// The whole machine's utilization between two samples of `/proc/stat`, 0 to 1 (`None` if
-/// no time passed between them).
-pub fn cpu_mean_busy(before: &[CpuTimes], after: &[CpuTimes]) -> Option<f64> {
-    // The machine as one CPU: the sum of each CPU's times.
-    let all =
-        |c: &[CpuTimes]| CpuTimes { busy: c.iter().map(|t| t.busy).sum(), total: c.iter().map(|t| t.total).sum() };
-    let (before, after) = (all(before), all(after));
-    (after.total > before.total).then(|| cpu_min_busy(&[before], &[after]))
+/// The whole machine as one CPU: the sum of each CPU's times.
+pub fn cpu_sum(cpus: &[CpuTimes]) -> CpuTimes {
+    CpuTimes { busy: cpus.iter().map(|t| t.busy).sum(), total: cpus.iter().map(|t| t.total).sum() }
 }
 
 /// The least busy CPU's utilization between two samples of `/proc/stat`, 0 to 1.
@@ -308,8 +303,8 @@ mod tests {
         // cpu0 did 45 busy of 50; cpu1 1 busy of 60: the least busy is 1/60.
         assert!((cpu_min_busy(&a, &b) - 1.0 / 60.0).abs() < 1e-9);
         // Together, 46 busy of 110.
-        assert!((cpu_mean_busy(&a, &b).unwrap() - 46.0 / 110.0).abs() < 1e-9);
-        assert_eq!(cpu_mean_busy(&a, &a), None, "no time passed");
+        let (sa, sb) = (cpu_sum(&a), cpu_sum(&b));
+        assert_eq!((sb.busy - sa.busy, sb.total - sa.total), (46, 110));
         assert_eq!(parse_loadavg("2.50 1.00 0.50 1/123 4567\n"), Some(2.5));
         assert_eq!(parse_mem_available("MemTotal: 100 kB\nMemAvailable:    2048 kB\n"), Some(2 << 20));
         let dev = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n    lo: 100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n  eth0: 50 1 0 0 0 0 0 0 70 1 0 0 0 0 0 0\n";

@@ -112,12 +112,13 @@ pub fn cpu_secs(p: u32) -> Option<f64> {
 }
 
 /// CPU seconds the whole machine has spent busy and in all, summed over its CPUs
-/// (`/proc/stat`, read by `ceft::parse_proc_stat`); `None` where there is no `/proc/stat`.
+/// (`/proc/stat`, read by `ceft::parse_proc_stat` and summed by `ceft::cpu_sum`); `None` where
+/// there is no `/proc/stat`.
 pub fn machine_cpu_secs() -> Option<(f64, f64)> {
     let cpus = ganges_core::ceft::parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?);
+    let all = ganges_core::ceft::cpu_sum(&cpus);
     let hz = rustix::param::clock_ticks_per_second() as f64;
-    let secs = |ticks: u64| ticks as f64 / hz;
-    (!cpus.is_empty()).then(|| (secs(cpus.iter().map(|c| c.busy).sum()), secs(cpus.iter().map(|c| c.total).sum())))
+    (!cpus.is_empty()).then(|| (all.busy as f64 / hz, all.total as f64 / hz))
 }
 
 /// Bytes free for an unprivileged user on the file system holding `path`, if it can be asked.
