@@ -126,6 +126,9 @@ pub struct ScanOutcome {
     pub seeks: u64,
     pub disk_busy_secs: Vec<f64>,
     pub handed_off: u64,
+    /// Bytes each server's disk read for each consumer (`[server][consumer]`), duplicates
+    /// included: where the reads went, and so how far help flowed down a chain of copies.
+    pub served: Vec<Vec<u64>>,
     pub steals: u64,
     pub hedges: u64,
     pub duplicates: u64,
@@ -264,6 +267,8 @@ struct Server {
     retry_at: Option<Time>,
     peers: Vec<NodeId>,
     handed_off: u64,
+    /// Bytes its disk read for each consumer.
+    served: Vec<u64>,
     down: bool,
     generation: u32,
 }
@@ -355,6 +360,7 @@ impl<'a> Sim<'a> {
                     retry_at: None,
                     peers,
                     handed_off: 0,
+                    served: vec![0; spec.partitions.len()],
                     down: false,
                     generation: 0,
                 }
@@ -838,6 +844,7 @@ impl<'a> Sim<'a> {
             self.kick(s);
             return;
         }
+        self.servers[s].served[ctx.consumer] += job.bytes;
         let p = *self.consumers[ctx.consumer].engine.piece(ctx.piece);
         if self.corrupt.contains(&(s, p.fragment, p.block)) {
             // Checked before it is sent, as the server does: an error, no data.
@@ -968,6 +975,7 @@ impl<'a> Sim<'a> {
             seeks: disks.iter().map(|d| d.seeks).sum(),
             disk_busy_secs: disks.iter().map(|d| d.busy_secs).collect(),
             handed_off: self.servers.iter().map(|s| s.handed_off).sum(),
+            served: self.servers.iter().map(|s| s.served.clone()).collect(),
             steals: stats(|s| s.steals),
             hedges: stats(|s| s.hedges),
             duplicates: stats(|s| s.duplicates),
@@ -1030,6 +1038,24 @@ mod tests {
         let gd = run_scan(&spec(P::Gd, &[0])).unwrap();
         assert!(gd.seconds < 1.25 * fast.seconds, "gd: {} vs {}", gd.seconds, fast.seconds);
         assert!(gd.backup_bytes > 0);
+    }
+
+    /// The served matrix accounts for every byte delivered, on the holders of each consumer's
+    /// fragment, and shows the slow disk's consumer helped by its backup.
+    #[test]
+    fn each_server_counts_the_bytes_it_read_for_each_consumer() {
+        let s = spec(P::GdPc, &[0]);
+        let o = run_scan(&s).unwrap();
+        assert_eq!(o.served.len(), 8);
+        let total: u64 = o.served.iter().flatten().sum();
+        assert!(total >= o.bytes, "{total} read, {} delivered", o.bytes);
+        for c in 0..8 {
+            let column: u64 = o.served.iter().map(|row| row[c]).sum();
+            let holders = o.served[c][c] + o.served[(c + 1) % 8][c];
+            assert_eq!(column, holders, "consumer {c}: read only where its fragment is");
+            assert!(column >= 8 << 20, "consumer {c}: {column}");
+        }
+        assert!(o.served[1][0] > 0, "the slow disk's backup helped its consumer: {:?}", o.served);
     }
 
     #[test]

@@ -104,12 +104,21 @@ pub struct Row {
     /// with the seeks. Left out above `CONSUMER_SECONDS_MAX` consumers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub consumer_seconds: Vec<f64>,
+    /// GD scans: bytes each server's disk read for each consumer (`[server][consumer]`,
+    /// duplicates included), which shows how far help flowed down a chain of copies. Left
+    /// out above `SERVED_CELLS_MAX` cells.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub served_bytes: Vec<Vec<u64>>,
 }
 
 /// The most consumers whose finish times a scenario row lists: at 4096 they made
 /// `river-fig10 --producers 4096` write 3.9 MB of JSON (42 rows), for a run whose time is
 /// its seconds anyway.
 pub const CONSUMER_SECONDS_MAX: usize = 1024;
+
+/// The most cells (servers times consumers) of a row's `served_bytes`: 64 servers and their
+/// 64 consumers.
+pub const SERVED_CELLS_MAX: usize = 4096;
 
 /// Bandwidth over time of one run (vs-convergence, fault-schedule).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -368,6 +377,7 @@ impl DqCase {
             steals: 0,
             hedges: 0,
             consumer_seconds: vec![],
+            served_bytes: vec![],
         })
     }
 }
@@ -607,6 +617,11 @@ impl GdCase {
             hedges: out.hedges,
             consumer_seconds: if out.consumer_seconds.len() <= CONSUMER_SECONDS_MAX {
                 out.consumer_seconds.clone()
+            } else {
+                vec![]
+            },
+            served_bytes: if out.served.iter().map(Vec::len).sum::<usize>() <= SERVED_CELLS_MAX {
+                out.served.clone()
             } else {
                 vec![]
             },
@@ -1155,6 +1170,17 @@ mod tests {
         assert_eq!(one.consumer_seconds.len(), 16);
         let last = one.consumer_seconds.iter().copied().fold(0.0, f64::max);
         assert!((last - one.seconds).abs() < 1e-9, "{one:?}");
+        // Every consumer's data read on the two holders of its fragment, node k and k + 1,
+        // and the slow disk's backup read some of it for it.
+        assert_eq!(one.served_bytes.len(), 16);
+        for (s, row) in one.served_bytes.iter().enumerate() {
+            for (c, &b) in row.iter().enumerate() {
+                assert!(b == 0 || s == c || s == (c + 1) % 16, "node{s} read {b} bytes for consumer {c}");
+            }
+        }
+        assert!(one.served_bytes[1][0] > 0, "{:?}", one.served_bytes);
+        let static_served = &at("static", 1).served_bytes;
+        assert!((0..16).all(|s| static_served[s][s] == 64 << 20), "primary copies only: {static_served:?}");
         let o = SimOptions { faults: Some(vec![17]), ..o };
         assert!(matches!(run("bench-scan", &o), Err(SimError::Invalid(m)) if m.contains("17 faults")));
     }
