@@ -120,6 +120,12 @@ pub const CONSUMER_SECONDS_MAX: usize = 1024;
 /// 64 consumers.
 pub const SERVED_CELLS_MAX: usize = 4096;
 
+/// `list` for a row when its `cells` are at most `max`, else nothing: a row of thousands of
+/// consumers would be mostly this list.
+fn up_to<T: Clone>(list: &[T], cells: usize, max: usize) -> Vec<T> {
+    if cells <= max { list.to_vec() } else { vec![] }
+}
+
 /// Bandwidth over time of one run (vs-convergence, fault-schedule).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Timeline {
@@ -615,16 +621,8 @@ impl GdCase {
             seeks: out.seeks,
             steals: out.steals,
             hedges: out.hedges,
-            consumer_seconds: if out.consumer_seconds.len() <= CONSUMER_SECONDS_MAX {
-                out.consumer_seconds.clone()
-            } else {
-                vec![]
-            },
-            served_bytes: if out.served.iter().map(Vec::len).sum::<usize>() <= SERVED_CELLS_MAX {
-                out.served.clone()
-            } else {
-                vec![]
-            },
+            consumer_seconds: up_to(&out.consumer_seconds, out.consumer_seconds.len(), CONSUMER_SECONDS_MAX),
+            served_bytes: up_to(&out.served, out.served.iter().map(Vec::len).sum(), SERVED_CELLS_MAX),
         };
         Ok((row, out, ideal_rates))
     }
